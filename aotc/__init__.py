@@ -1,0 +1,1 @@
+"""aotc: an ahead-of-time compiler for neural networks."""

@@ -1,0 +1,1 @@
+"""Buffer assignment: schedule, liveness, heap simulation -> BufferPlan."""

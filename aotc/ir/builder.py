@@ -1,0 +1,169 @@
+"""The builder: the one way frontends and passes create instructions.
+
+Every method infers the result shape with `shapes.infer_shape` (raising
+`ShapeError` on a mismatch), names the instruction uniquely in the module and
+appends it to the computation under construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .attrs import ConvDims, DotDims, GatherDims, PaddingConfig, SliceSpec, Window
+from .module import Computation, Instruction, Module
+from .ops import Direction, Op
+from .shapes import infer_shape
+from .types import DType, Shape, cast_array
+
+
+class ComputationBuilder:
+    """Builds one computation of `module`; `build(root)` registers it."""
+
+    def __init__(self, module: Module, name: str):
+        self.module = module
+        self.computation = Computation(module.unique_name(name))
+        self.origin: str | None = None  # stamped on new instructions (e.g. ONNX node)
+
+    # -- plumbing ---------------------------------------------------------
+
+    def add(self, op: Op, operands: Sequence[Instruction], shape=None, name=None, **attrs):
+        """Create, shape-check and append an instruction."""
+        instr = Instruction(op, shape, list(operands), **attrs)
+        instr.shape = infer_shape(instr)
+        instr.name = self.module.unique_name(name or op.text)
+        if instr.origin is None:
+            instr.origin = self.origin
+        self.computation.instructions.append(instr)
+        return instr
+
+    def build(self, root: Instruction, entry: bool = False) -> Computation:
+        self.computation.root = root
+        return self.module.add_computation(self.computation, entry=entry)
+
+    # -- leaves -----------------------------------------------------------
+
+    def parameter(self, number: int, shape: Shape, name: str | None = None) -> Instruction:
+        return self.add(Op.PARAMETER, [], shape, name=name or f"p{number}", index=number)
+
+    def constant(self, value, dtype: DType | None = None, name=None) -> Instruction:
+        array = np.asarray(value)
+        dtype = dtype or DType.from_numpy(array.dtype)
+        array = cast_array(array, dtype)
+        array.setflags(write=False)
+        return self.add(Op.CONSTANT, [], Shape(dtype, array.shape), name=name, literal=array)
+
+    def scalar(self, value, dtype: DType) -> Instruction:
+        return self.constant(np.asarray(value), dtype)
+
+    def iota(self, shape: Shape, dimension: int) -> Instruction:
+        return self.add(Op.IOTA, [], shape, dimensions=(dimension,))
+
+    # -- elementwise ------------------------------------------------------
+
+    def unary(self, op: Op, x: Instruction) -> Instruction:
+        return self.add(op, [x])
+
+    def binary(self, op: Op, x: Instruction, y: Instruction) -> Instruction:
+        return self.add(op, [x, y])
+
+    def compare(self, x: Instruction, y: Instruction, direction: Direction) -> Instruction:
+        return self.add(Op.COMPARE, [x, y], direction=direction)
+
+    def select(self, pred: Instruction, on_true: Instruction, on_false: Instruction):
+        return self.add(Op.SELECT, [pred, on_true, on_false])
+
+    def clamp(self, lo: Instruction, x: Instruction, hi: Instruction) -> Instruction:
+        return self.add(Op.CLAMP, [lo, x, hi])
+
+    def convert(self, x: Instruction, dtype: DType) -> Instruction:
+        if x.shape.dtype is dtype:
+            return x
+        return self.add(Op.CONVERT, [x], x.shape.with_dtype(dtype))
+
+    def bitcast_convert(self, x: Instruction, dtype: DType) -> Instruction:
+        return self.add(Op.BITCAST_CONVERT, [x], x.shape.with_dtype(dtype))
+
+    # -- data movement ----------------------------------------------------
+
+    def broadcast(self, x: Instruction, dims: Sequence[int], out_dims: Sequence[int]):
+        """Place x's dim i at output dim dims[i] of an array with `out_dims`."""
+        shape = Shape(x.shape.dtype, tuple(out_dims))
+        return self.add(Op.BROADCAST, [x], shape, dimensions=tuple(dims))
+
+    def broadcast_to(self, x: Instruction, out_dims: Sequence[int]) -> Instruction:
+        """Numpy-style broadcast of x (trailing dims aligned, 1s stretched)."""
+        out_dims = tuple(out_dims)
+        if x.shape.dims == out_dims:
+            return x
+        offset = len(out_dims) - x.shape.rank
+        kept = [i for i, d in enumerate(x.shape.dims) if d == out_dims[i + offset]]
+        if len(kept) != x.shape.rank:
+            x = self.reshape(x, [x.shape.dims[i] for i in kept])
+        return self.broadcast(x, [i + offset for i in kept], out_dims)
+
+    def reshape(self, x: Instruction, dims: Sequence[int]) -> Instruction:
+        if tuple(dims) == x.shape.dims:
+            return x
+        return self.add(Op.RESHAPE, [x], x.shape.with_dims(dims))
+
+    def transpose(self, x: Instruction, perm: Sequence[int]) -> Instruction:
+        if list(perm) == list(range(x.shape.rank)):
+            return x
+        return self.add(Op.TRANSPOSE, [x], dimensions=tuple(perm))
+
+    def slice(self, x, starts: Sequence[int], limits: Sequence[int], strides=None):
+        strides = strides or [1] * len(starts)
+        return self.add(Op.SLICE, [x], slice=SliceSpec(starts, limits, strides))
+
+    def concatenate(self, xs: Sequence[Instruction], dimension: int) -> Instruction:
+        if len(xs) == 1:
+            return xs[0]
+        return self.add(Op.CONCATENATE, xs, dimensions=(dimension,))
+
+    def pad(self, x: Instruction, value: Instruction, low, high, interior=None):
+        interior = interior or [0] * len(low)
+        return self.add(Op.PAD, [x, value], padding=PaddingConfig(low, high, interior))
+
+    def reverse(self, x: Instruction, dims: Sequence[int]) -> Instruction:
+        return self.add(Op.REVERSE, [x], dimensions=tuple(dims))
+
+    def gather(self, operand: Instruction, indices: Instruction, dims: GatherDims):
+        return self.add(Op.GATHER, [operand, indices], gather=dims)
+
+    # -- reductions and contractions ----------------------------------------
+
+    def reduce(self, x: Instruction, init: Instruction, dims, reducer: Computation):
+        return self.add(Op.REDUCE, [x, init], dimensions=tuple(dims), called=(reducer,))
+
+    def reduce_window(self, x, init, window: Window, reducer: Computation) -> Instruction:
+        return self.add(Op.REDUCE_WINDOW, [x, init], window=window, called=(reducer,))
+
+    def dot(self, lhs, rhs, dims: DotDims, dtype: DType | None = None) -> Instruction:
+        shape = Shape(dtype, ()) if dtype else None
+        return self.add(Op.DOT, [lhs, rhs], shape, dot=dims)
+
+    def convolution(self, lhs, rhs, window: Window, dims: ConvDims, groups: int = 1):
+        return self.add(Op.CONVOLUTION, [lhs, rhs], window=window, conv=dims,
+                        feature_group_count=groups)  # fmt: skip
+
+    # -- structure --------------------------------------------------------
+
+    def tuple(self, xs: Sequence[Instruction]) -> Instruction:
+        return self.add(Op.TUPLE, xs)
+
+    def get_tuple_element(self, x: Instruction, index: int) -> Instruction:
+        return self.add(Op.GET_TUPLE_ELEMENT, [x], index=index)
+
+
+def scalar_reducer(module: Module, op: Op, dtype: DType) -> Computation:
+    """The computation `(x, y) -> op(x, y)` on scalars, shared per (op, dtype)."""
+    name = f"{op.text}_{dtype.text}"
+    for comp in module.computations:
+        if comp.name == name:
+            return comp
+    b = ComputationBuilder(module, name)
+    x = b.parameter(0, Shape(dtype, ()), "x")
+    y = b.parameter(1, Shape(dtype, ()), "y")
+    return b.build(b.binary(op, x, y))

@@ -1,0 +1,230 @@
+"""Module / Computation / Instruction: the IR's data structures.
+
+An `Instruction` is one HLO operation: opcode, result shape, operands, a name
+unique in its module, and typed attributes (every attribute family is a field
+that is None or its default where the opcode does not use it).  Instructions
+compare by identity; `Instruction.key()` gives the structural key for CSE.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .attrs import ConvDims, DotDims, FusionKind, GatherDims, PaddingConfig, SliceSpec, Window
+from .ops import Direction, Op
+from .types import AnyShape, Shape
+
+
+@dataclass(eq=False)
+class Instruction:
+    op: Op
+    shape: AnyShape
+    operands: list[Instruction]
+    name: str = ""
+    # broadcast/transpose/reduce/reverse/concatenate(1)/iota(1) dimension lists
+    dimensions: tuple[int, ...] | None = None
+    slice: SliceSpec | None = None
+    padding: PaddingConfig | None = None
+    window: Window | None = None
+    dot: DotDims | None = None
+    conv: ConvDims | None = None
+    feature_group_count: int = 1
+    batch_group_count: int = 1
+    gather: GatherDims | None = None
+    direction: Direction | None = None
+    # to_apply= (reduce, reduce-window) or calls= (fusion)
+    called: tuple[Computation, ...] = ()
+    # parameter number, or get-tuple-element index
+    index: int | None = None
+    literal: np.ndarray | None = None
+    fusion_kind: FusionKind | None = None
+    # where it came from (e.g. the ONNX node), printed as metadata; not semantic
+    origin: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<{self.op.text} {self.name}: {self.shape}>"
+
+    @property
+    def array_shape(self) -> Shape:
+        assert isinstance(self.shape, Shape), f"{self.name} has tuple shape {self.shape}"
+        return self.shape
+
+    def key(self) -> tuple:
+        """Structural identity: equal keys mean the same value (for CSE)."""
+        literal_key = None
+        if self.literal is not None:
+            literal_key = (self.literal.dtype.str, self.literal.shape, self.literal.tobytes())
+        return (
+            self.op,
+            self.shape,
+            tuple(id(o) for o in self.operands),
+            self.dimensions,
+            self.slice,
+            self.padding,
+            self.window,
+            self.dot,
+            self.conv,
+            self.feature_group_count,
+            self.batch_group_count,
+            self.gather,
+            self.direction,
+            tuple(id(c) for c in self.called),
+            self.index,
+            literal_key,
+            self.fusion_kind,
+        )
+
+
+@dataclass(eq=False)
+class Computation:
+    """Instructions in a valid topological order; `root` is the result."""
+
+    name: str
+    instructions: list[Instruction] = field(default_factory=list)
+    root: Instruction | None = None
+
+    def __repr__(self) -> str:
+        return f"<computation {self.name}: {len(self.instructions)} instructions>"
+
+    @property
+    def parameters(self) -> list[Instruction]:
+        params = [i for i in self.instructions if i.op is Op.PARAMETER]
+        return sorted(params, key=lambda p: p.index)
+
+    def users(self) -> dict[int, list[Instruction]]:
+        """id(instruction) -> instructions that use it (once per use site)."""
+        result: dict[int, list[Instruction]] = {id(i): [] for i in self.instructions}
+        for instr in self.instructions:
+            for operand in instr.operands:
+                result[id(operand)].append(instr)
+        return result
+
+    def replace_all_uses(self, old: Instruction, new: Instruction) -> None:
+        for instr in self.instructions:
+            instr.operands = [new if o is old else o for o in instr.operands]
+        if self.root is old:
+            self.root = new
+
+    def remove_dead(self) -> bool:
+        """Drop instructions the root does not reach (parameters stay)."""
+        live = {id(i) for i in self.post_order()}
+        before = len(self.instructions)
+        self.instructions = [
+            i for i in self.instructions if id(i) in live or i.op is Op.PARAMETER
+        ]
+        return len(self.instructions) != before
+
+    def post_order(self) -> list[Instruction]:
+        """Instructions reachable from the root, operands before users."""
+        order: list[Instruction] = []
+        seen: set[int] = set()
+        stack: list[tuple[Instruction, bool]] = [(self.root, False)]
+        while stack:
+            instr, expanded = stack.pop()
+            if expanded:
+                order.append(instr)
+                continue
+            if id(instr) in seen:
+                continue
+            seen.add(id(instr))
+            stack.append((instr, True))
+            for operand in reversed(instr.operands):
+                if id(operand) not in seen:
+                    stack.append((operand, False))
+        return order
+
+    def sort_topologically(self) -> None:
+        """Reorder instructions so operands come first, keeping order otherwise."""
+        position = {id(i): n for n, i in enumerate(self.instructions)}
+        placed: set[int] = set()
+        order: list[Instruction] = []
+
+        def place(instr: Instruction) -> None:
+            stack = [(instr, False)]
+            while stack:
+                cur, expanded = stack.pop()
+                if expanded:
+                    if id(cur) not in placed:
+                        placed.add(id(cur))
+                        order.append(cur)
+                    continue
+                if id(cur) in placed:
+                    continue
+                stack.append((cur, True))
+                pending = [o for o in cur.operands if id(o) not in placed]
+                for operand in sorted(pending, key=lambda o: -position.get(id(o), 0)):
+                    stack.append((operand, False))
+
+        for instr in self.instructions:
+            place(instr)
+        self.instructions = order
+
+
+@dataclass(eq=False)
+class Module:
+    """A set of computations with one entry; names are unique module-wide."""
+
+    name: str
+    computations: list[Computation] = field(default_factory=list)
+    entry: Computation | None = None
+    _used_names: set[str] = field(default_factory=set, repr=False)
+    _counter: itertools.count = field(default_factory=lambda: itertools.count(1), repr=False)
+
+    def unique_name(self, base: str) -> str:
+        """`base` if free, else `base.N` with the next free N."""
+        base = sanitize_name(base)
+        name = base
+        while name in self._used_names:
+            name = f"{base}.{next(self._counter)}"
+        self._used_names.add(name)
+        return name
+
+    def claim_name(self, name: str) -> None:
+        """Record a name taken verbatim (the parser keeps names as written)."""
+        self._used_names.add(name)
+
+    def add_computation(self, computation: Computation, entry: bool = False) -> Computation:
+        self.computations.append(computation)
+        if entry:
+            self.entry = computation
+        return computation
+
+    def computation(self, name: str) -> Computation:
+        for comp in self.computations:
+            if comp.name == name:
+                return comp
+        raise KeyError(name)
+
+    def called_computations(self) -> list[Computation]:
+        """Computations reachable from the entry, callees before callers."""
+        order: list[Computation] = []
+        seen: set[int] = set()
+
+        def visit(comp: Computation) -> None:
+            if id(comp) in seen:
+                return
+            seen.add(id(comp))
+            for instr in comp.instructions:
+                for callee in instr.called:
+                    visit(callee)
+            order.append(comp)
+
+        visit(self.entry)
+        return order
+
+    def remove_unused_computations(self) -> bool:
+        keep = {id(c) for c in self.called_computations()}
+        before = len(self.computations)
+        self.computations = [c for c in self.computations if id(c) in keep]
+        return len(self.computations) != before
+
+
+def sanitize_name(name: str) -> str:
+    """Names in HLO text are [A-Za-z0-9_.-] and start with a letter or '_'."""
+    cleaned = "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in name)
+    if not cleaned or not (cleaned[0].isalpha() or cleaned[0] == "_"):
+        cleaned = "_" + cleaned
+    return cleaned

@@ -1,0 +1,335 @@
+"""Shape inference: one rule per opcode, `SHAPE_RULES[op](instr) -> shape`.
+
+A rule reads the operands' shapes and the instruction's attributes.  For the
+ops whose result cannot be derived from operands (parameter, constant, iota,
+reshape, broadcast, convert, ...) the instruction carries its shape and the
+rule only checks it.  The builder calls these to fill in shapes; the verifier
+calls them to check shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import ShapeError
+from .module import Instruction
+from .ops import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE, Op
+from .types import AnyShape, DType, Shape, TupleShape
+
+
+def infer_shape(instr: Instruction) -> AnyShape:
+    return SHAPE_RULES[instr.op](instr)
+
+
+def _check(cond: bool, instr: Instruction, message: str) -> None:
+    if not cond:
+        operands = ", ".join(str(o.shape) for o in instr.operands)
+        raise ShapeError(f"{instr.op.text}({operands}): {message}")
+
+
+def _arr(instr: Instruction, i: int) -> Shape:
+    shape = instr.operands[i].shape
+    _check(isinstance(shape, Shape), instr, f"operand {i} must be an array, got {shape}")
+    return shape
+
+
+def _given(instr: Instruction) -> AnyShape:
+    _check(instr.shape is not None, instr, "needs an explicit result shape")
+    return instr.shape
+
+
+def _unary(instr: Instruction) -> Shape:
+    x = _arr(instr, 0)
+    if instr.op in (Op.NOT, Op.POPCNT, Op.CLZ):
+        _check(not x.dtype.is_float, instr, "needs an integer or pred operand")
+    return x
+
+
+def _is_finite(instr: Instruction) -> Shape:
+    x = _arr(instr, 0)
+    _check(x.dtype.is_float, instr, "needs a floating-point operand")
+    return x.with_dtype(DType.PRED)
+
+
+def _binary(instr: Instruction) -> Shape:
+    x, y = _arr(instr, 0), _arr(instr, 1)
+    _check(x == y, instr, "operands must have equal shapes (broadcast explicitly)")
+    if instr.op in (Op.AND, Op.OR, Op.XOR) or instr.op.text.startswith("shift"):
+        _check(not x.dtype.is_float, instr, "needs integer or pred operands")
+    return x
+
+
+def _compare(instr: Instruction) -> Shape:
+    x, y = _arr(instr, 0), _arr(instr, 1)
+    _check(x == y, instr, "operands must have equal shapes")
+    _check(instr.direction is not None, instr, "needs direction=")
+    return x.with_dtype(DType.PRED)
+
+
+def _select(instr: Instruction) -> Shape:
+    p, x, y = _arr(instr, 0), _arr(instr, 1), _arr(instr, 2)
+    _check(p.dtype is DType.PRED, instr, "predicate must be pred")
+    _check(x == y, instr, "branches must have equal shapes")
+    _check(p.dims == x.dims, instr, "predicate dims must equal the branches' dims")
+    return x
+
+
+def _clamp(instr: Instruction) -> Shape:
+    lo, x, hi = _arr(instr, 0), _arr(instr, 1), _arr(instr, 2)
+    for bound in (lo, hi):
+        _check(bound.dtype == x.dtype, instr, "bounds must have the operand's dtype")
+        _check(bound.dims in ((), x.dims), instr, "bounds must be scalars or the operand's shape")
+    return x
+
+
+def _convert(instr: Instruction) -> Shape:
+    out = _given(instr)
+    _check(out.dims == _arr(instr, 0).dims, instr, "convert keeps dims")
+    return out
+
+
+def _bitcast_convert(instr: Instruction) -> Shape:
+    out, x = _given(instr), _arr(instr, 0)
+    _check(out.dims == x.dims and out.dtype.bits == x.dtype.bits, instr, "needs equal widths")
+    return out
+
+
+def _broadcast(instr: Instruction) -> Shape:
+    out, x = _given(instr), _arr(instr, 0)
+    dims = instr.dimensions
+    _check(dims is not None and len(dims) == x.rank, instr, "dimensions= must map every dim")
+    _check(out.dtype == x.dtype, instr, "broadcast keeps dtype")
+    _check(list(dims) == sorted(set(dims)), instr, "dimensions= must be increasing")
+    for i, d in enumerate(dims):
+        _check(0 <= d < out.rank and out.dims[d] == x.dims[i], instr, f"dim {i} does not fit")
+    return out
+
+
+def _reshape(instr: Instruction) -> Shape:
+    out, x = _given(instr), _arr(instr, 0)
+    _check(out.dtype == x.dtype and out.size == x.size, instr, f"cannot reshape to {out}")
+    return out
+
+
+def _transpose(instr: Instruction) -> Shape:
+    x = _arr(instr, 0)
+    perm = instr.dimensions
+    _check(perm is not None and sorted(perm) == list(range(x.rank)), instr, "bad permutation")
+    return x.with_dims(x.dims[p] for p in perm)
+
+
+def _slice(instr: Instruction) -> Shape:
+    x, s = _arr(instr, 0), instr.slice
+    _check(s is not None and len(s.starts) == x.rank, instr, "slice= must cover every dim")
+    dims = []
+    for d, start, limit, stride in zip(x.dims, s.starts, s.limits, s.strides, strict=True):
+        _check(0 <= start <= limit <= d and stride >= 1, instr, f"bad slice [{start}:{limit}]")
+        dims.append(-(-(limit - start) // stride))
+    return x.with_dims(dims)
+
+
+def _concatenate(instr: Instruction) -> Shape:
+    _check(len(instr.operands) >= 1, instr, "needs operands")
+    shapes = [_arr(instr, i) for i in range(len(instr.operands))]
+    (axis,) = instr.dimensions
+    first = shapes[0]
+    _check(0 <= axis < first.rank, instr, "bad dimension")
+    for s in shapes:
+        same = all(a == b for i, (a, b) in enumerate(zip(s.dims, first.dims)) if i != axis)
+        _check(s.dtype == first.dtype and s.rank == first.rank and same, instr, "mismatch")
+    dims = list(first.dims)
+    dims[axis] = sum(s.dims[axis] for s in shapes)
+    return first.with_dims(dims)
+
+
+def _pad(instr: Instruction) -> Shape:
+    x, value, p = _arr(instr, 0), _arr(instr, 1), instr.padding
+    _check(value.dims == () and value.dtype == x.dtype, instr, "padding value must be a scalar")
+    _check(p is not None and len(p.low) == x.rank, instr, "padding= must cover every dim")
+    dims = []
+    for d, lo, hi, interior in zip(x.dims, p.low, p.high, p.interior, strict=True):
+        _check(interior >= 0, instr, "interior padding must be >= 0")
+        size = lo + hi + d + max(d - 1, 0) * interior
+        _check(size >= 0, instr, "padding leaves a negative size")
+        dims.append(size)
+    return x.with_dims(dims)
+
+
+def _reverse(instr: Instruction) -> Shape:
+    x = _arr(instr, 0)
+    _check(all(0 <= d < x.rank for d in instr.dimensions), instr, "bad dimensions")
+    return x
+
+
+def _split_variadic(instr: Instruction) -> tuple[list[Shape], list[Shape]]:
+    n = len(instr.operands)
+    _check(n % 2 == 0 and n > 0, instr, "needs inputs then as many init values")
+    shapes = [_arr(instr, i) for i in range(n)]
+    inputs, inits = shapes[: n // 2], shapes[n // 2 :]
+    for x, init in zip(inputs, inits):
+        _check(init.dims == () and init.dtype == x.dtype, instr, "init values must be scalars")
+        _check(x.dims == inputs[0].dims, instr, "inputs must have equal dims")
+    _check(len(instr.called) == 1, instr, "needs to_apply=")
+    return inputs, inits
+
+
+def _tuple_or_single(shapes: list[Shape]) -> AnyShape:
+    return shapes[0] if len(shapes) == 1 else TupleShape(tuple(shapes))
+
+
+def _reduce(instr: Instruction) -> AnyShape:
+    inputs, _ = _split_variadic(instr)
+    dims = instr.dimensions
+    rank = inputs[0].rank
+    _check(all(0 <= d < rank for d in dims) and len(set(dims)) == len(dims), instr, "bad dims")
+    kept = [d for i, d in enumerate(inputs[0].dims) if i not in dims]
+    return _tuple_or_single([x.with_dims(kept) for x in inputs])
+
+
+def windowed_output_dims(in_dims, window) -> list[int]:
+    """Output extents of a window sliding over `in_dims` (reduce-window, convolution)."""
+    out = []
+    for i, d in enumerate(in_dims):
+        dilated = (d - 1) * window.lhs_dilation[i] + 1 if d > 0 else 0
+        padded = dilated + window.pad_low[i] + window.pad_high[i]
+        extent = (window.size[i] - 1) * window.rhs_dilation[i] + 1
+        out.append(0 if padded < extent else (padded - extent) // window.stride[i] + 1)
+    return out
+
+
+def _reduce_window(instr: Instruction) -> AnyShape:
+    inputs, _ = _split_variadic(instr)
+    w = instr.window
+    _check(w is not None and w.rank == inputs[0].rank, instr, "window must cover every dim")
+    dims = windowed_output_dims(inputs[0].dims, w)
+    return _tuple_or_single([x.with_dims(dims) for x in inputs])
+
+
+def _dot(instr: Instruction) -> Shape:
+    lhs, rhs, d = _arr(instr, 0), _arr(instr, 1), instr.dot
+    _check(d is not None, instr, "needs dot dimension numbers")
+    _check(len(d.lhs_batch) == len(d.rhs_batch), instr, "batch dims differ in number")
+    _check(len(d.lhs_contracting) == len(d.rhs_contracting), instr, "contracting dims differ")
+    for a, b in zip(d.lhs_batch + d.lhs_contracting, d.rhs_batch + d.rhs_contracting):
+        _check(lhs.dims[a] == rhs.dims[b], instr, f"lhs dim {a} != rhs dim {b}")
+    _check(lhs.dtype == rhs.dtype, instr, "operands must have one dtype")
+    lhs_free = [x for i, x in enumerate(lhs.dims) if i not in d.lhs_batch + d.lhs_contracting]
+    rhs_free = [x for i, x in enumerate(rhs.dims) if i not in d.rhs_batch + d.rhs_contracting]
+    dims = [lhs.dims[i] for i in d.lhs_batch] + lhs_free + rhs_free
+    dtype = instr.shape.dtype if instr.shape is not None else lhs.dtype
+    return Shape(dtype, dims)
+
+
+def _convolution(instr: Instruction) -> Shape:
+    lhs, rhs, c, w = _arr(instr, 0), _arr(instr, 1), instr.conv, instr.window
+    _check(c is not None and w is not None, instr, "needs window= and dim_labels=")
+    n = len(c.input_spatial)
+    _check(lhs.rank == rhs.rank == n + 2 and w.rank == n, instr, "ranks do not fit")
+    groups = instr.feature_group_count
+    in_features = lhs.dims[c.input_feature]
+    out_features = rhs.dims[c.kernel_output_feature]
+    _check(in_features % groups == 0, instr, "input features not divisible by groups")
+    _check(rhs.dims[c.kernel_input_feature] * groups == in_features, instr, "feature mismatch")
+    _check(out_features % groups == 0, instr, "output features not divisible by groups")
+    _check(lhs.dims[c.input_batch] % instr.batch_group_count == 0, instr, "batch groups")
+    for i, k in enumerate(c.kernel_spatial):
+        _check(rhs.dims[k] == w.size[i], instr, "window size != kernel size")
+    spatial = windowed_output_dims([lhs.dims[s] for s in c.input_spatial], w)
+    dims = [0] * (n + 2)
+    dims[c.output_batch] = lhs.dims[c.input_batch] // instr.batch_group_count
+    dims[c.output_feature] = out_features
+    for i, s in enumerate(c.output_spatial):
+        dims[s] = spatial[i]
+    dtype = instr.shape.dtype if instr.shape is not None else lhs.dtype
+    return Shape(dtype, dims)
+
+
+def _gather(instr: Instruction) -> Shape:
+    operand, indices, g = _arr(instr, 0), _arr(instr, 1), instr.gather
+    _check(g is not None, instr, "needs gather dimension numbers")
+    _check(not indices.dtype.is_float, instr, "indices must be integers")
+    _check(len(g.slice_sizes) == operand.rank, instr, "slice_sizes must cover every dim")
+    index_dims = list(indices.dims)
+    if g.index_vector_dim < indices.rank:
+        _check(index_dims[g.index_vector_dim] == len(g.start_index_map), instr, "index vector")
+        del index_dims[g.index_vector_dim]
+    else:
+        _check(len(g.start_index_map) == 1, instr, "implicit index vector needs one start dim")
+    removed = set(g.collapsed_slice_dims) | set(g.operand_batching_dims)
+    offsets = [s for i, s in enumerate(g.slice_sizes) if i not in removed]
+    _check(len(offsets) == len(g.offset_dims), instr, "offset_dims do not fit slice_sizes")
+    for i, s in enumerate(g.slice_sizes):
+        _check(0 <= s <= operand.dims[i], instr, f"slice size {s} exceeds dim {i}")
+    rank = len(index_dims) + len(offsets)
+    dims, batch, offset = [], iter(index_dims), iter(offsets)
+    for i in range(rank):
+        dims.append(next(offset) if i in g.offset_dims else next(batch))
+    return operand.with_dims(dims)
+
+
+def _tuple(instr: Instruction) -> TupleShape:
+    return TupleShape(tuple(o.shape for o in instr.operands))
+
+
+def _get_tuple_element(instr: Instruction) -> AnyShape:
+    t = instr.operands[0].shape
+    _check(isinstance(t, TupleShape), instr, "operand must be a tuple")
+    _check(0 <= instr.index < len(t.elements), instr, f"index {instr.index} out of range")
+    return t.elements[instr.index]
+
+
+def _fusion(instr: Instruction) -> AnyShape:
+    _check(len(instr.called) == 1, instr, "needs calls=")
+    body = instr.called[0]
+    params = body.parameters
+    _check(len(params) == len(instr.operands), instr, "operand count != fused parameters")
+    for p, o in zip(params, instr.operands):
+        _check(p.shape == o.shape, instr, f"fused parameter {p.name} has shape {p.shape}")
+    return body.root.shape
+
+
+def _iota(instr: Instruction) -> Shape:
+    out = _given(instr)
+    (dim,) = instr.dimensions
+    _check(0 <= dim < out.rank, instr, "iota_dimension out of range")
+    return out
+
+
+def _constant(instr: Instruction) -> Shape:
+    out = _given(instr)
+    _check(instr.literal is not None, instr, "needs a literal")
+    _check(tuple(instr.literal.shape) == out.dims, instr, "literal does not fit its shape")
+    return out
+
+
+SHAPE_RULES: dict[Op, Callable[[Instruction], AnyShape]] = {
+    Op.PARAMETER: _given,
+    Op.CONSTANT: _constant,
+    Op.IOTA: _iota,
+    **{op: _unary for op in UNARY_ELEMENTWISE},
+    Op.IS_FINITE: _is_finite,
+    **{op: _binary for op in BINARY_ELEMENTWISE},
+    Op.COMPARE: _compare,
+    Op.SELECT: _select,
+    Op.CLAMP: _clamp,
+    Op.CONVERT: _convert,
+    Op.BITCAST_CONVERT: _bitcast_convert,
+    Op.BROADCAST: _broadcast,
+    Op.RESHAPE: _reshape,
+    Op.BITCAST: _reshape,
+    Op.TRANSPOSE: _transpose,
+    Op.SLICE: _slice,
+    Op.CONCATENATE: _concatenate,
+    Op.PAD: _pad,
+    Op.REVERSE: _reverse,
+    Op.GATHER: _gather,
+    Op.REDUCE: _reduce,
+    Op.REDUCE_WINDOW: _reduce_window,
+    Op.DOT: _dot,
+    Op.CONVOLUTION: _convolution,
+    Op.TUPLE: _tuple,
+    Op.GET_TUPLE_ELEMENT: _get_tuple_element,
+    Op.FUSION: _fusion,
+}
+
+assert set(SHAPE_RULES) == set(Op), set(Op) - set(SHAPE_RULES)
