@@ -38,6 +38,17 @@ class Slice:
         return f"{where}[{self.offset}:{self.offset + self.size}]"
 
 
+@dataclass(frozen=True)
+class PlannedBuffer:
+    """One arena buffer: who defines it, when it is alive, where it sits."""
+
+    name: str
+    shape_index: tuple[int, ...]
+    start: int
+    end: int
+    slice: Slice
+
+
 @dataclass
 class BufferPlan:
     """Schedule plus a slice for every (instruction, shape_index) of the entry."""
@@ -53,6 +64,7 @@ class BufferPlan:
     # outputs that cannot be computed in place (a parameter or constant
     # returned as is, one value returned twice)
     output_copies: list[tuple[Slice, Slice]] = field(default_factory=list)
+    buffers: list[PlannedBuffer] = field(default_factory=list)  # arena buffers, by offset
 
     def slice_of(self, instr: Instruction, shape_index: tuple[int, ...] = ()) -> Slice:
         return self.slices[(id(instr), shape_index)]
@@ -60,3 +72,16 @@ class BufferPlan:
     @property
     def weight_bytes(self) -> int:
         return len(self.weights)
+
+    def to_text(self) -> str:
+        """Arena size, then one line per arena buffer: slice, live range, value."""
+        lines = [
+            f"arena {self.arena_bytes} bytes (lower bound {self.lower_bound}, "
+            f"naive {self.naive_total}), weights {self.weight_bytes} bytes"
+        ]
+        for b in self.buffers:
+            index = "" if not b.shape_index else "{" + ",".join(map(str, b.shape_index)) + "}"
+            lines.append(f"  {b.slice.text():>24}  live [{b.start},{b.end}]  {b.name}{index}")
+        for src, dst in self.output_copies:
+            lines.append(f"  copy {src.text()} -> {dst.text()}")
+        return "\n".join(lines) + "\n"
