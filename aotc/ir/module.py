@@ -170,6 +170,10 @@ class Module:
     name: str
     computations: list[Computation] = field(default_factory=list)
     entry: Computation | None = None
+    # the model's own names for the entry's parameters and results (C API,
+    # bindings); empty means "use the instruction names"
+    input_names: list[str] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
     _used_names: set[str] = field(default_factory=set, repr=False)
     _counter: itertools.count = field(default_factory=lambda: itertools.count(1), repr=False)
 

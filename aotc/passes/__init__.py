@@ -1,0 +1,1 @@
+"""Module -> Module rewrites and the pipeline that orders them."""

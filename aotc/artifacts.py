@@ -1,0 +1,465 @@
+"""Artifacts: the C header (templates/model.h.j2), NAME.o, libNAME.a and the runtime objects.
+
+The only jinja2 user.  Owns the C-facing names of tensors, the external tools that build
+archives and shared objects, and all-or-nothing writing of an output directory.
+
+Environment: `$CC` (else cc, gcc, clang) is the C compiler for runtime_c/ and shared
+objects, `$AR` (else ar, llvm-ar) the archiver; both are read in `find_compiler` /
+`find_archiver` and nowhere else.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import jinja2
+
+from . import __version__
+from .errors import AotcError, ToolError
+from .ir import DType
+from .resources import resource_dir
+
+# fixed, so that the same sources give byte-identical objects
+RUNTIME_CFLAGS = ("-O2", "-fPIC", "-std=c99", "-Wall", "-pthread")
+LINK_LIBS = ("-lm", "-lpthread")
+
+_COMPILERS = ("cc", "gcc", "clang")
+_ARCHIVERS = ("ar", "llvm-ar")
+
+# Names a tensor's C spelling must avoid: keywords of C (up to C23) and C++, lower-case
+# macros and typedefs of common headers (a parameter named `errno` or `linux` would be
+# macro-expanded), and the other parameters of NAME_run / NAME_run_generic.  `scratch` also
+# keeps NAME_SCRATCH_BYTES from meaning two things.
+_RESERVED_WORDS = """
+    auto break case char const continue default do double else enum extern float for goto
+    if inline int long register restrict return short signed sizeof static struct switch
+    typedef union unsigned void volatile while alignas alignof bool constexpr false nullptr
+    static_assert thread_local true typeof typeof_unqual and and_eq asm bitand bitor catch
+    char8_t char16_t char32_t class compl concept const_cast co_await co_return co_yield
+    consteval constinit decltype delete dynamic_cast explicit export friend mutable
+    namespace new noexcept not not_eq operator or or_eq private protected public
+    reinterpret_cast requires static_cast template this throw try typeid typename using
+    virtual wchar_t xor xor_eq errno stdin stdout stderr linux unix i386 assert offsetof
+    size_t ssize_t ptrdiff_t max_align_t int8_t int16_t int32_t int64_t uint8_t uint16_t
+    uint32_t uint64_t intptr_t uintptr_t intmax_t uintmax_t scratch inputs outputs
+"""
+RESERVED_NAMES = frozenset(_RESERVED_WORDS.split())
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of the C API: the model's name, its C spelling and its type."""
+
+    name: str
+    c_name: str  # a C identifier; unique among a model's tensors after `unique_specs`
+    dtype: DType
+    dims: tuple[int, ...]
+
+    @classmethod
+    def make(cls, name: str, dtype: DType, dims: Sequence[int]) -> TensorSpec:
+        return cls(name, c_identifier(name), dtype, tuple(int(d) for d in dims))
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def c_type(self) -> str:
+        return self.dtype.c_type
+
+    @property
+    def type_text(self) -> str:
+        return f"{self.dtype.text}[{','.join(map(str, self.dims))}]"
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """The numbers of the memory plan that the header reports."""
+
+    arena_bytes: int
+    alignment: int
+    lower_bound: int
+    naive_total: int
+    weight_bytes: int
+    kernel_count: int
+
+
+@dataclass(frozen=True)
+class ArtifactPaths:
+    header: Path
+    object: Path
+    library: Path
+
+
+def c_identifier(name: str) -> str:
+    """A lower-case C identifier for a tensor name, clear of `RESERVED_NAMES`.
+
+    Lower case keeps parameter names apart from every macro (ours are upper case) and
+    makes names that differ only in case collide here, where `unique_specs` resolves
+    them, rather than in the upper-case macros.  No `__` anywhere (reserved in C++).
+    """
+    ident = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "t"
+    if ident[0].isdigit() or ident in RESERVED_NAMES:
+        ident = f"t_{ident}"
+    return ident
+
+
+def unique_specs(
+    inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
+) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The specs with distinct c_names: a repeated c_name gets `_2`, `_3`... (in order)."""
+    taken: set[str] = set()
+    renamed = []
+    for spec in [*inputs, *outputs]:
+        c_name = spec.c_name
+        suffix = 2
+        while c_name in taken:
+            c_name = f"{spec.c_name}_{suffix}"
+            suffix += 1
+        taken.add(c_name)
+        renamed.append(spec if c_name == spec.c_name else replace(spec, c_name=c_name))
+    return renamed[: len(inputs)], renamed[len(inputs) :]
+
+
+def check_model_name(name: str) -> None:
+    """Raise unless `name` can prefix the model's C symbols and file names."""
+    if not _IDENTIFIER.match(name):
+        raise AotcError(f"model name '{name}' is not a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
+    if name.lower().startswith("aotc_"):
+        raise AotcError(f"model name '{name}': the prefix 'aotc_' belongs to the runtime")
+
+
+# ---------------------------------------------------------------------------- header
+
+
+def c_string(text: str) -> str:
+    """A C string literal for any text: UTF-8 bytes, non-printables and `?` escaped.
+
+    `?` is escaped because `??/` and friends are trigraphs in strict C99; octal escapes
+    because a hex escape would swallow the hex digits that follow it.
+    """
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char in '"\\?':
+            out.append("\\" + char)
+        elif 0x20 <= byte < 0x7F:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def c_comment(text: str) -> str:
+    """Text safe inside a block comment: printable ASCII, no comment delimiters."""
+    text = "".join(c if " " <= c < "\x7f" else "?" for c in text)
+    text = text.replace("*/", "* /").replace("/*", "/ *")
+    while "??" in text:  # trigraphs (`??/` could splice lines)
+        text = text.replace("??", "? ?")
+    return text
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["c_string"] = c_string
+    env.filters["c_comment"] = c_comment
+    return env
+
+
+def render_header(
+    name: str,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    stats: MemoryStats,
+    target: str,
+    source: str,
+) -> str:
+    """The text of NAME.h.  `source` is shown as given: pass a relative path or a file
+    name if the header should not depend on where the model was compiled."""
+    check_model_name(name)
+    inputs, outputs = unique_specs(inputs, outputs)
+    tensors = [*inputs, *outputs]
+    alignment = stats.alignment
+    params = [f"const {t.c_type} *{t.c_name}" for t in inputs]
+    params += [f"{t.c_type} *{t.c_name}" for t in outputs]
+    template = _environment().get_template("model.h.j2")
+    return template.render(
+            name=name,
+            upper=name.upper(),
+            version=__version__,
+            source=source,
+            target=target,
+            inputs=inputs,
+            outputs=outputs,
+            stats=stats,
+            scratch_bytes=-(-stats.arena_bytes // alignment) * alignment,
+            params=_wrap_params(f"int {name}_run(", [*params, "void *scratch"]),
+            call_args=", ".join([*(t.c_name for t in tensors), "scratch"]),
+            width=max((len(t.c_name) for t in tensors), default=0),
+            type_width=max((len(t.type_text) for t in tensors), default=0),
+            has_16bit_floats=any(t.dtype in (DType.F16, DType.BF16) for t in tensors),
+    )
+
+
+def _wrap_params(opening: str, params: Sequence[str], width: int = 92) -> str:
+    """Parameters on one line if the prototype fits in `width`, else one per line."""
+    one_line = ", ".join(params)
+    if len(opening) + len(one_line) + 2 <= width:
+        return one_line
+    return "\n    " + ",\n    ".join(params)
+
+
+def cffi_cdef(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
+    """Declarations of NAME_run and NAME_run_generic that cffi can parse."""
+    check_model_name(name)
+    inputs, outputs = unique_specs(inputs, outputs)
+    params = [f"const {t.c_type} *{t.c_name}" for t in inputs]
+    params += [f"{t.c_type} *{t.c_name}" for t in outputs]
+    return (
+        f"int {name}_run({', '.join([*params, 'void *scratch'])});\n"
+        f"int {name}_run_generic(void *const *inputs, void *const *outputs, void *scratch);\n"
+    )
+
+
+# the runtime's controls, for one cdef per FFI (declaring them twice is an error in cffi)
+RUNTIME_CDEF = "void aotc_set_num_threads(int n);\nint aotc_get_num_threads(void);\n"
+
+
+# ---------------------------------------------------------------------------- tools
+
+
+def find_compiler(cc: str | Sequence[str] | None = None) -> list[str]:
+    """The C compiler as an argv prefix: `cc` if given, else $CC, else cc, gcc or clang."""
+    if cc is None:
+        cc = os.environ.get("CC") or None
+        origin = "$CC"
+    else:
+        origin = "the cc argument"
+    if cc is None:
+        for candidate in _COMPILERS:
+            found = shutil.which(candidate)
+            if found:
+                return [found]
+        raise ToolError(
+            "no C compiler found (looked for $CC, cc, gcc, clang): install one, "
+            "e.g. apt-get install gcc"
+        )
+    argv = shlex.split(cc) if isinstance(cc, str) else list(cc)
+    found = shutil.which(argv[0]) if argv else None
+    if not found:
+        raise ToolError(f"C compiler '{cc}' (from {origin}) not found: fix or unset it")
+    return [found, *argv[1:]]
+
+
+def find_archiver() -> list[str]:
+    """The archiver as an argv prefix: $AR, else ar or llvm-ar."""
+    ar = os.environ.get("AR")
+    if ar:
+        argv = shlex.split(ar)
+        found = shutil.which(argv[0]) if argv else None
+        if not found:
+            raise ToolError(f"archiver '{ar}' (from $AR) not found: fix or unset it")
+        return [found, *argv[1:]]
+    for candidate in _ARCHIVERS:
+        found = shutil.which(candidate)
+        if found:
+            return [found]
+    raise ToolError(
+        "no archiver found (looked for $AR, ar, llvm-ar): install one, "
+        "e.g. apt-get install binutils"
+    )
+
+
+def _run_tool(argv: Sequence[str], what: str, cwd: Path | None = None) -> None:
+    try:
+        result = subprocess.run(
+            [str(a) for a in argv],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolError(f"{what}: could not run {argv[0]}: {e}") from None
+    if result.returncode != 0:
+        detail = " | ".join((result.stderr or result.stdout).strip().splitlines()[:4])
+        raise ToolError(f"{what} failed ({Path(argv[0]).name} exit {result.returncode}): {detail}")
+
+
+def _runtime_sources() -> list[Path]:
+    return sorted(resource_dir("runtime_c").glob("*.c"))
+
+
+@functools.lru_cache(maxsize=8)
+def _runtime_objects(compiler: tuple[str, ...], fingerprint: str) -> tuple[tuple[str, bytes], ...]:
+    """(file name, object bytes) of runtime_c/*.c, compiled once per process and compiler.
+
+    Compiled from the source directory with relative names: the object's file symbol
+    is then `aotc_runtime.c`, never a temporary path.
+    """
+    del fingerprint  # part of the cache key only: edited sources are recompiled
+    src = resource_dir("runtime_c")
+    objects = []
+    with tempfile.TemporaryDirectory(prefix="aotc-runtime-") as tmp:
+        for source in _runtime_sources():
+            obj = Path(tmp) / f"{source.stem}.o"
+            argv = [*compiler, *RUNTIME_CFLAGS, "-c", source.name, "-o", str(obj)]
+            _run_tool(argv, f"compiling runtime_c/{source.name}", cwd=src)
+            objects.append((obj.name, obj.read_bytes()))
+    return tuple(objects)
+
+
+def compile_runtime(out_dir: Path, cc: str | Sequence[str] | None = None) -> list[Path]:
+    """Compile runtime_c/*.c into `out_dir` (created if missing); the object paths, sorted."""
+    compiler = tuple(find_compiler(cc))
+    digest = hashlib.sha256()
+    for source in _runtime_sources():
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    for header in sorted(resource_dir("runtime_c").glob("*.h")):
+        digest.update(header.name.encode() + b"\0" + header.read_bytes())
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for file_name, data in _runtime_objects(compiler, digest.hexdigest()):
+        path = out_dir / file_name
+        path.write_bytes(data)
+        paths.append(path)
+    return paths
+
+
+def link_shared(object_path: Path, out_path: Path, cc: str | Sequence[str] | None = None) -> Path:
+    """Link a model object and the runtime into a shared library (for cffi); `out_path`."""
+    compiler = find_compiler(cc)
+    with tempfile.TemporaryDirectory(prefix="aotc-link-") as tmp:
+        runtime = compile_runtime(Path(tmp), compiler)
+        argv = [*compiler, "-shared", "-o", out_path, object_path, *runtime, *LINK_LIBS]
+        _run_tool(argv, f"linking {Path(out_path).name}")
+    return Path(out_path)
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def write_artifacts(
+    out_dir: Path,
+    name: str,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    object_bytes: bytes,
+    stats: MemoryStats,
+    target: str,
+    source: str,
+    cc: str | Sequence[str] | None = None,
+) -> ArtifactPaths:
+    """Write NAME.h, NAME.o and libNAME.a (NAME.o + runtime objects) into `out_dir`.
+
+    All or nothing: everything is built in a temporary directory beside `out_dir` and
+    moved in at the end; on failure `out_dir` is as it was (or absent again).  The
+    same arguments give byte-identical files.
+    """
+    header = render_header(name, inputs, outputs, stats, target, source)
+    compiler = find_compiler(cc)
+    archiver = find_archiver()
+    out_dir = Path(out_dir)
+    files = [f"{name}.h", f"{name}.o", f"lib{name}.a"]
+    created = _make_dirs(out_dir)
+    done = False
+    try:
+        with _staging_dir(out_dir) as stage:
+            (stage / files[0]).write_text(header, encoding="utf-8")
+            (stage / files[1]).write_bytes(object_bytes)
+            runtime = compile_runtime(stage / "runtime", compiler)
+            members = [files[1], *(str(p.relative_to(stage)) for p in runtime)]
+            # D: zero timestamps, uids and modes, so that archives are reproducible
+            _run_tool([*archiver, "rcsD", files[2], *members], f"archiving {files[2]}", stage)
+            _install(stage, out_dir, files)
+        done = True
+    except OSError as e:
+        raise AotcError(f"cannot write artifacts to {out_dir}: {e.strerror or e}") from None
+    finally:
+        if not done and created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+    return ArtifactPaths(*(out_dir / f for f in files))
+
+
+def _make_dirs(path: Path) -> Path | None:
+    """mkdir -p; the topmost directory it created (to remove on failure), or None."""
+    missing = None
+    probe = path
+    while not probe.exists():
+        missing = probe
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AotcError(f"cannot create {path}: {e.strerror or e}") from None
+    return missing
+
+
+def _staging_dir(out_dir: Path) -> tempfile.TemporaryDirectory:
+    """A temporary directory beside `out_dir` (same file system: moves are renames)."""
+    prefix = f".{out_dir.resolve().name or 'out'}.aotc-"
+    try:
+        return _PathTempDir(prefix=prefix, dir=out_dir.resolve().parent)
+    except OSError:  # parent not writable: stage inside out_dir itself
+        return _PathTempDir(prefix=".aotc-", dir=out_dir)
+
+
+class _PathTempDir(tempfile.TemporaryDirectory):
+    def __enter__(self) -> Path:
+        return Path(self.name)
+
+
+def _install(stage: Path, out_dir: Path, files: Sequence[str]) -> None:
+    """Move staged files into out_dir; on failure put back what was there before."""
+    backup = stage / "previous"
+    backup.mkdir()
+    moved: list[tuple[Path, Path | None]] = []
+    try:
+        for file_name in files:
+            target = out_dir / file_name
+            previous = None
+            if target.exists() or target.is_symlink():
+                previous = backup / file_name
+                os.replace(target, previous)
+            moved.append((target, previous))
+            os.replace(stage / file_name, target)
+    except OSError:
+        for target, previous in reversed(moved):
+            if previous is not None:
+                os.replace(previous, target)
+            else:
+                target.unlink(missing_ok=True)
+        raise

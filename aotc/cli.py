@@ -1,0 +1,132 @@
+"""`aotc` command line: argv -> CompileOptions -> driver.  Nothing imports this.
+
+Every user-facing failure (AotcError, a bad flag) is printed as ONE line on
+stderr with exit code 2; no traceback, no half-written output folder.  A bug
+in aotc is one line too, with exit code 3; the environment variable
+AOTC_TRACEBACK=1 (read here only) shows its traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from .errors import AotcError
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line instead of usage + message."""
+
+    def error(self, message: str):
+        self.exit(2, f"aotc: error: {message} (see 'aotc --help')\n")
+
+
+def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
+    """`NAME=1x3x224x224` (or `NAME=` for a scalar) -> (name, dims)."""
+    name, sep, dims = spec.rpartition("=")
+    if not sep or not name:
+        raise AotcError(f"--input '{spec}': expected NAME=DIMS, e.g. input=1x3x224x224")
+    parts = [p for p in dims.replace(",", "x").split("x")] if dims else []
+    if not all(p.isdigit() for p in parts):
+        raise AotcError(f"--input '{spec}': dims must be non-negative integers joined by 'x'")
+    return name, tuple(int(p) for p in parts)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="aotc", description="Ahead-of-time neural network compiler.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
+
+    compile_cmd = commands.add_parser(
+        "compile", help="compile a model to NAME.h, NAME.o and libNAME.a"
+    )
+    compile_cmd.add_argument("model", help="model file: .onnx, or XLA HLO text")
+    compile_cmd.add_argument("-o", "--output", default="build", help="output folder (build)")
+    compile_cmd.add_argument("--name", help="symbol prefix (default: the file name)")
+    compile_cmd.add_argument(
+        "--input", action="append", default=[], metavar="NAME=DIMS",
+        help="shape of an input, e.g. input=1x3x224x224 (repeatable)",
+    )  # fmt: skip
+    compile_cmd.add_argument("--target", default="host", help="host (default), x86_64:x86-64-v2, aarch64-linux-gnu, ...")
+    compile_cmd.add_argument(
+        "-O", dest="opt_level", type=int, default=2, choices=range(4), metavar="{0..3}",
+        help="optimization level (default 2)",
+    )  # fmt: skip
+    compile_cmd.add_argument("--dump-hlo", type=Path, metavar="DIR", help="write the module after every pass")
+    compile_cmd.add_argument("--verify", action="store_true", help="verify the IR after every pass")
+    compile_cmd.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    return parser
+
+
+def _options(args):
+    from .driver import CompileOptions
+
+    shapes = dict(parse_shape(spec) for spec in args.input)
+    return CompileOptions(
+        name=args.name,
+        input_shapes=shapes,
+        target=args.target,
+        opt_level=args.opt_level,
+        dump_hlo=args.dump_hlo,
+        verify=args.verify,
+    )
+
+
+def _compile(args) -> None:
+    from .driver import compile_model
+
+    started = time.perf_counter()
+    compiled = compile_model(args.model, _options(args))
+    paths = compiled.write(args.output)
+    if not args.quiet:
+        print(summary(compiled, paths, time.perf_counter() - started))
+
+
+def summary(compiled, paths, seconds: float) -> str:
+    """The few lines a user wants after a compile."""
+    s = compiled.stats
+    lines = [f"aotc: {compiled.source} -> {paths.header.parent}/ ({compiled.target})"]
+    for kind, specs in (("input ", compiled.inputs), ("output", compiled.outputs)):
+        for spec in specs:
+            lines.append(f"  {kind} {spec.name}: {spec.dtype.text}[{','.join(map(str, spec.dims))}]")
+    lines += [
+        f"  kernels       {s.kernel_count}",
+        f"  arena         {s.arena_bytes:,} bytes "
+        f"(lower bound {s.lower_bound:,}, naive {s.naive_total:,})",
+        f"  weights       {s.weight_bytes:,} bytes",
+        f"  wrote         {paths.header.name}, {paths.object.name}, {paths.library.name}",
+        f"  time          {seconds:.2f} s",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    try:
+        if args.command == "compile":
+            _compile(args)
+    except AotcError as error:
+        print(f"aotc: error: {_one_line(str(error))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # a compiler bug: still one line, never a traceback
+        if os.environ.get("AOTC_TRACEBACK"):
+            raise
+        print(
+            f"aotc: internal error: {type(error).__name__}: {_one_line(str(error))} "
+            "(a bug in aotc; rerun with AOTC_TRACEBACK=1 for details)",
+            file=sys.stderr,
+        )
+        return 3
+    return 0
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The driver: the one module that wires frontend -> passes -> plan -> backend.
+
+`compile_model` turns a model (ONNX file or proto, or XLA HLO text) into a
+`CompiledModel`: the optimized module, its buffer plan and the object code.
+Writing artifacts and loading the code into Python are methods on that.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import artifacts
+from .backends.cpu import emit_object, parse_target
+from .buffers import BufferPlan, assign_buffers
+from .errors import AotcError, ModelError
+from .ir import Module, Op, Shape
+from .passes.pipeline import make_pipeline
+
+# instructions that are bookkeeping and emit no code
+_NO_CODE_OPS = frozenset(
+    {Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.RESHAPE, Op.BITCAST}
+)
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything that steers a compile; the CLI and the Python API fill it."""
+
+    name: str | None = None
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    target: str = "host"
+    opt_level: int = 2
+    dump_hlo: Path | None = None
+    verify: bool = False
+
+
+@dataclass
+class CompiledModel:
+    """The result of a compile: what the artifacts are made from."""
+
+    name: str
+    source: str
+    module: Module
+    plan: BufferPlan
+    object_bytes: bytes
+    inputs: list[artifacts.TensorSpec]
+    outputs: list[artifacts.TensorSpec]
+    stats: artifacts.MemoryStats
+    target: str
+    seconds: float
+
+    def write(self, out_dir: str | Path) -> artifacts.ArtifactPaths:
+        """Write NAME.h, NAME.o and libNAME.a into `out_dir` (all or nothing)."""
+        return artifacts.write_artifacts(
+            Path(out_dir), self.name, self.inputs, self.outputs, self.object_bytes,
+            self.stats, self.target, self.source,
+        )  # fmt: skip
+
+    def load(self):
+        """Link a shared object and return a callable `LoadedModel` (cffi)."""
+        from .runner import LoadedModel
+
+        return LoadedModel(self)
+
+
+def compile_model(model, options: CompileOptions | None = None) -> CompiledModel:
+    """Compile an ONNX model (path or ModelProto) or an HLO text file."""
+    options = options or CompileOptions()
+    started = time.perf_counter()
+    target = parse_target(options.target)
+    module, source = _import(model, options)
+    name = _model_name(options.name, source, module)
+    module.name = name
+    make_pipeline(options.opt_level, options.dump_hlo, options.verify).run(module)
+    plan = assign_buffers(module)
+    object_bytes = emit_object(module, plan, name, target)
+    inputs, outputs = _tensor_specs(module)
+    stats = artifacts.MemoryStats(
+        arena_bytes=plan.arena_bytes,
+        alignment=plan.alignment,
+        lower_bound=plan.lower_bound,
+        naive_total=plan.naive_total,
+        weight_bytes=plan.weight_bytes,
+        kernel_count=sum(1 for i in plan.schedule if i.op not in _NO_CODE_OPS),
+    )
+    return CompiledModel(
+        name, source, module, plan, object_bytes, inputs, outputs, stats,
+        target.describe(), time.perf_counter() - started,
+    )  # fmt: skip
+
+
+def _import(model, options: CompileOptions) -> tuple[Module, str]:
+    """Pick the frontend: HLO text is sniffed by content, everything else is ONNX."""
+    if isinstance(model, (str, Path)):
+        path = Path(model)
+        if not path.is_file():
+            raise ModelError(f"{path}: no such file")
+        if _looks_like_hlo_text(path):
+            from .frontends.hlo import import_hlo
+
+            return import_hlo(path, options.input_shapes), str(path)
+        source = str(path)
+    else:
+        source = getattr(getattr(model, "graph", None), "name", None) or "model"
+    from .frontends.onnx import import_onnx
+
+    return import_onnx(model, options.input_shapes or None), source
+
+
+def _looks_like_hlo_text(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    return head.lstrip().startswith(b"HloModule")
+
+
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _model_name(requested: str | None, source: str, module: Module) -> str:
+    """The symbol prefix: --name, else the file's stem made into a C identifier."""
+    if requested is not None:
+        if not _C_IDENTIFIER.match(requested):
+            raise AotcError(f"--name '{requested}' is not a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
+        return requested
+    stem = Path(source).stem if source else module.name
+    name = re.sub(r"[^A-Za-z0-9_]", "_", stem) or "model"
+    return name if not name[0].isdigit() else f"m_{name}"
+
+
+def _tensor_specs(module: Module):
+    """The C-facing inputs (entry parameters) and outputs (root tuple elements)."""
+    entry = module.entry
+    params = entry.parameters
+    input_names = module.input_names or [p.name for p in params]
+    inputs = [_spec(n, p.shape) for n, p in zip(input_names, params)]
+    root = entry.root
+    elements = root.operands if root.op is Op.TUPLE else [root]
+    output_names = module.output_names or [e.name for e in elements]
+    outputs = [_spec(n, e.shape) for n, e in zip(output_names, elements)]
+    return inputs, outputs
+
+
+def _spec(name: str, shape: Shape) -> artifacts.TensorSpec:
+    if not isinstance(shape, Shape):
+        raise AotcError(f"output '{name}' is a nested tuple; only arrays can be returned")
+    return artifacts.TensorSpec.make(name, shape.dtype, shape.dims)

@@ -1,0 +1,59 @@
+"""The pass pipeline: an ordered list of passes run over a module.
+
+A pass is an object with a short `name` and `run(module) -> bool` (changed
+or not), one per file in this package, like XLA's HloPassPipeline.  With
+`dump_dir` set, the module is written after every pass as `NN-name.hlo`;
+with `verify` set, the verifier runs after every pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ..ir import Module
+
+
+class Pass(Protocol):
+    name: str
+
+    def run(self, module: Module) -> bool: ...
+
+
+@dataclass
+class Pipeline:
+    passes: Sequence[Pass]
+    dump_dir: Path | None = None
+    verify: bool = False
+
+    def run(self, module: Module) -> bool:
+        from ..ir.text import print_module
+        from ..ir.verify import verify
+
+        changed = False
+        self._dump(module, 0, "input", print_module)
+        for number, p in enumerate(self.passes, start=1):
+            changed |= p.run(module)
+            if self.verify:
+                verify(module)
+            self._dump(module, number, p.name, print_module)
+        return changed
+
+    def _dump(self, module: Module, number: int, name: str, printer: Callable) -> None:
+        if self.dump_dir is None:
+            return
+        self.dump_dir.mkdir(parents=True, exist_ok=True)
+        text = printer(module, elide_constants_over=64)
+        (self.dump_dir / f"{number:02d}-{name}.hlo").write_text(text)
+
+
+def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = False):
+    """The passes for an optimization level (-O0: none)."""
+    from .dce import DeadCodeElimination
+
+    passes: list[Pass] = []
+    if opt_level >= 1:
+        passes.append(DeadCodeElimination())
+    return Pipeline(passes, dump_dir, verify)

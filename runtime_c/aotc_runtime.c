@@ -1,0 +1,157 @@
+/*
+ * aotc_runtime.c: a small pthread pool for the parallel loops of compiled models.
+ *
+ * One global pool, guarded by one mutex.  A loop is published as a "job" with a
+ * generation number; workers sleep until the generation changes, then claim chunks
+ * until none are left.  The caller claims chunks too, so a job always finishes even if
+ * no worker wakes in time.  Only one job runs at a time: a loop started while another
+ * is running (nested, or from a second application thread) runs inline instead of
+ * waiting, which can never deadlock.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "aotc_runtime.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define AOTC_MAX_THREADS 256
+
+typedef struct aotc_worker {
+    pthread_t thread;
+    int stop; /* set (under the pool mutex) to make this worker exit */
+    uint64_t seen; /* the last job generation this worker looked at */
+} aotc_worker;
+
+static struct {
+    pthread_mutex_t mutex;
+    pthread_cond_t work; /* a new job was published, or a worker must stop */
+    pthread_cond_t done; /* the last chunk of the current job finished */
+    int num_threads; /* requested, the caller included */
+    int num_workers; /* started and not stopped */
+    aotc_worker *workers[AOTC_MAX_THREADS];
+    int busy; /* a job is running */
+    uint64_t generation;
+    aotc_loop_fn fn;
+    void *ctx;
+    int64_t n;
+    int64_t chunks;
+    int64_t next_chunk;
+    int64_t remaining; /* chunks not yet finished */
+} pool = {
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, {0},
+    0, 0, 0, 0, 0, 0, 0, 0,
+};
+
+/* Chunk i of k over [0, n): sizes differ by at most one, no overflow for any n. */
+static int64_t chunk_begin(int64_t n, int64_t k, int64_t i) {
+    int64_t rest = n % k;
+    return i * (n / k) + (i < rest ? i : rest);
+}
+
+/* Claims and runs chunks of the current job until none are left.  Called and returns
+ * with the mutex held; releases it while running a chunk. */
+static void run_chunks_locked(void) {
+    while (pool.next_chunk < pool.chunks) {
+        int64_t i = pool.next_chunk++;
+        aotc_loop_fn fn = pool.fn;
+        void *ctx = pool.ctx;
+        int64_t begin = chunk_begin(pool.n, pool.chunks, i);
+        int64_t end = chunk_begin(pool.n, pool.chunks, i + 1);
+        pthread_mutex_unlock(&pool.mutex);
+        fn(ctx, begin, end);
+        pthread_mutex_lock(&pool.mutex);
+        if (--pool.remaining == 0) pthread_cond_signal(&pool.done);
+    }
+}
+
+static void *worker_main(void *arg) {
+    aotc_worker *self = (aotc_worker *)arg;
+    pthread_mutex_lock(&pool.mutex);
+    for (;;) {
+        while (!self->stop && self->seen == pool.generation)
+            pthread_cond_wait(&pool.work, &pool.mutex);
+        if (self->stop) break;
+        self->seen = pool.generation;
+        run_chunks_locked();
+    }
+    pthread_mutex_unlock(&pool.mutex);
+    return NULL;
+}
+
+/* Starts workers until there are `wanted`; stops early if the system refuses threads. */
+static void start_workers_locked(int wanted) {
+    while (pool.num_workers < wanted) {
+        aotc_worker *w = (aotc_worker *)calloc(1, sizeof *w);
+        if (!w) return;
+        w->seen = pool.generation;
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            free(w);
+            return;
+        }
+        pool.workers[pool.num_workers++] = w;
+    }
+}
+
+void aotc_parallel_for(int64_t n, aotc_loop_fn fn, void *ctx) {
+    int threads;
+    if (n <= 0) return;
+    pthread_mutex_lock(&pool.mutex);
+    threads = pool.num_threads;
+    if (threads <= 1 || n == 1 || pool.busy) {
+        pthread_mutex_unlock(&pool.mutex);
+        fn(ctx, 0, n);
+        return;
+    }
+    start_workers_locked(threads - 1);
+    pool.busy = 1;
+    pool.fn = fn;
+    pool.ctx = ctx;
+    pool.n = n;
+    pool.chunks = pool.num_workers + 1 < n ? pool.num_workers + 1 : n;
+    pool.next_chunk = 0;
+    pool.remaining = pool.chunks;
+    pool.generation++;
+    pthread_cond_broadcast(&pool.work);
+    run_chunks_locked();
+    while (pool.remaining > 0) pthread_cond_wait(&pool.done, &pool.mutex);
+    pool.busy = 0;
+    pthread_mutex_unlock(&pool.mutex);
+}
+
+static int online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+void aotc_set_num_threads(int n) {
+    aotc_worker *surplus[AOTC_MAX_THREADS];
+    int count = 0;
+    if (n <= 0) n = online_cpus();
+    if (n > AOTC_MAX_THREADS) n = AOTC_MAX_THREADS;
+    pthread_mutex_lock(&pool.mutex);
+    pool.num_threads = n;
+    while (pool.num_workers > n - 1) {
+        aotc_worker *w = pool.workers[--pool.num_workers];
+        w->stop = 1;
+        surplus[count++] = w;
+    }
+    if (count) pthread_cond_broadcast(&pool.work);
+    pthread_mutex_unlock(&pool.mutex);
+    /* Joined outside the lock: a stopping worker may still be finishing a chunk, which
+     * needs the mutex to report completion. */
+    while (count > 0) {
+        aotc_worker *w = surplus[--count];
+        pthread_join(w->thread, NULL);
+        free(w);
+    }
+}
+
+int aotc_get_num_threads(void) {
+    int n;
+    pthread_mutex_lock(&pool.mutex);
+    n = pool.num_threads;
+    pthread_mutex_unlock(&pool.mutex);
+    return n;
+}

@@ -1,0 +1,43 @@
+/*
+ * aotc_runtime.h: the runtime that compiled models link against (libc + pthreads only).
+ *
+ * Every libNAME.a carries a copy of these objects; a program that links several models
+ * gets one copy (the archive member is pulled once), so the thread pool is shared by all
+ * models in the process.
+ */
+#ifndef AOTC_RUNTIME_H_
+#define AOTC_RUNTIME_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A body of a parallel loop: runs iterations [begin, end) with the caller's context. */
+typedef void (*aotc_loop_fn)(void *ctx, int64_t begin, int64_t end);
+
+/*
+ * Runs fn over [0, n) split into contiguous chunks, one per thread, and returns when all
+ * chunks are done.  The calling thread runs a chunk itself.  With one thread (the
+ * default), or when the pool is already busy (a nested call, or another thread's loop),
+ * it calls fn(ctx, 0, n) inline.
+ */
+void aotc_parallel_for(int64_t n, aotc_loop_fn fn, void *ctx);
+
+/*
+ * Sets how many threads parallel loops use (the caller included).  n <= 0 means the
+ * number of online CPUs.  Workers start lazily on the next parallel loop; lowering the
+ * count stops and joins the surplus workers before returning, so a shared object can be
+ * unloaded after aotc_set_num_threads(1).
+ */
+void aotc_set_num_threads(int n);
+
+/* The number of threads parallel loops use (1 unless set). */
+int aotc_get_num_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AOTC_RUNTIME_H_ */

@@ -1,0 +1,93 @@
+"""Shared test helpers: running the CLI, building and running C programs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`aotc ARGS` in a subprocess (the installed entry point's module)."""
+    return subprocess.run(
+        [sys.executable, "-m", "aotc.cli", *map(str, args)],
+        cwd=cwd, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def c_compiler() -> str:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler on this machine")
+    return cc
+
+
+def build_c(sources: list[Path], out: Path, include: list[Path], libs: list[Path]) -> Path:
+    """Compile and link a C program against model libraries, as a user would."""
+    cmd = [c_compiler(), "-std=c11", "-O1", "-Wall", "-Werror"]
+    cmd += [str(s) for s in sources] + [f"-I{d}" for d in include]
+    cmd += [str(lib) for lib in libs] + ["-lm", "-lpthread", "-o", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out
+
+
+def generic_driver_source(name: str, n_inputs: int, n_outputs: int) -> str:
+    """A C program that reads raw inputs from files and writes raw outputs to files.
+
+    Usage: prog in0.bin ... out0.bin ...; sizes come from the header's descriptor table.
+    """
+    upper = name.upper()
+    return f"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "{name}.h"
+
+int main(int argc, char **argv) {{
+    void *inputs[{max(n_inputs, 1)}];
+    void *outputs[{max(n_outputs, 1)}];
+    if (argc != 1 + {n_inputs} + {n_outputs}) return 10;
+    for (int i = 0; i < {upper}_NUM_INPUTS; i++) {{
+        size_t bytes = {name}_inputs_desc[i].bytes;
+        inputs[i] = malloc(bytes ? bytes : 1);
+        FILE *f = fopen(argv[1 + i], "rb");
+        if (!f || fread(inputs[i], 1, bytes, f) != bytes) return 11;
+        fclose(f);
+    }}
+    for (int i = 0; i < {upper}_NUM_OUTPUTS; i++)
+        outputs[i] = malloc({name}_outputs_desc[i].bytes ? {name}_outputs_desc[i].bytes : 1);
+    void *scratch = aligned_alloc({upper}_SCRATCH_ALIGN,
+        ({upper}_SCRATCH_BYTES + {upper}_SCRATCH_ALIGN) / {upper}_SCRATCH_ALIGN * {upper}_SCRATCH_ALIGN);
+    int status = {name}_run_generic(inputs, outputs, scratch);
+    if (status != 0) return 12;
+    for (int i = 0; i < {upper}_NUM_OUTPUTS; i++) {{
+        FILE *f = fopen(argv[1 + {n_inputs} + i], "wb");
+        if (!f || fwrite(outputs[i], 1, {name}_outputs_desc[i].bytes, f) != {name}_outputs_desc[i].bytes) return 13;
+        fclose(f);
+    }}
+    return 0;
+}}
+"""
+
+
+def run_c_model(program: Path, inputs: list[np.ndarray], outputs_like: list[np.ndarray],
+                workdir: Path) -> list[np.ndarray]:  # fmt: skip
+    """Run a generic driver program on arrays; outputs take dtypes/shapes from `outputs_like`."""
+    in_files, out_files = [], []
+    for i, array in enumerate(inputs):
+        path = workdir / f"in{i}.bin"
+        path.write_bytes(np.ascontiguousarray(array).tobytes())
+        in_files.append(path)
+    out_files = [workdir / f"out{i}.bin" for i in range(len(outputs_like))]
+    subprocess.run([str(program), *map(str, in_files + out_files)], check=True, timeout=120)
+    return [
+        np.frombuffer(path.read_bytes(), like.dtype).reshape(like.shape)
+        for path, like in zip(out_files, outputs_like)
+    ]

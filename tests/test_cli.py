@@ -1,0 +1,95 @@
+"""CLI errors: one line on stderr, exit code 2, nothing left in the output folder."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from conftest import EXAMPLES, run_cli
+from onnx import TensorProto, helper
+
+MNIST = EXAMPLES / "mnist" / "mnist.onnx"
+
+
+def unsupported_model(path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="ok"),
+        helper.make_node("Hardmax", ["a"], ["b"], name="hm"),
+        helper.make_node("FancyOp", ["b"], ["c"], name="fancy", domain="com.example"),
+        helper.make_node("NonMaxSuppression", ["c"], ["y"], name="nms"),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+        ir_version=10,
+    )  # fmt: skip
+    onnx.save(model, str(path))
+    return path
+
+
+def assert_one_line_error(result, *words):
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def test_missing_file(tmp_path):
+    result = run_cli("compile", tmp_path / "nope.onnx", "-o", tmp_path / "out")
+    assert_one_line_error(result, "nope.onnx")
+    assert not (tmp_path / "out").exists()
+
+
+def test_corrupt_file(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07this is not a protobuf\xff\xff\xff")
+    result = run_cli("compile", bad, "-o", tmp_path / "out")
+    assert_one_line_error(result, "bad.onnx")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unsupported_ops_are_all_listed(tmp_path):
+    model = unsupported_model(tmp_path / "m.onnx")
+    result = run_cli("compile", model, "-o", tmp_path / "out")
+    line = assert_one_line_error(result, "Hardmax", "FancyOp", "NonMaxSuppression", "hm", "nms")
+    assert "Relu" not in line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "spec", ["input", "input=1xfoo", "=1x784", "nosuch=1x784", "input=1x2x3", "input=2x784x"]
+)
+def test_bad_input_spec(spec, tmp_path):
+    result = run_cli("compile", MNIST, "-o", tmp_path / "out", "--input", spec)
+    assert_one_line_error(result, "input" if "nosuch" not in spec else "nosuch")
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_flag(tmp_path):
+    result = run_cli("compile", MNIST, "-o", tmp_path / "out", "--frobnicate")
+    assert_one_line_error(result, "--frobnicate")
+
+
+def test_bad_name(tmp_path):
+    result = run_cli("compile", MNIST, "-o", tmp_path / "out", "--name", "9lives")
+    assert_one_line_error(result, "9lives")
+
+
+def test_failure_leaves_existing_output_untouched(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = run_cli("compile", unsupported_model(tmp_path / "m.onnx"), "-o", out)
+    assert result.returncode == 2
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+def test_input_override_changes_batch(tmp_path):
+    result = run_cli("compile", MNIST, "-o", tmp_path / "out", "--input", "input=4x784")
+    assert result.returncode == 0, result.stderr
+    header = (tmp_path / "out" / "mnist.h").read_text()
+    assert "784" in header and "4" in header
