@@ -56,7 +56,8 @@ class CompiledModel:
         """Write NAME.h, NAME.o and libNAME.a into `out_dir` (all or nothing)."""
         return artifacts.write_artifacts(
             Path(out_dir), self.name, self.inputs, self.outputs, self.object_bytes,
-            self.stats, self.target, self.source,
+            # the file name only: a header must not depend on where the build ran
+            self.stats, self.target, Path(self.source).name,
         )  # fmt: skip
 
     def load(self):

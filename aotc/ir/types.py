@@ -129,7 +129,7 @@ def bf16_round(values: np.ndarray) -> np.ndarray:
 
 
 def bf16_to_bits(values: np.ndarray) -> np.ndarray:
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32)  # keeps 0-d arrays 0-d
     is_nan = np.isnan(np.asarray(values, dtype=np.float32))
     rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
     rounded = ((bits + rounding) >> 16).astype(np.uint16)
@@ -137,7 +137,7 @@ def bf16_to_bits(values: np.ndarray) -> np.ndarray:
 
 
 def bf16_from_bits(bits: np.ndarray) -> np.ndarray:
-    return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32)
+    return np.asarray(np.asarray(bits, dtype=np.uint32) << 16).view(np.float32)
 
 
 def to_storage(values: np.ndarray, dtype: DType) -> np.ndarray:
