@@ -1,0 +1,146 @@
+"""The verifier: every structural rule of the IR, checked on a whole module.
+
+Passes run it after every change in tests (and with `--verify`).  Its errors
+quote the offending instruction as printed HLO text and say what is wrong.
+The attributes each opcode requires are declared next to their syntax, in
+`parser.REQUIRED_ATTRIBUTES`.
+"""
+
+from __future__ import annotations
+
+from ..errors import AotcError, ShapeError
+from .module import Computation, Instruction, Module
+from .ops import OP_DEFS, VARIADIC, Op
+from .parser import missing_attributes
+from .shapes import infer_shape
+from .text import print_instruction
+from .types import Shape, TupleShape
+
+# constants bigger than this are quoted as `constant({...})` in messages
+_QUOTED_CONSTANT_ELEMENTS = 16
+
+
+class VerifyError(AotcError):
+    """The IR breaks a structural rule: a bug in the pass or frontend that built it."""
+
+    def __init__(self, message: str, instruction: Instruction | None = None):
+        super().__init__(message)
+        self.instruction = instruction
+
+
+def verify(module: Module) -> None:
+    """Raise VerifyError on the first broken rule; return None if the module is well formed."""
+    if module.entry is None:
+        raise VerifyError(f"module {module.name} has no entry computation")
+    members = {id(c) for c in module.computations}
+    if id(module.entry) not in members:
+        raise VerifyError(f"entry %{module.entry.name} is not one of the module's computations")
+    comp_names: set[str] = set()
+    for comp in module.computations:
+        if comp.name in comp_names:
+            raise VerifyError(f"two computations are named %{comp.name}")
+        comp_names.add(comp.name)
+    order = _callees_first(module, members)
+    names: dict[str, Computation] = {}
+    for comp in order:
+        _verify_computation(comp, names)
+
+
+def _fail(comp: Computation, instr: Instruction, problem: str) -> VerifyError:
+    line = print_instruction(instr, elide_constants_over=_QUOTED_CONSTANT_ELEMENTS)
+    return VerifyError(f"in %{comp.name}: {problem}: {line}", instr)
+
+
+def _callees_first(module: Module, members: set[int]) -> list[Computation]:
+    """The module's computations, callees before callers; raises on a call cycle."""
+    order: list[Computation] = []
+    state: dict[int, str] = {}  # id -> "open" while on the DFS stack, "done" after
+
+    def visit(comp: Computation) -> None:
+        state[id(comp)] = "open"
+        for instr in comp.instructions:
+            for callee in instr.called:
+                if id(callee) not in members:
+                    raise _fail(comp, instr, f"calls %{callee.name}, not in the module")
+                if state.get(id(callee)) == "open":
+                    raise _fail(comp, instr, f"call cycle through %{callee.name}")
+                if id(callee) not in state:
+                    visit(callee)
+        state[id(comp)] = "done"
+        order.append(comp)
+
+    for comp in module.computations:
+        if id(comp) not in state:
+            visit(comp)
+    return order
+
+
+def _verify_computation(comp: Computation, names: dict[str, Computation]) -> None:
+    defined: set[int] = set()
+    parameters: dict[int, Instruction] = {}
+    for instr in comp.instructions:
+        if not instr.name:
+            raise _fail(comp, instr, "instruction has no name")
+        if instr.name in names:
+            raise _fail(
+                comp, instr, f"name %{instr.name} is also used in %{names[instr.name].name}"
+            )
+        names[instr.name] = comp
+        arity = OP_DEFS[instr.op].arity
+        if arity != VARIADIC and len(instr.operands) != arity:
+            raise _fail(comp, instr, f"{instr.op.text} takes {arity} operands, "
+                                     f"has {len(instr.operands)}")  # fmt: skip
+        for operand in instr.operands:
+            if id(operand) not in defined:
+                raise _fail(comp, instr, f"operand %{operand.name} is not defined before its use")
+        missing = missing_attributes(instr)
+        if missing:
+            raise _fail(comp, instr, f"{instr.op.text} needs {', '.join(missing)}")
+        if instr.op is Op.PARAMETER:
+            if instr.index in parameters:
+                raise _fail(comp, instr, f"parameter number {instr.index} is used twice")
+            parameters[instr.index] = instr
+        if instr.op in (Op.REDUCE, Op.REDUCE_WINDOW):
+            _check_reducer(comp, instr)
+        _check_shape(comp, instr)
+        defined.add(id(instr))
+    if comp.root is None:
+        raise VerifyError(f"computation %{comp.name} has no root")
+    if id(comp.root) not in defined:
+        raise _fail(comp, comp.root, "root is not an instruction of the computation")
+    for number, param in parameters.items():
+        if not 0 <= number < len(parameters):
+            raise _fail(comp, param, f"parameters must be numbered 0..{len(parameters) - 1}")
+
+
+def _check_shape(comp: Computation, instr: Instruction) -> None:
+    try:
+        inferred = infer_shape(instr)
+    except ShapeError as error:
+        raise _fail(comp, instr, str(error)) from None
+    except (IndexError, TypeError, ValueError, StopIteration) as error:
+        # shape rules index operands by attributes, which may be out of range here
+        raise _fail(comp, instr, f"attributes do not fit the operands ({error})") from None
+    if inferred != instr.shape:
+        raise _fail(comp, instr, f"shape is {instr.shape}, but {instr.op.text} gives {inferred}")
+
+
+def _check_reducer(comp: Computation, instr: Instruction) -> None:
+    """A reducer over N inputs takes N accumulators then N values, all scalars, returns N."""
+    n = len(instr.operands) // 2
+    dtypes = [o.shape.dtype for o in instr.operands[:n] if isinstance(o.shape, Shape)]
+    if n == 0 or len(dtypes) != n:
+        return  # the shape rule reports bad operands
+    reducer = instr.called[0]
+    scalars = [Shape(dt, ()) for dt in dtypes]
+    want_params = scalars + scalars
+    want_root = scalars[0] if n == 1 else TupleShape(tuple(scalars))
+    params = [i for i in reducer.instructions if i.op is Op.PARAMETER]
+    params.sort(key=lambda p: p.index if p.index is not None else -1)
+    have_params = [p.shape for p in params]
+    have_root = reducer.root.shape if reducer.root is not None else None
+    if have_params != want_params or have_root != want_root:
+        want = ", ".join(str(s) for s in want_params)
+        have = ", ".join(str(s) for s in have_params)
+        raise _fail(comp, instr, f"reducer %{reducer.name} must be ({want}) -> {want_root}, "
+                                 f"is ({have}) -> {have_root}")  # fmt: skip
