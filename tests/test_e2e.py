@@ -43,7 +43,7 @@ def random_inputs(path, seed=0):
 def built(tmp_path_factory):
     """Both example models compiled by the CLI into one build folder."""
     build = tmp_path_factory.mktemp("build")
-    for name, path in MODELS.items():
+    for path in MODELS.values():
         result = run_cli("compile", path, "-o", build)
         assert result.returncode == 0, result.stderr
     return build

@@ -1,0 +1,18 @@
+"""The CPU backend: IR + BufferPlan -> LLVM IR (llvmlite) -> ELF object.
+
+`parse_target` reads a `--target` spec; `emit_object` compiles a module laid
+out by a buffer plan into a relocatable object whose symbols are prefixed
+with the model name:
+
+    int NAME_run(void *in0, ..., void *out0, ..., void *scratch);
+    int NAME_run_generic(void *const *inputs, void *const *outputs, void *scratch);
+
+Both return 0, or 1 (computing nothing) when scratch is not 64-byte aligned;
+scratch == NULL uses NAME_static_arena, which makes such calls non-reentrant.
+NAME_weights holds the constants in a read-only section.  See program.py.
+"""
+
+from .codegen import emit_llvm_ir, emit_object
+from .target import CpuTarget, TargetError, parse_target
+
+__all__ = ["CpuTarget", "TargetError", "emit_llvm_ir", "emit_object", "parse_target"]

@@ -1,0 +1,39 @@
+"""LLVM module -> optimized module -> ELF object with the weights patched in."""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+
+from ...buffers import BufferPlan
+from ...ir import Module
+from .elf import patch_section
+from .program import build_module
+from .target import CpuTarget, target_machine
+
+
+def optimized_module(module: Module, plan: BufferPlan, name: str, target: CpuTarget):
+    """Build, verify and -O3 optimize the LLVM module; returns (module, target machine)."""
+    machine = target_machine(target)
+    llmod = build_module(module, plan, name)
+    llmod.triple = target.triple
+    llmod.data_layout = str(machine.target_data)
+    parsed = llvm.parse_assembly(str(llmod))
+    parsed.verify()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    builder = llvm.create_pass_builder(machine, tuning)
+    builder.getModulePassManager().run(parsed, builder)
+    return parsed, machine
+
+
+def emit_object(module: Module, plan: BufferPlan, name: str, target: CpuTarget) -> bytes:
+    """An ELF relocatable object defining NAME_run, NAME_run_generic, NAME_weights, ..."""
+    parsed, machine = optimized_module(module, plan, name, target)
+    obj = machine.emit_object(parsed)
+    weights = plan.weights or b"\0"  # the placeholder is never empty
+    return patch_section(obj, f".rodata.{name}_weights", weights)
+
+
+def emit_llvm_ir(module: Module, plan: BufferPlan, name: str, target: CpuTarget) -> str:
+    """The optimized LLVM IR as text (for debugging; the weights are zeros there)."""
+    parsed, _ = optimized_module(module, plan, name, target)
+    return str(parsed)

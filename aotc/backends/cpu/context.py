@@ -1,0 +1,102 @@
+"""The emission context: the LLVM module and builder rules emit into.
+
+It also owns how a rule reaches functions outside its IR: LLVM intrinsics
+(declared on first use, name-mangled by operand types) and libm-style math
+functions, whose names come from a `MathLibrary` (a GPU backend swaps in
+its own, e.g. `__nv_erff`).  Buffers (where a `Slice` lives at run time)
+come from the kernel being emitted, through `slice_pointer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from .lltypes import F16, F32, F64, I8, i64
+from .loops import entry_alloca
+
+if TYPE_CHECKING:
+    from ...buffers import BufferPlan, Slice
+    from ...ir import Instruction
+    from .elemental import Rule
+
+
+class MathLibrary:
+    """Names of the scalar math functions for one target (here: C libm)."""
+
+    def function_name(self, base: str, ty: ir.Type) -> str:
+        """`erf` -> `erff` for float, `erf` for double."""
+        return base + "f" if ty == F32 else base
+
+
+def type_suffix(ty: ir.Type) -> str:
+    """The mangling of `ty` in an overloaded intrinsic's name."""
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
+    return {F16: "f16", F32: "f32", F64: "f64"}[ty]
+
+
+class EmitContext:
+    """Where rules emit: module, current builder, plan, symbol prefix, rule table."""
+
+    def __init__(
+        self,
+        module: ir.Module,
+        plan: BufferPlan,
+        prefix: str,
+        rules: dict,
+        math: MathLibrary | None = None,
+    ):
+        self.module = module
+        self.plan = plan
+        self.prefix = prefix
+        self.rules: dict[object, Rule] = rules
+        self.math = math or MathLibrary()
+        self.builder: ir.IRBuilder | None = None  # set for each function emitted
+        self.slice_pointer: Callable[[Slice], ir.Value] | None = None  # ditto
+
+    # -- functions outside the IR ---------------------------------------------
+
+    def intrinsic(
+        self, name: str, args: Sequence[ir.Value], ret: ir.Type | None = None
+    ) -> ir.Value:
+        """Call LLVM intrinsic `name`, overloaded on (ret if given, then) the first argument."""
+        overloads = ([ret] if ret is not None else []) + [args[0].type]
+        mangled = ".".join([name] + [type_suffix(t) for t in overloads])
+        result_type = ret if ret is not None else args[0].type
+        return self.builder.call(self.declare(mangled, result_type, args), args)
+
+    def libm(self, base: str, args: Sequence[ir.Value]) -> ir.Value:
+        """Call math library function `base` (erf, tanh, ...) at the arguments' type."""
+        name = self.math.function_name(base, args[0].type)
+        function = self.declare(name, args[0].type, args, pure=True)
+        return self.builder.call(function, args)
+
+    def declare(
+        self, name: str, ret: ir.Type, args: Sequence[ir.Value], pure: bool = False
+    ) -> ir.Function:
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        fnty = ir.FunctionType(ret, [a.type for a in args])
+        function = ir.Function(self.module, fnty, name)
+        function.attributes.add("nounwind")
+        if pure:  # libm as with -fno-math-errno: lets LLVM hoist and CSE the calls
+            function.attributes.add("readnone")
+        return function
+
+    # -- memory -----------------------------------------------------------
+
+    def alloca(self, ty: ir.Type, name: str = "") -> ir.Value:
+        return entry_alloca(self.builder, ty, name)
+
+    def byte_pointer(self, base: ir.Value, offset: int) -> ir.Value:
+        if offset == 0:
+            return base
+        return self.builder.gep(base, [i64(offset)], inbounds=True, source_etype=I8)
+
+    def constant_pointer(self, instr: Instruction) -> ir.Value:
+        """Pointer to a non-scalar constant's data: its slice of the weights blob."""
+        return self.slice_pointer(self.plan.slice_of(instr))

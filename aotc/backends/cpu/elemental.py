@@ -1,0 +1,216 @@
+"""The elemental emitter: element generators and the elementwise rules.
+
+A generator `gen(index) -> value` emits, at the builder's position, the code
+computing one element of an instruction at a multi-index (i64 values, one
+per dimension; `[]` for scalars).  Tuple-shaped instructions give a tuple of
+values.  A rule `rule(ctx, instr, operand_gens) -> gen` builds an
+instruction's generator from its operands'; rules sit in one table
+(`rules.RULES`), so a fused computation is just its root's generator with the
+parameters bound to the fusion operands' generators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from llvmlite import ir
+
+from ...buffers import Slice
+from ...ir import Computation, DType, Instruction, Op, Shape
+from ...ir.ops import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE
+from . import scalar
+from .context import EmitContext
+from .lltypes import constant, i64, literal_value, load_element, storage_type
+
+Value = ir.Value | tuple
+Gen = Callable[[Sequence[ir.Value]], Value]
+Rule = Callable[[EmitContext, Instruction, list[Gen]], Gen]
+
+
+def make_generator(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
+    """The generator of `instr` by its opcode's rule, memoized per block and index."""
+    return _memoize(ctx, ctx.rules[instr.op](ctx, instr, operands))
+
+
+def _memoize(ctx: EmitContext, gen: Gen) -> Gen:
+    """Reuse a value generated earlier in the same basic block at the same index.
+
+    Fusions reach one producer along several paths (diamonds); without this
+    each path would emit its own copy (exponentially many in deep chains).
+    Keys hold ids, so the entries keep the keyed objects alive.
+    """
+    cache: dict[tuple, tuple] = {}
+
+    def cached(index: Sequence[ir.Value]) -> Value:
+        block = ctx.builder.basic_block
+        key = (id(block), *(id(i) for i in index))
+        hit = cache.get(key)
+        if hit is None:
+            hit = (block, tuple(index), gen(index))
+            cache[key] = hit
+        return hit[2]
+
+    return cached
+
+
+def bind_instructions(
+    ctx: EmitContext, computation: Computation, params: Sequence[Gen]
+) -> dict[int, Gen]:
+    """id(instruction) -> generator for `computation`, parameters bound to `params`."""
+    gens: dict[int, Gen] = {}
+    for instr in computation.instructions:
+        if instr.op is Op.PARAMETER:
+            gens[id(instr)] = params[instr.index]
+        else:
+            operands = [gens[id(o)] for o in instr.operands]
+            gens[id(instr)] = make_generator(ctx, instr, operands)
+    return gens
+
+
+def bind_computation(ctx: EmitContext, computation: Computation, params: Sequence[Gen]) -> Gen:
+    """The generator of `computation`'s root, its parameters bound to `params`."""
+    return bind_instructions(ctx, computation, params)[id(computation.root)]
+
+
+def call_computation(
+    ctx: EmitContext, computation: Computation, args: Sequence[ir.Value]
+) -> list[ir.Value]:
+    """Emit a scalar computation (a reducer) inline on `args`; returns its results."""
+    params = [_value_gen(a) for a in args]
+    result = bind_computation(ctx, computation, params)([])
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+def _value_gen(value: ir.Value) -> Gen:
+    return lambda index: value
+
+
+# -- memory -------------------------------------------------------------------
+
+
+def linearize(b: ir.IRBuilder, index: Sequence[ir.Value], dims: Sequence[int]) -> ir.Value:
+    """Row-major linear position of a multi-index."""
+    linear = i64(0)
+    for value, extent in zip(index, dims):
+        linear = b.add(
+            b.mul(linear, i64(extent), flags=["nuw", "nsw"]), value, flags=["nuw", "nsw"]
+        )
+    return linear
+
+
+def delinearize(b: ir.IRBuilder, linear: ir.Value, dims: Sequence[int]) -> list[ir.Value]:
+    """Inverse of `linearize`."""
+    index = []
+    for extent in reversed(dims):
+        if extent == 1:
+            index.append(i64(0))
+            continue
+        index.append(b.urem(linear, i64(extent)))
+        linear = b.udiv(linear, i64(extent))
+    return index[::-1]
+
+
+def element_pointer(ctx: EmitContext, base: ir.Value, shape: Shape, index) -> ir.Value:
+    linear = linearize(ctx.builder, index, shape.dims)
+    return ctx.builder.gep(base, [linear], inbounds=True, source_etype=storage_type(shape.dtype))
+
+
+def memory_generator(ctx: EmitContext, where: Slice, shape: Shape) -> Gen:
+    """Loads elements of an array stored at `where`."""
+
+    def gen(index):
+        pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
+        return load_element(ctx.builder, shape.dtype, pointer)
+
+    return gen
+
+
+# -- leaves and structure -----------------------------------------------------
+
+
+def constant_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
+    """One-element constants are immediates; others load from the weights blob."""
+    shape = instr.array_shape
+    if shape.size == 1:
+        value = constant(shape.dtype, literal_value(instr.literal, shape.dtype))
+        return _value_gen(value)
+
+    def gen(index):
+        pointer = element_pointer(ctx, ctx.constant_pointer(instr), shape, index)
+        return load_element(ctx.builder, shape.dtype, pointer)
+
+    return gen
+
+
+def iota_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
+    (dim,) = instr.dimensions
+    dtype = instr.array_shape.dtype
+    return lambda index: scalar.convert(ctx, DType.U64, dtype, index[dim])
+
+
+def tuple_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
+    return lambda index: tuple(g(index) for g in operands)
+
+
+def get_tuple_element_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
+    (source,) = operands
+    return lambda index: source(index)[instr.index]
+
+
+def fusion_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
+    return bind_computation(ctx, instr.called[0], operands)
+
+
+# -- elementwise families -----------------------------------------------------
+
+
+def _operand_index(instr: Instruction, operand: Instruction, index):
+    """Scalar operands of an array op (clamp bounds) are read at index []."""
+    return [] if operand.shape.rank == 0 else index
+
+
+def make_elementwise_rule(emit: Callable) -> Rule:
+    """A rule from a scalar function `emit(ctx, instr, values) -> value`."""
+
+    def rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
+        def gen(index):
+            values = [g(_operand_index(instr, o, index)) for g, o in zip(operands, instr.operands)]
+            return emit(ctx, instr, values)
+
+        return gen
+
+    return rule
+
+
+def _in_dtype(instr: Instruction) -> DType:
+    return instr.operands[-1].shape.dtype
+
+
+ELEMENTWISE_EMITTERS: dict[Op, Callable] = {
+    **{
+        op: lambda ctx, instr, v: scalar.unary(ctx, instr.op, _in_dtype(instr), v[0])
+        for op in (*UNARY_ELEMENTWISE, Op.IS_FINITE)
+    },
+    **{
+        op: lambda ctx, instr, v: scalar.binary(ctx, instr.op, _in_dtype(instr), *v)
+        for op in BINARY_ELEMENTWISE
+    },
+    Op.COMPARE: lambda ctx, instr, v: scalar.compare(ctx, instr.direction, _in_dtype(instr), *v),
+    Op.SELECT: lambda ctx, instr, v: ctx.builder.select(*v),
+    Op.CLAMP: lambda ctx, instr, v: scalar.clamp(ctx, _in_dtype(instr), *v),
+    Op.CONVERT: lambda ctx, instr, v: scalar.convert(
+        ctx, _in_dtype(instr), instr.array_shape.dtype, v[0]
+    ),
+    Op.BITCAST_CONVERT: lambda ctx, instr, v: scalar.bitcast_convert(
+        ctx, _in_dtype(instr), instr.array_shape.dtype, v[0]
+    ),
+}
+
+ELEMENTAL_RULES: dict[Op, Rule] = {
+    **{op: make_elementwise_rule(emit) for op, emit in ELEMENTWISE_EMITTERS.items()},
+    Op.CONSTANT: constant_rule,
+    Op.IOTA: iota_rule,
+    Op.TUPLE: tuple_rule,
+    Op.GET_TUPLE_ELEMENT: get_tuple_element_rule,
+    Op.FUSION: fusion_rule,
+}

@@ -1,0 +1,84 @@
+"""Control flow for the emitters: loops and branches as IRBuilder context managers.
+
+No rule assembles basic blocks by hand; they use these.  Loop counters are
+i64 phis counting up from 0; loop-carried values go through `entry_alloca`
+slots, which LLVM's SROA/mem2reg turn back into registers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+
+from llvmlite import ir
+
+from .lltypes import I64, i64
+
+
+@contextmanager
+def for_range(builder: ir.IRBuilder, count: int, name: str = "i") -> Iterator[ir.Value]:
+    """`for (i = 0; i < count; ++i)`, the body emitted inside the `with`."""
+    if count == 1:  # no loop for unit extents (common for batch dims)
+        yield i64(0)
+        return
+    before = builder.basic_block
+    header = builder.append_basic_block(f"{name}.header")
+    body = builder.append_basic_block(f"{name}.body")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.branch(header)
+    builder.position_at_end(header)
+    counter = builder.phi(I64, name)
+    counter.add_incoming(i64(0), before)
+    builder.cbranch(builder.icmp_unsigned("<", counter, i64(count)), body, done)
+    builder.position_at_end(body)
+    yield counter
+    following = builder.add(counter, i64(1), name=f"{name}.next", flags=["nuw", "nsw"])
+    counter.add_incoming(following, builder.basic_block)
+    builder.branch(header)
+    builder.position_at_end(done)
+
+
+@contextmanager
+def loop_nest(
+    builder: ir.IRBuilder, dims: Sequence[int], name: str = "i"
+) -> Iterator[list[ir.Value]]:
+    """Nested loops over `dims` (outermost first), yielding one index per dim."""
+    with ExitStack() as stack:
+        index = [
+            stack.enter_context(for_range(builder, extent, f"{name}{level}"))
+            for level, extent in enumerate(dims)
+        ]
+        yield index
+
+
+@contextmanager
+def if_then(builder: ir.IRBuilder, condition: ir.Value) -> Iterator[None]:
+    """Emit the body only where `condition` (an i1) holds."""
+    with builder.if_then(condition):
+        yield
+
+
+def branch_value(
+    builder: ir.IRBuilder,
+    condition: ir.Value,
+    on_true: Callable[[], ir.Value],
+    on_false: Callable[[], ir.Value],
+) -> ir.Value:
+    """`condition ? on_true() : on_false()`, evaluating only the chosen side."""
+    with builder.if_else(condition) as (then, otherwise):
+        with then:
+            true_value = on_true()
+            true_block = builder.basic_block
+        with otherwise:
+            false_value = on_false()
+            false_block = builder.basic_block
+    merged = builder.phi(true_value.type)
+    merged.add_incoming(true_value, true_block)
+    merged.add_incoming(false_value, false_block)
+    return merged
+
+
+def entry_alloca(builder: ir.IRBuilder, ty: ir.Type, name: str = "") -> ir.Value:
+    """A stack slot allocated in the function's entry block (so mem2reg promotes it)."""
+    with builder.goto_entry_block():
+        return builder.alloca(ty, name=name)

@@ -1,0 +1,240 @@
+"""The LLVM module of one model: globals, one kernel per scheduled instruction, entries.
+
+Symbols (all prefixed with the model name, so models link side by side):
+
+- `NAME_weights`: the constant blob, a zero placeholder in section
+  `.rodata.NAME_weights` patched with the real bytes after emission (see
+  elf.py); a non-constant global so LLVM cannot fold loads from zeros.
+- `NAME_static_arena`: the arena used when the caller passes scratch = NULL
+  (so calls with NULL scratch are not reentrant).
+- `int NAME_run(in0, ..., out0, ..., scratch)` and
+  `int NAME_run_generic(inputs[], outputs[], scratch)`: return 0, or 1 when
+  scratch is neither NULL nor 64-byte aligned.
+
+Each kernel is an internal function `(inputs[], outputs[], arena)` holding one
+loop nest over its instruction's output that stores the element generator's
+values; the plan says where every operand and result lives.
+"""
+
+from __future__ import annotations
+
+import re
+
+from llvmlite import ir
+
+from ...buffers import BufferKind, BufferPlan, Slice
+from ...errors import AotcError
+from ...ir import Instruction, Module, Op, Shape, Trait
+from .context import EmitContext
+from .elemental import (
+    Gen,
+    bind_instructions,
+    constant_rule,
+    element_pointer,
+    make_generator,
+    memory_generator,
+)
+from .lltypes import I8, I32, I64, PTR, VOID, i64, store_element
+from .loops import if_then, loop_nest
+from .rules import RULES
+
+ARENA_ALIGNMENT = 64
+KERNEL_ARGS = ("inputs", "outputs", "arena")
+C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def build_module(module: Module, plan: BufferPlan, name: str) -> ir.Module:
+    """The unoptimized LLVM module for `module` laid out by `plan`."""
+    if not C_IDENTIFIER.fullmatch(name):
+        raise AotcError(f"model name '{name}' must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
+    llmod = ir.Module(name=name)
+    weights = _global_bytes(llmod, f"{name}_weights", max(len(plan.weights), 1))
+    weights.section = f".rodata.{name}_weights"
+    arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.arena_bytes, 1))
+    ctx = EmitContext(llmod, plan, name, RULES)
+
+    kernels = [
+        _emit_kernel(ctx, weights, instr) for instr in plan.schedule if _needs_code(plan, instr)
+    ]
+    impl = _function(llmod, f"{name}_impl", VOID, KERNEL_ARGS, internal=True)
+    b = ir.IRBuilder(impl.append_basic_block("entry"))
+    for kernel in kernels:
+        b.call(kernel, impl.args)
+    _bind_buffers(ctx, b, impl, weights)
+    for source, destination in plan.output_copies:
+        b.call(
+            _memcpy(llmod),
+            [
+                ctx.slice_pointer(destination),
+                ctx.slice_pointer(source),
+                i64(source.size),
+                ir.Constant(ir.IntType(1), 0),
+            ],
+        )
+    b.ret_void()
+
+    inputs = len(module.entry.parameters)
+    outputs = _output_count(module)
+    _emit_run(llmod, name, impl, arena, inputs, outputs)
+    _emit_run_generic(llmod, name, impl, arena)
+    return llmod
+
+
+def _needs_code(plan: BufferPlan, instr: Instruction) -> bool:
+    """Leaves, tuples and views that alias their operand emit nothing."""
+    if instr.op in (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT):
+        return False
+    if Trait.VIEW in instr.op.traits:
+        return plan.slice_of(instr) != plan.slice_of(instr.operands[0])
+    return True
+
+
+def _output_count(module: Module) -> int:
+    root = module.entry.root
+    return len(root.operands) if root.op is Op.TUPLE else 1
+
+
+# -- kernels ------------------------------------------------------------------
+
+
+def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instruction):
+    kernel = _function(ctx.module, f"{ctx.prefix}.{instr.name}", VOID, KERNEL_ARGS, internal=True)
+    b = ir.IRBuilder(kernel.append_basic_block("entry"))
+    _bind_buffers(ctx, b, kernel, weights)
+    operands = [_operand_generator(ctx, o) for o in instr.operands]
+    gen = make_generator(ctx, instr, operands)
+    if isinstance(instr.shape, Shape):
+        _store_loop(ctx, gen, [(instr.shape, ctx.plan.slice_of(instr))])
+    else:
+        elements = instr.shape.elements
+        assert all(isinstance(e, Shape) for e in elements), f"nested tuple in {instr.name}"
+        outputs = [(e, ctx.plan.slice_of(instr, (k,))) for k, e in enumerate(elements)]
+        if len({e.dims for e in elements}) == 1:
+            _store_loop(ctx, gen, outputs)
+        else:  # a multi-output fusion with differently shaped outputs: one nest each
+            for k, output in enumerate(outputs):
+                _store_loop(ctx, _element_generator(ctx, instr, gen, k), [output])
+    b.ret_void()
+    return kernel
+
+
+def _operand_generator(ctx: EmitContext, operand: Instruction) -> Gen:
+    """Operands are read from their buffers, except one-element constants (immediates)."""
+    if operand.op is Op.CONSTANT and operand.shape.size == 1:
+        return constant_rule(ctx, operand, [])
+    return memory_generator(ctx, ctx.plan.slice_of(operand), operand.array_shape)
+
+
+def _element_generator(ctx: EmitContext, instr: Instruction, gen: Gen, k: int) -> Gen:
+    """Element k of a tuple-valued instruction; for a fused tuple root, its k-th operand's."""
+    if instr.op is Op.FUSION and instr.called[0].root.op is Op.TUPLE:
+        fused = instr.called[0]
+        params = [_operand_generator(ctx, o) for o in instr.operands]
+        return bind_instructions(ctx, fused, params)[id(fused.root.operands[k])]
+    return lambda index: gen(index)[k]
+
+
+def _store_loop(ctx: EmitContext, gen: Gen, outputs: list[tuple[Shape, Slice]]) -> None:
+    """One loop nest over the (shared) output dims, storing each output's element."""
+    b = ctx.builder
+    dims = outputs[0][0].dims
+    with loop_nest(b, dims) as index:
+        values = gen(index)
+        if len(outputs) == 1 and not isinstance(values, tuple):
+            values = (values,)
+        for (shape, where), value in zip(outputs, values):
+            pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
+            store_element(b, shape.dtype, value, pointer)
+
+
+def _bind_buffers(ctx: EmitContext, b: ir.IRBuilder, function, weights) -> None:
+    """Point the context at `function`: its builder and how it reaches each buffer.
+
+    Caller buffer pointers are loaded once, in the entry block: stores to
+    outputs could alias the pointer tables, so LLVM would not hoist them.
+    """
+    inputs, outputs, arena = function.args
+    ctx.builder = b
+    bases: dict[tuple[BufferKind, int], ir.Value] = {
+        (BufferKind.ARENA, 0): arena,
+        (BufferKind.CONSTANT, 0): weights,
+    }
+
+    def slice_pointer(where: Slice) -> ir.Value:
+        key = (where.kind, where.index)
+        if key not in bases:
+            table = inputs if where.kind is BufferKind.PARAMETER else outputs
+            with b.goto_entry_block():
+                slot = b.gep(table, [i64(where.index)], inbounds=True, source_etype=PTR)
+                bases[key] = b.load(slot, typ=PTR)
+        return ctx.byte_pointer(bases[key], where.offset)
+
+    ctx.slice_pointer = slice_pointer
+
+
+# -- entry points ---------------------------------------------------------------
+
+
+def _emit_run(llmod, name: str, impl, arena, inputs: int, outputs: int) -> None:
+    """`int NAME_run(void *in..., void *out..., void *scratch)`."""
+    params = [f"in{i}" for i in range(inputs)] + [f"out{i}" for i in range(outputs)]
+    run = _function(llmod, f"{name}_run", I32, [*params, "scratch"])
+    b = ir.IRBuilder(run.append_basic_block("entry"))
+    tables = []
+    for first, count in ((0, inputs), (inputs, outputs)):
+        table = b.alloca(PTR, size=max(count, 1))
+        for i in range(count):
+            slot = b.gep(table, [i64(i)], inbounds=True, source_etype=PTR)
+            b.store(run.args[first + i], slot)
+        tables.append(table)
+    _checked_call(b, impl, arena, tables, run.args[-1])
+
+
+def _emit_run_generic(llmod, name: str, impl, arena) -> None:
+    """`int NAME_run_generic(void *const *inputs, void *const *outputs, void *scratch)`."""
+    run = _function(llmod, f"{name}_run_generic", I32, ["inputs", "outputs", "scratch"])
+    b = ir.IRBuilder(run.append_basic_block("entry"))
+    _checked_call(b, impl, arena, run.args[:2], run.args[2])
+
+
+def _checked_call(b: ir.IRBuilder, impl, arena, tables, scratch) -> None:
+    """Return 1 for a misaligned scratch; else run `impl` on scratch or the static arena."""
+    address = b.ptrtoint(scratch, I64)
+    misaligned = b.icmp_unsigned("!=", b.and_(address, i64(ARENA_ALIGNMENT - 1)), i64(0))
+    with if_then(b, misaligned):
+        b.ret(ir.Constant(I32, 1))
+    is_null = b.icmp_unsigned("==", address, i64(0))
+    b.call(impl, [*tables, b.select(is_null, arena, scratch)])
+    b.ret(ir.Constant(I32, 0))
+
+
+# -- helpers ------------------------------------------------------------------
+
+
+def _function(llmod, name: str, ret, arg_names, internal: bool = False) -> ir.Function:
+    """A function of pointer arguments; internal ones stay out of line, so that O3
+    optimizes kernel by kernel and the two entries share one body."""
+    fn = ir.Function(llmod, ir.FunctionType(ret, [PTR] * len(arg_names)), name)
+    for arg, arg_name in zip(fn.args, arg_names):
+        arg.name = arg_name
+    fn.attributes.add("nounwind")
+    if internal:
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+    return fn
+
+
+def _global_bytes(llmod, name: str, size: int) -> ir.GlobalVariable:
+    variable = ir.GlobalVariable(llmod, ir.ArrayType(I8, size), name)
+    variable.initializer = ir.Constant(variable.value_type, None)
+    variable.align = ARENA_ALIGNMENT
+    return variable
+
+
+def _memcpy(llmod) -> ir.Function:
+    name = "llvm.memcpy.p0.p0.i64"
+    existing = llmod.globals.get(name)
+    if existing is not None:
+        return existing
+    fnty = ir.FunctionType(VOID, [PTR, PTR, I64, ir.IntType(1)])
+    return ir.Function(llmod, fnty, name)

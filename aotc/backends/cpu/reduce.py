@@ -1,0 +1,115 @@
+"""Reduction rules: reduce and reduce-window.
+
+An output element is an inner loop over the reduced positions, with the
+accumulators in stack slots and the reducer computation emitted inline on
+scalars.  Variadic forms (several inputs, tuple results) share the loop; the
+reducer takes (accumulators..., inputs...) as in XLA.
+"""
+
+from __future__ import annotations
+
+from ...ir import Computation, DType, Instruction, Op
+from . import scalar
+from .context import EmitContext
+from .elemental import Gen, Rule, call_computation
+from .lltypes import HALF_DTYPES, register_type, round_to
+from .loops import branch_value, loop_nest
+from .window import all_of, tap_position
+
+# reducers that f16/bf16 reductions run in f32, rounding once at the end (as the evaluator)
+WIDENED_REDUCERS = frozenset({Op.ADD, Op.MULTIPLY, Op.MAXIMUM, Op.MINIMUM})
+
+
+class _Accumulators:
+    """Stack slots holding the running values of a (variadic) reduction."""
+
+    def __init__(self, ctx: EmitContext, instr: Instruction, inits: list[Gen]):
+        self.ctx = ctx
+        self.reducer = instr.called[0]
+        self.dtypes = [o.shape.dtype for o in instr.operands[: len(inits)]]
+        self.widened = _widened_op(self.reducer, self.dtypes)
+        self.slots = [ctx.alloca(register_type(dt)) for dt in self.dtypes]
+        for slot, init in zip(self.slots, inits):
+            ctx.builder.store(init([]), slot)
+
+    def update(self, values) -> None:
+        b = self.ctx.builder
+        current = [b.load(slot) for slot in self.slots]
+        args = current + list(values)
+        if self.widened is not None:
+            op, order = self.widened
+            results = [scalar.binary(self.ctx, op, DType.F32, *(args[i] for i in order))]
+        else:
+            results = call_computation(self.ctx, self.reducer, args)
+        for slot, value in zip(self.slots, results):
+            b.store(value, slot)
+
+    def result(self):
+        b = self.ctx.builder
+        values = [round_to(b, dt, b.load(slot)) for dt, slot in zip(self.dtypes, self.slots)]
+        return values[0] if len(values) == 1 else tuple(values)
+
+
+def _widened_op(reducer: Computation, dtypes: list[DType]) -> tuple[Op, list[int]] | None:
+    """(op, parameter order) if `reducer` is one widenable op on its two parameters of a
+    half-float reduction, else None."""
+    root, params = reducer.root, reducer.parameters
+    if len(dtypes) != 1 or dtypes[0] not in HALF_DTYPES or root.op not in WIDENED_REDUCERS:
+        return None
+    if len(params) != 2 or any(o.op is not Op.PARAMETER for o in root.operands):
+        return None
+    return root.op, [o.index for o in root.operands]
+
+
+def reduce_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
+    count = len(operands) // 2
+    inputs, inits = operands[:count], operands[count:]
+    in_dims = instr.operands[0].shape.dims
+    reduced = sorted(instr.dimensions)
+    kept = [d for d in range(len(in_dims)) if d not in reduced]
+
+    def gen(index):
+        accumulators = _Accumulators(ctx, instr, inits)
+        with loop_nest(ctx.builder, [in_dims[d] for d in reduced], "r") as inner:
+            full = [None] * len(in_dims)
+            for d, value in zip(kept, index):
+                full[d] = value
+            for d, value in zip(reduced, inner):
+                full[d] = value
+            accumulators.update([g(full) for g in inputs])
+        return accumulators.result()
+
+    return gen
+
+
+def reduce_window_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
+    """Taps in the padding (edges and base-dilation holes) see the init value (StableHLO)."""
+    count = len(operands) // 2
+    inputs, inits = operands[:count], operands[count:]
+    in_dims = instr.operands[0].shape.dims
+    window = instr.window
+
+    def gen(index):
+        b = ctx.builder
+        accumulators = _Accumulators(ctx, instr, inits)
+        with loop_nest(b, window.size, "w") as taps:
+            position, conditions = [], []
+            for dim, (out, tap) in enumerate(zip(index, taps)):
+                where, inside = tap_position(b, out, tap, in_dims[dim], window, dim)
+                position.append(where)
+                conditions += inside
+            valid = all_of(b, conditions)
+            if valid is None:
+                values = [g(position) for g in inputs]
+            else:
+                values = [
+                    branch_value(b, valid, lambda g=g: g(position), lambda init=init: init([]))
+                    for g, init in zip(inputs, inits)
+                ]
+            accumulators.update(values)
+        return accumulators.result()
+
+    return gen
+
+
+REDUCE_RULES: dict[Op, Rule] = {Op.REDUCE: reduce_rule, Op.REDUCE_WINDOW: reduce_window_rule}

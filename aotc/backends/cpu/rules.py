@@ -1,0 +1,25 @@
+"""The CPU rule table: opcode -> rule building an element generator.
+
+One place lists every family's table; a backend for another target starts
+from this dict and overrides entries.  Parameters have no rule: they are
+bound by whoever binds the computation.
+"""
+
+from __future__ import annotations
+
+from ...ir import Op
+from .conv import CONV_RULES
+from .dot import DOT_RULES
+from .elemental import ELEMENTAL_RULES, Rule
+from .gather import GATHER_RULES
+from .movement import MOVEMENT_RULES
+from .reduce import REDUCE_RULES
+
+RULES: dict[Op, Rule] = {
+    **ELEMENTAL_RULES,
+    **MOVEMENT_RULES,
+    **GATHER_RULES,
+    **REDUCE_RULES,
+    **DOT_RULES,
+    **CONV_RULES,
+}

@@ -1,0 +1,74 @@
+"""Loop fusions: producers inlined into one loop nest, multi-output, constants inside."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aotc.ir import ComputationBuilder, DType, Module, Op, Shape, scalar_reducer
+
+
+def test_fusion_chain_with_broadcast_constant_and_diamond(check, fuse, rng):
+    module = Module("fz")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, (3, 4)))
+    bias = b.parameter(1, Shape(DType.F32, (4,)))
+
+    def body(f, p):
+        scale = f.constant(np.arange(12, dtype=np.float32).reshape(3, 4) / 7)  # non-scalar
+        t = f.binary(Op.ADD, p[0], f.broadcast(p[1], [1], [3, 4]))
+        for _ in range(30):  # a deep diamond chain: must not blow up exponentially
+            t = f.binary(Op.MULTIPLY, f.unary(Op.TANH, t), f.unary(Op.LOGISTIC, t))
+        quarter = f.broadcast(f.scalar(0.25, DType.F32), [], [3, 4])
+        return f.binary(Op.ADD, f.binary(Op.MULTIPLY, t, scale), quarter)
+
+    b.build(b.tuple([fuse(b, [x, bias], body)]), entry=True)
+    args = [
+        rng.standard_normal((3, 4)).astype(np.float32),
+        rng.standard_normal(4).astype(np.float32),
+    ]
+    check(module, args, rtol=1e-5, atol=1e-6)
+
+
+def test_multi_output_fusions(check, fuse, rng):
+    module = Module("mo")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, (5, 6)))
+    add = scalar_reducer(module, Op.ADD, DType.F32)
+    same = fuse(b, [x], lambda f, p: f.tuple([f.unary(Op.EXP, p[0]), f.unary(Op.NEGATE, p[0])]))
+    mixed = fuse(
+        b,
+        [x],
+        lambda f, p: f.tuple(
+            [
+                f.unary(Op.ABS, p[0]),
+                f.reduce(p[0], f.scalar(0.0, DType.F32), [1], add),
+                f.transpose(p[0], [1, 0]),
+            ]
+        ),
+        name="mixed",
+    )
+    outputs = [b.get_tuple_element(same, i) for i in range(2)]
+    outputs += [b.get_tuple_element(mixed, i) for i in range(3)]
+    b.build(b.tuple(outputs), entry=True)
+    check(module, [rng.standard_normal((5, 6)).astype(np.float32)], rtol=1e-5, atol=1e-6)
+
+
+def test_fused_reduce_of_elementwise(check, fuse, rng):
+    """softmax-like: exp(x - max) / sum, with the reductions inside fusions."""
+    module = Module("sm")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.BF16, (4, 9)))
+    mx = scalar_reducer(module, Op.MAXIMUM, DType.BF16)
+    add = scalar_reducer(module, Op.ADD, DType.BF16)
+
+    def body(f, p):
+        peak = f.reduce(p[0], f.scalar(-np.inf, DType.BF16), [1], mx)
+        e = f.unary(Op.EXP, f.binary(Op.SUBTRACT, p[0], f.broadcast(peak, [0], [4, 9])))
+        total = f.reduce(e, f.scalar(0.0, DType.BF16), [1], add)
+        return f.binary(Op.DIVIDE, e, f.broadcast(total, [0], [4, 9]))
+
+    b.build(b.tuple([fuse(b, [x], body)]), entry=True)
+    xv = rng.standard_normal((4, 9)).astype(np.float32)
+    from aotc.ir.types import bf16_round
+
+    check(module, [bf16_round(xv)], rtol=1.6e-2, atol=1e-3)

@@ -1,0 +1,83 @@
+"""Data movement: broadcast, reshape, transpose, slice, pad, concatenate, reverse, iota."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aotc.ir import ComputationBuilder, DType, Module, Op, Shape
+
+
+def test_movement_ops(check, fuse, rng):
+    module = Module("mv")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, (2, 3, 4)))
+    y = b.parameter(1, Shape(DType.F32, (3,)))
+    nine = b.scalar(9.5, DType.F32)
+    outputs = [
+        b.broadcast(y, [1], [2, 3, 4]),
+        b.transpose(x, [2, 0, 1]),
+        b.slice(x, [0, 1, 1], [2, 3, 4], [1, 1, 2]),
+        b.pad(x, nine, [1, -1, 0], [0, 2, 1], [1, 0, 2]),
+        b.pad(x, nine, [-1, 0, -2], [0, -1, 0]),
+        b.reverse(x, [0, 2]),
+        b.concatenate([x, b.slice(x, [0, 0, 0], [2, 1, 4]), x], 1),
+        b.iota(Shape(DType.S32, (2, 3, 4)), 2),
+        b.iota(Shape(DType.F16, (5, 3)), 0),
+        fuse(b, [x], lambda f, p: f.unary(Op.NEGATE, f.transpose(f.reshape(p[0], [6, 4]), [1, 0]))),
+        fuse(
+            b,
+            [x, y],
+            lambda f, p: f.binary(
+                Op.MULTIPLY,
+                f.reshape(p[0], [4, 6]),
+                f.reshape(f.broadcast(p[1], [0], [3, 8]), [4, 6]),
+            ),
+        ),
+    ]
+    b.build(b.tuple(outputs), entry=True)
+    xv = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    yv = rng.standard_normal(3).astype(np.float32)
+    compiled = check(module, [xv, yv], rtol=0, atol=0)
+    # numpy spot checks, independent of the evaluator
+    got = compiled.run(xv, yv)
+    np.testing.assert_array_equal(got[1], xv.transpose(2, 0, 1))
+    np.testing.assert_array_equal(got[2], xv[:, 1:3, 1:4:2])
+    np.testing.assert_array_equal(got[5], xv[::-1, :, ::-1])
+    np.testing.assert_array_equal(got[6], np.concatenate([xv, xv[:, :1], xv], axis=1))
+    np.testing.assert_array_equal(got[4], np.pad(xv, [(0, 0), (0, 0), (0, 0)])[1:, :2, 2:])
+    # dim 0: low 1, interior 1; dim 1: crop 1, high 2; dim 2: interior 2, high 1
+    interior = np.full((4, 4, 11), 9.5, np.float32)
+    interior[1::2, 0:2, 0:10:3] = xv[:, 1:, :]
+    np.testing.assert_array_equal(got[3], interior)
+    np.testing.assert_array_equal(got[9], -xv.reshape(6, 4).T)
+
+
+def test_pad_of_empty_operand(check):
+    module = Module("empty")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.S32, (0, 3)))
+    b.build(b.tuple([b.pad(x, b.scalar(7, DType.S32), [1, 0], [1, 1])]), entry=True)
+    check(module, [np.zeros((0, 3), np.int32)])
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [DType.PRED, DType.S8, DType.U16, DType.S64, DType.F16, DType.BF16, DType.F64],
+    ids=lambda d: d.text,
+)
+def test_movement_every_storage_type(check, fuse, rand, dtype):
+    """Loads and stores of every in-memory representation (i8 pred, half, bf16 bits...)."""
+    module = Module("mvd")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(dtype, (3, 5)))
+    fill = b.scalar(1, dtype)
+    outputs = [
+        b.transpose(x, [1, 0]),
+        b.pad(x, fill, [1, 0], [0, 2], [0, 1]),
+        b.concatenate([x, b.reverse(x, [1])], 0),
+        fuse(b, [x], lambda f, p: f.add(Op.BITCAST, [p[0]], Shape(dtype, (5, 3)))),
+        b.broadcast(b.slice(x, [1, 0], [2, 5]), [0, 1], [1, 5]),
+    ]
+    b.build(b.tuple(outputs), entry=True)
+    check(module, [rand(Shape(dtype, (3, 5)))], rtol=0, atol=0)
