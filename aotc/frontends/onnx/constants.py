@@ -1,0 +1,81 @@
+"""Ops whose value is known at compile time: Constant, ConstantOfShape, Shape,
+Size, Range."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ModelError, UnsupportedError
+from ...ir import DType, Instruction, Op, Shape
+from .dtypes import tensor_to_array
+from .helpers import full
+from .registry import NodeContext, onnx_op
+
+# Constant's value attributes other than the tensor `value`: numpy dtype of each
+CONSTANT_LISTS = {
+    "value_float": np.float32,
+    "value_floats": np.float32,
+    "value_int": np.int64,
+    "value_ints": np.int64,
+}
+
+
+HALF_FLOATS = (DType.F16, DType.BF16)
+
+
+@onnx_op("Constant")
+def constant(ctx: NodeContext) -> Instruction:
+    names = [attr.name for attr in ctx.node.attribute]
+    if len(names) != 1:
+        raise ModelError("Constant needs exactly one value attribute")
+    name = names[0]
+    if name == "value":
+        array, dtype = tensor_to_array(ctx.attr("value"), "attribute 'value'")
+        return ctx.b.constant(array, dtype)
+    if name in CONSTANT_LISTS:
+        return ctx.b.constant(np.asarray(ctx.attr(name), dtype=CONSTANT_LISTS[name]))
+    raise UnsupportedError(f"attribute '{name}' is not supported")
+
+
+@onnx_op("ConstantOfShape", since=9)
+def constant_of_shape(ctx: NodeContext, shape: Instruction) -> Instruction:
+    dims = ctx.const_ints(0)
+    if min(dims, default=0) < 0:
+        raise ModelError(f"negative dims {dims}")
+    tensor = ctx.attr("value")
+    if tensor is None:
+        value, dtype = np.zeros((), np.float32), DType.F32
+    else:
+        value, dtype = tensor_to_array(tensor, "attribute 'value'")
+        if value.size != 1:
+            raise ModelError("attribute 'value' must hold one element")
+    return full(ctx.b, value.reshape(()), dtype, dims)
+
+
+@onnx_op("Shape")
+def shape(ctx: NodeContext, x: Instruction) -> Instruction:
+    rank = x.shape.rank
+    start, end = ctx.attr("start", 0), ctx.attr("end", rank)
+    # negative bounds count from the end; both are clamped to [0, rank]
+    start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
+    return ctx.b.constant(np.asarray(x.shape.dims[start:end], dtype=np.int64))
+
+
+@onnx_op("Size")
+def size(ctx: NodeContext, x: Instruction) -> Instruction:
+    return ctx.b.constant(np.asarray(x.shape.size, dtype=np.int64))
+
+
+@onnx_op("Range", since=11)
+def range_(ctx: NodeContext, start: Instruction, limit: Instruction, delta: Instruction):
+    b = ctx.b
+    dtype = start.shape.dtype
+    first, stop, step = (ctx.const(i).reshape(()).item() for i in range(3))
+    if step == 0:
+        raise ModelError("Range delta must not be 0")
+    count = max(int(np.ceil((stop - first) / step)), 0)
+    # first + i * step; half floats compute in f32 where stash_type (opset 27) asks
+    wide = DType.F32 if dtype in HALF_FLOATS and ctx.attr("stash_type", 0) == 1 else dtype
+    steps = b.iota(Shape(wide, (count,)), 0)
+    scaled = b.binary(Op.MULTIPLY, steps, full(b, step, wide, (count,)))
+    return b.convert(b.binary(Op.ADD, scaled, full(b, first, wide, (count,))), dtype)

@@ -1,0 +1,52 @@
+"""ONNX element types and tensors as IR dtypes and numpy arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from ...errors import ModelError, UnsupportedError
+from ...ir import DType
+
+ONNX_DTYPES: dict[int, DType] = {
+    TensorProto.FLOAT: DType.F32,
+    TensorProto.DOUBLE: DType.F64,
+    TensorProto.FLOAT16: DType.F16,
+    TensorProto.BFLOAT16: DType.BF16,
+    TensorProto.INT8: DType.S8,
+    TensorProto.INT16: DType.S16,
+    TensorProto.INT32: DType.S32,
+    TensorProto.INT64: DType.S64,
+    TensorProto.UINT8: DType.U8,
+    TensorProto.UINT16: DType.U16,
+    TensorProto.UINT32: DType.U32,
+    TensorProto.UINT64: DType.U64,
+    TensorProto.BOOL: DType.PRED,
+}
+
+
+def onnx_type_name(elem_type: int) -> str:
+    try:
+        return TensorProto.DataType.Name(elem_type)
+    except ValueError:
+        return f"type {elem_type}"
+
+
+def to_dtype(elem_type: int, what: str) -> DType:
+    """The IR dtype of an ONNX element type; `what` names the value for the error."""
+    if elem_type not in ONNX_DTYPES:
+        name = onnx_type_name(elem_type)
+        raise UnsupportedError(f"{what} has element type {name}, which aotc does not support")
+    return ONNX_DTYPES[elem_type]
+
+
+def tensor_to_array(tensor: onnx.TensorProto, what: str) -> tuple[np.ndarray, DType]:
+    """A TensorProto's values as the evaluator's array for its dtype."""
+    dtype = to_dtype(tensor.data_type, what)
+    try:
+        array = numpy_helper.to_array(tensor)
+    except (OSError, ValueError, onnx.checker.ValidationError) as e:  # missing external data
+        raise ModelError(f"{what}: cannot read its data ({e})") from e
+    # bf16 arrives as ml_dtypes.bfloat16; the IR holds bf16 values as float32
+    return np.asarray(array).astype(dtype.numpy), dtype

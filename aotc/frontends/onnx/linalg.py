@@ -1,0 +1,57 @@
+"""Matrix products: MatMul (numpy semantics) and Gemm, as HLO dot."""
+
+from __future__ import annotations
+
+from ...errors import ShapeError
+from ...ir import DotDims, Instruction, Op
+from .helpers import broadcast_dims, full_like, unidirectional
+from .registry import NodeContext, onnx_op
+
+
+@onnx_op("MatMul")
+def matmul(ctx: NodeContext, lhs: Instruction, rhs: Instruction) -> Instruction:
+    b = ctx.b
+    if lhs.shape.rank == 0 or rhs.shape.rank == 0:
+        raise ShapeError("MatMul operands must have rank >= 1")
+    # numpy: a 1-D lhs is a row vector, a 1-D rhs a column; the unit dim is dropped after
+    lhs_vector, rhs_vector = lhs.shape.rank == 1, rhs.shape.rank == 1
+    if lhs_vector:
+        lhs = b.reshape(lhs, (1, *lhs.shape.dims))
+    if rhs_vector:
+        rhs = b.reshape(rhs, (*rhs.shape.dims, 1))
+    if rhs.shape.rank == 2:
+        # (..., M, K) x (K, N): a plain contraction keeps lhs's leading dims unbroadcast
+        dims = DotDims((), (), (lhs.shape.rank - 1,), (0,))
+    else:
+        batch = broadcast_dims(lhs.shape.dims[:-2], rhs.shape.dims[:-2])
+        lhs = b.broadcast_to(lhs, batch + lhs.shape.dims[-2:])
+        rhs = b.broadcast_to(rhs, batch + rhs.shape.dims[-2:])
+        n = len(batch)
+        dims = DotDims(range(n), range(n), (n + 1,), (n,))
+    out = b.dot(lhs, rhs, dims)
+    out_dims = list(out.shape.dims)
+    if rhs_vector:
+        out_dims.pop(-1)
+    if lhs_vector:
+        out_dims.pop(-1 if rhs_vector else -2)
+    return b.reshape(out, out_dims)
+
+
+@onnx_op("Gemm")
+def gemm(ctx: NodeContext, a: Instruction, x: Instruction, c: Instruction | None = None):
+    b = ctx.b
+    if a.shape.rank != 2 or x.shape.rank != 2:
+        raise ShapeError("Gemm operands A and B must be 2-D")
+    # the transposes become the choice of contracting dims
+    a_k = 0 if ctx.attr("transA") else 1
+    x_k = 1 if ctx.attr("transB") else 0
+    out = b.dot(a, x, DotDims((), (), (a_k,), (x_k,)))
+    alpha, beta = ctx.attr("alpha"), ctx.attr("beta")
+    if alpha != 1.0:
+        out = b.binary(Op.MULTIPLY, out, full_like(b, alpha, out))
+    if c is not None and beta != 0.0:
+        c = unidirectional(b, b.convert(c, out.shape.dtype), out.shape.dims)
+        if beta != 1.0:
+            c = b.binary(Op.MULTIPLY, c, full_like(b, beta, c))
+        out = b.binary(Op.ADD, out, c)
+    return out

@@ -1,0 +1,178 @@
+"""The table of ONNX lowerings, and the context each lowering is called with.
+
+`LOWERINGS[op_type]` lists the lowerings of an op type, each valid for a range
+of opsets (where the ONNX semantics changed).  `@onnx_op("Relu")` registers a
+function `fn(ctx, *inputs) -> outputs`: `inputs` are IR instructions (None for
+an omitted optional input), `outputs` an instruction or a sequence of them
+(None for an output that is not produced).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, helper
+
+from ...errors import ModelError, UnsupportedError
+from ...ir import ComputationBuilder, Instruction, Op
+from ...ir.evaluate import evaluate_constant
+
+# The newest opset whose changes were reviewed: from 24 on they are mostly new
+# low-precision types (float8/float4/int4/int2, refused by dtype), plus Range-27's
+# stash_type, Mod-28 (fmod=0 on floats) and BitShift-28 (signed types), which the
+# lowerings handle.  A node at a newer opset is refused only if its op changed.
+MAX_OPSET = 28
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+Lower = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Lowering:
+    op_type: str
+    since: int
+    until: int | None  # last opset (inclusive) this lowering serves; None: up to MAX_OPSET
+    fn: Lower
+
+    def serves(self, opset: int) -> bool:
+        return self.since <= opset and (self.until is None or opset <= self.until)
+
+
+LOWERINGS: dict[str, list[Lowering]] = {}
+
+
+def onnx_op(*op_types: str, since: int = 7, until: int | None = None) -> Callable[[Lower], Lower]:
+    """Register the decorated function as the lowering of `op_types` in [since, until]."""
+
+    def register(fn: Lower) -> Lower:
+        for op_type in op_types:
+            LOWERINGS.setdefault(op_type, []).append(Lowering(op_type, since, until, fn))
+        return fn
+
+    return register
+
+
+@functools.cache
+def schema(op_type: str, opset: int) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+
+
+def find_lowering(op_type: str, domain: str, opset: int) -> Lowering | None:
+    """The lowering serving this node, or None where aotc cannot compile it."""
+    if domain not in DEFAULT_DOMAINS:
+        return None
+    spec = schema(op_type, opset)
+    if spec is None or spec.since_version > MAX_OPSET:
+        return None
+    for lowering in LOWERINGS.get(op_type, ()):
+        if lowering.serves(min(opset, MAX_OPSET)):
+            return lowering
+    return None
+
+
+def node_label(node: onnx.NodeProto, index: int, opset: int) -> str:
+    """`OpType (node 'name', opset N)`, with the domain where it is not ONNX's own."""
+    domain = "" if node.domain in DEFAULT_DOMAINS else f", domain '{node.domain}'"
+    return f"{node.op_type} (node '{node_name(node, index)}'{domain}, opset {opset})"
+
+
+def node_name(node: onnx.NodeProto, index: int) -> str:
+    return node.name or f"{node.op_type}_{index}"
+
+
+def _attribute_value(attr: AttributeProto) -> Any:
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode() for v in value]
+    return value
+
+
+def node_attributes(node: onnx.NodeProto, opset: int) -> dict[str, Any]:
+    """The node's attributes over the defaults its schema declares."""
+    attrs: dict[str, Any] = {}
+    spec = schema(node.op_type, opset)
+    if spec is not None:
+        for name, decl in spec.attributes.items():
+            if decl.default_value.type != AttributeProto.UNDEFINED:
+                attrs[name] = _attribute_value(decl.default_value)
+    for attr in node.attribute:
+        attrs[attr.name] = _attribute_value(attr)
+    return attrs
+
+
+@dataclass
+class NodeContext:
+    """What a lowering may use: the builder, the node's attributes and inputs."""
+
+    b: ComputationBuilder
+    node: onnx.NodeProto
+    opset: int
+    inputs: list[Instruction | None]
+    attrs: dict[str, Any]
+    outputs_used: list[bool]
+    # id(parameter instruction) -> its ONNX graph input name, for error messages
+    input_names: dict[int, str] = field(default_factory=dict)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """Attribute `name` (schema default applied), else `default`."""
+        return self.attrs.get(name, default)
+
+    def required_attr(self, name: str) -> Any:
+        if name not in self.attrs:
+            raise ModelError(f"missing required attribute '{name}'")
+        return self.attrs[name]
+
+    def choice(self, name: str, options: Sequence[str]) -> str:
+        """A string attribute that must be one of `options`."""
+        value = self.attr(name)
+        if value not in options:
+            raise ModelError(f"attribute {name}={value!r} is not one of {', '.join(options)}")
+        return value
+
+    def output_used(self, index: int) -> bool:
+        return index < len(self.outputs_used) and self.outputs_used[index]
+
+    def input_name(self, index: int) -> str:
+        """The schema's name of input `index` (the last one for variadic inputs)."""
+        spec = schema(self.node.op_type, self.opset)
+        if spec is None or not spec.inputs:
+            return str(index)
+        return spec.inputs[min(index, len(spec.inputs) - 1)].name
+
+    def const(self, index: int) -> np.ndarray | None:
+        """Input `index` as a compile-time array (None if omitted); refuses runtime data."""
+        instr = self.inputs[index] if index < len(self.inputs) else None
+        if instr is None:
+            return None
+        value = evaluate_constant(instr)
+        if value is None:
+            source = self._depends_on(instr)
+            why = f" (it depends on input '{source}')" if source else ""
+            raise UnsupportedError(f"input '{self.input_name(index)}' must be a constant{why}")
+        return np.asarray(value)
+
+    def const_ints(self, index: int) -> list[int] | None:
+        value = self.const(index)
+        return None if value is None else [int(v) for v in value.reshape(-1)]
+
+    def _depends_on(self, instr: Instruction) -> str | None:
+        stack, seen = [instr], set()
+        while stack:
+            cur = stack.pop()
+            if id(cur) in seen:
+                continue
+            seen.add(id(cur))
+            if cur.op is Op.PARAMETER:
+                return self.input_names.get(id(cur), cur.name)
+            stack.extend(cur.operands)
+        return None

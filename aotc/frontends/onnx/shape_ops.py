@@ -1,0 +1,303 @@
+"""Data movement: Reshape, Flatten, Transpose, Concat, Squeeze, Unsqueeze,
+Slice, Gather, Pad, Expand, Tile, Split.
+
+Shape-like inputs (Reshape's shape, Slice's starts, Pad's pads...) must be
+compile-time constants; `ctx.const` folds them or refuses the model.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from ...errors import ModelError, ShapeError, UnsupportedError
+from ...ir import ComputationBuilder, Direction, GatherDims, Instruction, Op
+from ...ir.evaluate import evaluate_constant
+from .helpers import broadcast_dims, full_like, normalize_axes, normalize_axis
+from .registry import NodeContext, onnx_op
+
+
+@onnx_op("Reshape", since=5)
+def reshape(ctx: NodeContext, x: Instruction, shape: Instruction) -> Instruction:
+    in_dims = x.shape.dims
+    allow_zero = ctx.attr("allowzero", 0)
+    dims = []
+    for i, d in enumerate(ctx.const_ints(1)):
+        if d == 0 and not allow_zero:
+            if i >= len(in_dims):
+                raise ShapeError(f"shape entry {i} is 0 but the input has rank {len(in_dims)}")
+            d = in_dims[i]  # 0 copies the input's dim
+        elif d < -1:
+            raise ShapeError(f"invalid shape entry {d}")
+        dims.append(d)
+    if dims.count(-1) > 1:
+        raise ShapeError("at most one shape entry may be -1")
+    if -1 in dims:
+        known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+        size = x.shape.size
+        if known == 0 or size % known:
+            raise ShapeError(f"cannot reshape {list(in_dims)} to {dims}")
+        dims[dims.index(-1)] = size // known
+    if int(np.prod(dims, dtype=np.int64)) != x.shape.size:
+        raise ShapeError(f"cannot reshape {list(in_dims)} to {dims}")
+    return ctx.b.reshape(x, dims)
+
+
+@onnx_op("Flatten")
+def flatten(ctx: NodeContext, x: Instruction) -> Instruction:
+    rank = x.shape.rank
+    axis = ctx.attr("axis")
+    if not -rank <= axis <= rank:
+        raise ModelError(f"axis {axis} is out of range for rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    outer = int(np.prod(x.shape.dims[:axis], dtype=np.int64))
+    return ctx.b.reshape(x, (outer, int(np.prod(x.shape.dims[axis:], dtype=np.int64))))
+
+
+@onnx_op("Transpose")
+def transpose(ctx: NodeContext, x: Instruction) -> Instruction:
+    perm = ctx.attr("perm") or list(reversed(range(x.shape.rank)))
+    if sorted(perm) != list(range(x.shape.rank)):
+        raise ShapeError(f"perm {list(perm)} is not a permutation of {x.shape.rank} dims")
+    return ctx.b.transpose(x, perm)
+
+
+@onnx_op("Concat")
+def concat(ctx: NodeContext, *xs: Instruction) -> Instruction:
+    axis = normalize_axis(ctx.required_attr("axis"), xs[0].shape.rank)
+    return ctx.b.concatenate(xs, axis)
+
+
+def _squeeze(ctx: NodeContext, x: Instruction, axes: Sequence[int] | None) -> Instruction:
+    dims = x.shape.dims
+    if axes is None:
+        axes = [i for i, d in enumerate(dims) if d == 1]
+    axes = normalize_axes(axes, x.shape.rank)
+    for a in axes:
+        if dims[a] != 1:
+            raise ShapeError(f"cannot squeeze axis {a} of size {dims[a]}")
+    return ctx.b.reshape(x, [d for i, d in enumerate(dims) if i not in axes])
+
+
+def _unsqueeze(ctx: NodeContext, x: Instruction, axes: Sequence[int]) -> Instruction:
+    rank = x.shape.rank + len(axes)
+    axes = normalize_axes(axes, rank)
+    rest = iter(x.shape.dims)
+    return ctx.b.reshape(x, [1 if i in axes else next(rest) for i in range(rank)])
+
+
+@onnx_op("Squeeze", until=12)
+def squeeze_attribute(ctx: NodeContext, x: Instruction) -> Instruction:
+    return _squeeze(ctx, x, ctx.attr("axes"))
+
+
+@onnx_op("Squeeze", since=13)
+def squeeze(ctx: NodeContext, x: Instruction, axes=None) -> Instruction:
+    return _squeeze(ctx, x, ctx.const_ints(1))
+
+
+@onnx_op("Unsqueeze", until=12)
+def unsqueeze_attribute(ctx: NodeContext, x: Instruction) -> Instruction:
+    return _unsqueeze(ctx, x, ctx.required_attr("axes"))
+
+
+@onnx_op("Unsqueeze", since=13)
+def unsqueeze(ctx: NodeContext, x: Instruction, axes: Instruction) -> Instruction:
+    return _unsqueeze(ctx, x, ctx.const_ints(1))
+
+
+def _slice_bounds(d: int, start: int, end: int, step: int) -> tuple[int, int, int, bool]:
+    """ONNX's clamped [start:end:step] on a dim of size d, as (begin, limit, stride,
+    reversed); a negative step becomes a positive one on the reversed dim."""
+    if step == 0:
+        raise ModelError("slice step must not be 0")
+    start = start + d if start < 0 else start
+    end = end + d if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), d), min(max(end, 0), d)
+        count = max(0, -(-(end - start) // step))
+    else:
+        start, end = min(max(start, 0), d - 1), min(max(end, -1), d - 1)
+        count = max(0, -(-(start - end) // -step))
+        start = d - 1 - start  # index on the reversed dim
+    if count == 0:
+        return 0, 0, 1, False
+    return start, start + (count - 1) * abs(step) + 1, abs(step), step < 0
+
+
+def _slice(ctx: NodeContext, x: Instruction, starts, ends, axes, steps) -> Instruction:
+    rank = x.shape.rank
+    axes = list(range(len(starts))) if axes is None else [normalize_axis(a, rank) for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ModelError("starts, ends, axes and steps must have one length")
+    if len(set(axes)) != len(axes):
+        raise ModelError(f"repeated axes {axes}")
+    begin, limit, stride = [0] * rank, list(x.shape.dims), [1] * rank
+    flipped = []
+    for axis, start, end, step in zip(axes, starts, ends, steps):
+        bounds = _slice_bounds(x.shape.dims[axis], int(start), int(end), int(step))
+        begin[axis], limit[axis], stride[axis], is_reversed = bounds
+        if is_reversed:
+            flipped.append(axis)
+    if flipped:
+        x = ctx.b.reverse(x, sorted(flipped))
+    if begin == [0] * rank and limit == list(x.shape.dims) and stride == [1] * rank:
+        return x
+    return ctx.b.slice(x, begin, limit, stride)
+
+
+@onnx_op("Slice", until=9)
+def slice_attributes(ctx: NodeContext, x: Instruction) -> Instruction:
+    starts, ends = ctx.required_attr("starts"), ctx.required_attr("ends")
+    return _slice(ctx, x, starts, ends, ctx.attr("axes"), None)
+
+
+@onnx_op("Slice", since=10)
+def slice_inputs(ctx: NodeContext, x: Instruction, *_: Instruction) -> Instruction:
+    starts, ends = ctx.const_ints(1), ctx.const_ints(2)
+    return _slice(ctx, x, starts, ends, ctx.const_ints(3), ctx.const_ints(4))
+
+
+@onnx_op("Gather")
+def gather(ctx: NodeContext, data: Instruction, indices: Instruction) -> Instruction:
+    b = ctx.b
+    rank, q = data.shape.rank, indices.shape.rank
+    axis = normalize_axis(ctx.attr("axis"), rank)
+    if indices.shape.dtype.is_float:
+        raise ShapeError("indices must be integers")
+    known = evaluate_constant(indices)
+    if known is None or (np.asarray(known) < 0).any():
+        # negative indices count from the end of the axis
+        dim = full_like(b, data.shape.dims[axis], indices)
+        negative = b.compare(indices, full_like(b, 0, indices), Direction.LT)
+        indices = b.select(negative, b.binary(Op.ADD, indices, dim), indices)
+    slice_sizes = [1 if i == axis else d for i, d in enumerate(data.shape.dims)]
+    dims = GatherDims(
+        offset_dims=tuple(range(axis)) + tuple(range(axis + q, rank - 1 + q)),
+        collapsed_slice_dims=(axis,),
+        start_index_map=(axis,),
+        index_vector_dim=q,
+        slice_sizes=tuple(slice_sizes),
+    )
+    return b.gather(data, indices, dims)
+
+
+def _axis_slice(b: ComputationBuilder, x: Instruction, axis: int, start: int, limit: int):
+    starts = [start if i == axis else 0 for i in range(x.shape.rank)]
+    limits = [limit if i == axis else d for i, d in enumerate(x.shape.dims)]
+    return b.slice(x, starts, limits)
+
+
+def _pad_axis(b: ComputationBuilder, x: Instruction, axis: int, low: int, high: int, mode: str):
+    """Non-constant padding of one axis, built from slices of `x`."""
+    d = x.shape.dims[axis]
+    # reflect mirrors without the edge element, wrap repeats the axis once at most
+    limit = {"reflect": d - 1, "edge": max(low, high), "wrap": d}[mode]
+    if d == 0 or max(low, high) > limit:
+        raise UnsupportedError(f"{mode} padding by {max(low, high)} of an axis of size {d}")
+    parts = []
+    for side, amount in (("low", low), ("high", high)):
+        if amount == 0:
+            parts.append(None)
+            continue
+        if mode == "edge":
+            start = 0 if side == "low" else d - 1
+            edge = _axis_slice(b, x, axis, start, start + 1)
+            dims = [amount if i == axis else n for i, n in enumerate(x.shape.dims)]
+            parts.append(b.broadcast_to(edge, dims))
+        elif mode == "reflect":
+            start, stop = (1, amount + 1) if side == "low" else (d - 1 - amount, d - 1)
+            parts.append(b.reverse(_axis_slice(b, x, axis, start, stop), [axis]))
+        else:  # wrap
+            start, stop = (d - amount, d) if side == "low" else (0, amount)
+            parts.append(_axis_slice(b, x, axis, start, stop))
+    pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
+    return b.concatenate(pieces, axis)
+
+
+def _pad(ctx: NodeContext, x: Instruction, pads, value: Instruction | None, axes, mode: str):
+    b = ctx.b
+    rank = x.shape.rank
+    axes = list(range(rank)) if axes is None else normalize_axes(axes, rank)
+    if len(pads) != 2 * len(axes):
+        raise ModelError(f"pads has {len(pads)} values, expected {2 * len(axes)}")
+    low, high = [0] * rank, [0] * rank
+    for i, axis in enumerate(axes):
+        low[axis], high[axis] = int(pads[i]), int(pads[i + len(axes)])
+    if mode == "constant":
+        if value is None:
+            value = b.scalar(0, x.shape.dtype)
+        value = b.convert(b.reshape(value, []), x.shape.dtype)
+        return b.pad(x, value, low, high)
+    if min(low + high) < 0:
+        # negative pads crop, whatever the mode
+        starts = [max(0, -lo) for lo in low]
+        limits = [d - max(0, -hi) for d, hi in zip(x.shape.dims, high)]
+        x = b.slice(x, starts, limits)
+        low, high = [max(0, lo) for lo in low], [max(0, hi) for hi in high]
+    for axis in range(rank):
+        if low[axis] or high[axis]:
+            x = _pad_axis(b, x, axis, low[axis], high[axis], mode)
+    return x
+
+
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+@onnx_op("Pad", until=10)
+def pad_attributes(ctx: NodeContext, x: Instruction) -> Instruction:
+    value = ctx.b.scalar(ctx.attr("value", 0.0), x.shape.dtype)
+    mode = ctx.choice("mode", PAD_MODES)
+    return _pad(ctx, x, ctx.required_attr("pads"), value, None, mode)
+
+
+@onnx_op("Pad", since=11)
+def pad(ctx: NodeContext, x: Instruction, pads, value=None, axes=None) -> Instruction:
+    mode = ctx.choice("mode", PAD_MODES)
+    return _pad(ctx, x, ctx.const_ints(1), value, ctx.const_ints(3), mode)
+
+
+@onnx_op("Expand", since=8)
+def expand(ctx: NodeContext, x: Instruction, shape: Instruction) -> Instruction:
+    return ctx.b.broadcast_to(x, broadcast_dims(x.shape.dims, ctx.const_ints(1)))
+
+
+@onnx_op("Tile")
+def tile(ctx: NodeContext, x: Instruction, repeats: Instruction) -> Instruction:
+    counts = ctx.const_ints(1)
+    dims = x.shape.dims
+    if len(counts) != len(dims) or min(counts, default=0) < 0:
+        raise ModelError(f"repeats {counts} do not fit an input of rank {len(dims)}")
+    if all(c == 1 for c in counts):
+        return x
+    # broadcast to [r0, d0, r1, d1, ...] then merge each (r, d) pair
+    interleaved = [n for pair in zip(counts, dims) for n in pair]
+    wide = ctx.b.broadcast(x, [2 * i + 1 for i in range(len(dims))], interleaved)
+    return ctx.b.reshape(wide, [c * d for c, d in zip(counts, dims)])
+
+
+def _split(ctx: NodeContext, x: Instruction, sizes: list[int] | None) -> list[Instruction]:
+    axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
+    d = x.shape.dims[axis]
+    count = len(ctx.node.output)
+    if not sizes:
+        parts = ctx.attr("num_outputs") or count
+        chunk = -(-d // parts)  # opset 18: the last part may be smaller
+        sizes = [chunk] * (parts - 1) + [d - chunk * (parts - 1)]
+    if sum(sizes) != d or len(sizes) != count or min(sizes) < 0:
+        raise ModelError(f"cannot split an axis of size {d} into {sizes} for {count} outputs")
+    offsets = np.cumsum([0, *sizes])
+    return [_axis_slice(ctx.b, x, axis, int(lo), int(hi)) for lo, hi in itertools.pairwise(offsets)]
+
+
+@onnx_op("Split", until=12)
+def split_attribute(ctx: NodeContext, x: Instruction) -> list[Instruction]:
+    return _split(ctx, x, ctx.attr("split"))
+
+
+@onnx_op("Split", since=13)
+def split(ctx: NodeContext, x: Instruction, sizes=None) -> list[Instruction]:
+    return _split(ctx, x, ctx.const_ints(1))

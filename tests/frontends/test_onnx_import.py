@@ -1,0 +1,317 @@
+"""The ONNX importer: every case of onnx_cases imported and run by the IR
+evaluator against onnx.reference, the module's structure, and the errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.external_data_helper
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+from onnx_cases import CASES, OnnxCase, expected_outputs
+
+from aotc.errors import AotcError, ModelError, ShapeError, UnsupportedError
+from aotc.frontends.onnx import import_onnx
+from aotc.ir import DType, Op
+from aotc.ir.evaluate import evaluate
+
+
+def run(module, args) -> list[np.ndarray]:
+    return list(evaluate(module, args))
+
+
+def assert_outputs_match(got, expected, rtol: float, atol: float) -> None:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        e = np.asarray(e)
+        assert g.shape == e.shape
+        if np.issubdtype(e.dtype, np.floating):
+            assert g.dtype == e.dtype
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
+        else:
+            assert g.dtype == e.dtype
+            np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_case_matches_reference(case: OnnxCase):
+    module = import_onnx(case.model)
+    args = [case.inputs[i.name] for i in case.model.graph.input if i.name in case.inputs]
+    assert_outputs_match(run(module, args), expected_outputs(case), case.rtol, case.atol)
+
+
+# -- models written by hand for structure and error tests ----------------------------------
+
+
+def tensor(name: str, dims, elem=TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, dims)
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17, extra_opsets=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    opsets = [helper.make_opsetid("", opset), *extra_opsets]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def relu_model(input_dims=(2, 3)) -> onnx.ModelProto:
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    return make_model(nodes, [tensor("x", input_dims)], [tensor("y", None)])
+
+
+def test_entry_structure():
+    nodes = [
+        helper.make_node("Add", ["a.in", "w"], ["s"], name="add_w"),
+        helper.make_node("Mul", ["s", "b:in"], ["y"]),
+    ]
+    w = numpy_helper.from_array(np.ones(3, np.float32), "w")
+    # `w` is a graph input and an initializer: a constant, not a parameter
+    inputs = [tensor("a.in", [3]), tensor("w", [3]), tensor("b:in", [3])]
+    module = import_onnx(make_model(nodes, inputs, [tensor("y", [3])], [w]), name="my-net")
+    assert module.name == "my_net"
+    params = module.entry.parameters
+    assert [p.index for p in params] == [0, 1]
+    assert [p.shape.dims for p in params] == [(3,), (3,)]
+    assert params[0].name == "a.in" and params[1].name.startswith("b_in")
+    root = module.entry.root
+    assert root.op is Op.TUPLE and len(root.operands) == 1
+    origins = {i.origin for i in module.entry.instructions if i.op in (Op.ADD, Op.MULTIPLY)}
+    assert origins == {"add_w", "Mul_1"}
+    a, b = np.arange(3, dtype=np.float32), np.full(3, 2, np.float32)
+    np.testing.assert_array_equal(run(module, [a, b])[0], (a + 1) * b)
+
+
+def test_load_from_path(tmp_path):
+    path = tmp_path / "relu.onnx"
+    onnx.save(relu_model(), str(path))
+    module = import_onnx(path)
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(run(module, [x])[0], np.maximum(x, 0))
+    assert import_onnx(str(path)).entry.parameters[0].shape.dtype is DType.F32
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.onnx"
+    with pytest.raises(ModelError, match="nope.onnx"):
+        import_onnx(path)
+
+
+def test_corrupt_file(tmp_path):
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(b"this is not a protobuf \xff\xfe")
+    with pytest.raises(ModelError, match="bad.onnx: not a readable ONNX model") as info:
+        import_onnx(path)
+    assert "\n" not in str(info.value)
+
+
+def test_unsupported_ops_listed_at_once():
+    nodes = [
+        helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["sel"], name="nms_1"),
+        helper.make_node("Relu", ["scores"], ["r"], name="fine"),
+        helper.make_node("TopK", ["r", "k"], ["v", "i"], name="topk"),
+        helper.make_node("Foo", ["v"], ["y"], name="f", domain="com.x"),
+    ]
+    inputs = [tensor("boxes", [1, 4, 4]), tensor("scores", [1, 1, 4]), tensor("k", [1], 7)]
+    model = make_model(
+        nodes, inputs, [tensor("y", None)], opset=13, extra_opsets=[helper.make_opsetid("com.x", 1)]
+    )
+    with pytest.raises(UnsupportedError) as info:
+        import_onnx(model)
+    assert str(info.value) == (
+        "unsupported ONNX ops: NonMaxSuppression (node 'nms_1', opset 13), "
+        "TopK (node 'topk', opset 13), Foo (node 'f', domain 'com.x', opset 1)"
+    )
+
+
+def test_unsupported_in_nested_graph_and_old_opset():
+    inner = helper.make_graph(
+        [helper.make_node("Unique", ["x"], ["u"], name="inner_unique")],
+        "then",
+        [],
+        [tensor("u", None)],
+    )
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["s"], name="old_add"),
+        helper.make_node("If", ["c"], ["y"], name="branch", then_branch=inner, else_branch=inner),
+    ]
+    model = make_model(
+        nodes, [tensor("x", [2]), tensor("c", [], TensorProto.BOOL)], [tensor("y", None)], opset=6
+    )
+    with pytest.raises(UnsupportedError) as info:
+        import_onnx(model)
+    message = str(info.value)
+    for label in (
+        "Add (node 'old_add', opset 6)",
+        "If (node 'branch', opset 6)",
+        "Unique (node 'inner_unique', opset 6)",
+    ):
+        assert label in message
+
+
+def test_newer_opset_with_unchanged_op():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    model = make_model(nodes, [tensor("x", [4])], [tensor("y", [4])], opset=25)
+    x = np.array([-1, 2, -3, 4], np.float32)
+    np.testing.assert_array_equal(run(import_onnx(model), [x])[0], np.maximum(x, 0))
+
+
+def test_non_constant_reshape_shape():
+    nodes = [helper.make_node("Reshape", ["data", "shape_in"], ["y"], name="x")]
+    inputs = [tensor("data", [2, 3]), tensor("shape_in", [2], TensorProto.INT64)]
+    model = make_model(nodes, inputs, [tensor("y", None)], opset=13)
+    with pytest.raises(UnsupportedError) as info:
+        import_onnx(model)
+    assert str(info.value) == (
+        "Reshape (node 'x', opset 13): input 'shape' must be a constant "
+        "(it depends on input 'shape_in')"
+    )
+
+
+def test_symbolic_dim_needs_input_shapes():
+    model = relu_model(input_dims=("batch", 3))
+    with pytest.raises(ModelError, match=r"input 'x' dim 0 is 'batch'.*--input x=1x3"):
+        import_onnx(model)
+    module = import_onnx(model, input_shapes={"x": (5, 3)})
+    assert module.entry.parameters[0].shape.dims == (5, 3)
+    x = np.linspace(-1, 1, 15, dtype=np.float32).reshape(5, 3)
+    np.testing.assert_array_equal(run(module, [x])[0], np.maximum(x, 0))
+
+
+def test_input_without_shape_needs_input_shapes():
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    model = make_model(
+        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)], [tensor("y", None)]
+    )
+    with pytest.raises(ModelError, match="input 'x' has no shape"):
+        import_onnx(model)
+    assert import_onnx(model, {"x": [2, 2, 2]}).entry.parameters[0].shape.dims == (2, 2, 2)
+
+
+def test_bad_input_shapes():
+    with pytest.raises(ModelError, match="names no graph input: nope"):
+        import_onnx(relu_model(), input_shapes={"nope": (2, 3)})
+    with pytest.raises(ModelError, match="rank 3 given.*rank 2"):
+        import_onnx(relu_model(), input_shapes={"x": (2, 3, 1)})
+    with pytest.raises(ModelError, match="dim 1 is 4, the model says 3"):
+        import_onnx(relu_model(), input_shapes={"x": (2, 4)})
+    with pytest.raises(ModelError, match="must not be negative"):
+        import_onnx(relu_model(input_dims=("n", 3)), input_shapes={"x": (-1, 3)})
+
+
+def test_omitted_outputs_are_not_used():
+    # "" names an omitted optional output: not a use of MaxPool's Indices or Dropout's mask
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p", ""], kernel_shape=[2, 2]),
+        helper.make_node("Dropout", ["p"], ["y", ""]),
+    ]
+    module = import_onnx(make_model(nodes, [tensor("x", [1, 1, 2, 2])], [tensor("y", None)]))
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    np.testing.assert_array_equal(run(module, [x])[0], np.full((1, 1, 1, 1), 3, np.float32))
+
+
+def test_unsupported_input_dtype():
+    nodes = [helper.make_node("Identity", ["x"], ["y"])]
+    model = make_model(nodes, [tensor("x", [2], TensorProto.STRING)], [tensor("y", None)])
+    with pytest.raises(UnsupportedError, match="input 'x' has element type STRING"):
+        import_onnx(model)
+
+
+def test_shape_error_names_the_node():
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"], name="bad_add")]
+    model = make_model(nodes, [tensor("a", [3]), tensor("b", [4])], [tensor("y", None)])
+    with pytest.raises(ShapeError, match=r"^Add \(node 'bad_add', opset 17\): .*broadcast"):
+        import_onnx(model)
+
+
+def test_bad_attribute_names_the_node():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="c", auto_pad="SIDEWAYS")]
+    w = numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")
+    model = make_model(nodes, [tensor("x", [1, 1, 5, 5])], [tensor("y", None)], [w])
+    with pytest.raises(ModelError, match=r"^Conv \(node 'c', opset 17\): attribute auto_pad"):
+        import_onnx(model)
+
+
+@pytest.mark.parametrize(
+    "node, message",
+    [
+        (helper.make_node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[2, 2]), "Indices"),
+        (
+            helper.make_node(
+                "BatchNormalization", ["x", "s", "s", "s", "s"], ["y"], training_mode=1
+            ),
+            "training_mode",
+        ),
+        (helper.make_node("Dropout", ["x", "ratio", "train"], ["y"]), "training_mode"),
+    ],
+)
+def test_training_forms_refused(node, message):
+    consts = [
+        numpy_helper.from_array(np.ones(2, np.float32), "s"),
+        numpy_helper.from_array(np.float32(0.5), "ratio"),
+        numpy_helper.from_array(np.bool_(True), "train"),
+    ]
+    outputs = [tensor(name, None) for name in node.output]
+    model = make_model([node], [tensor("x", [1, 2, 4, 4])], outputs, consts)
+    with pytest.raises(UnsupportedError, match=message):
+        import_onnx(model)
+
+
+def test_errors_are_aotc_errors():
+    # the CLI relies on every refusal being an AotcError
+    for error in (ModelError, ShapeError, UnsupportedError):
+        assert issubclass(error, AotcError)
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge"])
+def test_negative_pads_crop(mode):
+    # onnx.reference cannot pad by negative amounts, so numpy is the reference here
+    pads = numpy_helper.from_array(np.array([0, -1, 2, 1, 0, -2], np.int64), "pads")
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)]
+    module = import_onnx(make_model(nodes, [tensor("x", [2, 3, 4])], [tensor("y", None)], [pads]))
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    cropped = x[:, 1:, :2]
+    expected = np.pad(cropped, [(0, 1), (0, 0), (2, 0)], mode=mode)
+    np.testing.assert_array_equal(run(module, [x])[0], expected)
+
+
+def test_grouped_conv_transpose():
+    # onnx.reference mishandles group > 1, so the reference is one group=1 run per group
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, (2, 4, 3, 3)).astype(np.float32)
+    w = rng.uniform(-1, 1, (4, 3, 2, 2)).astype(np.float32)  # C_in=4, C_out/group=3
+    attrs = {"strides": [2, 1], "pads": [0, 1, 1, 0]}
+
+    def conv_transpose_model(weights, group):
+        node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], group=group, **attrs)
+        inputs = [tensor("x", [2, weights.shape[0], 3, 3])]
+        init = [numpy_helper.from_array(weights, "w")]
+        return make_model([node], inputs, [tensor("y", None)], init)
+
+    module = import_onnx(conv_transpose_model(w, group=2))
+    parts = [
+        ReferenceEvaluator(conv_transpose_model(w[2 * g : 2 * g + 2], 1)).run(
+            None, {"x": x[:, 2 * g : 2 * g + 2]}
+        )[0]
+        for g in range(2)
+    ]
+    expected = np.concatenate(parts, axis=1)
+    np.testing.assert_allclose(run(module, [x])[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_resize_linear_refused():
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up", mode="linear")
+    model = make_model([node], [tensor("x", [1, 1, 2, 2])], [tensor("y", None)], [scales])
+    with pytest.raises(UnsupportedError, match=r"^Resize \(node 'up', opset 17\): mode 'linear'"):
+        import_onnx(model)
+
+
+def test_missing_external_data(tmp_path):
+    weights = numpy_helper.from_array(np.ones(3, np.float32), "w")
+    onnx.external_data_helper.set_external_data(weights, location="gone.bin")
+    weights.data_location = TensorProto.EXTERNAL
+    weights.ClearField("raw_data")
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
+    model = make_model(nodes, [tensor("x", [3])], [tensor("y", None)], [weights])
+    with pytest.raises(ModelError, match="initializer 'w': cannot read its data"):
+        import_onnx(model)
