@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import onnx
 import pytest
-from conftest import EXAMPLES, run_cli
+from aotc_testing import EXAMPLES, run_cli
 from onnx import TensorProto, helper
 
 MNIST = EXAMPLES / "mnist" / "mnist.onnx"
@@ -88,8 +88,21 @@ def test_failure_leaves_existing_output_untouched(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
 
 
-def test_input_override_changes_batch(tmp_path):
+def test_input_cannot_contradict_a_fixed_dim(tmp_path):
     result = run_cli("compile", MNIST, "-o", tmp_path / "out", "--input", "input=4x784")
+    assert_one_line_error(result, "input", "dim 0")
+    assert not (tmp_path / "out").exists()
+
+
+def test_input_fixes_a_symbolic_batch(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.save(model, str(tmp_path / "sym.onnx"))
+    missing = run_cli("compile", tmp_path / "sym.onnx", "-o", tmp_path / "out")
+    assert_one_line_error(missing, "x", "--input")
+    result = run_cli("compile", tmp_path / "sym.onnx", "-o", tmp_path / "out", "--input", "x=5x3")
     assert result.returncode == 0, result.stderr
-    header = (tmp_path / "out" / "mnist.h").read_text()
-    assert "784" in header and "4" in header
+    header = (tmp_path / "out" / "sym.h").read_text()
+    assert "#define SYM_X_DIM0 5" in header, header

@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import onnx
 import pytest
-from conftest import EXAMPLES, build_c, generic_driver_source, run_c_model, run_cli
+from aotc_testing import EXAMPLES, build_c, generic_driver_source, run_c_model, run_cli
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from conftest import EXAMPLES, REPO
+from aotc_testing import EXAMPLES, REPO
 
 
 def test_wheel_install_finds_resources_and_compiles(tmp_path):

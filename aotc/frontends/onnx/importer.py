@@ -140,6 +140,9 @@ class GraphLowering:
         self.b.origin = None
         outputs = [self._value(output.name) for output in self.graph.output]
         self.b.build(self.b.tuple(outputs), entry=True)
+        module = self.b.module
+        module.input_names = [i.name for i in self.graph.input if i.name not in self.initializers]
+        module.output_names = [output.name for output in self.graph.output]
 
     def _parameters(self) -> None:
         inputs = [i for i in self.graph.input if i.name not in self.initializers]

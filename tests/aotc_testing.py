@@ -1,4 +1,4 @@
-"""Shared test helpers: running the CLI, building and running C programs."""
+"""Shared test helpers (imported by name; not a conftest): running the CLI, building and running C programs."""
 
 from __future__ import annotations
 
