@@ -28,7 +28,8 @@ def _random_weight(name: str, shape: tuple[int, ...], rng: np.random.Generator) 
     if stem.endswith(("_riv_0", "_var_0")) or "var" in stem:
         return rng.uniform(0.5, 1.5, shape)
     if stem.endswith(("_s_0", "_scale_0")) or "scale" in stem:
-        return rng.uniform(0.8, 1.2, shape)
+        # below 1 so activations stay O(1) through deep residual stacks
+        return rng.uniform(0.2, 0.5, shape)
     if stem.endswith(("_b_0", "_rm_0", "_bias_0", "_mean_0")):
         return rng.uniform(-0.1, 0.1, shape)
     fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else max(shape[0], 1)
