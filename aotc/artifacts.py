@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import os
 import re
 import shlex
@@ -27,7 +26,7 @@ import jinja2
 
 from . import __version__
 from .errors import AotcError, ToolError
-from .ir import DType
+from .ir import DType, Shape
 from .resources import resource_dir
 
 # fixed, so that the same sources give byte-identical objects
@@ -73,16 +72,20 @@ class TensorSpec:
         return cls(name, c_identifier(name), dtype, tuple(int(d) for d in dims))
 
     @property
+    def shape(self) -> Shape:
+        return Shape(self.dtype, self.dims)
+
+    @property
     def rank(self) -> int:
-        return len(self.dims)
+        return self.shape.rank
 
     @property
     def size(self) -> int:
-        return math.prod(self.dims)
+        return self.shape.size
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        return self.shape.nbytes
 
     @property
     def c_type(self) -> str:

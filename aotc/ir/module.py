@@ -204,26 +204,36 @@ class Module:
 
     def called_computations(self) -> list[Computation]:
         """Computations reachable from the entry, callees before callers."""
-        order: list[Computation] = []
-        seen: set[int] = set()
+        return _callees_first([self.entry])
 
-        def visit(comp: Computation) -> None:
-            if id(comp) in seen:
-                return
-            seen.add(id(comp))
-            for instr in comp.instructions:
-                for callee in instr.called:
-                    visit(callee)
-            order.append(comp)
-
-        visit(self.entry)
-        return order
+    def computations_in_call_order(self) -> list[Computation]:
+        """Every computation (reachable or not), callees before callers, the entry last."""
+        others = [c for c in self.computations if c is not self.entry]
+        return _callees_first(others + ([self.entry] if self.entry else []))
 
     def remove_unused_computations(self) -> bool:
         keep = {id(c) for c in self.called_computations()}
         before = len(self.computations)
         self.computations = [c for c in self.computations if id(c) in keep]
         return len(self.computations) != before
+
+
+def _callees_first(roots: list[Computation]) -> list[Computation]:
+    order: list[Computation] = []
+    seen: set[int] = set()
+
+    def visit(comp: Computation) -> None:
+        if id(comp) in seen:
+            return
+        seen.add(id(comp))
+        for instr in comp.instructions:
+            for callee in instr.called:
+                visit(callee)
+        order.append(comp)
+
+    for root in roots:
+        visit(root)
+    return order
 
 
 def sanitize_name(name: str) -> str:

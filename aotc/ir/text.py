@@ -31,7 +31,7 @@ __all__ = [
 def print_module(module: Module, *, elide_constants_over: int | None = None) -> str:
     """The module as canonical HLO text; constants over N elements print as `{...}`."""
     parts = [_module_header(module)]
-    for comp in _print_order(module):
+    for comp in module.computations_in_call_order():
         text = print_computation(
             comp, entry=comp is module.entry, elide_constants_over=elide_constants_over
         )
@@ -88,28 +88,6 @@ def _module_header(module: Module) -> str:
     )
     layout = ", ".join(_shape_text(p.shape) for p in params)
     return f"{header}, entry_computation_layout={{({layout})->{_shape_text(entry.root.shape)}}}"
-
-
-def _print_order(module: Module) -> list[Computation]:
-    """All computations, callees before callers, the entry last."""
-    order: list[Computation] = []
-    seen: set[int] = set()
-
-    def visit(comp: Computation) -> None:
-        if id(comp) in seen:
-            return
-        seen.add(id(comp))
-        for instr in comp.instructions:
-            for callee in instr.called:
-                visit(callee)
-        order.append(comp)
-
-    for comp in module.computations:
-        if comp is not module.entry:
-            visit(comp)
-    if module.entry is not None:
-        visit(module.entry)
-    return order
 
 
 def _shape_text(shape: AnyShape | None, layout: bool = True) -> str:
