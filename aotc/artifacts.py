@@ -402,6 +402,7 @@ def write_artifacts(
             (stage / files[0]).write_text(header, encoding="utf-8")
             (stage / files[1]).write_bytes(object_bytes)
             runtime = compile_runtime(stage / "runtime", compiler)
+            _check_same_machine(object_bytes, runtime, compiler, target)
             members = [files[1], *(str(p.relative_to(stage)) for p in runtime)]
             # D: zero timestamps, uids and modes, so that archives are reproducible
             _run_tool([*archiver, "rcsD", files[2], *members], f"archiving {files[2]}", stage)
@@ -413,6 +414,28 @@ def write_artifacts(
         if not done and created is not None:
             shutil.rmtree(created, ignore_errors=True)
     return ArtifactPaths(*(out_dir / f for f in files))
+
+
+# ELF e_machine values of the architectures aotc targets
+_ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
+
+
+def _elf_machine(data: bytes) -> str:
+    code = int.from_bytes(data[18:20], "little") if data[:4] == b"\x7fELF" else -1
+    return _ELF_MACHINES.get(code, f"machine {code}")
+
+
+def _check_same_machine(object_bytes: bytes, runtime: list[Path], compiler, target: str):
+    """Refuse a library whose runtime was built for another architecture than the model."""
+    model_arch = _elf_machine(object_bytes)
+    for path in runtime:
+        runtime_arch = _elf_machine(path.read_bytes()[:20])
+        if runtime_arch != model_arch:
+            raise ToolError(
+                f"the C compiler '{shlex.join(compiler)}' builds for {runtime_arch} but the model "
+                f"is compiled for {model_arch} ({target}): set CC to a cross compiler for "
+                f"{model_arch}, e.g. CC={model_arch}-linux-gnu-gcc"
+            )
 
 
 def _make_dirs(path: Path) -> Path | None:

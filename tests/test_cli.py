@@ -106,3 +106,13 @@ def test_input_fixes_a_symbolic_batch(tmp_path):
     assert result.returncode == 0, result.stderr
     header = (tmp_path / "out" / "sym.h").read_text()
     assert "#define SYM_X_DIM0 5" in header, header
+
+
+def test_foreign_target_without_cross_compiler_is_refused(tmp_path, monkeypatch):
+    import platform
+
+    foreign = "x86_64" if platform.machine() in ("aarch64", "arm64") else "aarch64-linux-gnu"
+    monkeypatch.delenv("CC", raising=False)
+    result = run_cli("compile", MNIST, "-o", tmp_path / "out", "--target", foreign)
+    assert_one_line_error(result, "cross compiler")
+    assert not (tmp_path / "out").exists()

@@ -136,3 +136,24 @@ def test_python_api_runs_model():
     inputs = random_inputs(MODELS["cnn"], seed=5)
     got = compiled.load()(*inputs)
     np.testing.assert_allclose(got[0], reference(MODELS["cnn"], inputs)[0], rtol=RTOL, atol=ATOL)
+
+
+def test_generic_x86_64_v2_build_runs(tmp_path):
+    """Code for the x86-64-v2 level (no AVX) links, runs and matches on this machine."""
+    import platform
+
+    if platform.machine() != "x86_64":
+        pytest.skip("x86-64 levels run only on an x86-64 host")
+    build = tmp_path / "build"
+    result = run_cli("compile", MODELS["cnn"], "-o", build, "--target", "x86_64:x86-64-v2", "-q")
+    assert result.returncode == 0, result.stderr
+    disassembly = subprocess.run(["objdump", "-d", str(build / "cnn.o")], capture_output=True,
+                                 text=True, check=True).stdout  # fmt: skip
+    assert "%ymm" not in disassembly and "%zmm" not in disassembly
+    inputs = random_inputs(MODELS["cnn"], seed=7)
+    expected = reference(MODELS["cnn"], inputs)
+    source = tmp_path / "driver.c"
+    source.write_text(generic_driver_source("cnn", len(inputs), len(expected)))
+    program = build_c([source], tmp_path / "driver", [build], [build / "libcnn.a"])
+    got = run_c_model(program, inputs, expected, tmp_path)
+    np.testing.assert_allclose(got[0], expected[0], rtol=RTOL, atol=ATOL)
