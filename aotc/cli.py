@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from .errors import AotcError
 
 
@@ -35,6 +37,18 @@ def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
     return name, tuple(int(p) for p in parts)
 
 
+def parse_values(spec: str) -> tuple[str, np.ndarray]:
+    """`NAME=1,3,224,224` -> (name, values); the input's dtype and shape come from the model."""
+    name, sep, text = spec.partition("=")
+    if not sep or not name:
+        raise AotcError(f"--const '{spec}': expected NAME=VALUES, e.g. shape=1,3,224,224")
+    try:
+        values = [float(v) if any(c in v for c in ".eEn") else int(v) for v in text.split(",") if v]
+    except ValueError:
+        raise AotcError(f"--const '{spec}': values must be numbers separated by ','") from None
+    return name, np.array(values)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="aotc", description="Ahead-of-time neural network compiler.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
@@ -48,6 +62,10 @@ def _build_parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument(
         "--input", action="append", default=[], metavar="NAME=DIMS",
         help="shape of an input, e.g. input=1x3x224x224 (repeatable)",
+    )  # fmt: skip
+    compile_cmd.add_argument(
+        "--const", action="append", default=[], metavar="NAME=VALUES",
+        help="fix an input to values, e.g. shape=1,-1 (it becomes a constant; repeatable)",
     )  # fmt: skip
     compile_cmd.add_argument("--target", default="host", help="host (default), x86_64:x86-64-v2, aarch64-linux-gnu, ...")
     compile_cmd.add_argument(
@@ -64,9 +82,11 @@ def _options(args):
     from .driver import CompileOptions
 
     shapes = dict(parse_shape(spec) for spec in args.input)
+    values = dict(parse_values(spec) for spec in args.const)
     return CompileOptions(
         name=args.name,
         input_shapes=shapes,
+        input_values=values,
         target=args.target,
         opt_level=args.opt_level,
         dump_hlo=args.dump_hlo,

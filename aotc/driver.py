@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from . import artifacts
 from .backends.cpu import emit_object, parse_target
 from .buffers import BufferPlan, assign_buffers
@@ -31,6 +33,8 @@ class CompileOptions:
 
     name: str | None = None
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # inputs fixed to values (they become constants): shape-determining inputs
+    input_values: dict[str, np.ndarray] = field(default_factory=dict)
     target: str = "host"
     opt_level: int = 2
     dump_hlo: Path | None = None
@@ -102,13 +106,15 @@ def _import(model, options: CompileOptions) -> tuple[Module, str]:
         if _looks_like_hlo_text(path):
             from .frontends.hlo import import_hlo
 
+            if options.input_values:
+                raise AotcError(f"{path}: --const does not apply to HLO text")
             return import_hlo(path, options.input_shapes), str(path)
         source = str(path)
     else:
         source = getattr(getattr(model, "graph", None), "name", None) or "model"
     from .frontends.onnx import import_onnx
 
-    return import_onnx(model, options.input_shapes or None), source
+    return import_onnx(model, options.input_shapes, input_values=options.input_values), source
 
 
 def _looks_like_hlo_text(path: Path) -> bool:

@@ -116,3 +116,20 @@ def test_foreign_target_without_cross_compiler_is_refused(tmp_path, monkeypatch)
     result = run_cli("compile", MNIST, "-o", tmp_path / "out", "--target", foreign)
     assert_one_line_error(result, "cross compiler")
     assert not (tmp_path / "out").exists()
+
+
+def test_const_fixes_a_shape_input(tmp_path):
+    data = helper.make_tensor_value_info("data", TensorProto.FLOAT, [2, 3])
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node("Reshape", ["data", "shape"], ["y"], name="r")
+    graph = helper.make_graph([node], "g", [data, shape], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.save(model, str(tmp_path / "r.onnx"))
+    missing = run_cli("compile", tmp_path / "r.onnx", "-o", tmp_path / "out")
+    assert_one_line_error(missing, "shape", "--const")
+    result = run_cli("compile", tmp_path / "r.onnx", "-o", tmp_path / "out", "--const", "shape=3,2")
+    assert result.returncode == 0, result.stderr
+    assert "output y: f32[3,2]" in result.stdout
+    header = (tmp_path / "out" / "r.h").read_text()
+    assert "R_NUM_INPUTS 1" in header

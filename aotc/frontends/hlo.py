@@ -25,4 +25,4 @@ def import_hlo(path: str | Path, input_shapes: dict | None = None) -> Module:
     try:
         return parse_module(text)
     except AotcError as error:
-        raise type(error)(f"{path}: {error}") from None
+        raise error.with_context(str(path)) from None

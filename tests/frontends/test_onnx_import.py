@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx_cases import CASES, OnnxCase, expected_outputs
 
-from aotc.errors import AotcError, ModelError, ShapeError, UnsupportedError
+from aotc.errors import AotcError, InputValuesRequired, ModelError, ShapeError, UnsupportedError
 from aotc.frontends.onnx import import_onnx
 from aotc.ir import DType, Op
 from aotc.ir.evaluate import evaluate
@@ -155,6 +155,19 @@ def test_newer_opset_with_unchanged_op():
     np.testing.assert_array_equal(run(import_onnx(model), [x])[0], np.maximum(x, 0))
 
 
+def test_reshape_shape_fixed_by_input_values():
+    nodes = [helper.make_node("Reshape", ["data", "shape_in"], ["y"], name="x")]
+    inputs = [tensor("data", [2, 3]), tensor("shape_in", [2], TensorProto.INT64)]
+    model = make_model(nodes, inputs, [tensor("y", None)], opset=13)
+    with pytest.raises(InputValuesRequired) as info:
+        import_onnx(model)
+    assert info.value.inputs == ["shape_in"]
+    module = import_onnx(model, input_values={"shape_in": np.array([3, 2])})
+    assert module.input_names == ["data"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(run(module, [x])[0], x.reshape(3, 2))
+
+
 def test_non_constant_reshape_shape():
     nodes = [helper.make_node("Reshape", ["data", "shape_in"], ["y"], name="x")]
     inputs = [tensor("data", [2, 3]), tensor("shape_in", [2], TensorProto.INT64)]
@@ -163,7 +176,7 @@ def test_non_constant_reshape_shape():
         import_onnx(model)
     assert str(info.value) == (
         "Reshape (node 'x', opset 13): input 'shape' must be a constant "
-        "(it depends on input 'shape_in')"
+        "(it depends on input 'shape_in'; fix its value with --const NAME=VALUES)"
     )
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
@@ -38,19 +39,18 @@ def import_onnx(
     model: onnx.ModelProto | str | Path,
     input_shapes: InputShapes | None = None,
     name: str | None = None,
+    input_values: Mapping[str, np.ndarray] | None = None,
 ) -> Module:
-    """Lower an ONNX model (or a path to one) to an IR module."""
+    """Lower an ONNX model (or a path to one) to an IR module.
+
+    Inputs named in `input_values` become constants with those values (the
+    model is specialised on them, e.g. a Reshape's shape fed as an input).
+    """
     model = load_model(model)
-    try:
-        model = onnx.shape_inference.infer_shapes(model)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, ValueError):
-        # only a convenience (ValueError: a model over protobuf's 2 GB limit); the
-        # builder's own shape inference decides
-        pass
     opsets = model_opsets(model)
     check_supported(model.graph, opsets)
     module = Module(c_identifier(name or model.graph.name or "model"))
-    GraphLowering(module, model.graph, opsets, dict(input_shapes or {})).run()
+    GraphLowering(module, model.graph, opsets, input_shapes, input_values).run()
     return module
 
 
@@ -121,11 +121,13 @@ def _used_names(graph: onnx.GraphProto) -> set[str]:
 class GraphLowering:
     """Lowers one graph into the module's entry computation."""
 
-    def __init__(self, module: Module, graph: onnx.GraphProto, opsets, input_shapes):
+    def __init__(self, module: Module, graph: onnx.GraphProto, opsets, input_shapes,
+                 input_values=None):  # fmt: skip
         self.b = ComputationBuilder(module, "main")
         self.graph = graph
         self.opsets = opsets
-        self.input_shapes = input_shapes
+        self.input_shapes = dict(input_shapes or {})
+        self.input_values = dict(input_values or {})
         self.initializers = {t.name: t for t in graph.initializer}
         self.values: dict[str, Instruction] = {}
         self.input_names: dict[int, str] = {}  # id(parameter) -> ONNX input name
@@ -141,23 +143,43 @@ class GraphLowering:
         outputs = [self._value(output.name) for output in self.graph.output]
         self.b.build(self.b.tuple(outputs), entry=True)
         module = self.b.module
-        module.input_names = [i.name for i in self.graph.input if i.name not in self.initializers]
+        module.input_names = [
+            i.name
+            for i in self.graph.input
+            if i.name not in self.initializers and i.name not in self.input_values
+        ]
         module.output_names = [output.name for output in self.graph.output]
 
     def _parameters(self) -> None:
         inputs = [i for i in self.graph.input if i.name not in self.initializers]
-        unknown = set(self.input_shapes) - {i.name for i in inputs}
+        unknown = (set(self.input_shapes) | set(self.input_values)) - {i.name for i in inputs}
         if unknown:
             names = ", ".join(repr(i.name) for i in inputs)
             raise ModelError(
                 f"--input names no graph input: {', '.join(sorted(unknown))} "
                 f"(the inputs are {names})"
             )
+        for info in [i for i in inputs if i.name in self.input_values]:
+            self.values[info.name] = self._input_constant(info)
+        inputs = [i for i in inputs if i.name not in self.input_values]
         for number, info in enumerate(inputs):
             shape = input_shape(info, self.input_shapes.get(info.name))
             param = self.b.parameter(number, shape, name=info.name)
             self.input_names[id(param)] = info.name
             self.values[info.name] = param
+
+    def _input_constant(self, info: onnx.ValueInfoProto) -> Instruction:
+        """A graph input fixed to a given value (`input_values`, `--const`)."""
+        value = np.asarray(self.input_values[info.name])
+        dtype = to_dtype(info.type.tensor_type.elem_type, f"input '{info.name}'")
+        given = self.input_shapes.get(info.name)
+        shape = input_shape(info, given if given is not None else value.shape)
+        if shape.size != value.size:
+            raise ModelError(
+                f"--const {info.name}: {value.size} values given, the input has shape "
+                f"{list(shape.dims)}"
+            )
+        return self.b.constant(value.reshape(shape.dims), dtype, name=info.name)
 
     def _value(self, name: str) -> Instruction:
         if name not in self.values:
@@ -189,7 +211,7 @@ class GraphLowering:
             )
             result = lowering.fn(ctx, *inputs)
         except AotcError as e:
-            raise type(e)(f"{label}: {e}") from e
+            raise e.with_context(label) from e
         except (ValueError, TypeError, IndexError, KeyError) as e:
             # a malformed attribute or input that slipped past the checks above
             raise ModelError(f"{label}: cannot lower this node ({type(e).__name__}: {e})") from e

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper
 
-from ...errors import ModelError, UnsupportedError
+from ...errors import InputValuesRequired, ModelError, UnsupportedError
 from ...ir import ComputationBuilder, Instruction, Op
 from ...ir.evaluate import evaluate_constant
 
@@ -156,23 +156,28 @@ class NodeContext:
             return None
         value = evaluate_constant(instr)
         if value is None:
-            source = self._depends_on(instr)
-            why = f" (it depends on input '{source}')" if source else ""
-            raise UnsupportedError(f"input '{self.input_name(index)}' must be a constant{why}")
+            sources = self._depends_on(instr)
+            listed = ", ".join(f"'{s}'" for s in sources)
+            raise InputValuesRequired(
+                f"input '{self.input_name(index)}' must be a constant (it depends on input "
+                f"{listed}; fix its value with --const NAME=VALUES)",
+                sources,
+            )
         return np.asarray(value)
 
     def const_ints(self, index: int) -> list[int] | None:
         value = self.const(index)
         return None if value is None else [int(v) for v in value.reshape(-1)]
 
-    def _depends_on(self, instr: Instruction) -> str | None:
-        stack, seen = [instr], set()
+    def _depends_on(self, instr: Instruction) -> list[str]:
+        """The model inputs whose values `instr` depends on, in parameter order."""
+        stack, seen, params = [instr], set(), []
         while stack:
             cur = stack.pop()
             if id(cur) in seen:
                 continue
             seen.add(id(cur))
             if cur.op is Op.PARAMETER:
-                return self.input_names.get(id(cur), cur.name)
+                params.append(cur)
             stack.extend(cur.operands)
-        return None
+        return [self.input_names.get(id(p), p.name) for p in sorted(params, key=lambda p: p.index)]
