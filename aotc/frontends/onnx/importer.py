@@ -17,7 +17,10 @@ from google.protobuf.message import DecodeError
 
 from ...errors import AotcError, ModelError, UnsupportedError
 from ...ir import ComputationBuilder, Instruction, Module, Shape
-from . import activation, constants, elementwise, linalg, nn, norm, reduce, resize, shape_ops
+from . import (
+    activation, attention, constants, control, elementwise, indexing, linalg, loss, nn, norm,
+    quantize, recurrent, reduce, resize, sampling, sequence, shape_ops, signal,
+)  # fmt: skip
 from .dtypes import tensor_to_array, to_dtype
 from .registry import (
     DEFAULT_DOMAINS,
@@ -30,7 +33,10 @@ from .registry import (
 )
 
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
-FAMILIES = (activation, constants, elementwise, linalg, nn, norm, reduce, resize, shape_ops)
+FAMILIES = (
+    activation, attention, constants, control, elementwise, indexing, linalg, loss, nn, norm,
+    quantize, recurrent, reduce, resize, sampling, sequence, shape_ops, signal,
+)  # fmt: skip
 
 InputShapes = Mapping[str, Sequence[int]]
 
@@ -225,7 +231,7 @@ class GraphLowering:
 
 
 def _check_arity(node: onnx.NodeProto, opset: int) -> None:
-    spec = schema(node.op_type, opset)
+    spec = schema(node.op_type, opset, node.domain)
     for what, count, low, high in (
         ("inputs", len(node.input), spec.min_input, spec.max_input),
         ("outputs", len(node.output), spec.min_output, spec.max_output),

@@ -28,6 +28,12 @@ from ...ir.evaluate import evaluate_constant
 # lowerings handle.  A node at a newer opset is refused only if its op changed.
 MAX_OPSET = 28
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# other domains whose ops may have lowerings (registered with onnx_op(domain=...))
+EXTRA_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
+
+
+def canonical_domain(domain: str) -> str:
+    return "" if domain in DEFAULT_DOMAINS else domain
 
 Lower = Callable[..., Any]
 
@@ -38,42 +44,48 @@ class Lowering:
     since: int
     until: int | None  # last opset (inclusive) this lowering serves; None: up to MAX_OPSET
     fn: Lower
+    domain: str = ""
 
-    def serves(self, opset: int) -> bool:
-        return self.since <= opset and (self.until is None or opset <= self.until)
+    def serves(self, domain: str, opset: int) -> bool:
+        in_range = self.since <= opset and (self.until is None or opset <= self.until)
+        return self.domain == domain and in_range
 
 
 LOWERINGS: dict[str, list[Lowering]] = {}
 
 
-def onnx_op(*op_types: str, since: int = 7, until: int | None = None) -> Callable[[Lower], Lower]:
+def onnx_op(
+    *op_types: str, since: int = 7, until: int | None = None, domain: str = ""
+) -> Callable[[Lower], Lower]:
     """Register the decorated function as the lowering of `op_types` in [since, until]."""
 
     def register(fn: Lower) -> Lower:
         for op_type in op_types:
-            LOWERINGS.setdefault(op_type, []).append(Lowering(op_type, since, until, fn))
+            lowering = Lowering(op_type, since, until, fn, domain)
+            LOWERINGS.setdefault(op_type, []).append(lowering)
         return fn
 
     return register
 
 
 @functools.cache
-def schema(op_type: str, opset: int) -> onnx.defs.OpSchema | None:
+def schema(op_type: str, opset: int, domain: str = "") -> onnx.defs.OpSchema | None:
     try:
-        return onnx.defs.get_schema(op_type, opset, "")
+        return onnx.defs.get_schema(op_type, opset, canonical_domain(domain))
     except onnx.defs.SchemaError:
         return None
 
 
 def find_lowering(op_type: str, domain: str, opset: int) -> Lowering | None:
     """The lowering serving this node, or None where aotc cannot compile it."""
-    if domain not in DEFAULT_DOMAINS:
+    domain = canonical_domain(domain)
+    if domain and domain not in EXTRA_DOMAINS:
         return None
-    spec = schema(op_type, opset)
-    if spec is None or spec.since_version > MAX_OPSET:
+    spec = schema(op_type, opset, domain)
+    if spec is None or (not domain and spec.since_version > MAX_OPSET):
         return None
     for lowering in LOWERINGS.get(op_type, ()):
-        if lowering.serves(min(opset, MAX_OPSET)):
+        if lowering.serves(domain, min(opset, MAX_OPSET) if not domain else opset):
             return lowering
     return None
 
@@ -100,7 +112,7 @@ def _attribute_value(attr: AttributeProto) -> Any:
 def node_attributes(node: onnx.NodeProto, opset: int) -> dict[str, Any]:
     """The node's attributes over the defaults its schema declares."""
     attrs: dict[str, Any] = {}
-    spec = schema(node.op_type, opset)
+    spec = schema(node.op_type, opset, node.domain)
     if spec is not None:
         for name, decl in spec.attributes.items():
             if decl.default_value.type != AttributeProto.UNDEFINED:
@@ -144,7 +156,7 @@ class NodeContext:
 
     def input_name(self, index: int) -> str:
         """The schema's name of input `index` (the last one for variadic inputs)."""
-        spec = schema(self.node.op_type, self.opset)
+        spec = schema(self.node.op_type, self.opset, self.node.domain)
         if spec is None or not spec.inputs:
             return str(index)
         return spec.inputs[min(index, len(spec.inputs) - 1)].name

@@ -1,0 +1,3 @@
+"""Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Recurrent ops RNN, LSTM and GRU, unrolled over the (static) sequence length."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Spatial resampling: Resize, GridSample, AffineGrid, RoiAlign, NonMaxSuppression, DeformConv."""
+
+from __future__ import annotations
