@@ -15,7 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ModelError, ShapeError, UnsupportedError
-from ...ir import ConvDims, Instruction, Op, Window, scalar_reducer
+from ...ir import (
+    Computation, ComputationBuilder, ConvDims, Direction, DType, Instruction, Op, Shape, Window,
+    scalar_reducer,
+)  # fmt: skip
 from .helpers import element_count, full_like, lowest, reduce
 from .registry import NodeContext, onnx_op
 
@@ -181,16 +184,67 @@ def _pool_geometry(ctx: NodeContext, x: Instruction) -> PoolGeometry:
 
 
 @onnx_op("MaxPool")
-def max_pool(ctx: NodeContext, x: Instruction) -> Instruction:
-    if ctx.output_used(1):
-        raise UnsupportedError("the Indices output is not supported")
-    if ctx.attr("storage_order", 0) not in (0, 1):
+def max_pool(ctx: NodeContext, x: Instruction):
+    storage_order = ctx.attr("storage_order", 0)
+    if storage_order not in (0, 1):
         raise ModelError("storage_order must be 0 or 1")
     b = ctx.b
     geometry = _pool_geometry(ctx, x)
     dtype = x.shape.dtype
     init = b.scalar(lowest(dtype), dtype)
-    return b.reduce_window(x, init, geometry.window(), scalar_reducer(b.module, Op.MAXIMUM, dtype))
+    if not ctx.output_used(1):
+        reducer = scalar_reducer(b.module, Op.MAXIMUM, dtype)
+        return b.reduce_window(x, init, geometry.window(), reducer)
+    # values and flat row-major indices reduced together; ties keep the lower index,
+    # i.e. the first maximum in scan order, as the ONNX reference does
+    index = _flat_index(b, x.shape.dims)
+    no_index = b.scalar(np.iinfo(np.int64).max, DType.S64)
+    pooled = b.add(
+        Op.REDUCE_WINDOW, [x, index, init, no_index],
+        window=geometry.window(), called=(_argmax_reducer(b.module, dtype),),
+    )  # fmt: skip
+    values, indices = b.get_tuple_element(pooled, 0), b.get_tuple_element(pooled, 1)
+    if storage_order == 1:
+        indices = _column_major(b, indices, x.shape.dims)
+    return values, indices
+
+
+def _flat_index(b: ComputationBuilder, dims) -> Instruction:
+    """s64 array of `dims` holding each element's row-major flat index."""
+    shape = Shape(DType.S64, tuple(dims))
+    total = None
+    for axis in range(len(dims)):
+        stride = int(np.prod(dims[axis + 1 :], dtype=np.int64))
+        term = b.binary(Op.MULTIPLY, b.iota(shape, axis), full_like(b, stride, b.iota(shape, axis)))
+        total = term if total is None else b.binary(Op.ADD, total, term)
+    return total
+
+
+def _argmax_reducer(module, dtype: DType) -> Computation:
+    """(v1, i1, v2, i2) -> the pair with the larger value, the lower index on ties."""
+    b = ComputationBuilder(module, f"argmax_{dtype.text}")
+    v1, i1 = b.parameter(0, Shape(dtype, ()), "v1"), b.parameter(1, Shape(DType.S64, ()), "i1")
+    v2, i2 = b.parameter(2, Shape(dtype, ()), "v2"), b.parameter(3, Shape(DType.S64, ()), "i2")
+    greater = b.compare(v2, v1, Direction.GT)
+    tie = b.binary(Op.AND, b.compare(v2, v1, Direction.EQ), b.compare(i2, i1, Direction.LT))
+    take_second = b.binary(Op.OR, greater, tie)
+    return b.build(b.tuple([b.select(take_second, v2, v1), b.select(take_second, i2, i1)]))
+
+
+def _column_major(b: ComputationBuilder, flat: Instruction, dims) -> Instruction:
+    """Row-major flat indices -> ONNX storage_order=1 (spatial dims column-major)."""
+    spatial = list(dims[2:])
+    plane = int(np.prod(spatial, dtype=np.int64))
+    within = b.binary(Op.REMAINDER, flat, full_like(b, plane, flat))
+    result = b.binary(Op.SUBTRACT, flat, within)
+    row_stride, col_stride = plane, 1
+    for size in spatial:
+        row_stride //= size
+        coord = b.binary(Op.DIVIDE, within, full_like(b, row_stride, within))
+        coord = b.binary(Op.REMAINDER, coord, full_like(b, size, coord))
+        result = b.binary(Op.ADD, result, b.binary(Op.MULTIPLY, coord, full_like(b, col_stride, coord)))
+        col_stride *= size
+    return result
 
 
 @onnx_op("AveragePool")

@@ -1,0 +1,45 @@
+"""The ONNX backend node test suite, every case through compiled code.
+
+Cases come from `onnx.backend.test.case.node.collect_testcases`; each is
+compiled, linked, loaded and compared as onnx's own runner compares
+(aotc.conformance.run_case).  tests/onnx_node_expected_failures.txt lists the
+cases known to fail, one per line with the reason; the list is strict: a
+listed case that passes fails the run, so the list stays true.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aotc.conformance import load_cases, run_case
+
+EXPECTED_FILE = Path(__file__).parent / "onnx_node_expected_failures.txt"
+
+
+def expected_failures() -> dict[str, str]:
+    table = {}
+    for line in EXPECTED_FILE.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, reason = line.partition("\t")
+            table[name.strip()] = reason.strip()
+    return table
+
+
+CASES = {case.name: case for case in load_cases()}
+EXPECTED = expected_failures()
+
+
+def test_expected_failures_name_real_cases():
+    assert not set(EXPECTED) - set(CASES), sorted(set(EXPECTED) - set(CASES))
+    assert all(EXPECTED.values()), "every expected failure needs a reason"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_node_case(name):
+    result = run_case(CASES[name])
+    if name in EXPECTED:
+        assert not result.passed, f"{name} passes now: remove it from {EXPECTED_FILE.name}"
+        pytest.xfail(EXPECTED[name])
+    assert result.passed, result.reason
