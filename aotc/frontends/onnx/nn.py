@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import ModelError, ShapeError, UnsupportedError
+from ...errors import ModelError, ShapeError
 from ...ir import (
     Computation, ComputationBuilder, ConvDims, Direction, DType, Instruction, Op, Shape, Window,
     scalar_reducer,
@@ -215,7 +215,8 @@ def _flat_index(b: ComputationBuilder, dims) -> Instruction:
     total = None
     for axis in range(len(dims)):
         stride = int(np.prod(dims[axis + 1 :], dtype=np.int64))
-        term = b.binary(Op.MULTIPLY, b.iota(shape, axis), full_like(b, stride, b.iota(shape, axis)))
+        position = b.iota(shape, axis)
+        term = b.binary(Op.MULTIPLY, position, full_like(b, stride, position))
         total = term if total is None else b.binary(Op.ADD, total, term)
     return total
 
@@ -242,7 +243,8 @@ def _column_major(b: ComputationBuilder, flat: Instruction, dims) -> Instruction
         row_stride //= size
         coord = b.binary(Op.DIVIDE, within, full_like(b, row_stride, within))
         coord = b.binary(Op.REMAINDER, coord, full_like(b, size, coord))
-        result = b.binary(Op.ADD, result, b.binary(Op.MULTIPLY, coord, full_like(b, col_stride, coord)))
+        scaled = b.binary(Op.MULTIPLY, coord, full_like(b, col_stride, coord))
+        result = b.binary(Op.ADD, result, scaled)
         col_stride *= size
     return result
 
