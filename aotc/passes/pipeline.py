@@ -51,9 +51,13 @@ class Pipeline:
 
 def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = False):
     """The passes for an optimization level (-O0: none)."""
+    from .algsimp import AlgebraicSimplifier
+    from .cse import CommonSubexpressionElimination
     from .dce import DeadCodeElimination
+    from .fold import ConstantFolding
 
     passes: list[Pass] = []
     if opt_level >= 1:
-        passes.append(DeadCodeElimination())
+        passes += [DeadCodeElimination(), ConstantFolding(), AlgebraicSimplifier()]
+        passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
     return Pipeline(passes, dump_dir, verify)

@@ -1,0 +1,167 @@
+"""Algebraic simplification: local identities as a rule list (see rewrite.py).
+
+Every rule is exact for all inputs (NaN, infinities and signed zeros
+included) unless its comment says otherwise; none assumes fast math.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Instruction, Op
+from .rewrite import InsertingBuilder, rewrite, rule
+
+
+def splat_value(instr: Instruction):
+    """The single value of a constant, or of a broadcast of one, else None."""
+    while instr.op is Op.BROADCAST:
+        instr = instr.operands[0]
+    if instr.op is not Op.CONSTANT or instr.literal.size == 0:
+        return None
+    flat = instr.literal.reshape(-1)
+    first = flat[0]
+    if np.all(flat == first):
+        return first.item()
+    return None
+
+
+@rule(Op.ADD)
+def add_zero(b: InsertingBuilder, instr: Instruction):
+    # x + 0 -> x for integers; for floats only x + (-0) is exact (-0 + +0 = +0)
+    x, y = instr.operands
+    for keep, other in ((x, y), (y, x)):
+        value = splat_value(other)
+        if value is None or value != 0:
+            continue
+        dtype = instr.shape.dtype
+        if not dtype.is_float or np.signbit(value):
+            return keep
+    return None
+
+
+@rule(Op.SUBTRACT)
+def subtract_zero(b: InsertingBuilder, instr: Instruction):
+    # x - (+0) -> x (exact: -0 - +0 = -0)
+    x, y = instr.operands
+    value = splat_value(y)
+    if value is not None and value == 0 and not np.signbit(value):
+        return x
+    return None
+
+
+@rule(Op.MULTIPLY)
+def multiply_one(b: InsertingBuilder, instr: Instruction):
+    # x * 1 -> x
+    x, y = instr.operands
+    for keep, other in ((x, y), (y, x)):
+        value = splat_value(other)
+        if value is not None and value == 1 and instr.shape.dtype.bits > 1:
+            return keep
+    return None
+
+
+@rule(Op.DIVIDE)
+def divide_by_constant(b: InsertingBuilder, instr: Instruction):
+    # x / 1 -> x;  x / 2^k -> x * 2^-k (exact in binary floating point)
+    x, y = instr.operands
+    value = splat_value(y)
+    dtype = instr.shape.dtype
+    if value is None or not dtype.is_float:
+        return None
+    if value == 1:
+        return x
+    mantissa, _ = np.frexp(value)
+    if value != 0 and np.isfinite(value) and abs(mantissa) == 0.5:
+        reciprocal = 1.0 / value
+        if np.isfinite(np.asarray(reciprocal, dtype=dtype.numpy)):
+            factor = b.broadcast_to(b.scalar(reciprocal, dtype), x.shape.dims)
+            return b.binary(Op.MULTIPLY, x, factor)
+    return None
+
+
+@rule(Op.RESHAPE, Op.BITCAST)
+def reshape_chain(b: InsertingBuilder, instr: Instruction):
+    # reshape(x) to x's own shape -> x;  reshape(reshape(x)) -> reshape(x)
+    x = instr.operands[0]
+    if x.shape == instr.shape:
+        return x
+    if x.op in (Op.RESHAPE, Op.BITCAST):
+        return b.reshape(x.operands[0], instr.shape.dims)
+    return None
+
+
+@rule(Op.TRANSPOSE)
+def transpose_chain(b: InsertingBuilder, instr: Instruction):
+    # transpose by the identity -> x;  transpose(transpose(x, p), q) -> transpose(x, p o q)
+    x = instr.operands[0]
+    perm = instr.dimensions
+    if list(perm) == list(range(len(perm))):
+        return x
+    if x.op is Op.TRANSPOSE:
+        inner = x.dimensions
+        return b.transpose(x.operands[0], [inner[p] for p in perm])
+    return None
+
+
+@rule(Op.BROADCAST)
+def broadcast_chain(b: InsertingBuilder, instr: Instruction):
+    # broadcast to the same shape -> x;  broadcast(broadcast(x)) -> one broadcast
+    x = instr.operands[0]
+    if x.shape == instr.shape and list(instr.dimensions) == list(range(x.shape.rank)):
+        return x
+    if x.op is Op.BROADCAST:
+        dims = [instr.dimensions[d] for d in x.dimensions]
+        return b.broadcast(x.operands[0], dims, instr.shape.dims)
+    return None
+
+
+@rule(Op.CONVERT)
+def convert_noop(b: InsertingBuilder, instr: Instruction):
+    # convert to the operand's own type -> x
+    x = instr.operands[0]
+    return x if x.shape == instr.shape else None
+
+
+@rule(Op.SLICE)
+def slice_full(b: InsertingBuilder, instr: Instruction):
+    # a slice that keeps everything -> x
+    x, s = instr.operands[0], instr.slice
+    full = all(
+        start == 0 and limit == d and stride == 1
+        for start, limit, stride, d in zip(s.starts, s.limits, s.strides, x.shape.dims)
+    )
+    return x if full else None
+
+
+@rule(Op.PAD)
+def pad_nothing(b: InsertingBuilder, instr: Instruction):
+    # padding of zero width everywhere -> x
+    p = instr.padding
+    nothing = not any(p.low) and not any(p.high) and not any(p.interior)
+    return instr.operands[0] if nothing else None
+
+
+@rule(Op.CONCATENATE)
+def concatenate_single(b: InsertingBuilder, instr: Instruction):
+    # concatenate of one operand -> that operand
+    return instr.operands[0] if len(instr.operands) == 1 else None
+
+
+@rule(Op.NEGATE)
+def double_negation(b: InsertingBuilder, instr: Instruction):
+    # -(-x) -> x
+    x = instr.operands[0]
+    return x.operands[0] if x.op is Op.NEGATE else None
+
+
+ALGSIMP_RULES = [
+    add_zero, subtract_zero, multiply_one, divide_by_constant, reshape_chain, transpose_chain,
+    broadcast_chain, convert_noop, slice_full, pad_nothing, concatenate_single, double_negation,
+]  # fmt: skip
+
+
+class AlgebraicSimplifier:
+    name = "algsimp"
+
+    def run(self, module) -> bool:
+        return rewrite(module, ALGSIMP_RULES)

@@ -1,0 +1,32 @@
+"""Common subexpression elimination: one instruction per distinct value.
+
+Two instructions are the same value when their structural keys
+(`Instruction.key()`: opcode, shape, operands, attributes, literal bytes)
+are equal; operands of commutative ops are compared as a set.
+"""
+
+from __future__ import annotations
+
+from ..ir import Module, Op, Trait
+
+
+class CommonSubexpressionElimination:
+    name = "cse"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for computation in module.computations:
+            seen: dict[tuple, object] = {}
+            for instr in list(computation.instructions):
+                if instr.op is Op.PARAMETER:
+                    continue
+                key = instr.key()
+                if Trait.COMMUTATIVE in instr.op.traits:
+                    key = key[:2] + (tuple(sorted(key[2])),) + key[3:]
+                first = seen.setdefault(key, instr)
+                if first is not instr:
+                    computation.replace_all_uses(instr, first)
+                    changed = True
+            if changed:
+                computation.remove_dead()
+        return changed

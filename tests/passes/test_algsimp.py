@@ -1,0 +1,108 @@
+import pytest
+from pass_testing import check_pass
+
+from aotc.passes.algsimp import AlgebraicSimplifier
+
+CASES = {
+    "add_negative_zero": (
+        """HloModule m
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %z = f32[] constant(-0)
+  %b = f32[4]{0} broadcast(f32[] %z), dimensions={}
+  ROOT %a = f32[4]{0} add(f32[4]{0} %x, f32[4]{0} %b)
+}""",
+        """HloModule m
+ENTRY %main (x: f32[4]) -> f32[4] {
+  ROOT %x = f32[4]{0} parameter(0)
+}""",
+    ),
+    "int_add_zero_and_multiply_one": (
+        """HloModule m
+ENTRY %main (x: s32[4]) -> s32[4] {
+  %x = s32[4]{0} parameter(0)
+  %z = s32[4]{0} constant({0, 0, 0, 0})
+  %o = s32[4]{0} constant({1, 1, 1, 1})
+  %a = s32[4]{0} add(s32[4]{0} %z, s32[4]{0} %x)
+  ROOT %m = s32[4]{0} multiply(s32[4]{0} %a, s32[4]{0} %o)
+}""",
+        """HloModule m
+ENTRY %main (x: s32[4]) -> s32[4] {
+  ROOT %x = s32[4]{0} parameter(0)
+}""",
+    ),
+    "divide_by_power_of_two": (
+        """HloModule m
+ENTRY %main (x: f32[3]) -> f32[3] {
+  %x = f32[3]{0} parameter(0)
+  %c = f32[] constant(4)
+  %b = f32[3]{0} broadcast(f32[] %c), dimensions={}
+  ROOT %d = f32[3]{0} divide(f32[3]{0} %x, f32[3]{0} %b)
+}""",
+        """HloModule m
+ENTRY %main (x: f32[3]) -> f32[3] {
+  %x = f32[3]{0} parameter(0)
+  %c = f32[] constant(0.25)
+  %b = f32[3]{0} broadcast(f32[] %c), dimensions={}
+  ROOT %d = f32[3]{0} multiply(f32[3]{0} %x, f32[3]{0} %b)
+}""",
+    ),
+    "transpose_and_reshape_chains": (
+        """HloModule m
+ENTRY %main (x: f32[2,3,4]) -> f32[24] {
+  %x = f32[2,3,4]{2,1,0} parameter(0)
+  %t1 = f32[3,2,4]{2,1,0} transpose(f32[2,3,4]{2,1,0} %x), dimensions={1,0,2}
+  %t2 = f32[2,3,4]{2,1,0} transpose(f32[3,2,4]{2,1,0} %t1), dimensions={1,0,2}
+  %r1 = f32[6,4]{1,0} reshape(f32[2,3,4]{2,1,0} %t2)
+  ROOT %r2 = f32[24]{0} reshape(f32[6,4]{1,0} %r1)
+}""",
+        """HloModule m
+ENTRY %main (x: f32[2,3,4]) -> f32[24] {
+  %x = f32[2,3,4]{2,1,0} parameter(0)
+  ROOT %r = f32[24]{0} reshape(f32[2,3,4]{2,1,0} %x)
+}""",
+    ),
+    "noop_convert_slice_pad": (
+        """HloModule m
+ENTRY %main (x: f32[2,3]) -> f32[2,3] {
+  %x = f32[2,3]{1,0} parameter(0)
+  %c = f32[2,3]{1,0} convert(f32[2,3]{1,0} %x)
+  %s = f32[2,3]{1,0} slice(f32[2,3]{1,0} %c), slice={[0:2], [0:3]}
+  %z = f32[] constant(0)
+  ROOT %p = f32[2,3]{1,0} pad(f32[2,3]{1,0} %s, f32[] %z), padding=0_0x0_0
+}""",
+        """HloModule m
+ENTRY %main (x: f32[2,3]) -> f32[2,3] {
+  ROOT %x = f32[2,3]{1,0} parameter(0)
+}""",
+    ),
+}
+
+NO_CHANGE = {
+    # x + (+0) is not x for x = -0 (IEEE: -0 + +0 = +0), so it must stay
+    "float_add_positive_zero": """HloModule m
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %z = f32[] constant(0)
+  %b = f32[4]{0} broadcast(f32[] %z), dimensions={}
+  ROOT %a = f32[4]{0} add(f32[4]{0} %x, f32[4]{0} %b)
+}""",
+    # x / 3 -> x * (1/3) would round differently
+    "divide_by_three": """HloModule m
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %c = f32[] constant(3)
+  %b = f32[4]{0} broadcast(f32[] %c), dimensions={}
+  ROOT %d = f32[4]{0} divide(f32[4]{0} %x, f32[4]{0} %b)
+}""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rewrites(name):
+    check_pass(AlgebraicSimplifier(), *CASES[name])
+
+
+@pytest.mark.parametrize("name", sorted(NO_CHANGE))
+def test_no_change(name):
+    check_pass(AlgebraicSimplifier(), NO_CHANGE[name], None)
