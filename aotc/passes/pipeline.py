@@ -55,9 +55,12 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
     from .cse import CommonSubexpressionElimination
     from .dce import DeadCodeElimination
     from .fold import ConstantFolding
+    from .fusion import Fusion
 
     passes: list[Pass] = []
     if opt_level >= 1:
         passes += [DeadCodeElimination(), ConstantFolding(), AlgebraicSimplifier()]
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
+    if opt_level >= 2:
+        passes += [Fusion(), DeadCodeElimination()]
     return Pipeline(passes, dump_dir, verify)

@@ -1,0 +1,144 @@
+"""Loop fusion: producers inlined into their consumers' loops.
+
+Every CPU kernel is a loop over its output computing each element through
+element generators, so any producer can be inlined into a consumer; the
+question is only when it pays.  Walking the entry computation from the root
+up, each consumer starts a group and pulls in operands that
+
+- have no users outside the group (or are free to recompute: data movement
+  such as broadcast, reshape, transpose, slice, iota, convert), and
+- are not recomputed many times: a producer reached through a consumer that
+  reads each operand element several times (broadcast, dot, convolution,
+  reduce-window, gather) must itself be free.
+
+So elementwise chains become one loop, reductions absorb their elementwise
+producers (input fusion), and a dot or convolution followed by bias, residual
+add and activation becomes one kernel (the consumer computes each output
+element of the dot once, then applies its epilogue).  Each group becomes a
+`fusion` instruction (kind kLoop) calling a computation built from clones of
+its members.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir import Computation, ComputationBuilder, FusionKind, Instruction, Module, Op, Shape
+
+# recomputing these costs (almost) nothing: index arithmetic and a load
+FREE_OPS = frozenset(
+    {Op.BROADCAST, Op.RESHAPE, Op.BITCAST, Op.TRANSPOSE, Op.SLICE, Op.IOTA, Op.CONVERT,
+     Op.REVERSE}
+)  # fmt: skip
+
+# consumers that read an operand element several times per output element pass
+REUSING_OPS = frozenset(
+    {Op.BROADCAST, Op.DOT, Op.CONVOLUTION, Op.REDUCE_WINDOW, Op.GATHER}
+)  # fmt: skip
+
+# ops a fused loop can compute element by element (leaves and tuples never fuse)
+FUSIBLE_OPS = frozenset(
+    {op for op in Op if op.is_elementwise}
+    | {Op.BROADCAST, Op.RESHAPE, Op.BITCAST, Op.TRANSPOSE, Op.SLICE, Op.CONCATENATE, Op.PAD,
+       Op.REVERSE, Op.IOTA, Op.GATHER, Op.REDUCE, Op.REDUCE_WINDOW, Op.DOT, Op.CONVOLUTION}
+)  # fmt: skip
+
+
+class Fusion:
+    name = "fusion"
+
+    def run(self, module: Module) -> bool:
+        entry = module.entry
+        groups = _form_groups(entry)
+        if not any(len(g.members) > 1 for g in groups):
+            return False
+        for group in groups:
+            if len(group.members) > 1:
+                _outline(module, entry, group)
+        entry.remove_dead()
+        module.remove_unused_computations()
+        return True
+
+
+class _Group:
+    def __init__(self, root: Instruction):
+        self.root = root
+        self.members: dict[int, Instruction] = {id(root): root}
+
+
+def _is_fusible(instr: Instruction) -> bool:
+    return instr.op in FUSIBLE_OPS and isinstance(instr.shape, Shape)
+
+
+def _form_groups(computation: Computation) -> list[_Group]:
+    users = computation.users()
+    grouped: set[int] = set()
+    groups: list[_Group] = []
+    for instr in reversed(computation.instructions):
+        if id(instr) in grouped or not _is_fusible(instr):
+            continue
+        group = _Group(instr)
+        grouped.add(id(instr))
+        # (member, is it recomputed several times per output element?)
+        work = [(instr, False)]
+        while work:
+            member, replicated = work.pop()
+            for producer in member.operands:
+                if id(producer) in group.members or not _is_fusible(producer):
+                    continue
+                again = replicated or member.op in REUSING_OPS
+                if again and producer.op not in FREE_OPS:
+                    continue
+                outside = [u for u in users[id(producer)] if id(u) not in group.members]
+                if outside and producer.op not in FREE_OPS:
+                    continue
+                if id(producer) in grouped and producer.op not in FREE_OPS:
+                    continue
+                group.members[id(producer)] = producer
+                if not outside:
+                    grouped.add(id(producer))
+                work.append((producer, again))
+        groups.append(group)
+    return groups
+
+
+def _outline(module: Module, computation: Computation, group: _Group) -> None:
+    """Replace the group's root by a fusion calling a computation of the members."""
+    members = [i for i in computation.instructions if id(i) in group.members]
+    builder = ComputationBuilder(module, f"fused_{group.root.name}")
+    clones: dict[int, Instruction] = {}
+    operands: list[Instruction] = []
+    for instr in members:
+        cloned_operands = []
+        for operand in instr.operands:
+            if id(operand) not in clones:
+                if _inline_constant(operand):
+                    clones[id(operand)] = builder.constant(operand.literal, operand.shape.dtype)
+                else:
+                    number = len(operands)
+                    param = builder.parameter(number, operand.shape, f"param_{number}")
+                    clones[id(operand)] = param
+                    operands.append(operand)
+            cloned_operands.append(clones[id(operand)])
+        clones[id(instr)] = _clone(builder, instr, cloned_operands)
+    body = builder.build(clones[id(group.root)])
+    fusion = Instruction(
+        Op.FUSION, group.root.shape, operands, module.unique_name(f"fusion.{group.root.name}"),
+        called=(body,), fusion_kind=FusionKind.LOOP, origin=group.root.origin,
+    )  # fmt: skip
+    position = computation.instructions.index(group.root)
+    computation.instructions.insert(position, fusion)
+    computation.replace_all_uses(group.root, fusion)
+    fusion.operands = operands  # replace_all_uses must not rewrite the fusion's own operands
+
+
+def _inline_constant(instr: Instruction) -> bool:
+    """Scalar constants go inside the fused computation (immediates in the kernel)."""
+    return instr.op is Op.CONSTANT and instr.shape.size == 1
+
+
+def _clone(builder: ComputationBuilder, instr: Instruction, operands: list[Instruction]):
+    name = builder.module.unique_name(instr.name)
+    copy = dataclasses.replace(instr, operands=operands, name=name)
+    builder.computation.instructions.append(copy)
+    return copy

@@ -1,0 +1,100 @@
+from pass_testing import check_pass, random_args
+
+from aotc.ir import Op
+from aotc.ir.evaluate import evaluate
+from aotc.ir.text import parse_module
+from aotc.passes.fusion import Fusion
+
+CHAIN = """HloModule m
+ENTRY %main (x: f32[4,8], b: f32[8]) -> f32[4,8] {
+  %x = f32[4,8]{1,0} parameter(0)
+  %b = f32[8]{0} parameter(1)
+  %bb = f32[4,8]{1,0} broadcast(f32[8]{0} %b), dimensions={1}
+  %a = f32[4,8]{1,0} add(f32[4,8]{1,0} %x, f32[4,8]{1,0} %bb)
+  %z = f32[] constant(0)
+  %zb = f32[4,8]{1,0} broadcast(f32[] %z), dimensions={}
+  ROOT %r = f32[4,8]{1,0} maximum(f32[4,8]{1,0} %a, f32[4,8]{1,0} %zb)
+}"""
+
+CHAIN_FUSED = """HloModule m
+%fused_r (param_0: f32[8], param_1: f32[4,8]) -> f32[4,8] {
+  %param_0 = f32[8]{0} parameter(0)
+  %bb = f32[4,8]{1,0} broadcast(f32[8]{0} %param_0), dimensions={1}
+  %param_1 = f32[4,8]{1,0} parameter(1)
+  %a = f32[4,8]{1,0} add(f32[4,8]{1,0} %param_1, f32[4,8]{1,0} %bb)
+  %z = f32[] constant(0)
+  %zb = f32[4,8]{1,0} broadcast(f32[] %z), dimensions={}
+  ROOT %r = f32[4,8]{1,0} maximum(f32[4,8]{1,0} %a, f32[4,8]{1,0} %zb)
+}
+
+ENTRY %main (x: f32[4,8], b: f32[8]) -> f32[4,8] {
+  %x = f32[4,8]{1,0} parameter(0)
+  %b = f32[8]{0} parameter(1)
+  ROOT %fusion = f32[4,8]{1,0} fusion(f32[8]{0} %b, f32[4,8]{1,0} %x), kind=kLoop, calls=%fused_r
+}"""
+
+
+def test_elementwise_chain_with_broadcasts_is_one_loop():
+    check_pass(Fusion(), CHAIN, CHAIN_FUSED)
+
+
+# exp has two users: recomputing it in both would double the transcendental work
+SHARED_EXPENSIVE = """HloModule m
+%add_f32 (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(f32[] %x, f32[] %y)
+}
+
+ENTRY %main (x: f32[4,8]) -> (f32[4], f32[4,8]) {
+  %x = f32[4,8]{1,0} parameter(0)
+  %e = f32[4,8]{1,0} exponential(f32[4,8]{1,0} %x)
+  %z = f32[] constant(0)
+  %s = f32[4]{0} reduce(f32[4,8]{1,0} %e, f32[] %z), dimensions={1}, to_apply=%add_f32
+  %n = f32[4,8]{1,0} negate(f32[4,8]{1,0} %e)
+  ROOT %t = (f32[4]{0}, f32[4,8]{1,0}) tuple(f32[4]{0} %s, f32[4,8]{1,0} %n)
+}"""
+
+
+def test_shared_expensive_producer_is_not_duplicated():
+    check_pass(Fusion(), SHARED_EXPENSIVE, None)
+
+
+DOT_EPILOGUE = """HloModule m
+ENTRY %main (x: f32[2,3], w: f32[3,4], b: f32[4], r: f32[2,4]) -> f32[2,4] {
+  %x = f32[2,3]{1,0} parameter(0)
+  %w = f32[3,4]{1,0} parameter(1)
+  %b = f32[4]{0} parameter(2)
+  %r = f32[2,4]{1,0} parameter(3)
+  %d = f32[2,4]{1,0} dot(f32[2,3]{1,0} %x, f32[3,4]{1,0} %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %bb = f32[2,4]{1,0} broadcast(f32[4]{0} %b), dimensions={1}
+  %a = f32[2,4]{1,0} add(f32[2,4]{1,0} %d, f32[2,4]{1,0} %bb)
+  %a2 = f32[2,4]{1,0} add(f32[2,4]{1,0} %a, f32[2,4]{1,0} %r)
+  ROOT %t = f32[2,4]{1,0} tanh(f32[2,4]{1,0} %a2)
+}"""
+
+
+def test_dot_with_bias_residual_and_activation_is_one_kernel():
+    module = parse_module(DOT_EPILOGUE)
+    reference = parse_module(DOT_EPILOGUE)
+    assert Fusion().run(module)
+    entry = module.entry
+    kernels = [i for i in entry.instructions if i.op not in (Op.PARAMETER, Op.CONSTANT)]
+    assert [k.op for k in kernels] == [Op.FUSION]
+    fused_ops = {i.op for i in kernels[0].called[0].instructions}
+    assert {Op.DOT, Op.ADD, Op.TANH, Op.BROADCAST} <= fused_ops
+    args = random_args(reference)
+    assert (evaluate(module, args) == evaluate(reference, args)).all()
+
+
+# a broadcast reads its operand many times: an expensive producer stays outside
+BROADCAST_OF_EXPENSIVE = """HloModule m
+ENTRY %main (x: f32[8]) -> f32[4,8] {
+  %x = f32[8]{0} parameter(0)
+  %e = f32[8]{0} exponential(f32[8]{0} %x)
+  ROOT %b = f32[4,8]{1,0} broadcast(f32[8]{0} %e), dimensions={1}
+}"""
+
+
+def test_expensive_producer_not_recomputed_through_broadcast():
+    check_pass(Fusion(), BROADCAST_OF_EXPENSIVE, None)
