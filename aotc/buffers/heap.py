@@ -8,6 +8,7 @@ the lowest-waste gap among buffers alive at the same time.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 
@@ -32,11 +33,40 @@ def align_up(value: int, alignment: int) -> int:
 def pack(intervals: list[Interval], alignment: int) -> int:
     """Give every interval an offset; return the arena size.
 
-    Buffers alive at the same time never share bytes.  Ties in size are broken
-    by start time, so the result depends only on the input order of equals.
+    Buffers alive at the same time never share bytes.  Two greedy orders are
+    tried, largest first and most-conflicting first (as XLA's heap simulator
+    tries several), and the smaller arena is kept.
     """
+    conflicts = _conflict_counts(intervals)
+    orders = (
+        lambda i: (-i.size, i.start, i.end),
+        lambda i: (-conflicts[id(i)], -i.size, i.start, i.end),
+    )
+    best = None
+    for order in orders:
+        size = _pack_in_order(sorted(intervals, key=order), alignment)
+        if best is None or size < best[0]:
+            best = (size, [i.offset for i in intervals])
+    for item, offset in zip(intervals, best[1]):
+        item.offset = offset
+    return best[0]
+
+
+def _conflict_counts(intervals: list[Interval]) -> dict[int, int]:
+    """id(interval) -> how many intervals overlap it in time (itself included)."""
+    starts = sorted(i.start for i in intervals)
+    ends = sorted(i.end for i in intervals)
+    counts = {}
+    for item in intervals:
+        ended_before = bisect.bisect_left(ends, item.start)
+        starting_after = len(starts) - bisect.bisect_right(starts, item.end)
+        counts[id(item)] = len(intervals) - ended_before - starting_after
+    return counts
+
+
+def _pack_in_order(intervals: list[Interval], alignment: int) -> int:
     placed: list[Interval] = []
-    for item in sorted(intervals, key=lambda i: (-i.size, i.start, i.end)):
+    for item in intervals:
         size = align_up(max(item.size, 1), alignment)
         busy = sorted(
             (p.offset, p.offset + align_up(max(p.size, 1), alignment))

@@ -31,10 +31,14 @@ class Slice:
 
     def overlaps(self, other: Slice) -> bool:
         same_buffer = self.kind == other.kind and self.index == other.index
-        return same_buffer and self.offset < other.offset + other.size and other.offset < self.offset + self.size
+        before = self.offset < other.offset + other.size
+        after = other.offset < self.offset + self.size
+        return same_buffer and before and after
 
     def text(self) -> str:
-        where = self.kind.value if self.kind in (BufferKind.ARENA, BufferKind.CONSTANT) else f"{self.kind.value}{self.index}"
+        where = self.kind.value
+        if self.kind in (BufferKind.PARAMETER, BufferKind.OUTPUT):
+            where += str(self.index)
         return f"{where}[{self.offset}:{self.offset + self.size}]"
 
 
