@@ -72,3 +72,95 @@ def light_input(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
             dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
             feeds[value.name] = rng.random(dims, dtype=np.float32)
     return feeds
+
+
+def _model(nodes, inputs, outputs, initializers, name: str) -> onnx.ModelProto:
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def mlp(sizes: tuple[int, ...] = (784, 512, 512, 10), batch: int = 1, seed: int = 0):
+    """Gemm + Relu layers (no activation after the last), fixed seed."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    current = "x"
+    for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
+        w = rng.normal(0, np.sqrt(2 / n_in), (n_in, n_out)).astype(np.float32)
+        b = rng.uniform(-0.1, 0.1, n_out).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        last = i == len(sizes) - 2
+        pre = "y" if last else f"h{i}_pre"
+        nodes.append(helper.make_node("Gemm", [current, f"w{i}", f"b{i}"], [pre]))
+        if not last:
+            nodes.append(helper.make_node("Relu", [pre], [f"h{i}"]))
+            current = f"h{i}"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, sizes[-1]])
+    return _model(nodes, [x], [y], inits, "mlp")
+
+
+def transformer_layer(hidden: int = 256, seq: int = 128, heads: int = 4, seed: int = 0):
+    """One post-norm encoder layer: attention, residual, LayerNorm, Erf-GELU FFN, residual,
+    LayerNorm; input x [1, seq, hidden]."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    head = hidden // heads
+    inits = []
+
+    def weight(name, shape, scale):
+        inits.append(numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name))
+        return name
+
+    def const(name, value):
+        inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    s = 1 / np.sqrt(hidden)
+    n = helper.make_node
+    nodes = []
+    for p in "qkv":
+        nodes += [
+            n("MatMul", ["x", weight(f"w{p}", (hidden, hidden), s)], [f"{p}0"]),
+            n("Add", [f"{p}0", weight(f"b{p}", (hidden,), 0.02)], [f"{p}1"]),
+            n("Reshape", [f"{p}1", const(f"shape_{p}", np.array([1, seq, heads, head]))], [f"{p}2"]),
+            n("Transpose", [f"{p}2"], [f"{p}h"], perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3]),
+        ]
+    nodes += [
+        n("MatMul", ["qh", "kh"], ["scores0"]),
+        n("Mul", ["scores0", const("scale", np.array(1 / np.sqrt(head), np.float32))], ["scores"]),
+        n("Softmax", ["scores"], ["probs"], axis=-1),
+        n("MatMul", ["probs", "vh"], ["ctx0"]),
+        n("Transpose", ["ctx0"], ["ctx1"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["ctx1", const("shape_out", np.array([1, seq, hidden]))], ["ctx"]),
+        n("MatMul", ["ctx", weight("wo", (hidden, hidden), s)], ["attn0"]),
+        n("Add", ["attn0", weight("bo", (hidden,), 0.02)], ["attn"]),
+        n("Add", ["attn", "x"], ["res1"]),
+        n("LayerNormalization", ["res1", const("g1", np.ones(hidden, np.float32)),
+                                 const("beta1", np.zeros(hidden, np.float32))], ["ln1"], axis=-1),
+        n("MatMul", ["ln1", weight("w1", (hidden, 4 * hidden), s)], ["f0"]),
+        n("Add", ["f0", weight("b1", (4 * hidden,), 0.02)], ["f1"]),
+        # GELU, Erf form: 0.5 * x * (1 + erf(x / sqrt(2)))
+        n("Div", ["f1", const("sqrt2", np.array(np.sqrt(2), np.float32))], ["g0"]),
+        n("Erf", ["g0"], ["erf0"]),
+        n("Add", ["erf0", const("one", np.array(1, np.float32))], ["g2"]),
+        n("Mul", ["f1", "g2"], ["g3"]),
+        n("Mul", ["g3", const("half", np.array(0.5, np.float32))], ["gelu"]),
+        n("MatMul", ["gelu", weight("w2", (4 * hidden, hidden), 1 / np.sqrt(4 * hidden))], ["f2"]),
+        n("Add", ["f2", weight("b2", (hidden,), 0.02)], ["f3"]),
+        n("Add", ["f3", "ln1"], ["res2"]),
+        n("LayerNormalization", ["res2", const("g2w", np.ones(hidden, np.float32)),
+                                 const("beta2", np.zeros(hidden, np.float32))], ["y"], axis=-1),
+    ]  # fmt: skip
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, hidden])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, hidden])
+    return _model(nodes, [x], [y], inits, f"transformer{hidden}")
+
+
+def model_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random float inputs in [0, 1) for the model's non-initializer inputs."""
+    return light_input(model, seed)

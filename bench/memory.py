@@ -1,0 +1,90 @@
+"""Optimizer and memory-plan figures per model.
+
+    python bench/memory.py [MODEL ...]      (default: all; writes bench/memory_results.md)
+
+For each benchmark model: kernels after fusion (default -O2) and at -O0,
+arena bytes, the lower bound of the schedule used and of the plain
+topological order, the naive total, arena / lower bound, and the largest
+difference from onnxruntime's output.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from models import LIGHT_MODELS, light_model, mlp, model_inputs, transformer_layer  # noqa: E402
+
+import aotc  # noqa: E402
+from aotc.buffers.assign import _plan  # noqa: E402
+from aotc.buffers.schedule import topological  # noqa: E402
+
+MODELS = {
+    **{name: (lambda name=name: light_model(name)) for name in LIGHT_MODELS},
+    "mlp_784_512_512_10": lambda: mlp(),
+    "transformer_256x128": lambda: transformer_layer(256, 128),
+}
+
+
+def measure(name: str) -> dict:
+    import onnxruntime as ort
+
+    model = MODELS[name]()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.onnx"
+        onnx.save(model, str(path))
+        started = time.perf_counter()
+        compiled = aotc.compile(path, name="m")
+        seconds = time.perf_counter() - started
+        unfused = aotc.compile(path, name="m", opt_level=0).stats.kernel_count
+        feeds = model_inputs(model)
+        got = compiled.load()(*feeds.values())
+        want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    plan = compiled.plan
+    topo = _plan(compiled.module, topological(compiled.module.entry))
+    scale = max(float(np.max(np.abs(w))) for w in want)
+    error = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
+    return {
+        "model": name, "kernels": compiled.stats.kernel_count, "kernels_O0": unfused,
+        "arena": plan.arena_bytes, "lower": plan.lower_bound, "topo_lower": topo.lower_bound,
+        "naive": plan.naive_total, "ratio": plan.arena_bytes / max(plan.lower_bound, 1),
+        "rel_err": error / max(scale, 1e-30), "seconds": seconds,
+    }  # fmt: skip
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| model | kernels -O0 | kernels -O2 | arena B | lower bound B | topo-order lower B "
+        "| naive B | arena/lower | max rel err vs ORT | compile s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['kernels_O0']} | {r['kernels']} | {r['arena']:,} | {r['lower']:,} "
+            f"| {r['topo_lower']:,} | {r['naive']:,} | {r['ratio']:.3f} | {r['rel_err']:.1e} "
+            f"| {r['seconds']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(names: list[str]) -> None:
+    rows = []
+    for name in names or list(MODELS):
+        rows.append(measure(name))
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+    text = table(rows)
+    print(text)
+    if not names:
+        (Path(__file__).parent / "memory_results.md").write_text(
+            "# Memory plan and fusion per model\n\nMade by `python bench/memory.py`.\n\n" + text
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
