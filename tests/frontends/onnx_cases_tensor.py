@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
-from onnx_case_kit import CaseList, Const, In, f32, graph_case, i64, ints, op_case
+from onnx import NodeProto, TensorProto, helper, numpy_helper
+from onnx_case_kit import CaseList, Const, In, OnnxCase, f32, graph_case, i64, ints, op_case
 
 
 def _shapes(cases: CaseList) -> None:
@@ -361,4 +362,296 @@ def _extras(cases: CaseList) -> None:
     )
 
 
-TENSOR_FAMILIES = (_shapes, _constants, _extras, _models)
+def _body(name, nodes, inputs, outputs):
+    """A subgraph (If branch, Loop or Scan body) with untyped-shape float/bool/int values."""
+    kinds = {"b": TensorProto.BOOL, "i": TensorProto.INT64}
+    values = [
+        [helper.make_tensor_value_info(n, kinds.get(n[0], TensorProto.FLOAT), None) for n in ns]
+        for ns in (inputs, outputs)
+    ]
+    return helper.make_graph(nodes, name, *values)
+
+
+def _control(cases: CaseList) -> None:
+    """Sequences and control flow beyond the ONNX node suite: erase/at/insert/concat,
+    If and Loop on runtime conditions (select, masking), Scan along other axes, reversed."""
+    nodes = [
+        helper.make_node("SplitToSequence", ["x", "split"], ["s"], axis=1),
+        helper.make_node("SequenceErase", ["s", "minus_two"], ["s2"]),
+        helper.make_node("SequenceAt", ["s", "minus_two"], ["a"]),
+        helper.make_node("SequenceInsert", ["s2", "a", "zero"], ["s3"]),
+        helper.make_node("ConcatFromSequence", ["s3"], ["y"], axis=1),
+        helper.make_node("SequenceLength", ["s3"], ["n"]),
+    ]
+    consts = {"split": i64(1, 2, 1), "minus_two": np.int64(-2), "zero": np.int64(0)}
+    inputs = {"x": f32(2, 4, 3)}
+    cases.add(graph_case("sequence_erase_at_insert", nodes, inputs, consts, outputs=("y", "n")))
+    nodes = [
+        helper.make_node("SequenceConstruct", ["a", "b", "c"], ["s"]),
+        helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=-1, new_axis=1),
+        helper.make_node("SplitToSequence", ["d", "two"], ["chunks"]),
+        helper.make_node("SequenceAt", ["chunks", "last"], ["z"]),
+    ]
+    inputs = {"a": f32(2, 3), "b": f32(2, 3), "c": f32(2, 3), "d": f32(5, 2)}
+    consts = {"two": np.int64(2), "last": np.int64(-1)}
+    cases.add(graph_case("sequence_stack_and_chunks", nodes, inputs, consts, outputs=("y", "z")))
+    then_branch = _body("then", [helper.make_node("Relu", ["x"], ["t"])], [], ["t"])
+    else_branch = _body("else", [helper.make_node("Neg", ["x"], ["e"])], [], ["e"])
+    nodes = [helper.make_node("If", ["b"], ["y"], then_branch=then_branch, else_branch=else_branch)]
+    for value in (True, False):
+        inputs = {"b": np.array(value), "x": f32(3, 4)}
+        cases.add(graph_case(f"if_runtime_condition_{value}", nodes, inputs))
+    # the body's condition depends on the input's values: iterations are masked with select
+    body = _body(
+        "body",
+        [
+            helper.make_node("Add", ["acc_in", "x"], ["acc_out"]),
+            helper.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
+            helper.make_node("Less", ["total", "limit"], ["b_out"]),
+        ],
+        ["i", "b_in", "acc_in"],
+        ["b_out", "acc_out"],
+    )
+    nodes = [helper.make_node("Loop", ["trips", "go", "acc0"], ["y"], body=body)]
+    consts = {"trips": np.int64(6), "go": np.array(True), "acc0": np.zeros(3, np.float32)}
+    consts["limit"] = np.float32(9)
+    cases.add(graph_case("loop_runtime_condition", nodes, {"x": f32(3, low=0.5, high=3)}, consts))
+    cases.add(_scan_reversed())
+
+
+def _scan_reversed() -> OnnxCase:
+    """Scan over axis 1 backwards, outputs prepended (onnx.reference runs only forwards)."""
+    body = _body(
+        "body",
+        [
+            helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+            helper.make_node("Mul", ["s_out", "x_t"], ["out_t"]),
+        ],
+        ["s_in", "x_t"],
+        ["s_out", "out_t"],
+    )
+    attrs = {"num_scan_inputs": 1, "scan_input_axes": [1], "scan_input_directions": [1]}
+    attrs |= {"scan_output_axes": [-1], "scan_output_directions": [1]}
+    node = helper.make_node("Scan", ["s0", "x"], ["s", "y"], body=body, **attrs)
+    values = [helper.make_tensor_value_info(n, TensorProto.FLOAT, d) for n, d in
+              (("s0", [2]), ("x", [2, 4]), ("s", [2]), ("y", [2, 4]))]  # fmt: skip
+    graph = helper.make_graph([node], "case", values[:2], values[2:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+    def reference(case: OnnxCase) -> list[np.ndarray]:
+        state, steps = case.inputs["s0"], []
+        for t in reversed(range(4)):
+            state = state + case.inputs["x"][:, t]
+            steps.append(state * case.inputs["x"][:, t])
+        return [state, np.stack(steps[::-1], axis=-1)]
+
+    return OnnxCase("scan_axis1_reversed", model, {"s0": f32(2), "x": f32(2, 4)},
+                    atol=1e-5, reference=reference)  # fmt: skip
+
+
+def _indexing(cases: CaseList) -> None:
+    """Index-driven and selection ops, beyond what the node conformance cases cover."""
+    data = f32(3, 4)
+    cases.add(op_case("gather_elements_partial", "GatherElements",
+                      [In(data), In(ints(2, 4, low=-3, high=3))], {"axis": 0}))  # fmt: skip
+    cases.add(op_case("gather_elements_axis1", "GatherElements",
+                      [In(data), In(ints(3, 2, low=-4, high=4))], {"axis": 1}))  # fmt: skip
+    indices = ints(2, 3, 1, 1, low=-4, high=4)
+    cases.add(op_case("gathernd_batch2_slices", "GatherND",
+                      [In(f32(2, 3, 4, 5)), In(indices)], {"batch_dims": 2}))  # fmt: skip
+    hot = np.array([[0.0, 1.5, 2.0], [-1.0, 3.0, -4.0]], np.float32)
+    cases.add(op_case("onehot_float_indices", "OneHot",
+                      [In(hot), Const(np.float32(3)), Const(np.array([2, 5], np.int32))],
+                      {"axis": 0}))  # fmt: skip
+    cases.add(op_case("eyelike_k_negative", "EyeLike", [In(ints(3, 5))],
+                      {"k": -2, "dtype": TensorProto.BOOL}))  # fmt: skip
+    nan = np.array([[3.0, np.nan, 1.0, 3.0], [np.nan, -0.0, 0.0, 2.0]], np.float32)
+    for largest in (0, 1):
+        cases.add(op_case(f"top_k_nan_largest{largest}", "TopK", [In(nan), Const(i64(3))],
+                          {"largest": largest}, outputs=2))  # fmt: skip
+    cases.add(op_case("top_k_opset9", "TopK", [In(f32(3, 5))], {"k": 2, "axis": 0},
+                      opset=9, outputs=2))  # fmt: skip
+    cases.add(op_case("unique_nan", "Unique", [Const(nan)], outputs=4))
+    rows = np.array([[2, 1], [0, 5], [2, 1], [0, 4], [0, 5]], np.int64)
+    cases.add(op_case("unique_unsorted_axis0", "Unique", [Const(rows)],
+                      {"axis": 0, "sorted": 0}, outputs=4))  # fmt: skip
+    slices = np.array([[-1], [1], [3]], np.int64)  # rows 3 and -1 are one: the last wins
+    cases.add(op_case("scatternd_slices_repeated", "ScatterND",
+                      [In(f32(4, 3, 2)), In(slices), In(f32(3, 3, 2))]))  # fmt: skip
+    targets = np.array([[0, 2, -3], [1, 1, 0]], np.int64)
+    cases.add(op_case("scatter_elements_add_repeated", "ScatterElements",
+                      [In(data), In(targets), In(f32(2, 3))], {"axis": 1, "reduction": "add"},
+                      atol=1e-5))  # fmt: skip
+    cube = ints(2, 3, 4, low=-1, high=2)
+    cases.add(op_case("nonzero_3d", "NonZero", [Const(cube)]))
+    cases.add(op_case("compress_long_condition", "Compress",
+                      [In(data), Const(np.array([True, False, True, False, False]))],
+                      {"axis": 0}))  # fmt: skip
+
+
+def _resampling(cases: CaseList) -> None:
+    """What the conformance cases leave out: integer resizing (rounds and saturates),
+    antialias on one axis, nearest extrapolation, 3-D; GridSample far outside the image;
+    RoiAlign's per-roi sampling grid; NonMaxSuppression without a score threshold."""
+    x = f32(2, 3, 5, 7)
+    u8 = ints(1, 2, 4, 5, low=0, high=256, dtype=np.uint8)
+    cases.add(op_case("resize_linear_u8", "Resize", [In(u8), None, None, Const(i64(1, 2, 7, 3))],
+                      {"mode": "linear"}, opset=19))  # fmt: skip
+    i8 = ints(1, 1, 4, 4, low=-128, high=128, dtype=np.int8)
+    scales = np.array([1, 1, 2.0, 1.5], np.float32)
+    cases.add(op_case("resize_cubic_s8", "Resize", [In(i8), None, Const(scales)],
+                      {"mode": "cubic"}, opset=19))  # fmt: skip
+    cases.add(op_case("resize_cubic_antialias_axis", "Resize",
+                      [In(x), None, Const(np.array([0.55], np.float32))],
+                      {"mode": "cubic", "antialias": 1, "axes": [3], "exclude_outside": 1},
+                      opset=19))  # fmt: skip
+    roi = np.array([0.2, -0.3, 0.9, 1.4], np.float32)
+    cases.add(op_case("resize_nearest_crop_extrapolate", "Resize",
+                      [In(x), Const(roi), None, Const(i64(6, 9))],
+                      {"mode": "nearest", "coordinate_transformation_mode": "tf_crop_and_resize",
+                       "axes": [2, 3], "extrapolation_value": -7.0}, opset=19))  # fmt: skip
+    scales = np.array([1, 1, 1.5, 0.7, 2], np.float32)
+    cases.add(op_case("resize_linear_3d", "Resize", [In(f32(1, 2, 3, 4, 5)), None, Const(scales)],
+                      {"mode": "linear"}, opset=19))  # fmt: skip
+    image, grid = f32(2, 3, 4, 5), f32(2, 6, 7, 2, low=-3, high=3)
+    for mode, padding in (("cubic", "reflection"), ("cubic", "border"), ("nearest", "reflection")):
+        cases.add(op_case(f"gridsample_{mode}_{padding}_far", "GridSample", [In(image), In(grid)],
+                          {"mode": mode, "padding_mode": padding}, opset=22))  # fmt: skip
+    cases.add(op_case("gridsample_3d_reflection", "GridSample",
+                      [In(f32(1, 2, 3, 4, 5)), In(f32(1, 2, 3, 4, 3, low=-2.5, high=2.5))],
+                      {"mode": "linear", "padding_mode": "reflection", "align_corners": 1},
+                      opset=22))  # fmt: skip
+    rois = np.array([[0, 0, 9, 9], [1.3, 2.2, 4.1, 8.9], [-3, -2, 3, 4], [5, 5, 20, 14]],
+                    np.float32)  # fmt: skip
+    for mode in ("avg", "max"):
+        cases.add(op_case(f"roialign_{mode}_adaptive_grid", "RoiAlign",
+                          [In(f32(2, 3, 10, 12)), Const(rois), In(i64(0, 1, 1, 0))],
+                          {"mode": mode, "output_height": 3, "output_width": 4,
+                           "spatial_scale": 0.8}, opset=22))  # fmt: skip
+    boxes = f32(2, 12, 4, low=0, high=10)
+    boxes[..., 2:] = np.abs(boxes[..., 2:]) / 2.5 + 0.5
+    scores = f32(2, 3, 12, low=0, high=1)
+    scores[0, 0, 3] = scores[0, 0, 5]  # a tie goes to the lower index
+    cases.add(op_case("nms_center_no_score_threshold", "NonMaxSuppression",
+                      [Const(boxes), Const(scores), Const(i64(4)),
+                       Const(np.array([0.3], np.float32))],
+                      {"center_point_box": 1}, opset=11))  # fmt: skip
+    offsets, mask = f32(2, 24, 3, 6), f32(2, 12, 3, 6, low=0, high=1)
+    cases.add(op_case("deform_conv_groups", "DeformConv",
+                      [In(f32(2, 4, 6, 7)), In(f32(6, 2, 3, 2)), In(offsets), In(f32(6)), In(mask)],
+                      {"group": 2, "offset_group": 2, "strides": [2, 1], "dilations": [2, 2],
+                       "pads": [2, 1, 1, 0]}, opset=22))  # fmt: skip
+
+
+def _ml_case(name: str, op: str, inputs: dict, attrs: dict, out_elem: int, opset: int):
+    """One ai.onnx.ml node (op_case builds default-domain models only)."""
+    values = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+              for k, v in inputs.items()]  # fmt: skip
+    node = helper.make_node(op, list(inputs), ["y"], domain="ai.onnx.ml", **attrs)
+    output = helper.make_tensor_value_info("y", out_elem, None)
+    graph = helper.make_graph([node], "case", values, [output])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", opset)]
+    return OnnxCase(name, helper.make_model(graph, opset_imports=opsets, ir_version=10), inputs)
+
+
+def _numpy_coerced_hardmax(case: OnnxCase) -> list[np.ndarray]:
+    """Hardmax-11 over the input seen as 2-D from axis 1 (onnx.reference runs Hardmax-13)."""
+    x = case.inputs["x0"]
+    flat = x.reshape(x.shape[0], -1)
+    y = np.zeros_like(flat)
+    y[np.arange(len(flat)), flat.argmax(axis=1)] = 1
+    return [y.reshape(x.shape)]
+
+
+def _numpy_l1_normalization(case: OnnxCase) -> list[np.ndarray]:
+    """LpNormalization p=1 divides by sum |x| (onnx.reference forgets the abs)."""
+    x = case.inputs["x0"]
+    return [x / np.abs(x).sum(axis=-1, keepdims=True)]
+
+
+def _losses_norms_ml(cases: CaseList) -> None:
+    """Normalization, activation, trigonometry and ai.onnx.ml forms the node conformance
+    cases do not reach."""
+    ties = ints(2, 3, 4, low=0, high=3).astype(np.float32)
+    cases.add(op_case("hardmax_coerced_opset11", "Hardmax", [In(ties)], {"axis": 1}, opset=11,
+                      reference=_numpy_coerced_hardmax))  # fmt: skip
+    cases.add(op_case("shrink_int32", "Shrink", [In(np.arange(-5, 6, dtype=np.int32))],
+                      {"lambd": 1.5, "bias": 0.5}, opset=9))  # fmt: skip
+    cases.add(op_case("lpnormalization_p1", "LpNormalization", [In(f32(3, 4))], {"p": 1},
+                      reference=_numpy_l1_normalization))  # fmt: skip
+    cases.add(op_case("lppool_p3_strides", "LpPool", [In(f32(1, 2, 5, 6))],
+                      {"kernel_shape": [2, 3], "p": 3, "strides": [2, 1]}, opset=18))  # fmt: skip
+    edges = np.array([0, 1e-30, -1e-6, 0.5, -0.99, 1, 1.5, 30, -85, 89, 4e3, 3e8, -1e30],
+                     np.float32)  # fmt: skip
+    for op in ("Asinh", "Sinh", "Cosh", "Asin", "Acos", "Acosh", "Atanh"):
+        cases.add(op_case(f"{op.lower()}_edges", op, [In(edges)], rtol=1e-5, atol=0))
+    x = np.array([[0.2, np.nan, 3.0], [-1.0, 0.0, 1.0], [0.5, 0.3, np.nan]], np.float32)
+    tree = {
+        "nodes_featureids": [0, 1, 2, 2], "nodes_truenodeids": [1, 0, 1, 3],
+        "nodes_trueleafs": [0, 1, 1, 1], "nodes_falsenodeids": [2, 1, 3, 2],
+        "nodes_falseleafs": [0, 1, 1, 1], "nodes_missing_value_tracks_true": [1, 0, 0, 1],
+        "nodes_modes": numpy_helper.from_array(np.array([1, 2, 5, 3], np.uint8)),
+        "nodes_splits": numpy_helper.from_array(np.array([0.3, 0.1, 3.0, 0.0], np.float32)),
+        "leaf_targetids": [0, 1, 1, 0], "tree_roots": [0, 3], "n_targets": 2,
+        "leaf_weights": numpy_helper.from_array(np.array([1.5, -2, 3, 4], np.float32)),
+    }  # fmt: skip
+    for aggregate in (0, 3):
+        attrs = tree | {"aggregate_function": aggregate}
+        cases.add(_ml_case(f"tree_ensemble_aggregate{aggregate}", "TreeEnsemble", {"x": x},
+                           attrs, TensorProto.FLOAT, 5))  # fmt: skip
+    codes = np.array([[3, 7, 1], [5, 3, 0]], np.int64)
+    cases.add(_ml_case("label_encoder_int_to_float", "LabelEncoder", {"x": codes},
+                       {"keys_int64s": [3, 5, 1], "values_floats": [0.5, -1.0, 2.0]},
+                       TensorProto.FLOAT, 4))  # fmt: skip
+    cases.add(_ml_case("array_feature_extractor_negative", "ArrayFeatureExtractor",
+                       {"x": f32(2, 5), "i": np.array([[-1, 0], [2, -5]], np.int64)}, {},
+                       TensorProto.FLOAT, 1))  # fmt: skip
+
+
+def _to_float(name: str, source: str) -> NodeProto:
+    return helper.make_node("Cast", [source], [name], to=TensorProto.FLOAT)
+
+
+def _quantization(cases: CaseList) -> None:
+    """Cast and quantization behaviour the ONNX node cases leave out; float8 results are
+    cast back to float32 for the comparison."""
+    powers = np.array([1.5, 3.0, 0.75, 1.2, 0.0, 1e-39, 3e38, 2.0**127, -2.5, np.inf, np.nan],
+                      np.float32)  # fmt: skip
+    for mode, saturate in (("nearest", 0), ("down", 1), ("up", 0)):
+        nodes = [helper.make_node("Cast", ["x"], ["e"], to=TensorProto.FLOAT8E8M0,
+                                  round_mode=mode, saturate=saturate), _to_float("y", "e")]
+        cases.add(graph_case(f"cast_e8m0_{mode}_saturate{saturate}", nodes, {"x": powers},
+                             opset=24))  # fmt: skip
+    x = np.array([0.0, 1.0, -3.0, 500.0, -1e5, 250.0, 0.01, np.inf], np.float32)
+    scale, zero = np.array(2.0, np.float32), np.zeros((), ml_dtypes.float8_e4m3fn)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], saturate=0),
+             _to_float("y", "q")]  # fmt: skip
+    cases.add(graph_case("quantizelinear_e4m3fn_no_saturate", nodes, {"x": x},
+                         {"s": scale, "z": zero}, opset=21))  # fmt: skip
+    half = (f32(2, 6) * 5).astype(np.float16)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1, block_size=4),
+             helper.make_node("Cast", ["q"], ["y"], to=TensorProto.INT8)]  # fmt: skip
+    scales = np.array([[0.5, 2.0], [1.5, 3.0]], np.float16)
+    zeros = np.array([[1, -2], [0, 3]], ml_dtypes.int4)
+    q = graph_case("quantizelinear_int4_blocked_f16_tail", nodes, {"x": half},
+                   {"s": scales, "z": zeros}, opset=21)  # fmt: skip
+    cases.add(q)
+    codes = np.arange(256, dtype=np.uint8)
+    nodes = [helper.make_node("BitCast", ["x"], ["f"], to=TensorProto.FLOAT8E5M2),
+             _to_float("y", "f")]  # fmt: skip
+    cases.add(graph_case("bitcast_uint8_to_e5m2", nodes, {"x": codes}, opset=26))
+    x = ints(1, 2, 5, 5, low=0, high=255, dtype=np.uint8)
+    w = ints(3, 2, 3, 3, low=-128, high=127, dtype=np.int8)
+    consts = {"xs": np.array(0.02, np.float32), "xz": np.array(120, np.uint8),
+              "w": w, "ws": np.array([0.01, 0.03, 0.002], np.float32),
+              "wz": np.array([0, 3, -2], np.int8), "ys": np.array(0.05, np.float32),
+              "yz": np.array(10, np.uint8), "bias": ints(3, low=-500, high=500, dtype=np.int32)}
+    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "bias"],
+                              ["y"], pads=[1, 1, 1, 1], strides=[2, 1])]  # fmt: skip
+    cases.add(graph_case("qlinearconv_per_channel_bias", nodes, {"x": x}, consts, opset=10))
+
+
+TENSOR_FAMILIES = (
+    _shapes, _constants, _extras, _models, _control, _indexing, _resampling, _losses_norms_ml,
+    _quantization,
+)  # fmt: skip

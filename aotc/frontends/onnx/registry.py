@@ -29,7 +29,7 @@ from ...ir.evaluate import evaluate_constant
 MAX_OPSET = 28
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # other domains whose ops may have lowerings (registered with onnx_op(domain=...))
-EXTRA_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training")
+EXTRA_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training")
 
 
 def canonical_domain(domain: str) -> str:
@@ -134,6 +134,9 @@ class NodeContext:
     outputs_used: list[bool]
     # id(parameter instruction) -> its ONNX graph input name, for error messages
     input_names: dict[int, str] = field(default_factory=dict)
+    # lowers a graph attribute (If branch, Loop body...) inline from its input values,
+    # seeing the enclosing graphs' values; returns its output values (importer.py)
+    lower_graph: Callable[[onnx.GraphProto, Sequence[Any]], list[Any]] | None = None
 
     def attr(self, name: str, default: Any = None) -> Any:
         """Attribute `name` (schema default applied), else `default`."""
@@ -166,12 +169,17 @@ class NodeContext:
         instr = self.inputs[index] if index < len(self.inputs) else None
         if instr is None:
             return None
+        return self.value(instr, f"input '{self.input_name(index)}'")
+
+    def value(self, instr: Instruction, what: str) -> np.ndarray:
+        """`instr` evaluated at compile time, where its value decides a shape (NonZero's
+        count...); refuses runtime data, naming the inputs to specialise on."""
         value = evaluate_constant(instr)
         if value is None:
             sources = self._depends_on(instr)
             listed = ", ".join(f"'{s}'" for s in sources)
             raise InputValuesRequired(
-                f"input '{self.input_name(index)}' must be a constant (it depends on input "
+                f"{what} must be a constant (it depends on input "
                 f"{listed}; fix its value with --const NAME=VALUES)",
                 sources,
             )

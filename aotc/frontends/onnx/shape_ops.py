@@ -1,5 +1,6 @@
 """Data movement: Reshape, Flatten, Transpose, Concat, Squeeze, Unsqueeze,
-Slice, Gather, Pad, Expand, Tile, Split.
+Slice, Gather, Pad, Expand, Tile, Split, SpaceToDepth, DepthToSpace,
+CenterCropPad, Col2Im.
 
 Shape-like inputs (Reshape's shape, Slice's starts, Pad's pads...) must be
 compile-time constants; `ctx.const` folds them or refuses the model.
@@ -301,3 +302,102 @@ def split_attribute(ctx: NodeContext, x: Instruction) -> list[Instruction]:
 @onnx_op("Split", since=13)
 def split(ctx: NodeContext, x: Instruction, sizes=None) -> list[Instruction]:
     return _split(ctx, x, ctx.const_ints(1))
+
+
+# -- block rearrangements --------------------------------------------------------------
+
+
+def _blocksize(ctx: NodeContext, x: Instruction) -> int:
+    if x.shape.rank != 4:
+        raise ShapeError(f"input must be N x C x H x W, got {list(x.shape.dims)}")
+    size = ctx.required_attr("blocksize")
+    if size < 1:
+        raise ModelError(f"blocksize {size} must be positive")
+    return size
+
+
+@onnx_op("SpaceToDepth", since=1)
+def space_to_depth(ctx: NodeContext, x: Instruction) -> Instruction:
+    k = _blocksize(ctx, x)
+    n, c, h, w = x.shape.dims
+    if h % k or w % k:
+        raise ShapeError(f"H={h} and W={w} must be multiples of blocksize {k}")
+    mode = ctx.choice("mode", ("DCR", "CRD")) if "mode" in ctx.attrs else "DCR"
+    blocks = ctx.b.reshape(x, (n, c, h // k, k, w // k, k))
+    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    return ctx.b.reshape(ctx.b.transpose(blocks, perm), (n, c * k * k, h // k, w // k))
+
+
+@onnx_op("DepthToSpace", since=1)
+def depth_to_space(ctx: NodeContext, x: Instruction) -> Instruction:
+    k = _blocksize(ctx, x)
+    n, c, h, w = x.shape.dims
+    if c % (k * k):
+        raise ShapeError(f"C={c} must be a multiple of blocksize {k} squared")
+    mode = ctx.choice("mode", ("DCR", "CRD")) if "mode" in ctx.attrs else "DCR"
+    if mode == "DCR":
+        blocks, perm = (n, k, k, c // (k * k), h, w), (0, 3, 4, 1, 5, 2)
+    else:
+        blocks, perm = (n, c // (k * k), k, k, h, w), (0, 1, 4, 2, 5, 3)
+    moved = ctx.b.transpose(ctx.b.reshape(x, blocks), perm)
+    return ctx.b.reshape(moved, (n, c // (k * k), h * k, w * k))
+
+
+@onnx_op("CenterCropPad", since=18)
+def center_crop_pad(ctx: NodeContext, x: Instruction, shape: Instruction) -> Instruction:
+    rank = x.shape.rank
+    sizes = ctx.const_ints(1)
+    axes = ctx.attr("axes")
+    axes = list(range(rank)) if axes is None else [normalize_axis(a, rank) for a in axes]
+    if len(sizes) != len(axes) or len(set(axes)) != len(axes):
+        raise ModelError(f"shape {sizes} does not fit axes {axes}")
+    starts, limits = [0] * rank, list(x.shape.dims)
+    low, high = [0] * rank, [0] * rank
+    for axis, size in zip(axes, sizes):
+        d = x.shape.dims[axis]
+        # the odd element of a crop or a pad goes to the end
+        if size < d:
+            starts[axis] = (d - size) // 2
+            limits[axis] = starts[axis] + size
+        else:
+            low[axis] = (size - d) // 2
+            high[axis] = size - d - low[axis]
+    x = ctx.b.slice(x, starts, limits)
+    if any(low) or any(high):
+        x = ctx.b.pad(x, ctx.b.scalar(0, x.shape.dtype), low, high)
+    return x
+
+
+@onnx_op("Col2Im", since=18)
+def col2im(ctx: NodeContext, x: Instruction, image_shape: Instruction, block_shape: Instruction):
+    b = ctx.b
+    image, kernel = ctx.const_ints(1), ctx.const_ints(2)
+    n = len(image)
+    if len(kernel) != n or x.shape.rank != 3:
+        raise ShapeError(f"Col2Im of {list(x.shape.dims)} into image {image}, blocks {kernel}")
+    strides = ctx.attr("strides") or [1] * n
+    dilations = ctx.attr("dilations") or [1] * n
+    pads = ctx.attr("pads") or [0] * (2 * n)
+    blocks = [
+        (image[i] + pads[i] + pads[n + i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1
+        for i in range(n)
+    ]
+    batch, columns, count = x.shape.dims
+    k_size = int(np.prod(kernel))
+    if columns % k_size or count != int(np.prod(blocks)) or min(blocks) < 1:
+        raise ShapeError(f"input {list(x.shape.dims)} does not hold {blocks} blocks of {kernel}")
+    channels = columns // k_size
+    x = b.reshape(x, (batch, channels, *kernel, *blocks))
+    zero = b.scalar(0, x.shape.dtype)
+    total = None
+    # every kernel offset adds its column, strided and shifted, into the image
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        starts = [0, 0, *offset, *[0] * n]
+        limits = [batch, channels, *[o + 1 for o in offset], *blocks]
+        part = b.reshape(b.slice(x, starts, limits), (batch, channels, *blocks))
+        low = [offset[i] * dilations[i] - pads[i] for i in range(n)]
+        high = [image[i] - low[i] - (blocks[i] - 1) * strides[i] - 1 for i in range(n)]
+        interior = [s - 1 for s in strides]
+        part = b.pad(part, zero, [0, 0, *low], [0, 0, *high], [0, 0, *interior])
+        total = part if total is None else b.binary(Op.ADD, total, part)
+    return total

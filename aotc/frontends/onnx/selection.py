@@ -1,0 +1,188 @@
+"""Sorting and selection: TopK, Unique, NonZero, Compress.
+
+They lower onto stable HLO sorts that carry positions along with the keys.
+NonZero, Compress and Unique have output shapes that depend on input values:
+the count that decides the shape is built in HLO and read with `ctx.value`,
+which asks to specialise on the inputs it depends on where it is not constant.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import ShapeError
+from ...ir import (
+    ComputationBuilder, Direction, DType, GatherDims, Instruction, Op, comparator, scalar_reducer,
+)  # fmt: skip
+from .helpers import full, normalize_axis
+from .indexing import INDEX, cumulative, iota
+from .registry import NodeContext, onnx_op
+
+
+def sort_along(
+    b: ComputationBuilder,
+    keys: Instruction,
+    carried: list[Instruction],
+    dim: int,
+    descending: bool = False,
+) -> list[Instruction]:
+    """Stable sort of `keys` along `dim` (floats in total order: NaN above +inf),
+    with `carried` permuted alike; returns the sorted keys then the carried arrays."""
+    direction = Direction.GT if descending else Direction.LT
+    order = comparator(b.module, keys.shape.dtype, direction, [c.shape.dtype for c in carried])
+    result = b.sort([keys, *carried], dim, order, is_stable=True)
+    if not carried:
+        return [result]
+    return [b.get_tuple_element(result, i) for i in range(1 + len(carried))]
+
+
+def take(b: ComputationBuilder, x: Instruction, positions: Instruction, axis: int):
+    """x's slices at the 1-D s64 `positions` along `axis` (in range by construction)."""
+    rank = x.shape.rank
+    gather = GatherDims(
+        offset_dims=tuple(d for d in range(rank) if d != axis),
+        collapsed_slice_dims=(axis,),
+        start_index_map=(axis,),
+        index_vector_dim=1,
+        slice_sizes=tuple(1 if d == axis else n for d, n in enumerate(x.shape.dims)),
+    )
+    return b.gather(x, positions, gather)
+
+
+def count_true(ctx: NodeContext, mask: Instruction, what: str) -> int:
+    """The number of true entries of `mask`, which must be known at compile time."""
+    b = ctx.b
+    ones = b.convert(mask, INDEX)
+    total = b.reduce(ones, b.scalar(0, INDEX), range(mask.shape.rank),
+                     scalar_reducer(b.module, Op.ADD, INDEX))  # fmt: skip
+    return int(ctx.value(total, what))
+
+
+def true_positions(b: ComputationBuilder, mask: Instruction, count: int) -> Instruction:
+    """s64[count]: the positions of the true entries of the 1-D `mask`, ascending."""
+    n = mask.shape.dims[0]
+    keys = b.select(mask, full(b, 0, DType.S32, (n,)), full(b, 1, DType.S32, (n,)))
+    _, positions = sort_along(b, keys, [iota(b, (n,), 0)], 0)
+    return b.slice(positions, [0], [count])
+
+
+# -- TopK ------------------------------------------------------------------------------
+
+
+@onnx_op("TopK", since=1)
+def top_k(ctx: NodeContext, x: Instruction, k: Instruction | None = None):
+    b = ctx.b
+    count = ctx.required_attr("k") if ctx.opset < 10 else ctx.const_ints(1)
+    if not isinstance(count, int):
+        if len(count) != 1:
+            raise ShapeError(f"k must hold one value, got {count}")
+        count = count[0]
+    dims = x.shape.dims
+    axis = normalize_axis(ctx.attr("axis", -1), x.shape.rank)
+    if not 0 <= count <= dims[axis]:
+        raise ShapeError(f"k={count} is out of range for an axis of size {dims[axis]}")
+    # stable: equal values keep the lower index first, as ONNX asks ('sorted' may be ignored)
+    largest = bool(ctx.attr("largest", 1))
+    values, indices = sort_along(b, x, [iota(b, dims, axis)], axis, descending=largest)
+    limits = [count if d == axis else n for d, n in enumerate(dims)]
+    return [b.slice(values, [0] * len(dims), limits), b.slice(indices, [0] * len(dims), limits)]
+
+
+# -- value-dependent shapes ------------------------------------------------------------
+
+
+@onnx_op("NonZero", since=9)
+def non_zero(ctx: NodeContext, x: Instruction) -> Instruction:
+    b = ctx.b
+    dims, rank = x.shape.dims, x.shape.rank
+    flat = b.reshape(x, (x.shape.size,))
+    mask = b.compare(flat, full(b, 0, x.shape.dtype, flat.shape.dims), Direction.NE)
+    count = count_true(ctx, mask, "NonZero's number of non-zero elements")
+    if rank == 0 or count == 0:
+        return b.constant(np.zeros((rank, count), np.int64))
+    positions = true_positions(b, mask, count)
+    rows = []
+    for d in range(rank):
+        stride = full(b, math.prod(dims[d + 1 :]), INDEX, (count,))
+        coord = b.binary(Op.DIVIDE, positions, stride)
+        coord = b.binary(Op.REMAINDER, coord, full(b, dims[d], INDEX, (count,)))
+        rows.append(b.reshape(coord, (1, count)))
+    return b.concatenate(rows, 0)
+
+
+@onnx_op("Compress", since=9)
+def compress(ctx: NodeContext, x: Instruction, condition: Instruction) -> Instruction:
+    b = ctx.b
+    axis = ctx.attr("axis")
+    if axis is None:
+        x, axis = b.reshape(x, (x.shape.size,)), 0
+    axis = normalize_axis(axis, x.shape.rank)
+    n = x.shape.dims[axis]
+    if condition.shape.rank != 1:
+        raise ShapeError(f"condition must be 1-D, got {list(condition.shape.dims)}")
+    # as numpy.compress: a short condition selects among the first entries only
+    length = min(condition.shape.dims[0], n)
+    mask = b.convert(b.slice(condition, [0], [length]), DType.PRED)
+    count = count_true(ctx, mask, "Compress's number of selected slices")
+    if count == 0:
+        dims = [0 if d == axis else s for d, s in enumerate(x.shape.dims)]
+        return b.constant(np.zeros(dims, x.shape.dtype.numpy), x.shape.dtype)
+    return take(b, x, true_positions(b, mask, count), axis)
+
+
+def _differs(b: ComputationBuilder, x: Instruction, y: Instruction) -> Instruction:
+    """x != y, NaNs equal to each other (numpy.unique folds them into one)."""
+    unequal = b.compare(x, y, Direction.NE)
+    if not x.shape.dtype.is_float:
+        return unequal
+    nans = b.binary(Op.AND, b.compare(x, x, Direction.NE), b.compare(y, y, Direction.NE))
+    return b.binary(Op.AND, unequal, b.unary(Op.NOT, nans))
+
+
+@onnx_op("Unique", since=11)
+def unique(ctx: NodeContext, x: Instruction) -> list[Instruction]:
+    b = ctx.b
+    axis = ctx.attr("axis")
+    if axis is None:
+        x, axis = b.reshape(x, (x.shape.size,)), 0
+    axis = normalize_axis(axis, x.shape.rank)
+    n = x.shape.dims[axis]
+    if n == 0:
+        raise ShapeError("Unique of an empty axis")
+    # the items are the slices along axis; their columns are the sort keys
+    moved = b.transpose(x, [axis] + [d for d in range(x.shape.rank) if d != axis])
+    table = b.reshape(moved, (n, moved.shape.size // n))
+    columns = [
+        b.reshape(b.slice(table, [0, c], [n, c + 1]), (n,)) for c in range(table.shape.dims[1])
+    ]
+    # stable sorts from the last column to the first order the items lexicographically
+    order = iota(b, (n,), 0)
+    for column in reversed(columns):
+        _, order = sort_along(b, take(b, column, order, 0), [order], 0)
+    ranked = [take(b, column, order, 0) for column in columns]
+    # an item opens a group where it differs from the item sorted before it
+    first = b.constant(np.ones(1, bool))
+    if n > 1:
+        changes = [_differs(b, b.slice(c, [0], [n - 1]), b.slice(c, [1], [n])) for c in ranked]
+        change = changes[0]
+        for other in changes[1:]:
+            change = b.binary(Op.OR, change, other)
+        first = b.concatenate([first, change], 0)
+    count = count_true(ctx, first, "Unique's number of distinct values")
+    starts = true_positions(b, first, count)
+    ends = b.concatenate([b.slice(starts, [1], [count]), b.constant(np.array([n], np.int64))], 0)
+    counts = b.binary(Op.SUBTRACT, ends, starts)
+    firsts = take(b, order, starts, 0)  # the stable sort put each first occurrence first
+    group = cumulative(b, b.convert(first, INDEX), 0, Op.ADD, exclusive=False, reverse=False)
+    group = b.binary(Op.SUBTRACT, group, full(b, 1, INDEX, (n,)))
+    _, inverse = sort_along(b, order, [group], 0)  # back to the items' own order
+    if not ctx.attr("sorted", 1):
+        # groups in order of first occurrence; inverse indices follow the renumbering
+        positions = iota(b, (count,), 0)
+        firsts, by_occurrence = sort_along(b, firsts, [positions], 0)
+        counts = take(b, counts, by_occurrence, 0)
+        _, renumbered = sort_along(b, by_occurrence, [positions], 0)
+        inverse = take(b, renumbered, inverse, 0)
+    return [take(b, x, firsts, axis), firsts, inverse, counts]
