@@ -67,14 +67,31 @@ def _build_parser() -> argparse.ArgumentParser:
         "--const", action="append", default=[], metavar="NAME=VALUES",
         help="fix an input to values, e.g. shape=1,-1 (it becomes a constant; repeatable)",
     )  # fmt: skip
-    compile_cmd.add_argument("--target", default="host", help="host (default), x86_64:x86-64-v2, aarch64-linux-gnu, ...")
+    compile_cmd.add_argument(
+        "--target", default="host", help="host (default), x86_64:x86-64-v2, aarch64-linux-gnu, ..."
+    )
     compile_cmd.add_argument(
         "-O", dest="opt_level", type=int, default=2, choices=range(4), metavar="{0..3}",
         help="optimization level (default 2)",
     )  # fmt: skip
-    compile_cmd.add_argument("--dump-hlo", type=Path, metavar="DIR", help="write the module after every pass")
+    compile_cmd.add_argument(
+        "--dump-hlo", type=Path, metavar="DIR", help="write the module after every pass"
+    )
     compile_cmd.add_argument("--verify", action="store_true", help="verify the IR after every pass")
     compile_cmd.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+
+    inspect_cmd = commands.add_parser(
+        "inspect", help="print the optimized HLO, the kernels and the memory plan"
+    )
+    inspect_cmd.add_argument("model", help="model file: .onnx, or XLA HLO text")
+    inspect_cmd.add_argument("--name", help="symbol prefix (default: the file name)")
+    inspect_cmd.add_argument("--input", action="append", default=[], metavar="NAME=DIMS")
+    inspect_cmd.add_argument("--const", action="append", default=[], metavar="NAME=VALUES")
+    inspect_cmd.add_argument("--target", default="host")
+    inspect_cmd.add_argument("-O", dest="opt_level", type=int, default=2, choices=range(4),
+                             metavar="{0..3}")  # fmt: skip
+    inspect_cmd.add_argument("--memory-plan", type=Path, metavar="PLAN.svg",
+                             help="also draw the memory plan as an SVG picture")  # fmt: skip
     return parser
 
 
@@ -89,8 +106,8 @@ def _options(args):
         input_values=values,
         target=args.target,
         opt_level=args.opt_level,
-        dump_hlo=args.dump_hlo,
-        verify=args.verify,
+        verify=getattr(args, "verify", False),
+        dump_hlo=getattr(args, "dump_hlo", None),
     )
 
 
@@ -104,13 +121,32 @@ def _compile(args) -> None:
         print(summary(compiled, paths, time.perf_counter() - started))
 
 
+def _inspect(args) -> None:
+    from . import artifacts, report
+    from .driver import compile_model
+    from .ir.text import print_module
+
+    compiled = compile_model(args.model, _options(args))
+    print(print_module(compiled.module, elide_constants_over=16))
+    print(report.kernel_table(report.kernels(compiled.plan)))
+    print()
+    print(compiled.plan.to_text(), end="")
+    if args.memory_plan is not None:
+        svg = artifacts.render_memory_plan_svg(compiled.name, compiled.plan)
+        try:
+            args.memory_plan.write_text(svg)
+        except OSError as e:
+            raise AotcError(f"cannot write {args.memory_plan}: {e.strerror or e}") from None
+
+
 def summary(compiled, paths, seconds: float) -> str:
     """The few lines a user wants after a compile."""
     s = compiled.stats
     lines = [f"aotc: {compiled.source} -> {paths.header.parent}/ ({compiled.target})"]
     for kind, specs in (("input ", compiled.inputs), ("output", compiled.outputs)):
         for spec in specs:
-            lines.append(f"  {kind} {spec.name}: {spec.dtype.text}[{','.join(map(str, spec.dims))}]")
+            dims = ",".join(map(str, spec.dims))
+            lines.append(f"  {kind} {spec.name}: {spec.dtype.text}[{dims}]")
     lines += [
         f"  kernels       {s.kernel_count}",
         f"  arena         {s.arena_bytes:,} bytes "
@@ -127,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "compile":
             _compile(args)
+        elif args.command == "inspect":
+            _inspect(args)
     except AotcError as error:
         print(f"aotc: error: {_one_line(str(error))}", file=sys.stderr)
         return 2

@@ -133,3 +133,19 @@ def test_const_fixes_a_shape_input(tmp_path):
     assert "output y: f32[3,2]" in result.stdout
     header = (tmp_path / "out" / "r.h").read_text()
     assert "R_NUM_INPUTS 1" in header
+
+
+def test_inspect_prints_hlo_kernels_and_plan_and_draws_it(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    svg = tmp_path / "plan.svg"
+    result = run_cli("inspect", EXAMPLES / "cnn" / "cnn.onnx", "--memory-plan", svg)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "ENTRY %main" in out and "fusion(" in out
+    assert "kernels," in out and "FLOPs" in out
+    arena_lines = [line for line in out.splitlines() if line.strip().startswith("arena[")]
+    assert arena_lines, out
+    root = ET.parse(svg).getroot()
+    rects = root.findall(".//{http://www.w3.org/2000/svg}rect")
+    assert len(rects) == len(arena_lines) + 1  # one per buffer, plus the frame

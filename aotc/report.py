@@ -1,0 +1,84 @@
+"""What a compiled model consists of: kernels with their cost, for `aotc inspect`.
+
+Costs are estimates from shapes: bytes read (each distinct operand once) and
+written, and floating-point operations (2 per multiply-add in dot and
+convolution, one per element and op elsewhere).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .buffers import BufferPlan
+from .ir import Instruction, Op, Shape
+
+_NO_CODE = frozenset(
+    {Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.RESHAPE, Op.BITCAST}
+)
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    ops: tuple[str, ...]  # the opcodes it computes (fused ones included)
+    bytes_read: int
+    bytes_written: int
+    flops: int
+
+
+def kernels(plan: BufferPlan) -> list[KernelInfo]:
+    """One row per scheduled instruction that emits code, in execution order."""
+    rows = []
+    for instr in plan.schedule:
+        if instr.op in _NO_CODE:
+            continue
+        body = instr.called[0].instructions if instr.op is Op.FUSION else [instr]
+        computed = [i for i in body if i.op not in (Op.PARAMETER, Op.CONSTANT)]
+        operands = {id(o): o for o in instr.operands}.values()
+        rows.append(
+            KernelInfo(
+                instr.name,
+                tuple(i.op.text for i in computed),
+                sum(o.shape.nbytes for o in operands),
+                instr.shape.nbytes,
+                sum(flops(i) for i in computed),
+            )
+        )
+    return rows
+
+
+def flops(instr: Instruction) -> int:
+    """Floating-point operations of one instruction (0 for data movement)."""
+    shape = instr.shape
+    if not isinstance(shape, Shape) or not shape.dtype.is_float:
+        return 0
+    if instr.op is Op.DOT:
+        lhs = instr.operands[0].shape
+        k = math.prod(lhs.dims[d] for d in instr.dot.lhs_contracting)
+        return 2 * shape.size * k
+    if instr.op is Op.CONVOLUTION:
+        kernel = instr.operands[1].shape
+        per_output = kernel.size // kernel.dims[instr.conv.kernel_output_feature]
+        return 2 * shape.size * per_output
+    if instr.op is Op.REDUCE:
+        return instr.operands[0].shape.size
+    if instr.op is Op.REDUCE_WINDOW:
+        return shape.size * math.prod(instr.window.size)
+    if instr.op.is_elementwise and instr.op not in (Op.CONVERT, Op.SELECT):
+        return shape.size
+    return 0
+
+
+def kernel_table(rows: list[KernelInfo]) -> str:
+    """Plain-text table of kernels, with a total line."""
+    lines = [f"{'kernel':<32} {'read B':>12} {'written B':>12} {'FLOPs':>14}  ops"]
+    for r in rows:
+        ops = ",".join(dict.fromkeys(r.ops))
+        name = r.name[:32]
+        lines.append(
+            f"{name:<32} {r.bytes_read:>12,} {r.bytes_written:>12,} {r.flops:>14,}  {ops}"
+        )
+    total_flops = sum(r.flops for r in rows)
+    lines.append(f"{len(rows)} kernels, {total_flops:,} FLOPs")
+    return "\n".join(lines)
