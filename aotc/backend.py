@@ -6,6 +6,11 @@ Reshape's shape fed as an input, for those values), links a shared object,
 loads it with cffi and calls it.  Like XLA's JIT, it compiles once per
 signature and caches the result.  This is how the ONNX node conformance
 cases run against real generated code.
+
+Sequence values (lists of arrays) and optionals (None, or the value) are
+flattened into the compiled model's tensors, "NAME.0", "NAME.1"... for a
+sequence and none for an empty optional (frontends/onnx/boundary.py); the
+signature includes each sequence's length and which optionals are empty.
 """
 
 from __future__ import annotations
@@ -28,45 +33,45 @@ class AotcRep(BackendRep):
         self._model = model
         self._options = options
         initializers = {i.name for i in model.graph.initializer}
-        self._input_names = [i.name for i in model.graph.input if i.name not in initializers]
-        self._output_dtypes = [_numpy_dtype(o) for o in model.graph.output]
+        self._inputs = [i for i in model.graph.input if i.name not in initializers]
+        self._input_names = [i.name for i in self._inputs]
         self._outputs_type = namedtuple(
             "Outputs", [o.name for o in model.graph.output], rename=True
         )
-        self._value_inputs: list[str] = []  # inputs whose values determine shapes
+        self._value_inputs: list[str] = []  # (flat) inputs whose values determine shapes
         self._cache: dict[tuple, object] = {}
 
     def run(self, inputs, **kwargs):
-        arrays = self._by_name(inputs)
-        loaded = self._compiled_for(arrays)
-        outputs = loaded.run([arrays[spec.name] for spec in loaded.inputs])
-        return self._outputs_type(
-            *(_as_dtype(o, dtype) for o, dtype in zip(outputs, self._output_dtypes))
-        )
+        flat, structure = _flatten_inputs(self._inputs, self._by_name(inputs))
+        loaded = self._compiled_for(flat, structure)
+        outputs = loaded.run([flat[spec.name] for spec in loaded.inputs])
+        named = dict(zip((spec.name for spec in loaded.outputs), outputs))
+        return self._outputs_type(*_regroup_outputs(self._model.graph.output, named))
 
-    def _by_name(self, inputs) -> dict[str, np.ndarray]:
+    def _by_name(self, inputs) -> dict:
         if isinstance(inputs, dict):
-            return {name: np.asarray(inputs[name]) for name in self._input_names}
+            return {name: inputs[name] for name in self._input_names}
         if isinstance(inputs, np.ndarray):
             inputs = [inputs]
         if len(inputs) != len(self._input_names):
             raise AotcError(f"expected {len(self._input_names)} inputs, got {len(inputs)}")
-        return {name: np.asarray(a) for name, a in zip(self._input_names, inputs)}
+        return dict(zip(self._input_names, inputs))
 
-    def _signature(self, arrays: dict[str, np.ndarray]) -> tuple:
-        shapes = tuple((n, a.shape, a.dtype.str) for n, a in arrays.items())
-        values = tuple((n, arrays[n].tobytes()) for n in self._value_inputs)
-        return shapes, values
+    def _signature(self, flat: dict[str, np.ndarray], structure: dict) -> tuple:
+        shapes = tuple((n, a.shape, a.dtype.str) for n, a in flat.items())
+        values = tuple((n, flat[n].tobytes()) for n in self._value_inputs if n in flat)
+        return shapes, tuple(structure.items()), values
 
-    def _compiled_for(self, arrays: dict[str, np.ndarray]):
+    def _compiled_for(self, flat: dict[str, np.ndarray], structure: dict[str, int | None]):
         for _ in range(_MAX_SPECIALISATIONS):
-            key = self._signature(arrays)
+            key = self._signature(flat, structure)
             if key in self._cache:
                 return self._cache[key]
             options = CompileOptions(
                 name=self._options.name,
-                input_shapes={n: a.shape for n, a in arrays.items()},
-                input_values={n: arrays[n] for n in self._value_inputs},
+                input_shapes={n: a.shape for n, a in flat.items()},
+                input_values={n: flat[n] for n in self._value_inputs if n in flat},
+                input_structure=structure,
                 target=self._options.target,
                 opt_level=self._options.opt_level,
             )
@@ -81,6 +86,47 @@ class AotcRep(BackendRep):
             self._cache[key] = loaded
             return loaded
         raise AotcError("shapes keep depending on more input values; giving up")
+
+
+def _flatten_inputs(infos, values: dict) -> tuple[dict[str, np.ndarray], dict[str, int | None]]:
+    """Graph input values (arrays; lists for sequences; None for an optional holding
+    nothing) as the compiled model's tensors by name, and the structure to compile for
+    (CompileOptions.input_structure)."""
+    flat: dict[str, np.ndarray] = {}
+    structure: dict[str, int | None] = {}
+    for info in infos:
+        value = values[info.name]
+        if value is None:
+            structure[info.name] = None
+        elif isinstance(value, (list, tuple)) and _is_sequence(info.type):
+            structure[info.name] = len(value)
+            for i, item in enumerate(value):
+                flat[f"{info.name}.{i}"] = np.asarray(item)
+        else:
+            flat[info.name] = np.asarray(value)
+    return flat, structure
+
+
+def _regroup_outputs(infos, named: dict[str, np.ndarray]) -> list:
+    """The compiled model's tensors by name as graph output values (see _flatten_inputs)."""
+    results = []
+    for info in infos:
+        dtype = _numpy_dtype(info.type)
+        if info.name in named:
+            results.append(_as_dtype(named[info.name], dtype))
+            continue
+        items = []
+        while f"{info.name}.{len(items)}" in named:
+            items.append(_as_dtype(named[f"{info.name}.{len(items)}"], dtype))
+        results.append(items if items or _is_sequence(info.type, optional=False) else None)
+    return results
+
+
+def _is_sequence(type_proto: onnx.TypeProto, optional: bool = True) -> bool:
+    """Whether values of this type are sequences (or, if `optional`, optional sequences)."""
+    if optional and type_proto.HasField("optional_type"):
+        type_proto = type_proto.optional_type.elem_type
+    return type_proto.HasField("sequence_type")
 
 
 class AotcBackend(Backend):
@@ -103,9 +149,12 @@ class AotcBackend(Backend):
         return cls.prepare(model, device, **kwargs).run(inputs)
 
 
-def _numpy_dtype(value: onnx.ValueInfoProto):
-    """The numpy dtype ONNX uses for an output (ml_dtypes types for bf16, float8...)."""
-    tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
+def _numpy_dtype(type_proto: onnx.TypeProto):
+    """The numpy dtype ONNX uses for an output's tensors (ml_dtypes types for bf16...)."""
+    while type_proto.HasField("optional_type") or type_proto.HasField("sequence_type"):
+        inner = type_proto.optional_type if type_proto.HasField("optional_type") else None
+        type_proto = (inner or type_proto.sequence_type).elem_type
+    tensor = type_proto.tensor_type if type_proto.HasField("tensor_type") else None
     if tensor is None or not tensor.elem_type:
         return None
     return onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)

@@ -35,6 +35,10 @@ class CompileOptions:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # inputs fixed to values (they become constants): shape-determining inputs
     input_values: dict[str, np.ndarray] = field(default_factory=dict)
+    # ONNX sequence inputs: name -> length; their tensors are the inputs "NAME.0",
+    # "NAME.1"... (keys of input_shapes/input_values too); an optional input that holds
+    # no value: name -> None (see frontends/onnx/boundary.py)
+    input_structure: dict[str, int | None] = field(default_factory=dict)
     target: str = "host"
     opt_level: int = 2
     dump_hlo: Path | None = None
@@ -114,7 +118,13 @@ def _import(model, options: CompileOptions) -> tuple[Module, str]:
         source = getattr(getattr(model, "graph", None), "name", None) or "model"
     from .frontends.onnx import import_onnx
 
-    return import_onnx(model, options.input_shapes, input_values=options.input_values), source
+    module = import_onnx(
+        model,
+        options.input_shapes,
+        input_values=options.input_values,
+        input_structure=options.input_structure,
+    )
+    return module, source
 
 
 def _looks_like_hlo_text(path: Path) -> bool:

@@ -3,8 +3,10 @@
 Imports nothing else from aotc except the leaf `aotc.errors`.
 """
 
-from .attrs import ConvDims, DotDims, FusionKind, GatherDims, PaddingConfig, SliceSpec, Window
-from .builder import ComputationBuilder, scalar_reducer
+from .attrs import (
+    ConvDims, DotDims, FusionKind, GatherDims, PaddingConfig, ScatterDims, SliceSpec, Window,
+)  # fmt: skip
+from .builder import ComputationBuilder, comparator, replacer, scalar_reducer
 from .module import Computation, Instruction, Module
 from .ops import OP_DEFS, Direction, Op, Trait
 from .types import DType, Shape, TupleShape
@@ -12,5 +14,6 @@ from .types import DType, Shape, TupleShape
 __all__ = [
     "ComputationBuilder", "Computation", "ConvDims", "Direction", "DotDims", "DType",
     "FusionKind", "GatherDims", "Instruction", "Module", "Op", "OP_DEFS", "PaddingConfig",
-    "Shape", "SliceSpec", "Trait", "TupleShape", "Window", "scalar_reducer",
+    "ScatterDims", "Shape", "SliceSpec", "Trait", "TupleShape", "Window", "comparator",
+    "replacer", "scalar_reducer",
 ]  # fmt: skip

@@ -135,6 +135,28 @@ class GatherDims:
             object.__setattr__(self, field, _ints(getattr(self, field)))
 
 
+@dataclass(frozen=True)
+class ScatterDims:
+    """XLA scatter dimension numbers (the window sizes come from the updates' dims)."""
+
+    update_window_dims: tuple[int, ...]
+    inserted_window_dims: tuple[int, ...]
+    scatter_dims_to_operand_dims: tuple[int, ...]
+    index_vector_dim: int
+    input_batching_dims: tuple[int, ...] = ()
+    scatter_indices_batching_dims: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        for field in (
+            "update_window_dims",
+            "inserted_window_dims",
+            "scatter_dims_to_operand_dims",
+            "input_batching_dims",
+            "scatter_indices_batching_dims",
+        ):
+            object.__setattr__(self, field, _ints(getattr(self, field)))
+
+
 class FusionKind(enum.Enum):
     LOOP = "kLoop"
     INPUT = "kInput"

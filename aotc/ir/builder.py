@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .attrs import ConvDims, DotDims, GatherDims, PaddingConfig, SliceSpec, Window
+from .attrs import ConvDims, DotDims, GatherDims, PaddingConfig, ScatterDims, SliceSpec, Window
 from .module import Computation, Instruction, Module
 from .ops import Direction, Op
 from .shapes import infer_shape
@@ -117,6 +117,19 @@ class ComputationBuilder:
         strides = strides or [1] * len(starts)
         return self.add(Op.SLICE, [x], slice=SliceSpec(starts, limits, strides))
 
+    def dynamic_slice(
+        self, x: Instruction, starts: Sequence[Instruction], sizes: Sequence[int]
+    ) -> Instruction:
+        """The `sizes` block of x at run-time `starts` (scalars), clamped to fit in x."""
+        sizes = tuple(int(n) for n in sizes)
+        return self.add(Op.DYNAMIC_SLICE, [x, *starts], dynamic_slice_sizes=sizes)
+
+    def dynamic_update_slice(
+        self, x: Instruction, update: Instruction, starts: Sequence[Instruction]
+    ) -> Instruction:
+        """x with `update` written at run-time `starts` (scalars), clamped to fit in x."""
+        return self.add(Op.DYNAMIC_UPDATE_SLICE, [x, update, *starts])
+
     def concatenate(self, xs: Sequence[Instruction], dimension: int) -> Instruction:
         if len(xs) == 1:
             return xs[0]
@@ -131,6 +144,31 @@ class ComputationBuilder:
 
     def gather(self, operand: Instruction, indices: Instruction, dims: GatherDims):
         return self.add(Op.GATHER, [operand, indices], gather=dims)
+
+    def scatter(
+        self,
+        operand: Instruction,
+        indices: Instruction,
+        updates: Instruction,
+        dims: ScatterDims,
+        combiner: Computation,
+    ) -> Instruction:
+        """XLA scatter: `combiner(current, update)` into a copy of `operand`, update windows
+        in order; windows not wholly inside the operand are skipped."""
+        return self.add(Op.SCATTER, [operand, indices, updates], scatter=dims,
+                        called=(combiner,))  # fmt: skip
+
+    def sort(
+        self,
+        xs: Sequence[Instruction],
+        dimension: int,
+        comparator: Computation,
+        is_stable: bool = False,
+    ) -> Instruction:
+        """Sort `xs` together along `dimension` by `comparator` (see `comparator()`);
+        one operand gives an array, several a tuple."""
+        return self.add(Op.SORT, xs, dimensions=(dimension,), called=(comparator,),
+                        is_stable=is_stable)  # fmt: skip
 
     # -- reductions and contractions ----------------------------------------
 
@@ -155,6 +193,71 @@ class ComputationBuilder:
 
     def get_tuple_element(self, x: Instruction, index: int) -> Instruction:
         return self.add(Op.GET_TUPLE_ELEMENT, [x], index=index)
+
+
+def comparator(
+    module: Module, dtype: DType, direction: Direction, carried: Sequence[DType] = ()
+) -> Computation:
+    """A sort comparator ordering keys of `dtype` ascending (LT) or descending (GT).
+
+    It takes (key lhs, key rhs) then a (lhs, rhs) pair per `carried` dtype: operands
+    sorted along with the keys (e.g. indices) that do not take part in the order.
+    Floats are ordered as jax.lax.sort does: -0.0 equals 0.0 and every NaN is one
+    value above +inf (last ascending, first descending), by comparing integer keys
+    (the bits, with the non-sign bits of negatives flipped), so the order is total
+    and the sort well defined.
+    Shared per (dtype, direction, carried).
+    """
+    if direction not in (Direction.LT, Direction.GT):
+        raise ValueError(f"a sort comparator needs LT or GT, not {direction.value}")
+    suffix = "".join(f"_{dt.text}" for dt in carried)
+    name = f"compare_{direction.value.lower()}_{dtype.text}{suffix}"
+    for comp in module.computations:
+        if comp.name == name:
+            return comp
+    b = ComputationBuilder(module, name)
+    dtypes = [dtype, *carried]
+    params = [b.parameter(i, Shape(dtypes[i // 2], ()), f"p{i // 2}_{'lr'[i % 2]}")
+              for i in range(2 * len(dtypes))]  # fmt: skip
+    lhs, rhs = _total_order_keys(b, params[:2], dtype)
+    return b.build(b.compare(lhs, rhs, direction))
+
+
+_SAME_WIDTH_INT = {16: DType.S16, 32: DType.S32, 64: DType.S64}
+
+
+def _total_order_keys(b: ComputationBuilder, xs: list[Instruction], dtype: DType) -> list:
+    """`xs` themselves for integers; for floats signed integers whose order is the total
+    order above (-0.0 made +0.0 and NaNs the canonical +NaN first)."""
+    if not dtype.is_float:
+        return xs
+    if dtype.bits not in _SAME_WIDTH_INT:  # 8- and 4-bit floats: order their f32 values
+        xs = [b.convert(x, DType.F32) for x in xs]
+        dtype = DType.F32
+    int_dtype = _SAME_WIDTH_INT[dtype.bits]
+    zero, nan = b.scalar(0, dtype), b.scalar(np.nan, dtype)
+    sign_shift = b.scalar(dtype.bits - 1, int_dtype)
+    magnitude = b.scalar(2 ** (dtype.bits - 1) - 1, int_dtype)
+    keys = []
+    for x in xs:
+        x = b.select(b.compare(x, zero, Direction.EQ), zero, x)
+        x = b.select(b.compare(x, x, Direction.NE), nan, x)
+        bits = b.bitcast_convert(x, int_dtype)
+        sign = b.binary(Op.SHIFT_RIGHT_ARITHMETIC, bits, sign_shift)
+        # negatives: flip all but the sign bit, so larger magnitudes compare smaller
+        keys.append(b.binary(Op.XOR, bits, b.binary(Op.AND, sign, magnitude)))
+    return keys
+
+
+def replacer(module: Module, dtype: DType) -> Computation:
+    """The scatter combiner `(current, update) -> update` on scalars, shared per dtype."""
+    name = f"replace_{dtype.text}"
+    for comp in module.computations:
+        if comp.name == name:
+            return comp
+    b = ComputationBuilder(module, name)
+    b.parameter(0, Shape(dtype, ()), "current")
+    return b.build(b.parameter(1, Shape(dtype, ()), "update"))
 
 
 def scalar_reducer(module: Module, op: Op, dtype: DType) -> Computation:

@@ -18,9 +18,19 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import ShapeError
+from .evaluate_dynamic import DYNAMIC_RULES
 from .module import Computation, Instruction, Module
 from .ops import Direction, Op
-from .types import AnyShape, DType, TupleShape, bf16_round, cast_array, from_storage, to_storage
+from .types import (
+    AnyShape,
+    DType,
+    TupleShape,
+    bf16_round,
+    cast_array,
+    f32_round_to_odd,
+    from_storage,
+    to_storage,
+)
 
 Value = np.ndarray | tuple
 # rule(instr, operand values) -> value; a parameter's "operand" is its argument
@@ -52,6 +62,44 @@ def evaluate_constant(instr: Instruction) -> Value | None:
     return _run(order, ())[id(instr)]
 
 
+def map_computation(comp: Computation, args: Sequence[np.ndarray]) -> Value:
+    """A scalar computation (comparator, combiner) applied elementwise to arrays of
+    broadcastable dims: one numpy pass per instruction where every instruction is
+    elementwise, else one evaluation per element (slow)."""
+    order = comp.post_order()
+    if is_mappable(order):
+        values: dict[int, Value] = {}
+        with np.errstate(all="ignore"):
+            for instr in order:
+                if instr.op is Op.PARAMETER:
+                    result = args[instr.index]
+                else:
+                    result = EVAL_RULES[instr.op](instr, [values[id(o)] for o in instr.operands])
+                values[id(instr)] = _as_shape(result, instr.shape, instr, exact_dims=False)
+        return values[id(comp.root)]
+    arrays = np.broadcast_arrays(*(np.asarray(a) for a in args))
+    results = [evaluate_computation(comp, [a[index] for a in arrays])
+               for index in np.ndindex(arrays[0].shape)]  # fmt: skip
+    return _stack(results, arrays[0].shape, comp.root.shape)
+
+
+def is_mappable(order: list[Instruction]) -> bool:
+    """Whether these instructions evaluate on arrays as they do on scalars."""
+    return all(
+        i.op.is_elementwise
+        or i.op in (Op.PARAMETER, Op.TUPLE, Op.GET_TUPLE_ELEMENT)
+        or (i.op is Op.CONSTANT and i.literal.ndim == 0)
+        for i in order
+    )
+
+
+def _stack(results: list, dims: tuple[int, ...], shape: AnyShape) -> Value:
+    """Per-element results (scalars or tuples of scalars) as arrays of `dims`."""
+    if isinstance(shape, TupleShape):
+        return tuple(_stack([r[k] for r in results], dims, s) for k, s in enumerate(shape.elements))
+    return np.array(results, dtype=shape.dtype.numpy).reshape(dims)
+
+
 def _run(order: list[Instruction], args: Sequence[Value]) -> dict[int, Value]:
     """Values of `order` (operands first), keyed by id(instruction)."""
     values: dict[int, Value] = {}
@@ -67,32 +115,23 @@ def _run(order: list[Instruction], args: Sequence[Value]) -> dict[int, Value]:
     return values
 
 
-def _as_shape(value, shape: AnyShape, instr: Instruction) -> Value:
-    """`value` cast to exactly `shape`'s dtype (rounded for bf16), tuples element-wise."""
+def _as_shape(value, shape: AnyShape, instr: Instruction, exact_dims: bool = True) -> Value:
+    """`value` cast to exactly `shape`'s dtype (rounded for bf16), tuples element-wise;
+    `exact_dims=False` keeps the value's dims (a scalar computation mapped over arrays)."""
     if isinstance(shape, TupleShape):
         assert len(value) == len(shape.elements), instr
-        return tuple(_as_shape(v, s, instr) for v, s in zip(value, shape.elements))
+        return tuple(_as_shape(v, s, instr, exact_dims) for v, s in zip(value, shape.elements))
     array = np.asarray(value)
-    assert array.shape == shape.dims, f"{instr}: rule gave dims {array.shape}"
+    assert array.shape == shape.dims or not exact_dims, f"{instr}: rule gave dims {array.shape}"
     if shape.dtype is DType.BF16 and array.dtype != np.float32:
         return _to_bf16(array.astype(np.float64))
     return cast_array(array, shape.dtype)
 
 
 def _to_bf16(values: np.ndarray) -> np.ndarray:
-    """float64 -> bf16 with a single rounding (int and f64 converts, f64 accumulators).
-
-    Rounding to f32 first would round twice.  Rounding to odd into f32 (truncate,
-    then set the last bit if inexact) keeps the sticky information, so the
-    following f32 -> bf16 rounding (16 bits fewer) is exact.
-    """
-    narrow = values.astype(np.float32)
-    wide = narrow.astype(np.float64)
-    away = np.abs(wide) > np.abs(values)
-    narrow = np.where(away, np.nextafter(narrow, np.float32(0)), narrow).astype(np.float32)
-    bits = np.ascontiguousarray(narrow).view(np.uint32)
-    bits = np.where(wide != values, bits | np.uint32(1), bits).astype(np.uint32)
-    return bf16_round(bits.view(np.float32))
+    """float64 -> bf16 with a single rounding (int and f64 converts, f64 accumulators):
+    rounding to f32 first would round twice; rounding to odd keeps it exact."""
+    return bf16_round(f32_round_to_odd(values))
 
 
 # -- leaves --------------------------------------------------------------------
@@ -378,12 +417,12 @@ def _float_to_int(x: np.ndarray, target: DType) -> np.ndarray:
 
     XLA's convert (fptosi/fptoui made saturating); numpy's cast is undefined there.
     """
-    info = np.iinfo(target.numpy)
+    low, high = target.limits  # s4/u4/s2/u2 saturate at their own range
     whole = np.trunc(x.astype(np.float64))
     too_high = whole >= 2.0 ** (target.bits - target.is_signed_int)  # max + 1, exact
-    too_low = whole < float(info.min)
+    too_low = whole < float(low)
     inside = np.where(too_high | too_low | np.isnan(whole), 0, whole).astype(target.numpy)
-    limits = np.array([info.min, info.max], dtype=target.numpy)
+    limits = np.array([low, high], dtype=target.numpy)
     return np.where(too_high, limits[1], np.where(too_low, limits[0], inside))
 
 
@@ -454,7 +493,7 @@ def _gather(instr: Instruction, operands: list) -> np.ndarray:
     if g.index_vector_dim == indices.ndim:
         indices = indices[..., None]
     batch_index_dims = [d for d in range(indices.ndim) if d != g.index_vector_dim]
-    starts = np.moveaxis(_as_index(indices), g.index_vector_dim, -1)
+    starts = np.moveaxis(as_index(indices), g.index_vector_dim, -1)
     batch_dims = starts.shape[:-1]
     batch_positions = [i for i in range(rank) if i not in g.offset_dims]
     removed = set(g.collapsed_slice_dims) | set(g.operand_batching_dims)
@@ -487,7 +526,8 @@ def _gather(instr: Instruction, operands: list) -> np.ndarray:
     return operand[tuple(coords)]
 
 
-def _as_index(indices: np.ndarray) -> np.ndarray:
+def as_index(indices: np.ndarray) -> np.ndarray:
+    """Integer indices as int64 (huge u64 ones capped: out of range either way)."""
     if indices.dtype == np.uint64:  # huge values would wrap negative in int64
         indices = np.minimum(indices, np.uint64(2**62))
     return indices.astype(np.int64)
@@ -686,6 +726,7 @@ EVAL_RULES: dict[Op, Rule] = {
     Op.PAD: _pad,
     Op.REVERSE: _reverse,
     Op.GATHER: _gather,
+    **DYNAMIC_RULES,
     Op.REDUCE: _reduce,
     Op.REDUCE_WINDOW: _reduce_window,
     Op.DOT: _dot,

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .attrs import ConvDims, DotDims, FusionKind, GatherDims, PaddingConfig, SliceSpec, Window
+from .attrs import (
+    ConvDims, DotDims, FusionKind, GatherDims, PaddingConfig, ScatterDims, SliceSpec, Window,
+)  # fmt: skip
 from .ops import Direction, Op
 from .types import AnyShape, Shape
 
@@ -27,6 +29,8 @@ class Instruction:
     # broadcast/transpose/reduce/reverse/concatenate(1)/iota(1) dimension lists
     dimensions: tuple[int, ...] | None = None
     slice: SliceSpec | None = None
+    # dynamic-slice: the extent of the slice per dim (its starts are operands)
+    dynamic_slice_sizes: tuple[int, ...] | None = None
     padding: PaddingConfig | None = None
     window: Window | None = None
     dot: DotDims | None = None
@@ -34,8 +38,11 @@ class Instruction:
     feature_group_count: int = 1
     batch_group_count: int = 1
     gather: GatherDims | None = None
+    scatter: ScatterDims | None = None
     direction: Direction | None = None
-    # to_apply= (reduce, reduce-window) or calls= (fusion)
+    # sort: equivalent elements keep their order
+    is_stable: bool = False
+    # to_apply= (reduce, reduce-window, sort's comparator) or calls= (fusion)
     called: tuple[Computation, ...] = ()
     # parameter number, or get-tuple-element index
     index: int | None = None
@@ -63,6 +70,7 @@ class Instruction:
             tuple(id(o) for o in self.operands),
             self.dimensions,
             self.slice,
+            self.dynamic_slice_sizes,
             self.padding,
             self.window,
             self.dot,
@@ -70,7 +78,9 @@ class Instruction:
             self.feature_group_count,
             self.batch_group_count,
             self.gather,
+            self.scatter,
             self.direction,
+            self.is_stable,
             tuple(id(c) for c in self.called),
             self.index,
             literal_key,

@@ -93,6 +93,10 @@ class Op(enum.Enum):
     PAD = "pad"
     REVERSE = "reverse"
     GATHER = "gather"
+    SCATTER = "scatter"
+    DYNAMIC_SLICE = "dynamic-slice"
+    DYNAMIC_UPDATE_SLICE = "dynamic-update-slice"
+    SORT = "sort"
     # reductions and contractions
     REDUCE = "reduce"
     REDUCE_WINDOW = "reduce-window"
@@ -169,6 +173,10 @@ OP_DEFS: dict[Op, OpDef] = {
     Op.PAD: OpDef("pad", 2),
     Op.REVERSE: OpDef("reverse", 1),
     Op.GATHER: OpDef("gather", 2),
+    Op.SCATTER: OpDef("scatter", 3),  # operand, indices, updates: one operand only
+    Op.DYNAMIC_SLICE: OpDef("dynamic-slice", VARIADIC),  # operand, a scalar start per dim
+    Op.DYNAMIC_UPDATE_SLICE: OpDef("dynamic-update-slice", VARIADIC),  # operand, update, starts
+    Op.SORT: OpDef("sort", VARIADIC),
     Op.REDUCE: OpDef("reduce", VARIADIC),
     Op.REDUCE_WINDOW: OpDef("reduce-window", VARIADIC),
     Op.DOT: OpDef("dot", 2),

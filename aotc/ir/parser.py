@@ -17,7 +17,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import ModelError, ShapeError, UnsupportedError
-from .attrs import ConvDims, DotDims, FusionKind, GatherDims, PaddingConfig, SliceSpec, Window
+from .attrs import (
+    ConvDims, DotDims, FusionKind, GatherDims, PaddingConfig, ScatterDims, SliceSpec, Window,
+)  # fmt: skip
 from .module import Computation, Instruction, Module
 from .ops import Direction, Op
 from .shapes import infer_shape
@@ -36,8 +38,11 @@ REQUIRED_ATTRIBUTES: dict[Op, tuple[str, ...]] = {
     Op.REVERSE: ("dimensions",),
     Op.CONCATENATE: ("dimensions",),
     Op.SLICE: ("slice",),
+    Op.DYNAMIC_SLICE: ("dynamic_slice_sizes",),
     Op.PAD: ("padding",),
     Op.GATHER: ("gather",),
+    Op.SCATTER: ("scatter", "called"),
+    Op.SORT: ("dimensions", "called"),
     Op.REDUCE: ("dimensions", "called"),
     Op.REDUCE_WINDOW: ("window", "called"),
     Op.DOT: ("dot",),
@@ -52,9 +57,12 @@ _FIELD_SPELLING = {
     "dimensions": "dimensions=",
     "direction": "direction=",
     "slice": "slice=",
+    "dynamic_slice_sizes": "dynamic_slice_sizes=",
     "padding": "padding=",
     "gather": "offset_dims=, collapsed_slice_dims=, start_index_map=, index_vector_dim= "
     "and slice_sizes=",
+    "scatter": "update_window_dims=, inserted_window_dims=, scatter_dims_to_operand_dims= "
+    "and index_vector_dim=",
     "called": "to_apply=",
     "window": "window=",
     "dot": "lhs_contracting_dims= and rhs_contracting_dims=",
@@ -183,7 +191,8 @@ _DIRECT_FIELDS = {
     "dimensions": "dimensions", "index": "index", "slice": "slice", "padding": "padding",
     "window": "window", "dim_labels": "conv", "feature_group_count": "feature_group_count",
     "batch_group_count": "batch_group_count", "direction": "direction", "kind": "fusion_kind",
-    "metadata": "origin",
+    "metadata": "origin", "is_stable": "is_stable",
+    "dynamic_slice_sizes": "dynamic_slice_sizes",
 }  # fmt: skip
 # attributes that together make one DotDims / GatherDims, in constructor order
 _DOT_ATTRIBUTES = (
@@ -194,6 +203,11 @@ _GATHER_ATTRIBUTES = (
     "operand_batching_dims", "start_indices_batching_dims",
 )  # fmt: skip
 _GATHER_REQUIRED = _GATHER_ATTRIBUTES[:5]
+_SCATTER_ATTRIBUTES = (
+    "update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
+    "index_vector_dim", "input_batching_dims", "scatter_indices_batching_dims",
+)  # fmt: skip
+_SCATTER_REQUIRED = _SCATTER_ATTRIBUTES[:4]
 
 
 class _Parser:
@@ -457,6 +471,8 @@ class _Parser:
             fields["dot"] = DotDims(*(attributes.get(a, ()) for a in _DOT_ATTRIBUTES))
         if all(a in attributes for a in _GATHER_REQUIRED):
             fields["gather"] = GatherDims(*(attributes.get(a, ()) for a in _GATHER_ATTRIBUTES))
+        if all(a in attributes for a in _SCATTER_REQUIRED):
+            fields["scatter"] = ScatterDims(*(attributes.get(a, ()) for a in _SCATTER_ATTRIBUTES))
         return fields
 
     def finish(self) -> None:
@@ -675,6 +691,12 @@ class _Parser:
         except ValueError:
             raise self.error(f"unknown comparison direction '{token.text}'", token) from None
 
+    def boolean(self) -> bool:
+        token = self.advance()
+        if token.text not in ("true", "false"):
+            raise self.error(f"expected true or false, found {self._describe(token)}", token)
+        return token.text == "true"
+
     def fusion_kind(self) -> FusionKind:
         token = self.advance()
         try:
@@ -718,6 +740,7 @@ _ATTRIBUTE_READERS: dict[str, Callable[[_Parser], object]] = {
     "iota_dimension": _Parser.integer,
     "index": _Parser.integer,
     "slice": _Parser.slice_spec,
+    "dynamic_slice_sizes": _Parser.int_list,
     "padding": _Parser.padding,
     "window": _Parser.window,
     "dim_labels": _Parser.dim_labels,
@@ -725,8 +748,10 @@ _ATTRIBUTE_READERS: dict[str, Callable[[_Parser], object]] = {
     "batch_group_count": _Parser.integer,
     **{name: _Parser.int_list for name in _DOT_ATTRIBUTES},
     **{name: _Parser.int_list for name in _GATHER_ATTRIBUTES if name != "index_vector_dim"},
+    **{name: _Parser.int_list for name in _SCATTER_ATTRIBUTES if name != "index_vector_dim"},
     "index_vector_dim": _Parser.integer,
     "direction": _Parser.direction,
+    "is_stable": _Parser.boolean,
     "kind": _Parser.fusion_kind,
     "to_apply": _Parser.computation_names,
     "calls": _Parser.computation_names,

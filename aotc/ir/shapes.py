@@ -128,6 +128,37 @@ def _slice(instr: Instruction) -> Shape:
     return x.with_dims(dims)
 
 
+def _starts(instr: Instruction, first: int, rank: int) -> None:
+    """Operands `first`... are the start indices: one integer scalar per dim, one dtype."""
+    starts = [_arr(instr, i) for i in range(first, len(instr.operands))]
+    _check(len(starts) == rank, instr, f"needs {rank} start indices, one per dim")
+    _check(all(s.dims == () for s in starts), instr, "start indices must be scalars")
+    _check(all(s.dtype.is_int and s.dtype == starts[0].dtype for s in starts), instr,
+           "start indices must be integers of one dtype")  # fmt: skip
+
+
+def _dynamic_slice(instr: Instruction) -> Shape:
+    _check(len(instr.operands) >= 1, instr, "needs an operand")
+    x, sizes = _arr(instr, 0), instr.dynamic_slice_sizes
+    _starts(instr, 1, x.rank)
+    _check(sizes is not None and len(sizes) == x.rank, instr,
+           "dynamic_slice_sizes= must cover every dim")  # fmt: skip
+    for d, (size, extent) in enumerate(zip(sizes, x.dims)):
+        _check(0 <= size <= extent, instr, f"slice size {size} exceeds dim {d}")
+    return x.with_dims(sizes)
+
+
+def _dynamic_update_slice(instr: Instruction) -> Shape:
+    _check(len(instr.operands) >= 2, instr, "needs an operand and an update")
+    x, update = _arr(instr, 0), _arr(instr, 1)
+    _starts(instr, 2, x.rank)
+    _check(update.dtype == x.dtype and update.rank == x.rank, instr,
+           "the update must have the operand's dtype and rank")  # fmt: skip
+    for d, (size, extent) in enumerate(zip(update.dims, x.dims)):
+        _check(size <= extent, instr, f"the update exceeds dim {d}")
+    return x
+
+
 def _concatenate(instr: Instruction) -> Shape:
     _check(len(instr.operands) >= 1, instr, "needs operands")
     shapes = [_arr(instr, i) for i in range(len(instr.operands))]
@@ -267,6 +298,62 @@ def _gather(instr: Instruction) -> Shape:
     return operand.with_dims(dims)
 
 
+def _is_dim_set(dims, rank: int) -> bool:
+    return all(0 <= d < rank for d in dims) and len(set(dims)) == len(dims)
+
+
+def _scatter(instr: Instruction) -> Shape:
+    """XLA scatter: `updates` windows combined into `operand` at `indices`."""
+    operand, indices, updates, s = _arr(instr, 0), _arr(instr, 1), _arr(instr, 2), instr.scatter
+    _check(s is not None, instr, "needs scatter dimension numbers")
+    _check(len(instr.called) == 1, instr, "needs to_apply= (the combiner)")
+    _check(indices.dtype.is_int, instr, "indices must be integers")
+    _check(updates.dtype == operand.dtype, instr, "updates must have the operand's dtype")
+    _check(0 <= s.index_vector_dim <= indices.rank, instr, "index_vector_dim out of range")
+    scatter_dims = [d for i, d in enumerate(indices.dims) if i != s.index_vector_dim]
+    vector = indices.dims[s.index_vector_dim] if s.index_vector_dim < indices.rank else 1
+    window = s.update_window_dims
+    _check(list(window) == sorted(window) and _is_dim_set(window, updates.rank), instr,
+           "update_window_dims must be increasing dims of the updates")  # fmt: skip
+    removed = s.inserted_window_dims + s.input_batching_dims
+    _check(_is_dim_set(removed, operand.rank), instr,
+           "inserted_window_dims and input_batching_dims must be distinct operand dims")
+    _check(len(window) + len(removed) == operand.rank, instr,
+           "update_window_dims, inserted_window_dims and input_batching_dims must add up "
+           "to the operand's rank")  # fmt: skip
+    _check(len(s.scatter_dims_to_operand_dims) == vector, instr,
+           f"scatter_dims_to_operand_dims needs {vector} entries, the index vector's size")
+    _check(_is_dim_set(s.scatter_dims_to_operand_dims, operand.rank)
+           and not set(s.scatter_dims_to_operand_dims) & set(s.input_batching_dims), instr,
+           "scatter_dims_to_operand_dims must be distinct, non-batching operand dims")
+    batching = s.scatter_indices_batching_dims
+    _check(len(batching) == len(s.input_batching_dims) and _is_dim_set(batching, indices.rank)
+           and s.index_vector_dim not in batching, instr,
+           "scatter_indices_batching_dims must pair input_batching_dims with index dims")
+    update_scatter = [d for i, d in enumerate(updates.dims) if i not in window]
+    _check(update_scatter == scatter_dims, instr,
+           "the updates' non-window dims must equal the indices' dims (less index_vector_dim)")
+    window_operand_dims = [d for d in range(operand.rank) if d not in removed]
+    for k, d in enumerate(window_operand_dims):
+        extent = updates.dims[window[k]]
+        _check(extent <= operand.dims[d], instr, f"update window dim {window[k]} exceeds dim {d}")
+    for a, b in zip(s.input_batching_dims, batching):
+        _check(operand.dims[a] == indices.dims[b], instr, f"batching dims {a} and {b} differ")
+    return operand
+
+
+def _sort(instr: Instruction) -> AnyShape:
+    """Operands of equal dims sorted together along `dimensions={d}`; one result each."""
+    _check(len(instr.operands) >= 1, instr, "needs operands")
+    shapes = [_arr(instr, i) for i in range(len(instr.operands))]
+    dims = instr.dimensions
+    _check(dims is not None and len(dims) == 1, instr, "needs one sort dimension")
+    _check(0 <= dims[0] < shapes[0].rank, instr, f"sort dimension {dims[0]} out of range")
+    _check(all(s.dims == shapes[0].dims for s in shapes), instr, "operands must have equal dims")
+    _check(len(instr.called) == 1, instr, "needs to_apply= (the comparator)")
+    return _tuple_or_single(shapes)
+
+
 def _tuple(instr: Instruction) -> TupleShape:
     return TupleShape(tuple(o.shape for o in instr.operands))
 
@@ -323,6 +410,10 @@ SHAPE_RULES: dict[Op, Callable[[Instruction], AnyShape]] = {
     Op.PAD: _pad,
     Op.REVERSE: _reverse,
     Op.GATHER: _gather,
+    Op.SCATTER: _scatter,
+    Op.DYNAMIC_SLICE: _dynamic_slice,
+    Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
+    Op.SORT: _sort,
     Op.REDUCE: _reduce,
     Op.REDUCE_WINDOW: _reduce_window,
     Op.DOT: _dot,

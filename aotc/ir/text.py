@@ -122,6 +122,8 @@ def _format_scalars(values: np.ndarray, dtype: DType) -> list[str]:
         return [str(int(v)) for v in values.tolist()]
     if dtype is DType.BF16:
         return _format_bf16(values)
+    if dtype.minifloat is not None:  # few bits: Python's repr of the exact value reads back
+        return [_float_text(v, repr(v)) for v in values.astype(np.float64).tolist()]
     # numpy's str() and Python's repr() give the shortest digits that read back exactly;
     # repr(float(...)) then writes them as Python does (16777216, not 1.6777216e+07)
     scalar = {DType.F16: np.float16, DType.F32: np.float32, DType.F64: float}[dtype]
@@ -253,6 +255,11 @@ def _print_slice(i: Instruction) -> list[str]:
     return [] if i.slice is None else [f"slice={slice_text(i.slice)}"]
 
 
+def _print_dynamic_slice_sizes(i: Instruction) -> list[str]:
+    sizes = i.dynamic_slice_sizes
+    return [] if sizes is None else [f"dynamic_slice_sizes={_ints(sizes)}"]
+
+
 def _print_padding(i: Instruction) -> list[str]:
     return [] if i.padding is None else [f"padding={padding_text(i.padding)}"]
 
@@ -302,8 +309,29 @@ def _print_gather(i: Instruction) -> list[str]:
     return texts
 
 
+def _print_scatter(i: Instruction) -> list[str]:
+    s = i.scatter
+    if s is None:
+        return []
+    texts = [
+        f"update_window_dims={_ints(s.update_window_dims)}",
+        f"inserted_window_dims={_ints(s.inserted_window_dims)}",
+        f"scatter_dims_to_operand_dims={_ints(s.scatter_dims_to_operand_dims)}",
+    ]
+    if s.input_batching_dims:
+        texts.append(f"input_batching_dims={_ints(s.input_batching_dims)}")
+    if s.scatter_indices_batching_dims:
+        texts.append(f"scatter_indices_batching_dims={_ints(s.scatter_indices_batching_dims)}")
+    texts.append(f"index_vector_dim={s.index_vector_dim}")
+    return texts
+
+
 def _print_direction(i: Instruction) -> list[str]:
     return [] if i.direction is None else [f"direction={i.direction.value}"]
+
+
+def _print_is_stable(i: Instruction) -> list[str]:
+    return ["is_stable=true"] if i.is_stable else []
 
 
 def _print_kind(i: Instruction) -> list[str]:
@@ -324,7 +352,7 @@ def _print_metadata(i: Instruction) -> list[str]:
 
 
 _ATTRIBUTE_PRINTERS: tuple[Callable[[Instruction], list[str]], ...] = (
-    _print_index, _print_dimensions, _print_slice, _print_padding, _print_window, _print_conv,
-    _print_groups, _print_dot, _print_gather, _print_direction, _print_kind, _print_called,
-    _print_metadata,
+    _print_index, _print_dimensions, _print_slice, _print_dynamic_slice_sizes, _print_padding,
+    _print_window, _print_conv, _print_groups, _print_dot, _print_gather, _print_scatter,
+    _print_direction, _print_is_stable, _print_kind, _print_called, _print_metadata,
 )  # fmt: skip

@@ -4,6 +4,16 @@ A `Shape` is an array type (dtype + static dims, row-major layout); a
 `TupleShape` groups shapes for tuple-valued instructions.  bf16 has no numpy
 dtype: arrays of bf16 are held as float32 values already rounded to bf16, and
 stored (in objects, on the C side) as uint16 bit patterns.
+
+The 8- and 4-bit floats (f8e4m3fn, f8e4m3fnuz, f8e5m2, f8e5m2fnuz, f8e8m0fnu,
+f4e2m1fn; "minifloats") are likewise float32 arrays of exactly representable
+values, stored as one byte per element holding the bit pattern (f4e2m1fn in
+the low 4 bits).  s4/u4/s2/u2 are int8/uint8 arrays of in-range values, stored
+one byte per element (sign-extended for s4/s2): our ABI does not pack sub-byte
+integers.  Rounding to minifloats is ml_dtypes' (shared with onnx and JAX):
+round to nearest even, overflow to inf or NaN (saturating where a type has
+neither), except that values wider than f32 are rounded once, from the exact
+value.
 """
 
 from __future__ import annotations
@@ -12,6 +22,7 @@ import enum
 import math
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 
@@ -29,6 +40,16 @@ class DType(enum.Enum):
     BF16 = "bf16"
     F32 = "f32"
     F64 = "f64"
+    F8E4M3FN = "f8e4m3fn"
+    F8E4M3FNUZ = "f8e4m3fnuz"
+    F8E5M2 = "f8e5m2"
+    F8E5M2FNUZ = "f8e5m2fnuz"
+    F8E8M0FNU = "f8e8m0fnu"
+    F4E2M1FN = "f4e2m1fn"
+    S4 = "s4"
+    U4 = "u4"
+    S2 = "s2"
+    U2 = "u2"
 
     @property
     def text(self) -> str:
@@ -36,13 +57,15 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        """The numpy dtype the evaluator computes in (bf16 computes in float32)."""
+        """The numpy dtype the evaluator computes in (bf16 and minifloats: float32)."""
         return np.dtype(_NUMPY[self])
 
     @property
     def storage(self) -> np.dtype:
-        """The numpy dtype of the bytes in memory (bf16 is a uint16 bit pattern)."""
-        return np.dtype(np.uint16) if self is DType.BF16 else self.numpy
+        """The numpy dtype of the bytes in memory (bf16: uint16 bits, minifloats: uint8 bits)."""
+        if self is DType.BF16:
+            return np.dtype(np.uint16)
+        return np.dtype(np.uint8) if self in MINIFLOATS else self.numpy
 
     @property
     def itemsize(self) -> int:
@@ -54,11 +77,11 @@ class DType(enum.Enum):
 
     @property
     def is_signed_int(self) -> bool:
-        return self in (DType.S8, DType.S16, DType.S32, DType.S64)
+        return self in (DType.S2, DType.S4, DType.S8, DType.S16, DType.S32, DType.S64)
 
     @property
     def is_unsigned_int(self) -> bool:
-        return self in (DType.U8, DType.U16, DType.U32, DType.U64)
+        return self in (DType.U2, DType.U4, DType.U8, DType.U16, DType.U32, DType.U64)
 
     @property
     def is_int(self) -> bool:
@@ -66,7 +89,26 @@ class DType(enum.Enum):
 
     @property
     def bits(self) -> int:
-        return 1 if self is DType.PRED else 8 * self.itemsize
+        """Width of a value (pred 1, s4 4...); storage may be wider (`itemsize`)."""
+        return _BITS.get(self, 8 * self.itemsize)
+
+    @property
+    def minifloat(self) -> MiniFloat | None:
+        """The encoding of an 8- or 4-bit float type, else None."""
+        return MINIFLOATS.get(self)
+
+    @property
+    def limits(self) -> tuple:
+        """The least and the greatest value (-inf/inf for floats that have them)."""
+        if self is DType.PRED:
+            return False, True
+        if self.is_int:
+            low = -(1 << (self.bits - 1)) if self.is_signed_int else 0
+            return low, (1 << (self.bits - self.is_signed_int)) - 1
+        fmt = self.minifloat
+        if fmt is None or fmt.has_inf:
+            return -math.inf, math.inf
+        return float(ml_dtypes.finfo(fmt.ml_dtype).min), fmt.largest
 
     @property
     def c_type(self) -> str:
@@ -83,7 +125,7 @@ class DType(enum.Enum):
     def from_numpy(dtype) -> DType:
         dtype = np.dtype(dtype)
         for dt, name in _NUMPY.items():
-            if dt is not DType.BF16 and np.dtype(name) == dtype:
+            if dt not in EMULATED_DTYPES and np.dtype(name) == dtype:
                 return dt
         raise ValueError(f"no IR element type for numpy dtype {dtype}")
 
@@ -102,6 +144,16 @@ _NUMPY = {
     DType.BF16: "float32",
     DType.F32: "float32",
     DType.F64: "float64",
+    DType.F8E4M3FN: "float32",
+    DType.F8E4M3FNUZ: "float32",
+    DType.F8E5M2: "float32",
+    DType.F8E5M2FNUZ: "float32",
+    DType.F8E8M0FNU: "float32",
+    DType.F4E2M1FN: "float32",
+    DType.S4: "int8",
+    DType.U4: "uint8",
+    DType.S2: "int8",
+    DType.U2: "uint8",
 }
 
 _C_TYPES = {
@@ -118,9 +170,70 @@ _C_TYPES = {
     DType.BF16: "uint16_t",
     DType.F32: "float",
     DType.F64: "double",
+    DType.F8E4M3FN: "uint8_t",
+    DType.F8E4M3FNUZ: "uint8_t",
+    DType.F8E5M2: "uint8_t",
+    DType.F8E5M2FNUZ: "uint8_t",
+    DType.F8E8M0FNU: "uint8_t",
+    DType.F4E2M1FN: "uint8_t",
+    DType.S4: "int8_t",
+    DType.U4: "uint8_t",
+    DType.S2: "int8_t",
+    DType.U2: "uint8_t",
 }
 
-FLOAT_DTYPES = frozenset({DType.F16, DType.BF16, DType.F32, DType.F64})
+_BITS = {
+    DType.PRED: 1,
+    DType.F4E2M1FN: 4,
+    DType.S4: 4,
+    DType.U4: 4,
+    DType.S2: 2,
+    DType.U2: 2,
+}
+
+
+@dataclass(frozen=True)
+class MiniFloat:
+    """The bit layout of an 8- or 4-bit float (sign, exponent, mantissa).
+
+    `nan` says which codes are NaN: "ieee" (all-ones exponent, nonzero mantissa),
+    "ones" (all-ones magnitude), "negzero" (the sign bit alone: fnuz types, which
+    have no -0) or "none".  Without inf, overflow gives NaN, or the largest
+    magnitude where there is no NaN either.
+    """
+
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int
+    has_inf: bool
+    nan: str
+    ml_dtype: type  # the ml_dtypes scalar type with exactly these semantics
+    signed: bool = True
+
+    @property
+    def magnitude_bits(self) -> int:
+        return self.exponent_bits + self.mantissa_bits
+
+    @property
+    def largest(self) -> float:
+        """The greatest finite value."""
+        return float(ml_dtypes.finfo(self.ml_dtype).max)
+
+
+MINIFLOATS: dict[DType, MiniFloat] = {
+    DType.F8E4M3FN: MiniFloat(4, 3, 7, False, "ones", ml_dtypes.float8_e4m3fn),
+    DType.F8E4M3FNUZ: MiniFloat(4, 3, 8, False, "negzero", ml_dtypes.float8_e4m3fnuz),
+    DType.F8E5M2: MiniFloat(5, 2, 15, True, "ieee", ml_dtypes.float8_e5m2),
+    DType.F8E5M2FNUZ: MiniFloat(5, 2, 16, False, "negzero", ml_dtypes.float8_e5m2fnuz),
+    # powers of two 2^-127..2^127 only: no sign, no zero, 0xFF is NaN
+    DType.F8E8M0FNU: MiniFloat(8, 0, 127, False, "ones", ml_dtypes.float8_e8m0fnu, False),
+    DType.F4E2M1FN: MiniFloat(2, 1, 1, False, "none", ml_dtypes.float4_e2m1fn),
+}
+
+SUB_BYTE_INTS = frozenset({DType.S4, DType.U4, DType.S2, DType.U2})
+# types numpy has no dtype for: the evaluator holds them in a wider numpy dtype
+EMULATED_DTYPES = frozenset({DType.BF16, *MINIFLOATS, *SUB_BYTE_INTS})
+FLOAT_DTYPES = frozenset({DType.F16, DType.BF16, DType.F32, DType.F64, *MINIFLOATS})
 
 
 def bf16_round(values: np.ndarray) -> np.ndarray:
@@ -140,25 +253,73 @@ def bf16_from_bits(bits: np.ndarray) -> np.ndarray:
     return np.asarray(np.asarray(bits, dtype=np.uint32) << 16).view(np.float32)
 
 
+def f32_round_to_odd(values) -> np.ndarray:
+    """float64 -> float32 truncating, the last bit set where inexact.
+
+    The sticky last bit keeps a second rounding, to a type with at least two
+    fewer mantissa bits (bf16, f16, minifloats), equal to rounding once.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    narrow = values.astype(np.float32)
+    wide = narrow.astype(np.float64)
+    away = np.abs(wide) > np.abs(values)
+    narrow = np.where(away, np.nextafter(narrow, np.float32(0)), narrow).astype(np.float32)
+    bits = narrow.view(np.uint32)  # a fresh array (0-d stays 0-d)
+    bits = np.where(wide != values, bits | np.uint32(1), bits).astype(np.uint32)
+    return bits.view(np.float32)
+
+
 def to_storage(values: np.ndarray, dtype: DType) -> np.ndarray:
-    """The array as it lies in memory for `dtype` (bf16 -> uint16 bits)."""
+    """The array as it lies in memory for `dtype` (bf16 -> uint16 bits, minifloats ->
+    uint8 bits, sub-byte ints -> one byte each)."""
     if dtype is DType.BF16:
         return bf16_to_bits(values)
+    fmt = dtype.minifloat
+    if fmt is not None:
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN and overflow are values
+            codes = np.asarray(values, dtype=np.float32).astype(fmt.ml_dtype)
+        return np.ascontiguousarray(codes).view(np.uint8)
+    if dtype in SUB_BYTE_INTS:  # also takes ml_dtypes int4/int2 arrays
+        return np.ascontiguousarray(np.asarray(values).astype(dtype.storage))
     return np.ascontiguousarray(values, dtype=dtype.storage)
 
 
 def from_storage(raw: np.ndarray, dtype: DType) -> np.ndarray:
-    """Inverse of `to_storage`: the evaluator's array for raw memory."""
+    """Inverse of `to_storage`: the evaluator's array for raw memory.  Bits above a
+    sub-byte type's width are ignored (bitcast-convert from a wider storage)."""
     if dtype is DType.BF16:
         return bf16_from_bits(raw.view(np.uint16))
-    return raw.view(dtype.numpy)
+    fmt = dtype.minifloat
+    if fmt is None and dtype not in SUB_BYTE_INTS:
+        return raw.view(dtype.numpy)
+    low = raw.view(np.uint8) & np.uint8((1 << dtype.bits) - 1)
+    if fmt is not None:
+        return low.view(fmt.ml_dtype).astype(np.float32)
+    if dtype.is_signed_int:  # sign-extend from the top bit of the width
+        top = np.uint8(1 << (dtype.bits - 1))
+        return ((low ^ top).astype(np.int8) - top.astype(np.int8)).astype(np.int8)
+    return low
 
 
 def cast_array(values, dtype: DType) -> np.ndarray:
-    """Values as the evaluator's array of `dtype` (bf16 rounded, kept in float32)."""
+    """Values as the evaluator's array of `dtype` (bf16 and minifloats rounded, kept in
+    float32; sub-byte integers wrapped, as integer narrowing does)."""
     if dtype is DType.BF16:
         return bf16_round(np.asarray(values, dtype=np.float32))
+    fmt = dtype.minifloat
+    if fmt is not None:
+        return _round_minifloat(np.asarray(values), fmt)
+    if dtype in SUB_BYTE_INTS:
+        wide = np.asarray(values).astype(np.int64)
+        return from_storage((wide & 0xFF).astype(np.uint8), dtype)
     return np.asarray(values).astype(dtype.numpy)
+
+
+def _round_minifloat(values: np.ndarray, fmt: MiniFloat) -> np.ndarray:
+    if values.dtype not in (np.float32, np.float16, np.bool_):
+        values = f32_round_to_odd(values)  # f64 and integers: round once
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN and overflow are values
+        return values.astype(np.float32).astype(fmt.ml_dtype).astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from .ops import OP_DEFS, VARIADIC, Op
 from .parser import missing_attributes
 from .shapes import infer_shape
 from .text import print_instruction
-from .types import Shape, TupleShape
+from .types import DType, Shape, TupleShape
 
 # constants bigger than this are quoted as `constant({...})` in messages
 _QUOTED_CONSTANT_ELEMENTS = 16
@@ -100,8 +100,8 @@ def _verify_computation(comp: Computation, names: dict[str, Computation]) -> Non
             if instr.index in parameters:
                 raise _fail(comp, instr, f"parameter number {instr.index} is used twice")
             parameters[instr.index] = instr
-        if instr.op in (Op.REDUCE, Op.REDUCE_WINDOW):
-            _check_reducer(comp, instr)
+        if instr.op in _CALLEE_CHECKS and instr.called:
+            _CALLEE_CHECKS[instr.op](comp, instr)
         _check_shape(comp, instr)
         defined.add(id(instr))
     if comp.root is None:
@@ -131,16 +131,45 @@ def _check_reducer(comp: Computation, instr: Instruction) -> None:
     dtypes = [o.shape.dtype for o in instr.operands[:n] if isinstance(o.shape, Shape)]
     if n == 0 or len(dtypes) != n:
         return  # the shape rule reports bad operands
-    reducer = instr.called[0]
     scalars = [Shape(dt, ()) for dt in dtypes]
-    want_params = scalars + scalars
     want_root = scalars[0] if n == 1 else TupleShape(tuple(scalars))
-    params = [i for i in reducer.instructions if i.op is Op.PARAMETER]
+    _check_signature(comp, instr, "reducer", scalars + scalars, want_root)
+
+
+def _check_comparator(comp: Computation, instr: Instruction) -> None:
+    """A sort comparator takes (lhs, rhs) scalars of each operand in turn, returns pred."""
+    if not all(isinstance(o.shape, Shape) for o in instr.operands):
+        return  # the shape rule reports bad operands
+    pairs = [Shape(o.shape.dtype, ()) for o in instr.operands for _ in range(2)]
+    _check_signature(comp, instr, "comparator", pairs, Shape(DType.PRED, ()))
+
+
+def _check_combiner(comp: Computation, instr: Instruction) -> None:
+    """A scatter combiner takes (current, update) scalars of the operand's dtype."""
+    operand = instr.operands[0].shape
+    if isinstance(operand, Shape):
+        scalar = Shape(operand.dtype, ())
+        _check_signature(comp, instr, "combiner", [scalar, scalar], scalar)
+
+
+def _check_signature(comp: Computation, instr: Instruction, role: str, want_params, want_root):
+    """`instr.called[0]` takes scalars `want_params` and returns `want_root`."""
+    callee = instr.called[0]
+    params = [i for i in callee.instructions if i.op is Op.PARAMETER]
     params.sort(key=lambda p: p.index if p.index is not None else -1)
     have_params = [p.shape for p in params]
-    have_root = reducer.root.shape if reducer.root is not None else None
+    have_root = callee.root.shape if callee.root is not None else None
     if have_params != want_params or have_root != want_root:
         want = ", ".join(str(s) for s in want_params)
         have = ", ".join(str(s) for s in have_params)
-        raise _fail(comp, instr, f"reducer %{reducer.name} must be ({want}) -> {want_root}, "
+        raise _fail(comp, instr, f"{role} %{callee.name} must be ({want}) -> {want_root}, "
                                  f"is ({have}) -> {have_root}")  # fmt: skip
+
+
+# opcode -> check of its called computation's signature
+_CALLEE_CHECKS = {
+    Op.REDUCE: _check_reducer,
+    Op.REDUCE_WINDOW: _check_reducer,
+    Op.SCATTER: _check_combiner,
+    Op.SORT: _check_comparator,
+}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Instruction, Op
+from ..ir.types import cast_array
 from .rewrite import InsertingBuilder, rewrite, rule
 
 
@@ -73,7 +74,8 @@ def divide_by_constant(b: InsertingBuilder, instr: Instruction):
     mantissa, _ = np.frexp(value)
     if value != 0 and np.isfinite(value) and abs(mantissa) == 0.5:
         reciprocal = 1.0 / value
-        if np.isfinite(np.asarray(reciprocal, dtype=dtype.numpy)):
+        # exactly representable (not so for f4e2m1fn's 1/4, say) -> the product is exact
+        if cast_array(np.float64(reciprocal), dtype) == reciprocal:
             factor = b.broadcast_to(b.scalar(reciprocal, dtype), x.shape.dims)
             return b.binary(Op.MULTIPLY, x, factor)
     return None

@@ -14,7 +14,6 @@ from ..ir.types import Shape
 from .rewrite import InsertingBuilder
 
 SMALL_BYTES = 4096
-MAX_BYTES = 1 << 24
 
 # never folded: leaves, structure, and ops whose result is cheaper left unfolded
 _KEEP = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION})
@@ -26,29 +25,38 @@ class ConstantFolding:
     def run(self, module: Module) -> bool:
         changed = False
         for computation in module.computations:
-            builder = InsertingBuilder(module, computation)
-            for instr in list(computation.instructions):
-                if not self._foldable(instr):
-                    continue
-                value = evaluate_constant(instr)
-                if value is None:
-                    continue
-                builder.origin = instr.origin
-                folded = builder.constant(value, instr.shape.dtype)
-                computation.replace_all_uses(instr, folded)
-                changed = True
-            if changed:
-                computation.sort_topologically()
-                computation.remove_dead()
+            changed |= self._fold(module, computation)
         return changed
 
-    @staticmethod
-    def _foldable(instr) -> bool:
-        if instr.op in _KEEP or not isinstance(instr.shape, Shape):
-            return False
-        # (an iota has no operands: it folds when small)
-        if not all(o.op is Op.CONSTANT for o in instr.operands):
-            return False
-        size = instr.shape.nbytes
-        consumed = sum(o.shape.nbytes for o in instr.operands)
-        return size <= SMALL_BYTES or (size <= consumed and size <= MAX_BYTES)
+    def _fold(self, module: Module, computation) -> bool:
+        builder = InsertingBuilder(module, computation)
+        # bytes of the constants each constant-only value is computed from; values
+        # too big to fold stay here, so that a smaller user of them can still fold
+        leaves: dict[int, int] = {}
+        folded = False
+        for instr in list(computation.instructions):
+            if instr.op is Op.CONSTANT:
+                leaves[id(instr)] = instr.shape.nbytes
+                continue
+            if instr.op in _KEEP or not isinstance(instr.shape, Shape):
+                continue
+            # (an iota has no operands: it folds when small)
+            if not all(id(o) in leaves for o in instr.operands):
+                continue
+            consumed = sum(leaves[id(o)] for o in instr.operands)
+            leaves[id(instr)] = consumed
+            size = instr.shape.nbytes
+            if size > SMALL_BYTES and size > consumed:
+                continue
+            value = evaluate_constant(instr)
+            if value is None:
+                continue
+            builder.origin = instr.origin
+            constant = builder.constant(value, instr.shape.dtype)
+            computation.replace_all_uses(instr, constant)
+            leaves[id(constant)] = size
+            folded = True
+        if folded:
+            computation.sort_topologically()
+            computation.remove_dead()
+        return folded

@@ -21,6 +21,7 @@ import pytest
 
 from aotc.errors import ShapeError
 from aotc.ir import (
+    Computation,
     ComputationBuilder,
     ConvDims,
     Direction,
@@ -30,14 +31,22 @@ from aotc.ir import (
     GatherDims,
     Module,
     Op,
+    ScatterDims,
     Shape,
     Window,
+    replacer,
     scalar_reducer,
 )
+from aotc.ir import evaluate_dynamic
+from aotc.ir.builder import comparator
 from aotc.ir.evaluate import EVAL_RULES, evaluate, evaluate_constant
+from aotc.ir.types import MINIFLOATS, SUB_BYTE_INTS
+from aotc.ir.types import cast_array
 
 EXERCISED: set[Op] = set()
-INT_DTYPES = [dt for dt in DType if dt.is_int]
+# the minifloats and sub-byte integers have their own tests (test_narrow_types.py)
+BASE_DTYPES = [dt for dt in DType if dt not in MINIFLOATS and dt not in SUB_BYTE_INTS]
+INT_DTYPES = [dt for dt in BASE_DTYPES if dt.is_int]
 FLOAT_DTYPES = [DType.F16, DType.BF16, DType.F32, DType.F64]
 BF16_MAX = (2 - 2**-7) * 2.0**127
 # a few ulps of each float type, relative (f16/bf16 results are correctly rounded
@@ -373,7 +382,7 @@ def test_shifts_past_the_width():
     assert logical.tolist() == [0, 0, 32, 0, 0]
 
 
-@pytest.mark.parametrize("dtype", list(DType), ids=lambda d: d.text)
+@pytest.mark.parametrize("dtype", BASE_DTYPES, ids=lambda d: d.text)
 def test_add_every_dtype(dtype, rng):
     if dtype is DType.PRED:
         x, y = [False, True, False, True], [False, False, True, True]
@@ -485,8 +494,8 @@ def source_values(src: DType) -> list:
     return [round_to(v, src) for v in FLOAT_SOURCES]
 
 
-@pytest.mark.parametrize("dst", list(DType), ids=lambda d: d.text)
-@pytest.mark.parametrize("src", list(DType), ids=lambda d: d.text)
+@pytest.mark.parametrize("dst", BASE_DTYPES, ids=lambda d: d.text)
+@pytest.mark.parametrize("src", BASE_DTYPES, ids=lambda d: d.text)
 def test_convert(src, dst):
     x = source_values(src)
     got = run(lambda b, p: b.tuple([b.add(Op.CONVERT, [p], p.shape.with_dtype(dst))]), x,
@@ -676,6 +685,329 @@ def test_gather(case, index_dtype, rng):
     out_dims = module.entry.root.shape.dims
     got = evaluate(module, [operand, indices])
     np.testing.assert_array_equal(got, gather_reference(operand, indices, dims, out_dims))
+
+
+# -- dynamic-slice, dynamic-update-slice ---------------------------------------------------
+
+
+def clamp_start(value: int, extent: int, size: int) -> int:
+    return min(max(value, 0), extent - size)
+
+
+@pytest.mark.parametrize("index_dtype", [DType.S32, DType.U8, DType.S64, DType.U64])
+def test_dynamic_slice_and_update(index_dtype, rng):
+    x = rng.integers(-100, 100, (5, 4, 3)).astype(np.int32)
+    update = rng.integers(-100, 100, (2, 4, 1)).astype(np.int32)
+    sizes = (3, 2, 2)
+    shapes = [Shape(DType.S32, x.shape), Shape(DType.S32, update.shape)]
+    shapes += [Shape(index_dtype, ())] * 3
+
+    def build(b, p, u, *starts):
+        return b.tuple([b.dynamic_slice(p, starts, sizes), b.dynamic_update_slice(p, u, starts)])
+
+    module = entry_module(build, shapes)
+    info = np.iinfo(index_dtype.numpy)
+    for starts in [(0, 0, 0), (1, 2, 1), (4, 9, 2), (info.min, info.max, 1)]:
+        args = [np.array(s, dtype=index_dtype.numpy) for s in starts]
+        sliced, updated = evaluate(module, [x, update, *args])
+        begin = [clamp_start(int(s), d, n) for s, d, n in zip(starts, x.shape, sizes)]
+        for i, j, k in loops(sizes):
+            assert sliced[i, j, k] == x[begin[0] + i, begin[1] + j, begin[2] + k]
+        begin = [clamp_start(int(s), d, n) for s, d, n in zip(starts, x.shape, update.shape)]
+        for i, j, k in loops(x.shape):
+            inside = [0 <= v - s < n for v, s, n in zip((i, j, k), begin, update.shape)]
+            where = (i - begin[0], j - begin[1], k - begin[2])
+            assert updated[i, j, k] == (update[where] if all(inside) else x[i, j, k])
+
+
+def test_dynamic_slice_shape_errors():
+    f32, s32 = Shape(DType.F32, (4, 4)), Shape(DType.S32, ())
+    cases = [
+        ([f32, s32], lambda b, x, i: b.dynamic_slice(x, [i], [2, 2]), "needs 2 start indices"),
+        ([f32, s32], lambda b, x, i: b.dynamic_slice(x, [i, i], [5, 2]), "size 5 exceeds dim 0"),
+        ([f32, Shape(DType.F32, ())], lambda b, x, i: b.dynamic_slice(x, [i, i], [1, 1]),
+         "integers of one dtype"),
+        ([f32, s32], lambda b, x, i: b.dynamic_update_slice(x, b.reshape(x, [16]), [i, i]),
+         "dtype and rank"),
+        ([f32, s32], lambda b, x, i: b.dynamic_update_slice(x, b.concatenate([x, x], 0), [i, i]),
+         "the update exceeds dim 0"),
+    ]  # fmt: skip
+    for shapes, build, match in cases:
+        with pytest.raises(ShapeError, match=match):
+            entry_module(build, shapes)
+
+
+# -- scatter -----------------------------------------------------------------------------------
+
+
+def scatter_reference(operand, indices, updates, s: ScatterDims, combine) -> np.ndarray:
+    """XLA's scatter pseudo-code one update element at a time: windows in row-major order
+    of the update scatter dims, and a window partly outside the operand skipped."""
+    result = operand.copy()
+    window = list(s.update_window_dims)
+    scatter_dims = [d for d in range(updates.ndim) if d not in window]
+    removed = set(s.inserted_window_dims) | set(s.input_batching_dims)
+    window_dims = [d for d in range(operand.ndim) if d not in removed]
+    index_dims = [d for d in range(indices.ndim) if d != s.index_vector_dim]
+    for position in loops([updates.shape[d] for d in scatter_dims]):
+        start = [0] * operand.ndim
+        for k, d in enumerate(s.scatter_dims_to_operand_dims):
+            where = list(position)
+            if s.index_vector_dim < indices.ndim:
+                where.insert(s.index_vector_dim, k)
+            start[d] = int(indices[tuple(where)])
+        for d, index_dim in zip(s.input_batching_dims, s.scatter_indices_batching_dims):
+            start[d] = position[index_dims.index(index_dim)]
+        sizes = [1] * operand.ndim
+        for k, d in enumerate(window_dims):
+            sizes[d] = updates.shape[window[k]]
+        if any(not 0 <= b <= n - z for b, z, n in zip(start, sizes, operand.shape)):
+            continue
+        for offset in loops([updates.shape[d] for d in window]):
+            update_index = [0] * updates.ndim
+            for d, v in zip(scatter_dims, position):
+                update_index[d] = v
+            for d, v in zip(window, offset):
+                update_index[d] = v
+            target = list(start)
+            for d, v in zip(window_dims, offset):
+                target[d] += v
+            result[tuple(target)] = combine(result[tuple(target)], updates[tuple(update_index)])
+    return result
+
+
+# name -> (operand dims, indices, updates dims, dimension numbers)
+SCATTER_CASES = {
+    # ONNX ScatterElements(axis=1): batching dim 0, targets along dim 1, repeats
+    "elements": ((3, 5), np.array([[0, 4], [2, 2], [1, 9]]), (3, 2),
+                 ScatterDims((), (1,), (1,), 2, (0,), (0,))),
+    # ONNX ScatterND: index vectors along the last dim, rows of dim 2 as windows
+    "nd": ((4, 5, 6), np.array([[[0, 1], [3, 4], [0, 1]], [[1, 0], [9, 9], [-1, 2]]]),
+           (2, 3, 6), ScatterDims((2,), (0, 1), (0, 1), 2)),
+    # 2-d windows placed by one index into dim 1; windows past the edge are skipped
+    "windows": ((6, 7), np.array([0, 4, 5, -1, 2]), (5, 2, 3),
+                ScatterDims((1, 2), (), (1,), 1)),
+    # window dims before the scatter dim in the updates, index vector along dim 0
+    "vector_dim_0": ((5, 4), np.array([[1, 3, 1]]), (4, 3), ScatterDims((0,), (1,), (1,), 0)),
+}  # fmt: skip
+
+PY_COMBINERS = {
+    "add": (lambda b, dt: scalar_reducer(b.module, Op.ADD, dt), lambda a, u: a + u),
+    "replace": (lambda b, dt: replacer(b.module, dt), lambda a, u: u),
+    "max": (lambda b, dt: scalar_reducer(b.module, Op.MAXIMUM, dt), max),
+}
+
+
+@pytest.mark.parametrize("combiner", list(PY_COMBINERS))
+@pytest.mark.parametrize("case", list(SCATTER_CASES))
+@pytest.mark.parametrize("index_dtype", [np.int32, np.uint8, np.int64])
+def test_scatter(case, combiner, index_dtype, rng):
+    operand_dims, indices, updates_dims, dims = SCATTER_CASES[case]
+    if np.dtype(index_dtype).kind == "u":
+        indices = np.where(indices < 0, 200, indices)
+    indices = indices.astype(index_dtype)
+    operand = rng.integers(-50, 50, operand_dims).astype(np.int32)
+    updates = rng.integers(-50, 50, updates_dims).astype(np.int32)
+    make, combine = PY_COMBINERS[combiner]
+
+    def build(b, o, i, u):
+        return b.scatter(o, i, u, dims, make(b, DType.S32))
+
+    got = run(build, operand, indices, updates)
+    expected = scatter_reference(operand, indices, updates, dims, combine)
+    np.testing.assert_array_equal(got, expected)
+
+
+SCATTER_SHAPE_ERRORS = {
+    "updates must have the operand's dtype":
+        ((4, 3), (2, 1), (2, 3, "s32"), ((1,), (0,), (0,), 1)),
+    "must add up to the operand's rank": ((4, 3), (2, 1), (2, 3), ((1,), (), (0,), 1)),
+    "needs 1 entries": ((4, 3), (2, 1), (2, 3), ((1,), (0,), (0, 1), 1)),
+    "non-window dims must equal": ((4, 3), (2, 1), (5, 3), ((1,), (0,), (0,), 1)),
+    "update window dim 1 exceeds dim 1": ((4, 3), (2, 1), (2, 4), ((1,), (0,), (0,), 1)),
+    "batching dims 0 and 0 differ": ((4, 3), (2, 1), (2,), ((), (1,), (1,), 1, (0,), (0,))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("match", list(SCATTER_SHAPE_ERRORS))
+def test_scatter_shape_errors(match):
+    operand, indices, updates, dims = SCATTER_SHAPE_ERRORS[match]
+    dtype = DType.S32 if updates[-1] == "s32" else DType.F32
+    updates = tuple(d for d in updates if d != "s32")
+    shapes = [Shape(DType.F32, operand), Shape(DType.S32, indices), Shape(dtype, updates)]
+
+    def build(b, o, i, u):
+        return b.scatter(o, i, u, ScatterDims(*dims), scalar_reducer(b.module, Op.ADD, DType.F32))
+
+    with pytest.raises(ShapeError, match=match):
+        entry_module(build, shapes)
+
+
+def test_scatter_float_combiner_rounds_and_general_combiner():
+    """bf16 sums round after every update; a combiner numpy cannot map runs per element."""
+    operand = np.array([1.0, 256.0, 0.0], np.float64)
+    updates = np.array([1.0, 1.0, 1.0, 1.0], np.float64)
+    indices = np.array([[1], [1], [0], [1]], np.int32)
+    dims = ScatterDims((), (0,), (0,), 1)
+
+    def build(b, o, i, u):
+        return b.scatter(o, i, u, dims, scalar_reducer(b.module, Op.ADD, DType.BF16))
+
+    got = run(build, operand, indices, updates, dtypes=[DType.BF16, DType.S32, DType.BF16])
+    assert got.tolist() == [2.0, 256.0, 0.0]  # 256 + 1 rounds back to 256 in bf16, thrice
+
+    def twice_plus(b, o, i, u):
+        sub = ComputationBuilder(b.module, "twice_plus")
+        cur, upd = (sub.parameter(k, Shape(DType.F32, ())) for k in range(2))
+        two = sub.broadcast(sub.scalar(2.0, DType.F32), [], [])
+        root = sub.binary(Op.ADD, sub.binary(Op.MULTIPLY, cur, two), upd)
+        return b.scatter(o, i, u, dims, sub.build(root))
+
+    got = run(twice_plus, operand.astype(np.float32), indices, updates.astype(np.float32))
+    assert got.tolist() == [3.0, ((256 * 2 + 1) * 2 + 1) * 2 + 1, 0.0]
+
+
+# -- sort -----------------------------------------------------------------------------------
+
+
+def total_order(v, dtype: DType):
+    """The order of the comparator() helper, written out: -0.0 == 0.0, NaN above +inf."""
+    if dtype.is_float:
+        return (1, 0.0) if math.isnan(v) else (0, float(v) + 0.0)
+    return (0, int(v))
+
+
+def sort_rows_reference(keys: np.ndarray, axis: int, dtype: DType, descending: bool):
+    """Per row along `axis`: positions in stable sorted order (Python's sorted is stable,
+    reverse=True too)."""
+    moved = np.moveaxis(keys, axis, -1)
+    order = np.empty(moved.shape, dtype=np.int64)
+    for row in loops(moved.shape[:-1]):
+        values = moved[row].tolist()
+        order[row] = sorted(range(len(values)), key=lambda k: total_order(values[k], dtype),
+                            reverse=descending)  # fmt: skip
+    return np.moveaxis(order, -1, axis)
+
+
+SORT_VALUES = {
+    DType.PRED: [True, False, False, True, True],
+    DType.F16: [1.5, -0.0, np.nan, 0.0, -np.inf, 1.5, 65504.0, -2.0, np.inf, -np.nan],
+    DType.BF16: [1.5, -0.0, np.nan, 0.0, -np.inf, 1.5, 3e38, -2.0, np.inf, -np.nan],
+    DType.F32: [1.5, -0.0, np.nan, 0.0, -np.inf, 1.5, 1e-45, -2.0, np.inf, -np.nan],
+    DType.F64: [1.5, -0.0, np.nan, 0.0, -np.inf, 1.5, 5e-324, -2.0, np.inf, -np.nan],
+}
+
+
+def sort_values(dtype: DType, rng, dims) -> np.ndarray:
+    """Values with ties (and for floats: signed zeros, infinities, NaNs of both signs)."""
+    if dtype in SORT_VALUES:
+        pool = np.array(SORT_VALUES[dtype], dtype=np.float64 if dtype.is_float else bool)
+    else:
+        info = np.iinfo(dtype.numpy)
+        pool = np.array([info.min, info.max, 0, 1, 3, 3, wrap(-1, dtype)], dtype=dtype.numpy)
+    picked = pool[rng.integers(0, len(pool), size=dims)]
+    return picked.astype(np.float64 if dtype is DType.BF16 else dtype.numpy)
+
+
+@pytest.mark.parametrize("direction", [Direction.LT, Direction.GT], ids=lambda d: d.value)
+@pytest.mark.parametrize("dtype", BASE_DTYPES, ids=lambda d: d.text)
+def test_sort_keys_with_indices(dtype, direction, rng):
+    """A TopK-style sort: keys and their iota, along each axis; stable on ties."""
+    keys = sort_values(dtype, rng, (4, 9))
+    for axis in (0, 1):
+
+        def build(b, k, axis=axis):
+            cmp = comparator(b.module, dtype, direction, [DType.S32])
+            iota = b.iota(Shape(DType.S32, k.shape.dims), axis)
+            return b.sort([k, iota], axis, cmp, is_stable=True)
+
+        got_keys, got_order = run(build, keys, dtypes=[dtype])
+        order = sort_rows_reference(keys, axis, dtype, direction is Direction.GT)
+        np.testing.assert_array_equal(got_order, order)
+        expected = np.take_along_axis(cast_array(keys, dtype), order, axis)
+        np.testing.assert_array_equal(got_keys, expected)  # NaN == NaN here
+
+
+def test_sort_single_operand_3d_and_degenerate():
+    x = np.arange(24, dtype=np.int16)[::-1].reshape(2, 3, 4) % 5
+
+    def build(b, p):
+        return b.sort([p], 1, comparator(b.module, DType.S16, Direction.LT))
+
+    np.testing.assert_array_equal(run(build, x), np.sort(x, axis=1))
+    for dims in [(3, 1), (0, 4), (2, 0)]:
+        y = np.ones(dims, np.int16)
+        np.testing.assert_array_equal(run(build, y), y)
+
+
+def lexicographic(b: ComputationBuilder) -> Computation:
+    """(a, b) pairs ordered by a, then by b descending: a multi-key comparator."""
+    sub = ComputationBuilder(b.module, "lex")
+    a0, a1, b0, b1 = (sub.parameter(k, Shape(DType.S32 if k < 2 else DType.F32, ()))
+                      for k in range(4))  # fmt: skip
+    first = sub.compare(a0, a1, Direction.LT)
+    tie = sub.compare(a0, a1, Direction.EQ)
+    second = sub.compare(b0, b1, Direction.GT)
+    return sub.build(sub.binary(Op.OR, first, sub.binary(Op.AND, tie, second)))
+
+
+def test_sort_multi_key_comparator(rng):
+    a = rng.integers(0, 3, (3, 12)).astype(np.int32)
+    v = rng.integers(0, 4, (3, 12)).astype(np.float32)
+
+    def build(b, p, q):
+        return b.sort([p, q], 1, lexicographic(b), is_stable=True)
+
+    expected = [sorted(zip(a[r].tolist(), v[r].tolist()), key=lambda t: (t[0], -t[1]))
+                for r in range(3)]  # fmt: skip
+    got_a, got_v = run(build, a, v)
+    assert [list(zip(ra, rv)) for ra, rv in zip(got_a.tolist(), got_v.tolist())] == expected
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 33, 100])
+def test_sort_merge_agrees_with_pairwise_sorting(n, rng):
+    """The vectorized merge sort (rows padded to a power of two) against Python's sort."""
+    by_key = comparator(Module("m"), DType.F16, Direction.GT, [DType.S32])
+    rows = [cast_array(rng.integers(-3, 3, (4, n)) / 2, DType.F16), rng.integers(0, 9, (4, n))]
+    rows[0][0, ::3] = np.nan
+    rows[1] = rows[1].astype(np.int32)
+    got = evaluate_dynamic.sort_order(by_key, rows)
+    for r in range(4):
+        row = [x[r] for x in rows]
+        assert got[r].tolist() == evaluate_dynamic.order_by_pairs(by_key, row)
+
+
+def test_sort_with_a_comparator_numpy_cannot_map():
+    """broadcast in the comparator: it is evaluated once per pair instead."""
+    x = np.array([3.0, -1.0, 2.0, -5.0, 0.5], np.float32)
+
+    def by_magnitude(b, p):
+        sub = ComputationBuilder(b.module, "by_magnitude")
+        lhs, rhs = (sub.parameter(k, Shape(DType.F32, ())) for k in range(2))
+        one = sub.broadcast(sub.scalar(1.0, DType.F32), [], [])
+        keys = [sub.binary(Op.ADD, sub.unary(Op.ABS, side), one) for side in (lhs, rhs)]
+        return b.sort([p], 0, sub.build(sub.compare(*keys, Direction.LT)))
+
+    got = run(by_magnitude, x)
+    assert got.tolist() == sorted(x.tolist(), key=abs)
+
+
+def test_sort_by_a_comparator_that_is_no_strict_weak_order_gives_a_permutation():
+    """LE (not irreflexive), and LT on floats with NaNs (incomparability not transitive:
+    the merge sort's placements collide, so the row is sorted pair by pair instead)."""
+    x = np.array([[2, 1, 2, 0, 1, 2]], np.int32)
+    got = run(lambda b, p: b.sort([p], 1, _plain(b, DType.S32, Direction.LE)), x)
+    assert sorted(got[0].tolist()) == sorted(x[0].tolist())
+    y = np.array([[2, np.nan, 1, np.nan, 2, 0]], np.float32)
+    got = run(lambda b, p: b.sort([p], 1, _plain(b, DType.F32, Direction.LT)), y)
+    assert np.isnan(got).sum() == 2 and sorted(got[~np.isnan(got)]) == [0, 1, 2, 2]
+
+
+def _plain(b: ComputationBuilder, dtype: DType, direction: Direction) -> Computation:
+    """`compare(lhs, rhs, direction)` as it is, without comparator()'s total order."""
+    sub = ComputationBuilder(b.module, "plain")
+    lhs, rhs = (sub.parameter(k, Shape(dtype, ())) for k in range(2))
+    return sub.build(sub.compare(lhs, rhs, direction))
 
 
 # -- reduce ---------------------------------------------------------------------------------

@@ -19,11 +19,14 @@ from aotc.ir import (
     Module,
     Op,
     PaddingConfig,
+    ScatterDims,
     Shape,
     SliceSpec,
     Window,
+    replacer,
     scalar_reducer,
 )  # fmt: skip
+from aotc.ir.builder import comparator
 from aotc.ir.ops import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE
 from aotc.ir.text import (
     dim_labels_text,
@@ -60,6 +63,16 @@ EDGE_VALUES = {
                 1e-5, np.inf, -np.inf, np.nan],
     DType.F64: [0.0, -0.0, 1.0, 0.1, 1 / 3, 1.7976931348623157e308, 2.0**-1022, 5e-324,
                 1e22, np.inf, -np.inf, np.nan],
+    DType.F8E4M3FN: [0.0, -0.0, 448.0, -448.0, 2.0**-9, 0.1, np.nan],
+    DType.F8E4M3FNUZ: [0.0, 240.0, -240.0, 2.0**-10, 0.1, np.nan],
+    DType.F8E5M2: [0.0, -0.0, 57344.0, 2.0**-16, 0.1, np.inf, -np.inf, np.nan],
+    DType.F8E5M2FNUZ: [0.0, 57344.0, 2.0**-17, 0.1, np.nan],
+    DType.F8E8M0FNU: [1.0, 2.0**127, 2.0**-127, 0.25, np.nan],
+    DType.F4E2M1FN: [0.0, -0.0, 6.0, -6.0, 0.5, 1.5],
+    DType.S4: [-8, 7, 0, -1],
+    DType.U4: [0, 15],
+    DType.S2: [-2, 1, 0, -1],
+    DType.U2: [0, 3],
 }  # fmt: skip
 
 
@@ -117,6 +130,16 @@ def all_ops_module() -> Module:
     batched = b.parameter(3 + len(DType), Shape(F32, (2, 5, 4)), "batched")
     bidx = b.iota(Shape(S32, (2, 3, 1)), 1)
     outs.append(b.gather(batched, bidx, GatherDims((2,), (1,), (1,), 2, (1, 1, 4), (0,), (0,))))
+    by_key = comparator(m, F32, Direction.LT, [S32])
+    outs.append(b.get_tuple_element(b.sort([x, n], 1, by_key, is_stable=True), 1))
+    outs.append(b.sort([n], 0, comparator(m, S32, Direction.GT)))
+    starts = [b.parameter(8 + len(DType), Shape(S32, ()), "i"), b.scalar(1, S32)]
+    outs.append(b.dynamic_slice(x, starts, [1, 2]))
+    outs.append(b.dynamic_update_slice(x, b.slice(x, [0, 0], [1, 2]), starts))
+    scatter_dims = ScatterDims((1,), (0,), (0,), 1)
+    outs.append(b.scatter(table, b.iota(Shape(S32, (2, 1)), 0), x, scatter_dims, add))
+    batched_dims = ScatterDims((), (1,), (1,), 2, (0,), (0,))
+    outs.append(b.scatter(x, n, x, batched_dims, replacer(m, F32)))
     outs.append(b.reduce(x, zero, [1], add))
     outs.append(b.add(Op.REDUCE, [x, n, zero, b.scalar(0, S32)], dimensions=(0,), called=(argmax,)))
     window = Window.make((2, 2), (1, 2), (1, 0), (0, 1), (1, 1), (2, 1))
@@ -141,7 +164,8 @@ def all_ops_module() -> Module:
 def assert_same_module(a: Module, b: Module) -> None:
     """Structural equality: ops, shapes, names, attributes, literals bit for bit."""
     fields = ("dimensions", "slice", "padding", "window", "dot", "conv", "feature_group_count",
-              "batch_group_count", "gather", "direction", "index", "fusion_kind", "origin")  # fmt: skip
+              "batch_group_count", "gather", "scatter", "dynamic_slice_sizes", "direction", "is_stable", "index", "fusion_kind",
+              "origin")  # fmt: skip
     assert a.name == b.name
     assert sorted(c.name for c in a.computations) == sorted(c.name for c in b.computations)
     assert a.entry.name == b.entry.name
@@ -208,6 +232,17 @@ def test_printed_form_is_xla_like():
     assert "padding=1_0_1x-1_2_0" in text and "padding=1_0x0_2" in text
     assert "slice={[0:2], [1:3:2]}" in text
     assert "direction=LT" in text
+    assert "dimensions={1}, is_stable=true, to_apply=%compare_lt_f32_s32" in text
+    assert re.search(r"dynamic-slice\(f32\[2,3\]\{1,0\} %x\S*, s32\[\] %i, s32\[\] %constant"
+                     r"\.\d+\), dynamic_slice_sizes=\{1,2\}", text)  # fmt: skip
+    assert re.search(r"dynamic-update-slice\(f32\[2,3\]\{1,0\} %x\S*, f32\[1,2\]\{1,0\} %slice"
+                     r"\S*, s32\[\] %i, s32\[\] %constant\.\d+\)\n", text)  # fmt: skip
+    assert "update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, " \
+           "index_vector_dim=1, to_apply=%add_f32" in text  # fmt: skip
+    assert "update_window_dims={}, inserted_window_dims={1}, scatter_dims_to_operand_dims={1}, " \
+           "input_batching_dims={0}, scatter_indices_batching_dims={0}, index_vector_dim=2, " \
+           "to_apply=%replace_f32" in text  # fmt: skip
+    assert "sort(s32[2,3]{1,0} %n), dimensions={0}, to_apply=%compare_gt_s32" in text
     assert "constant(1.5)" in text
     assert "constant({ { {0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11} }, " in text
     assert "f16[2,0,3]{2,1,0} constant({ {}, {} })" in text
@@ -391,6 +426,50 @@ ENTRY %main (x: f32[1,4,5,5], w: f32[2,2,3,3], b: f32[2], t: f32[5,4], i: s32[3,
   ROOT %out = (f32[1,2,3,3]{3,2,1,0}, f32[3,4]{1,0}, f32[8,2,4]{2,1,0}, f32[2,2]{1,0}, /*index=4*/s32[2,3]{1,0}) tuple(%fusion, %gather, %dot, %slice, %gte)
 }
 """
+
+
+SORT_SCATTER_SAMPLE = """\
+HloModule jit_f, entry_computation_layout={(f32[5]{0}, s32[])->(f32[5]{0}, s32[5]{0}, f32[5]{0}, f32[2]{0})}
+
+region_0.2 {
+  Arg_0.3 = f32[] parameter(0)
+  Arg_1.4 = f32[] parameter(1)
+  Arg_2.5 = s32[] parameter(2)
+  Arg_3.6 = s32[] parameter(3)
+  ROOT compare.7 = pred[] compare(Arg_0.3, Arg_1.4), direction=GT
+}
+
+region_1.8 {
+  Arg_0.9 = f32[] parameter(0)
+  ROOT Arg_1.10 = f32[] parameter(1)
+}
+
+ENTRY main.20 {
+  Arg_0.1 = f32[5]{0} parameter(0)
+  Arg_1.2 = s32[] parameter(1)
+  iota.11 = s32[5]{0} iota(), iota_dimension=0
+  sort.12 = (f32[5]{0}, s32[5]{0}) sort(Arg_0.1, iota.11), dimensions={0}, is_stable=true, to_apply=region_0.2
+  get-tuple-element.13 = f32[5]{0} get-tuple-element(sort.12), index=0
+  get-tuple-element.14 = s32[5]{0} get-tuple-element(sort.12), index=1
+  constant.15 = s32[2,1]{1,0} constant({ {4}, {0} })
+  constant.16 = f32[2]{0} constant({-1, -2})
+  scatter.17 = f32[5]{0} scatter(Arg_0.1, constant.15, constant.16), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, indices_are_sorted=false, unique_indices=false, to_apply=region_1.8
+  dynamic-slice.18 = f32[2]{0} dynamic-slice(Arg_0.1, Arg_1.2), dynamic_slice_sizes={2}
+  ROOT tuple.19 = (f32[5]{0}, s32[5]{0}, f32[5]{0}, f32[2]{0}) tuple(get-tuple-element.13, get-tuple-element.14, scatter.17, dynamic-slice.18)
+}
+"""
+
+
+def test_xla_sort_scatter_dynamic_slice_sample():
+    from aotc.ir.evaluate import evaluate
+
+    m = parse_module(SORT_SCATTER_SAMPLE)
+    verify(m)
+    x = np.array([3.0, 1.0, 4.0, 1.5, 9.0], np.float32)
+    values, order, scattered, window = evaluate(m, [x, np.array(7, np.int32)])
+    assert order.tolist() == [4, 2, 0, 3, 1] and values.tolist() == sorted(x, reverse=True)
+    assert scattered.tolist() == [-2.0, 1.0, 4.0, 1.5, -1.0]
+    assert window.tolist() == [1.5, 9.0]  # start 7 clamped to 3
 
 
 def test_jax_sample_without_sigils_or_operand_shapes():

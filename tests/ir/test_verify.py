@@ -15,10 +15,12 @@ from aotc.ir import (
     Instruction,
     Module,
     Op,
+    ScatterDims,
     Shape,
     SliceSpec,
     scalar_reducer,
 )  # fmt: skip
+from aotc.ir.builder import comparator
 from aotc.ir.text import parse_module, print_instruction
 from aotc.ir.verify import VerifyError, verify
 
@@ -200,6 +202,33 @@ def test_variadic_reducer_returns_a_tuple():
     verify(m)
     r.called = (bad,)
     fails(m, r, r"-> \(f32\[\], s32\[\]\), is .* -> f32\[\]")
+
+
+def test_comparator_signature():
+    m = Module("sorting")
+    b = ComputationBuilder(m, "main")
+    x, i = b.parameter(0, Shape(F32, (5,))), b.parameter(1, Shape(S32, (5,)))
+    s = b.sort([x, i], 0, comparator(m, F32, Direction.LT, [S32]))
+    b.build(s, entry=True)
+    verify(m)
+    s.called = (comparator(m, F32, Direction.LT),)
+    fails(m, s, r"comparator %compare_lt_f32 must be \(f32\[\], f32\[\], s32\[\], s32\[\]\) "
+                r"-> pred\[\], is \(f32\[\], f32\[\]\) -> pred\[\]")
+    s.called = (scalar_reducer(m, Op.ADD, F32),)
+    fails(m, s, r"comparator %add_f32 must be .* -> pred\[\]")
+
+
+def test_combiner_signature():
+    m = Module("scattering")
+    b = ComputationBuilder(m, "main")
+    x, i = b.parameter(0, Shape(F32, (5,))), b.parameter(1, Shape(S32, (2, 1)))
+    u = b.parameter(2, Shape(F32, (2,)))
+    s = b.scatter(x, i, u, ScatterDims((), (0,), (0,), 1), scalar_reducer(m, Op.ADD, F32))
+    b.build(s, entry=True)
+    verify(m)
+    s.called = (scalar_reducer(m, Op.ADD, S32),)
+    fails(m, s, r"combiner %add_s32 must be \(f32\[\], f32\[\]\) -> f32\[\], "
+                r"is \(s32\[\], s32\[\]\) -> s32\[\]")
 
 
 def test_call_cycles():

@@ -41,8 +41,12 @@ def random_args(module, seed: int = 0) -> list[np.ndarray]:
     return args
 
 
-def check_pass(pass_, before: str, after: str | None) -> None:
-    """Run `pass_` on `before`; compare with `after` (None: no change expected)."""
+def check_pass(pass_, before: str, after: str | None, rtol: float = 0.0) -> None:
+    """Run `pass_` on `before`; compare with `after` (None: no change expected).
+
+    Results before and after must agree exactly, or to `rtol` for passes that
+    reassociate floating-point arithmetic.
+    """
     module = parse_module(before)
     original = print_module(module)
     reference = parse_module(before)
@@ -60,4 +64,4 @@ def check_pass(pass_, before: str, after: str | None) -> None:
         want, got = evaluate(reference, args), evaluate(module, args)
         for w, g in zip(want if isinstance(want, tuple) else [want],
                         got if isinstance(got, tuple) else [got]):  # fmt: skip
-            np.testing.assert_array_equal(g, w)
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol)

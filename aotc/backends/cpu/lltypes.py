@@ -2,9 +2,12 @@
 
 In registers pred is i1, integers are iN, f32/f64 are float/double, and f16
 and bf16 are *float* holding a value already rounded to the narrow type (each
-op computes in f32 and rounds its result).  In memory pred is an i8 0/1, f16 is
-`half` and bf16 is an i16 bit pattern.  The bf16 <-> f32 conversions are
-integer IR (no libcalls, which older libgcc lacks).
+op computes in f32 and rounds its result); so are the 8- and 4-bit floats.
+s4/u4/s2/u2 are i4/i2 in registers (arithmetic wraps at their width).  In
+memory pred is an i8 0/1, f16 is `half`, bf16 an i16 bit pattern, minifloats
+an i8 code and sub-byte integers one (sign-extended) i8 each.  The bf16 and
+minifloat <-> f32 conversions are integer IR (no libcalls, which older libgcc
+lacks).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import numpy as np
 from llvmlite import ir
 
 from ...ir import DType
+from ...ir.types import MINIFLOATS, SUB_BYTE_INTS
+from . import minifloat
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -25,7 +30,8 @@ F64 = ir.DoubleType()
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 
-HALF_DTYPES = frozenset({DType.F16, DType.BF16})
+# floats narrower than f32: computed in f32, rounded back after every op
+HALF_DTYPES = frozenset({DType.F16, DType.BF16, *MINIFLOATS})
 
 
 def register_type(dtype: DType) -> ir.Type:
@@ -47,6 +53,8 @@ def storage_type(dtype: DType) -> ir.Type:
         return F16
     if dtype is DType.BF16:
         return I16
+    if dtype in MINIFLOATS or dtype in SUB_BYTE_INTS:
+        return I8
     return register_type(dtype)
 
 
@@ -82,6 +90,10 @@ def from_storage(builder: ir.IRBuilder, dtype: DType, stored: ir.Value) -> ir.Va
         return builder.fpext(stored, F32)
     if dtype is DType.BF16:
         return bf16_to_f32(builder, stored)
+    if dtype in MINIFLOATS:
+        return minifloat.decode(builder, MINIFLOATS[dtype], stored)
+    if dtype in SUB_BYTE_INTS:
+        return builder.trunc(stored, register_type(dtype))
     return stored
 
 
@@ -92,11 +104,16 @@ def to_storage(builder: ir.IRBuilder, dtype: DType, value: ir.Value) -> ir.Value
         return builder.fptrunc(value, F16)
     if dtype is DType.BF16:
         return f32_to_bf16(builder, value)
+    if dtype in MINIFLOATS:
+        return minifloat.encode(builder, MINIFLOATS[dtype], value)
+    if dtype in SUB_BYTE_INTS:
+        extend = builder.sext if dtype.is_signed_int else builder.zext
+        return extend(value, I8)
     return value
 
 
 def round_to(builder: ir.IRBuilder, dtype: DType, value: ir.Value) -> ir.Value:
-    """Round an f32 result to f16/bf16 precision (kept as f32); other dtypes pass."""
+    """Round an f32 result to f16/bf16/minifloat precision (kept as f32); others pass."""
     if dtype in HALF_DTYPES:
         return from_storage(builder, dtype, to_storage(builder, dtype, value))
     return value

@@ -52,6 +52,23 @@ def loop_nest(
 
 
 @contextmanager
+def while_loop(
+    builder: ir.IRBuilder, condition: Callable[[], ir.Value], name: str = "while"
+) -> Iterator[None]:
+    """`while (condition()) { body }`: `condition` emits its test (it may branch) each turn."""
+    header = builder.append_basic_block(f"{name}.header")
+    body = builder.append_basic_block(f"{name}.body")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.branch(header)
+    builder.position_at_end(header)
+    builder.cbranch(condition(), body, done)
+    builder.position_at_end(body)
+    yield
+    builder.branch(header)
+    builder.position_at_end(done)
+
+
+@contextmanager
 def if_then(builder: ir.IRBuilder, condition: ir.Value) -> Iterator[None]:
     """Emit the body only where `condition` (an i1) holds."""
     with builder.if_then(condition):

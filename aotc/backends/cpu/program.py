@@ -36,7 +36,7 @@ from .elemental import (
 )
 from .lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from .loops import if_then, loop_nest
-from .rules import RULES
+from .rules import KERNELS, RULES
 
 ARENA_ALIGNMENT = 64
 KERNEL_ARGS = ("inputs", "outputs", "arena")
@@ -102,6 +102,10 @@ def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instructio
     b = ir.IRBuilder(kernel.append_basic_block("entry"))
     _bind_buffers(ctx, b, kernel, weights)
     operands = [_operand_generator(ctx, o) for o in instr.operands]
+    if instr.op in KERNELS:
+        KERNELS[instr.op](ctx, instr, operands, _outputs(ctx, instr))
+        b.ret_void()
+        return kernel
     gen = make_generator(ctx, instr, operands)
     if isinstance(instr.shape, Shape):
         _store_loop(ctx, gen, [(instr.shape, ctx.plan.slice_of(instr))])
@@ -116,6 +120,13 @@ def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instructio
                 _store_loop(ctx, _element_generator(ctx, instr, gen, k), [output])
     b.ret_void()
     return kernel
+
+
+def _outputs(ctx: EmitContext, instr: Instruction) -> list[tuple[Shape, Slice]]:
+    """(shape, slice) of each array of the result: itself, or its tuple's elements."""
+    if isinstance(instr.shape, Shape):
+        return [(instr.shape, ctx.plan.slice_of(instr))]
+    return [(e, ctx.plan.slice_of(instr, (k,))) for k, e in enumerate(instr.shape.elements)]
 
 
 def _operand_generator(ctx: EmitContext, operand: Instruction) -> Gen:

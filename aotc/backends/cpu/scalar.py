@@ -313,7 +313,7 @@ def clamp(ctx: EmitContext, dtype: DType, lo: ir.Value, x: ir.Value, hi: ir.Valu
 def convert(ctx: EmitContext, src: DType, dst: DType, x: ir.Value) -> ir.Value:
     """Value conversion: float->int truncates and saturates (NaN -> 0), -> pred is != 0.
 
-    Conversions to f16/bf16 round once, from the exact value (f64 and wide
+    Conversions to f16/bf16/minifloats round once, from the exact value (f64 and wide
     integers go through f64 and a round-to-odd f32, see `_f64_to_f32_odd`).
     """
     b = ctx.builder

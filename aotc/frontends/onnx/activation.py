@@ -1,11 +1,13 @@
-"""Activation functions and Clip, written as formulas over HLO elementwise ops."""
+"""Activation functions, Shrink and Clip, written as formulas over HLO elementwise
+ops; Hardmax (a one-hot of the arg max)."""
 
 from __future__ import annotations
 
 import math
 
-from ...ir import Direction, Instruction, Op
-from .helpers import Formula, unidirectional
+from ...ir import ComputationBuilder, Direction, DType, Instruction, Op, Shape
+from .helpers import Formula, full_like, lowest, normalize_axis, unidirectional
+from .reduce import arg_reducer
 from .registry import NodeContext, onnx_op
 
 
@@ -103,6 +105,56 @@ def gelu(ctx: NodeContext, x: Instruction) -> Instruction:
         return f.mul(f.mul(x, 0.5), f.add(f.f(Op.TANH, inner), 1))
     # 0.5 x (1 + erf(x / sqrt 2))
     return f.mul(f.mul(x, 0.5), f.add(f.f(Op.ERF, f.mul(x, 1 / math.sqrt(2))), 1))
+
+
+@onnx_op("Swish", since=24)
+def swish(ctx: NodeContext, x: Instruction) -> Instruction:
+    f = Formula(ctx.b, x)
+    return f.mul(x, f.f(Op.LOGISTIC, f.mul(x, ctx.attr("alpha"))))
+
+
+@onnx_op("Shrink", since=9)
+def shrink(ctx: NodeContext, x: Instruction) -> Instruction:
+    """x + bias below -lambd, x - bias above lambd, 0 between."""
+    b = ctx.b
+    dtype = x.shape.dtype
+    # integers compare and add in f64, as the spec's float attributes are applied
+    # before the result is cast back (exact for |x| < 2^53)
+    wide = x if dtype.is_float else b.convert(x, DType.F64)
+    f = Formula(b, wide)
+    lambd, bias = ctx.attr("lambd"), ctx.attr("bias")
+    inner = f.where(wide, Direction.GT, lambd, f.add(wide, -bias), 0)
+    return b.convert(f.where(wide, Direction.LT, -lambd, f.add(wide, bias), inner), dtype)
+
+
+def _hardmax(b: ComputationBuilder, x: Instruction, axis: int) -> Instruction:
+    """1 at the first maximum along `axis`, 0 elsewhere."""
+    dtype, dims = x.shape.dtype, x.shape.dims
+    reducer = arg_reducer(b.module, dtype, Direction.GT, last=False)
+    indices = b.iota(Shape(DType.S64, dims), axis)
+    inits = [b.scalar(lowest(dtype), dtype), b.scalar(0, DType.S64)]
+    both = b.add(Op.REDUCE, [x, indices, *inits], dimensions=(axis,), called=(reducer,))
+    first = b.get_tuple_element(both, 1)
+    kept = [d for d in range(x.shape.rank) if d != axis]
+    hit = b.compare(indices, b.broadcast(first, kept, dims), Direction.EQ)
+    return b.select(hit, full_like(b, 1, x), full_like(b, 0, x))
+
+
+@onnx_op("Hardmax", since=1, until=12)
+def hardmax_2d(ctx: NodeContext, x: Instruction) -> Instruction:
+    # before opset 13 the input is seen as 2-D [prod(dims[:axis]), prod(dims[axis:])]
+    b = ctx.b
+    dims = x.shape.dims
+    axis = ctx.attr("axis")
+    axis = axis + len(dims) if axis < 0 else axis
+    outer = math.prod(dims[:axis])
+    flat = b.reshape(x, [outer, math.prod(dims[axis:])])
+    return b.reshape(_hardmax(b, flat, 1), dims)
+
+
+@onnx_op("Hardmax", since=13)
+def hardmax(ctx: NodeContext, x: Instruction) -> Instruction:
+    return _hardmax(ctx.b, x, normalize_axis(ctx.attr("axis"), x.shape.rank))
 
 
 def _clip(ctx: NodeContext, x: Instruction, lo, hi) -> Instruction:

@@ -23,6 +23,16 @@ ONNX_DTYPES: dict[int, DType] = {
     TensorProto.UINT32: DType.U32,
     TensorProto.UINT64: DType.U64,
     TensorProto.BOOL: DType.PRED,
+    TensorProto.FLOAT8E4M3FN: DType.F8E4M3FN,
+    TensorProto.FLOAT8E4M3FNUZ: DType.F8E4M3FNUZ,
+    TensorProto.FLOAT8E5M2: DType.F8E5M2,
+    TensorProto.FLOAT8E5M2FNUZ: DType.F8E5M2FNUZ,
+    TensorProto.FLOAT8E8M0: DType.F8E8M0FNU,
+    TensorProto.FLOAT4E2M1: DType.F4E2M1FN,
+    TensorProto.INT4: DType.S4,
+    TensorProto.UINT4: DType.U4,
+    TensorProto.INT2: DType.S2,
+    TensorProto.UINT2: DType.U2,
 }
 
 
@@ -48,5 +58,6 @@ def tensor_to_array(tensor: onnx.TensorProto, what: str) -> tuple[np.ndarray, DT
         array = numpy_helper.to_array(tensor)
     except (OSError, ValueError, onnx.checker.ValidationError) as e:  # missing external data
         raise ModelError(f"{what}: cannot read its data ({e})") from e
-    # bf16 arrives as ml_dtypes.bfloat16; the IR holds bf16 values as float32
+    # bf16, float8/float4 and int4/int2 arrive (unpacked) as ml_dtypes arrays; the IR
+    # holds their values in float32 / int8 / uint8 arrays
     return np.asarray(array).astype(dtype.numpy), dtype

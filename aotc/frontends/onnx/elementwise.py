@@ -1,14 +1,18 @@
 """Elementwise ONNX ops: the unary, binary and comparison tables, variadic
-folds, Mod, Pow, Where, Cast, Identity, Dropout, Trilu."""
+folds, the inverse and hyperbolic trigonometric functions (composed from HLO ops),
+Mod, Pow, Where, Identity, Dropout, Trilu."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from functools import reduce as fold
+
+import numpy as np
 
 from ...errors import ShapeError, UnsupportedError
 from ...ir import Direction, DType, Instruction, Op, Shape
-from .dtypes import to_dtype
-from .helpers import binary, broadcast_all, full, full_like
+from .helpers import Formula, binary, broadcast_all, full, full_like
 from .registry import NodeContext, onnx_op
 
 # ONNX op -> HLO op on one operand.  An op missing at a model's opset has no
@@ -32,6 +36,9 @@ UNARY: dict[str, Op] = {
     "Not": Op.NOT,
     "BitwiseNot": Op.NOT,
 }
+
+# the first opset of a UNARY row where it is not 7 (Not never changed since opset 1)
+UNARY_SINCE: dict[str, int] = {"Not": 1}
 
 # ONNX op -> HLO op on two operands, numpy-broadcast
 BINARY: dict[str, Op] = {
@@ -97,13 +104,115 @@ def make_variadic(op: Op, mean: bool):
 
 
 for _name, _op in UNARY.items():
-    onnx_op(_name)(make_unary(_op))
+    onnx_op(_name, since=UNARY_SINCE.get(_name, 7))(make_unary(_op))
 for _name, _op in BINARY.items():
     onnx_op(_name)(make_binary(_op))
 for _name, _direction in COMPARISONS.items():
     onnx_op(_name)(make_comparison(_direction))
 for _name, _op in VARIADIC.items():
     onnx_op(_name)(make_variadic(_op, mean=_name == "Mean"))
+
+
+# -- inverse and hyperbolic trigonometry, composed from HLO ops -------------------
+#
+# Written so that they stay accurate where the naive formulas cancel: near 0
+# (expm1/log1p) and at the domain edges ((1 - x)(1 + x) rather than 1 - x^2).
+# Outside the domain the composition yields NaN, as the libm functions do.
+
+Composed = Callable[[Formula, Instruction], Instruction]
+
+
+def _one_minus_square(f: Formula, x: Instruction) -> Instruction:
+    return f.mul(f.sub(1, x), f.add(x, 1))
+
+
+def _asin(f: Formula, x: Instruction) -> Instruction:
+    return f.b.binary(Op.ATAN2, x, f.f(Op.SQRT, _one_minus_square(f, x)))
+
+
+def _acos(f: Formula, x: Instruction) -> Instruction:
+    return f.b.binary(Op.ATAN2, f.f(Op.SQRT, _one_minus_square(f, x)), x)
+
+
+def _atan(f: Formula, x: Instruction) -> Instruction:
+    return f.b.binary(Op.ATAN2, x, f.k(1))
+
+
+def _odd(f: Formula, x: Instruction, magnitude: Instruction) -> Instruction:
+    """`magnitude` (computed from |x|) with x's sign."""
+    return f.where(x, Direction.LT, 0, f.mul(magnitude, -1), magnitude)
+
+
+def _half_exp_pair(f: Formula, a: Instruction) -> tuple[Instruction, Instruction]:
+    """(e^a / 2, e^-a / 2) as (E/2) E and (1/2E) / E with E = e^(a/2): no overflow
+    before the result itself overflows."""
+    e = f.f(Op.EXP, f.mul(a, 0.5))
+    return f.mul(f.mul(e, 0.5), e), f.div(f.div(0.5, e), e)
+
+
+def _sinh(f: Formula, x: Instruction) -> Instruction:
+    a = f.f(Op.ABS, x)
+    # (e^a - e^-a) / 2 with expm1 on both sides: exact to rounding near 0
+    small = f.mul(f.sub(f.f(Op.EXPM1, a), f.f(Op.EXPM1, f.mul(a, -1))), 0.5)
+    up, down = _half_exp_pair(f, a)
+    return _odd(f, x, f.where(a, Direction.LT, 1, small, f.sub(up, down)))
+
+
+def _cosh(f: Formula, x: Instruction) -> Instruction:
+    up, down = _half_exp_pair(f, f.f(Op.ABS, x))
+    return f.add(up, down)
+
+
+def _huge(f: Formula) -> float:
+    """Where sqrt(x^2 + 1) == |x| in this dtype: log(x + sqrt(x^2 + 1)) is log 2x there."""
+    return float(1 / math.sqrt(np.finfo(f.like.shape.dtype.numpy).eps))
+
+
+def _asinh(f: Formula, x: Instruction) -> Instruction:
+    # log1p(a + a^2 / (1 + sqrt(1 + a^2))) for a = |x|, odd in x; log(2a) where a^2
+    # would lose the 1 (or overflow)
+    a = f.f(Op.ABS, x)
+    square = f.mul(a, a)
+    small = f.f(Op.LOG1P, f.add(a, f.div(square, f.add(f.f(Op.SQRT, f.add(square, 1)), 1))))
+    large = f.add(f.f(Op.LOG, a), math.log(2))
+    return _odd(f, x, f.where(a, Direction.GT, _huge(f), large, small))
+
+
+def _acosh(f: Formula, x: Instruction) -> Instruction:
+    # log1p(t + sqrt(t (x + 1))) for t = x - 1: exact near 1, NaN below 1
+    t = f.add(x, -1)
+    small = f.f(Op.LOG1P, f.add(t, f.f(Op.SQRT, f.mul(t, f.add(x, 1)))))
+    large = f.add(f.f(Op.LOG, x), math.log(2))
+    value = f.where(x, Direction.GT, _huge(f), large, small)
+    return f.where(x, Direction.LT, 1, math.nan, value)  # below the domain, as libm
+
+
+def _atanh(f: Formula, x: Instruction) -> Instruction:
+    # log((1 + x) / (1 - x)) / 2 as log1p(2x / (1 - x)) / 2
+    return f.mul(f.f(Op.LOG1P, f.div(f.mul(x, 2), f.sub(1, x))), 0.5)
+
+
+COMPOSED: dict[str, Composed] = {
+    "Asin": _asin,
+    "Acos": _acos,
+    "Atan": _atan,
+    "Sinh": _sinh,
+    "Cosh": _cosh,
+    "Asinh": _asinh,
+    "Acosh": _acosh,
+    "Atanh": _atanh,
+}
+
+
+def make_composed(formula: Composed):
+    def lower(ctx: NodeContext, x: Instruction) -> Instruction:
+        return formula(Formula(ctx.b, x), x)
+
+    return lower
+
+
+for _name, _formula in COMPOSED.items():
+    onnx_op(_name)(make_composed(_formula))
 
 
 @onnx_op("Reciprocal")
@@ -171,17 +280,6 @@ def where(ctx: NodeContext, cond: Instruction, x: Instruction, y: Instruction) -
     return ctx.b.select(cond, x, y)
 
 
-@onnx_op("Cast")
-def cast(ctx: NodeContext, x: Instruction) -> Instruction:
-    dtype = to_dtype(ctx.required_attr("to"), "attribute 'to'")
-    return ctx.b.convert(x, dtype)
-
-
-@onnx_op("CastLike", since=15)
-def cast_like(ctx: NodeContext, x: Instruction, like: Instruction) -> Instruction:
-    return ctx.b.convert(x, like.shape.dtype)
-
-
 @onnx_op("Identity")
 def identity(ctx: NodeContext, x: Instruction) -> Instruction:
     return x
@@ -189,9 +287,14 @@ def identity(ctx: NodeContext, x: Instruction) -> Instruction:
 
 @onnx_op("Dropout")
 def dropout(ctx: NodeContext, x: Instruction, ratio=None, training=None) -> list[Instruction]:
-    # inference form: the identity; opset 12+ may ask for training at run time
+    # inference form: the identity; opset 12+ may ask for training at run time, which
+    # is the identity too where the ratio is 0 (random masks are not supported)
     if training is not None and bool(ctx.const(2).reshape(-1)[0]):
-        raise UnsupportedError("training_mode=True is not supported (inference only)")
+        rate = 0.5 if ratio is None else float(ctx.const(1).reshape(-1)[0])
+        if rate != 0:
+            raise UnsupportedError(
+                f"training_mode=True with ratio {rate} is not supported (random masks)"
+            )
     if ctx.attr("is_test", 1) == 0:
         raise UnsupportedError("is_test=0 (training) is not supported")
     mask = full(ctx.b, True, DType.PRED, x.shape.dims) if ctx.output_used(1) else None

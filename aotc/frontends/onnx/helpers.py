@@ -54,21 +54,13 @@ def full_like(b: ComputationBuilder, value, x: Instruction) -> Instruction:
 
 
 def lowest(dtype: DType):
-    """The identity of maximum: -inf, or the smallest integer."""
-    if dtype.is_float:
-        return -np.inf
-    if dtype is DType.PRED:
-        return False
-    return np.iinfo(dtype.numpy).min
+    """The identity of maximum: -inf, or the least value of types without infinities."""
+    return dtype.limits[0]
 
 
 def highest(dtype: DType):
-    """The identity of minimum: +inf, or the largest integer."""
-    if dtype.is_float:
-        return np.inf
-    if dtype is DType.PRED:
-        return True
-    return np.iinfo(dtype.numpy).max
+    """The identity of minimum: +inf, or the greatest value of types without infinities."""
+    return dtype.limits[1]
 
 
 # the init value of a reduction with each combining op
@@ -130,6 +122,9 @@ class Formula:
 
     def add(self, x, y) -> Instruction:
         return self.b.binary(Op.ADD, self._lift(x), self._lift(y))
+
+    def sub(self, x, y) -> Instruction:
+        return self.b.binary(Op.SUBTRACT, self._lift(x), self._lift(y))
 
     def mul(self, x, y) -> Instruction:
         return self.b.binary(Op.MULTIPLY, self._lift(x), self._lift(y))

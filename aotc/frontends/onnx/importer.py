@@ -2,7 +2,13 @@
 its graph node by node into the entry computation of an `ir.Module`.
 
 The entry's parameters are the graph inputs that are not initializers, in
-graph order; its root is a tuple of the graph outputs, in order.
+graph order; its root is a tuple of the graph outputs, in order.  Sequences
+are static (sequence.py): a sequence input or output of k tensors is k
+parameters or results named "NAME.0" ... "NAME.{k-1}", and an optional that
+holds nothing is none; `input_structure` gives each sequence input's length
+and marks optional inputs given no value.  Subgraphs (If branches, Loop and
+Scan bodies) are lowered inline by a nested `GraphLowering` that sees the
+enclosing graphs' values, as ONNX scoping says.
 """
 
 from __future__ import annotations
@@ -16,12 +22,14 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ...errors import AotcError, ModelError, UnsupportedError
-from ...ir import ComputationBuilder, Instruction, Module, Shape
+from ...ir import ComputationBuilder, Instruction, Module
 from . import (
-    activation, attention, constants, control, elementwise, indexing, linalg, loss, nn, norm,
-    quantize, recurrent, reduce, resize, sampling, sequence, shape_ops, signal,
+    activation, attention, casts, constants, control, detection, elementwise, indexing, linalg,
+    loss, ml, nn, norm, quantize, recurrent, reduce, resize, sampling, selection, sequence,
+    shape_ops, signal,
 )  # fmt: skip
-from .dtypes import tensor_to_array, to_dtype
+from .boundary import ModelBoundary
+from .dtypes import tensor_to_array
 from .registry import (
     DEFAULT_DOMAINS,
     NodeContext,
@@ -31,14 +39,18 @@ from .registry import (
     node_name,
     schema,
 )
+from .sequence import NO_VALUE, SequenceValue, Value
 
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
-    activation, attention, constants, control, elementwise, indexing, linalg, loss, nn, norm,
-    quantize, recurrent, reduce, resize, sampling, sequence, shape_ops, signal,
+    activation, attention, casts, constants, control, detection, elementwise, indexing, linalg,
+    loss, ml, nn, norm, quantize, recurrent, reduce, resize, sampling, selection, sequence,
+    shape_ops, signal,
 )  # fmt: skip
 
 InputShapes = Mapping[str, Sequence[int]]
+# sequence input -> its length; optional input given no value -> None
+InputStructure = Mapping[str, int | None]
 
 
 def import_onnx(
@@ -46,17 +58,26 @@ def import_onnx(
     input_shapes: InputShapes | None = None,
     name: str | None = None,
     input_values: Mapping[str, np.ndarray] | None = None,
+    input_structure: InputStructure | None = None,
 ) -> Module:
     """Lower an ONNX model (or a path to one) to an IR module.
 
     Inputs named in `input_values` become constants with those values (the
     model is specialised on them, e.g. a Reshape's shape fed as an input).
+    Shapes and values of a sequence's tensors are keyed "NAME.0", "NAME.1"...
     """
     model = load_model(model)
     opsets = model_opsets(model)
     check_supported(model.graph, opsets)
     module = Module(c_identifier(name or model.graph.name or "model"))
-    GraphLowering(module, model.graph, opsets, input_shapes, input_values).run()
+    b = ComputationBuilder(module, "main")
+    top = GraphLowering(b, model.graph, opsets, _used_names(model.graph))
+    boundary = ModelBoundary(top, input_shapes, input_values, input_structure)
+    module.input_names = boundary.bind_inputs()
+    top.lower_nodes()
+    b.origin = None
+    outputs, module.output_names = boundary.flat_outputs()
+    b.build(b.tuple(outputs), entry=True)
     return module
 
 
@@ -100,9 +121,13 @@ def _all_nodes(graph: onnx.GraphProto) -> Iterator[tuple[int, onnx.NodeProto]]:
     """Every node with its index in its graph, nested graphs (If, Loop...) included."""
     for index, node in enumerate(graph.node):
         yield index, node
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                yield from _all_nodes(sub)
+        for sub in _subgraphs(node):
+            yield from _all_nodes(sub)
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for attr in node.attribute:
+        yield from [attr.g] if attr.HasField("g") else attr.graphs
 
 
 def check_supported(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
@@ -117,85 +142,64 @@ def check_supported(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
 
 
 def _used_names(graph: onnx.GraphProto) -> set[str]:
+    """Names some node or graph output reads, nested graphs included."""
     used = {output.name for output in graph.output}
     for _, node in _all_nodes(graph):
         used.update(node.input)
+        for sub in _subgraphs(node):
+            used.update(output.name for output in sub.output)
     used.discard("")  # an omitted optional input names no value
     return used
 
 
 class GraphLowering:
-    """Lowers one graph into the module's entry computation."""
+    """Lowers the nodes of one graph into the builder's computation; a nested graph's
+    lowering looks names up in its own values first, then in the enclosing graphs'."""
 
-    def __init__(self, module: Module, graph: onnx.GraphProto, opsets, input_shapes,
-                 input_values=None):  # fmt: skip
-        self.b = ComputationBuilder(module, "main")
+    def __init__(self, b: ComputationBuilder, graph: onnx.GraphProto, opsets, used: set[str],
+                 input_names: dict[int, str] | None = None,
+                 parent: GraphLowering | None = None):  # fmt: skip
+        if len(graph.sparse_initializer):
+            raise UnsupportedError("sparse initializers are not supported")
+        self.b = b
         self.graph = graph
         self.opsets = opsets
-        self.input_shapes = dict(input_shapes or {})
-        self.input_values = dict(input_values or {})
+        self.used = used
+        self.parent = parent
         self.initializers = {t.name: t for t in graph.initializer}
-        self.values: dict[str, Instruction] = {}
-        self.input_names: dict[int, str] = {}  # id(parameter) -> ONNX input name
-        self.used = _used_names(graph)
+        self.values: dict[str, Value] = {}
+        # id(parameter) -> its model input name (for InputValuesRequired), shared by nesting
+        self.input_names = {} if input_names is None else input_names
 
-    def run(self) -> None:
-        if len(self.graph.sparse_initializer):
-            raise UnsupportedError("sparse initializers are not supported")
-        self._parameters()
+    def lower_nodes(self) -> None:
         for index, node in enumerate(self.graph.node):
             self._lower(index, node)
-        self.b.origin = None
-        outputs = [self._value(output.name) for output in self.graph.output]
-        self.b.build(self.b.tuple(outputs), entry=True)
-        module = self.b.module
-        module.input_names = [
-            i.name
-            for i in self.graph.input
-            if i.name not in self.initializers and i.name not in self.input_values
-        ]
-        module.output_names = [output.name for output in self.graph.output]
 
-    def _parameters(self) -> None:
-        inputs = [i for i in self.graph.input if i.name not in self.initializers]
-        unknown = (set(self.input_shapes) | set(self.input_values)) - {i.name for i in inputs}
-        if unknown:
-            names = ", ".join(repr(i.name) for i in inputs)
+    def lower_graph(self, graph: onnx.GraphProto, inputs: Sequence[Value]) -> list[Value]:
+        """Lower a subgraph inline with its inputs bound to `inputs`; its output values."""
+        if len(inputs) != len(graph.input):
             raise ModelError(
-                f"--input names no graph input: {', '.join(sorted(unknown))} "
-                f"(the inputs are {names})"
+                f"graph '{graph.name}' has {len(graph.input)} inputs, {len(inputs)} are given"
             )
-        for info in [i for i in inputs if i.name in self.input_values]:
-            self.values[info.name] = self._input_constant(info)
-        inputs = [i for i in inputs if i.name not in self.input_values]
-        for number, info in enumerate(inputs):
-            shape = input_shape(info, self.input_shapes.get(info.name))
-            param = self.b.parameter(number, shape, name=info.name)
-            self.input_names[id(param)] = info.name
-            self.values[info.name] = param
+        child = GraphLowering(self.b, graph, self.opsets, self.used, self.input_names, self)
+        child.values.update((info.name, value) for info, value in zip(graph.input, inputs))
+        origin = self.b.origin
+        child.lower_nodes()
+        self.b.origin = origin
+        return [child.lookup(output.name) for output in graph.output]
 
-    def _input_constant(self, info: onnx.ValueInfoProto) -> Instruction:
-        """A graph input fixed to a given value (`input_values`, `--const`)."""
-        value = np.asarray(self.input_values[info.name])
-        dtype = to_dtype(info.type.tensor_type.elem_type, f"input '{info.name}'")
-        given = self.input_shapes.get(info.name)
-        shape = input_shape(info, given if given is not None else value.shape)
-        if shape.size != value.size:
-            raise ModelError(
-                f"--const {info.name}: {value.size} values given, the input has shape "
-                f"{list(shape.dims)}"
-            )
-        return self.b.constant(value.reshape(shape.dims), dtype, name=info.name)
-
-    def _value(self, name: str) -> Instruction:
-        if name not in self.values:
-            if name not in self.initializers:
-                raise ModelError(f"value '{name}' is used before it is defined")
+    def lookup(self, name: str) -> Value:
+        if name in self.values:
+            return self.values[name]
+        if name in self.initializers:
             array, dtype = tensor_to_array(self.initializers[name], f"initializer '{name}'")
             origin, self.b.origin = self.b.origin, None
             self.values[name] = self.b.constant(array, dtype, name=name)
             self.b.origin = origin
-        return self.values[name]
+            return self.values[name]
+        if self.parent is None:
+            raise ModelError(f"value '{name}' is used before it is defined")
+        return self.parent.lookup(name)
 
     def _lower(self, index: int, node: onnx.NodeProto) -> None:
         opset = node_opset(node, self.opsets)
@@ -205,7 +209,8 @@ class GraphLowering:
         self.b.origin = node_name(node, index)
         try:
             _check_arity(node, opset)
-            inputs = [self._value(name) if name else None for name in node.input]
+            inputs = [self.lookup(name) if name else None for name in node.input]
+            _check_kinds(node, opset, inputs)
             ctx = NodeContext(
                 self.b,
                 node,
@@ -214,6 +219,7 @@ class GraphLowering:
                 node_attributes(node, opset),
                 [name in self.used for name in node.output],
                 self.input_names,
+                self.lower_graph,
             )
             result = lowering.fn(ctx, *inputs)
         except AotcError as e:
@@ -221,13 +227,31 @@ class GraphLowering:
         except (ValueError, TypeError, IndexError, KeyError) as e:
             # a malformed attribute or input that slipped past the checks above
             raise ModelError(f"{label}: cannot lower this node ({type(e).__name__}: {e})") from e
-        outputs = [result] if isinstance(result, Instruction) else list(result)
+        single = isinstance(result, (Instruction, SequenceValue)) or result is NO_VALUE
+        outputs = [result] if single else list(result)
         for i, name in enumerate(node.output):
             produced = outputs[i] if i < len(outputs) else None
             if name and produced is not None:
                 self.values[name] = produced
             elif name in self.used:
                 raise UnsupportedError(f"{label}: output {i} ('{name}') is not supported")
+
+
+def _check_kinds(node: onnx.NodeProto, opset: int, inputs: Sequence[Value | None]) -> None:
+    """Refuse a sequence or an empty optional where the schema takes only tensors."""
+    spec = schema(node.op_type, opset, node.domain)
+    allowed = {c.type_param_str: c.allowed_type_strs for c in spec.type_constraints}
+    for i, value in enumerate(inputs):
+        if isinstance(value, SequenceValue):
+            kinds, what = ("seq(", "optional(seq("), "a sequence"
+        elif value is NO_VALUE:
+            kinds, what = ("optional(",), "an optional holding no value"
+        else:
+            continue
+        formal = spec.inputs[min(i, len(spec.inputs) - 1)]
+        types = allowed.get(formal.type_str, [formal.type_str])
+        if not any(t.startswith(kinds) for t in types):
+            raise ModelError(f"input {i} ('{node.input[i]}') is {what}; this op takes a tensor")
 
 
 def _check_arity(node: onnx.NodeProto, opset: int) -> None:
@@ -238,43 +262,3 @@ def _check_arity(node: onnx.NodeProto, opset: int) -> None:
     ):
         if not low <= count <= high:
             raise ModelError(f"has {count} {what}, expected {low} to {high}")
-
-
-def input_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> Shape:
-    """A graph input's type, its unknown dims taken from `given` (from --input)."""
-    name = info.name
-    if not info.type.HasField("tensor_type"):
-        raise UnsupportedError(f"input '{name}' is not a tensor")
-    tensor = info.type.tensor_type
-    dtype = to_dtype(tensor.elem_type, f"input '{name}'")
-    model_dims = None
-    if tensor.HasField("shape"):
-        model_dims = [
-            d.dim_value if d.HasField("dim_value") else d.dim_param or None
-            for d in tensor.shape.dim
-        ]
-    if given is not None:
-        given = [int(d) for d in given]
-        if model_dims is not None and len(given) != len(model_dims):
-            raise ModelError(
-                f"--input {name}: rank {len(given)} given, "
-                f"the model's input has rank {len(model_dims)}"
-            )
-        if min(given, default=0) < 0:
-            raise ModelError(f"--input {name}: dims must not be negative, got {given}")
-        for i, (g, m) in enumerate(zip(given, model_dims or given)):
-            if isinstance(m, int) and m != g:
-                raise ModelError(f"--input {name}: dim {i} is {g}, the model says {m}")
-        return Shape(dtype, given)
-    if model_dims is None:
-        raise ModelError(
-            f"input '{name}' has no shape in the model; give one with --input {name}=DIMS"
-        )
-    for i, m in enumerate(model_dims):
-        if not isinstance(m, int):
-            example = "x".join(str(d) if isinstance(d, int) else "1" for d in model_dims)
-            label = f"'{m}'" if m else "unknown"
-            raise ModelError(
-                f"input '{name}' dim {i} is {label}; give the shape with --input {name}={example}"
-            )
-    return Shape(dtype, model_dims)

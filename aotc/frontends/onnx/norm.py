@@ -1,12 +1,22 @@
 """Normalizations in inference form: BatchNormalization, InstanceNormalization,
-LayerNormalization, LRN."""
+LayerNormalization, GroupNormalization, RMSNormalization, MeanVarianceNormalization,
+LRN, and the Lp norms: LpNormalization and LpPool (the Lp norm of each pooling window)."""
 
 from __future__ import annotations
 
-from ...errors import ShapeError, UnsupportedError
-from ...ir import ComputationBuilder, Instruction, Op, Window, scalar_reducer
+from ...errors import ModelError, ShapeError, UnsupportedError
+from ...ir import ComputationBuilder, Direction, Instruction, Op, Window, scalar_reducer
 from .dtypes import to_dtype
-from .helpers import Formula, element_count, full_like, normalize_axis, reduce, unidirectional
+from .helpers import (
+    Formula,
+    element_count,
+    full_like,
+    normalize_axes,
+    normalize_axis,
+    reduce,
+    unidirectional,
+)
+from .nn import _pool_geometry
 from .registry import NodeContext, onnx_op
 
 
@@ -24,9 +34,9 @@ def _per_channel(b: ComputationBuilder, v: Instruction, like: Instruction) -> In
 
 
 @onnx_op("BatchNormalization")
-def batch_norm(ctx: NodeContext, x, scale, bias, mean, var) -> Instruction:
+def batch_norm(ctx: NodeContext, x, scale, bias, mean, var):
     if ctx.attr("training_mode", 0):
-        raise UnsupportedError("training_mode=1 is not supported (inference only)")
+        return _batch_norm_training(ctx, x, scale, bias, mean, var)
     if ctx.attr("spatial", 1) == 0:
         raise UnsupportedError("spatial=0 is not supported")
     if any(ctx.output_used(i) for i in range(1, 5)):
@@ -44,6 +54,30 @@ def batch_norm(ctx: NodeContext, x, scale, bias, mean, var) -> Instruction:
     return b.binary(Op.ADD, scaled, _per_channel(b, shift, x))
 
 
+def _batch_norm_training(ctx: NodeContext, x, scale, bias, mean, var) -> list[Instruction]:
+    """Opset 14+ training_mode=1: normalize with the batch's own mean and (biased)
+    variance per channel; also return the running statistics updated by momentum."""
+    b = ctx.b
+    if x.shape.rank < 2:
+        raise ShapeError("input must be N x C x ...")
+    scale, bias, mean, var = (_channel_vector(b, v, x) for v in (scale, bias, mean, var))
+    axes = [0, *range(2, x.shape.rank)]
+    count = element_count(x.shape.dims, axes)
+    f = Formula(b, x)
+    batch_mean = reduce(b, x, Op.ADD, axes, keepdims=False)
+    batch_mean = Formula(b, batch_mean).div(batch_mean, count)
+    centered = f.sub(x, _per_channel(b, batch_mean, x))
+    batch_var = reduce(b, f.mul(centered, centered), Op.ADD, axes, keepdims=False)
+    c = Formula(b, batch_var)
+    batch_var = c.div(batch_var, count)
+    inv = c.mul(scale, c.f(Op.RSQRT, c.add(batch_var, ctx.attr("epsilon"))))
+    y = f.add(f.mul(centered, _per_channel(b, inv, x)), _per_channel(b, bias, x))
+    momentum = ctx.attr("momentum")
+    running_mean = c.add(c.mul(mean, momentum), c.mul(batch_mean, 1 - momentum))
+    running_var = c.add(c.mul(var, momentum), c.mul(batch_var, 1 - momentum))
+    return [y, running_mean, running_var]
+
+
 def _normalize(
     b: ComputationBuilder, x: Instruction, axes: list[int], epsilon: float
 ) -> tuple[Instruction, Instruction, Instruction]:
@@ -59,14 +93,20 @@ def _normalize(
     return normalized, mean, inv_std
 
 
+def _stashed(ctx: NodeContext, x: Instruction) -> Instruction:
+    """x in the node's stash_type (the precision of the statistics, float32 by
+    default) where that is wider than x's own type."""
+    stash = to_dtype(ctx.attr("stash_type", 1), "stash_type")
+    dtype = x.shape.dtype
+    return ctx.b.convert(x, stash) if stash.is_float and stash.bits > dtype.bits else x
+
+
 @onnx_op("LayerNormalization", since=17)
 def layer_norm(ctx: NodeContext, x: Instruction, scale: Instruction, bias=None):
     b = ctx.b
     axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
-    # stash_type is the precision of mean and variance (float32 by default)
-    stash = to_dtype(ctx.attr("stash_type"), "stash_type")
     dtype = x.shape.dtype
-    wide = b.convert(x, stash) if stash.is_float and stash.bits > dtype.bits else x
+    wide = _stashed(ctx, x)
     normalized, mean, inv_std = _normalize(
         b, wide, list(range(axis, x.shape.rank)), ctx.attr("epsilon")
     )
@@ -109,3 +149,102 @@ def local_response_norm(ctx: NodeContext, x: Instruction) -> Instruction:
     square_sum = b.reduce_window(f.mul(x, x), b.scalar(0, dtype), window, adder)
     scale = f.add(f.mul(square_sum, ctx.attr("alpha") / size), ctx.attr("bias"))
     return f.div(x, b.binary(Op.POWER, scale, f.k(ctx.attr("beta"))))
+
+
+# opsets 18-20 (scale and bias per group) are deprecated: the ONNX checker refuses them
+@onnx_op("GroupNormalization", since=21)
+def group_norm(ctx: NodeContext, x: Instruction, scale: Instruction, bias: Instruction):
+    """Normalize each group of C / num_groups channels (with all spatial dims), then
+    scale and shift per channel."""
+    b = ctx.b
+    if x.shape.rank < 2:
+        raise ShapeError("input must be N x C x ...")
+    groups = ctx.required_attr("num_groups")
+    n, c = x.shape.dims[:2]
+    if groups <= 0 or c % groups:
+        raise ModelError(f"num_groups={groups} does not divide the {c} channels")
+    grouped = b.reshape(_stashed(ctx, x), [n, groups, x.shape.size // (n * groups)])
+    normalized, _, _ = _normalize(b, grouped, [2], ctx.attr("epsilon"))
+    y = b.convert(b.reshape(normalized, x.shape.dims), x.shape.dtype)
+    scale, bias = (_per_channel(b, _channel_vector(b, v, x), x) for v in (scale, bias))
+    return b.binary(Op.ADD, b.binary(Op.MULTIPLY, y, scale), bias)
+
+
+@onnx_op("RMSNormalization", since=23)
+def rms_norm(ctx: NodeContext, x: Instruction, scale: Instruction) -> Instruction:
+    """x / sqrt(mean(x^2) + epsilon) over the dims from `axis` on, times scale."""
+    b = ctx.b
+    axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
+    axes = list(range(axis, x.shape.rank))
+    wide = _stashed(ctx, x)
+    f = Formula(b, wide)
+    mean_square = reduce(b, f.mul(wide, wide), Op.ADD, axes, keepdims=True)
+    g = Formula(b, mean_square)
+    count = element_count(x.shape.dims, axes)
+    inv_rms = g.f(Op.RSQRT, g.add(g.div(mean_square, count), ctx.attr("epsilon")))
+    normalized = b.binary(Op.MULTIPLY, wide, b.broadcast_to(inv_rms, x.shape.dims))
+    # the result has scale's type (V), which may differ from x's (T)
+    y = b.convert(normalized, scale.shape.dtype)
+    return b.binary(Op.MULTIPLY, y, unidirectional(b, scale, x.shape.dims))
+
+
+@onnx_op("MeanVarianceNormalization", since=9)
+def mean_variance_norm(ctx: NodeContext, x: Instruction) -> Instruction:
+    """(x - mean) / (std + 1e-9) over `axes`, as the spec's function body."""
+    b = ctx.b
+    axes = normalize_axes(ctx.attr("axes"), x.shape.rank)
+    count = element_count(x.shape.dims, axes)
+    f = Formula(b, x)
+    mean = reduce(b, x, Op.ADD, axes, keepdims=True)
+    mean = b.broadcast_to(Formula(b, mean).div(mean, count), x.shape.dims)
+    # the centred form of E[x^2] - E[x]^2: never negative, so never a NaN std
+    centered = b.binary(Op.SUBTRACT, x, mean)
+    var = reduce(b, f.mul(centered, centered), Op.ADD, axes, keepdims=True)
+    g = Formula(b, var)
+    std = g.add(g.f(Op.SQRT, g.div(var, count)), 1e-9)
+    return f.div(centered, b.broadcast_to(std, x.shape.dims))
+
+
+def _lp_finish(f: Formula, total: Instruction, p: float) -> Instruction:
+    """The p-th root of a sum of |x|^p."""
+    if p == 1:
+        return total
+    if p == 2:
+        return f.f(Op.SQRT, total)
+    return f.b.binary(Op.POWER, total, f.k(1 / p))
+
+
+def _lp_terms(f: Formula, x: Instruction, p: float) -> Instruction:
+    """|x|^p, the terms of an Lp norm."""
+    if p == 2:
+        return f.mul(x, x)
+    magnitude = f.f(Op.ABS, x)
+    return magnitude if p == 1 else f.b.binary(Op.POWER, magnitude, f.k(p))
+
+
+@onnx_op("LpNormalization", since=1)
+def lp_normalization(ctx: NodeContext, x: Instruction) -> Instruction:
+    """x / ||x||_p along `axis`; 0 where the norm is 0 (as the reference)."""
+    b = ctx.b
+    p = ctx.attr("p")
+    if p not in (1, 2):
+        raise ModelError(f"p={p}: LpNormalization defines only p=1 and p=2")
+    axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
+    f = Formula(b, x)
+    total = reduce(b, _lp_terms(f, x, p), Op.ADD, [axis], keepdims=True)
+    norm = b.broadcast_to(_lp_finish(Formula(b, total), total, p), x.shape.dims)
+    return f.where(norm, Direction.EQ, 0, 0, f.div(x, norm))
+
+
+@onnx_op("LpPool", since=1)
+def lp_pool(ctx: NodeContext, x: Instruction) -> Instruction:
+    """(sum of |x|^p over each window)^(1/p); padding counts as zeros."""
+    b = ctx.b
+    p = float(ctx.attr("p"))
+    if p <= 0:
+        raise ModelError(f"p={p}: LpPool needs p > 0")
+    window = _pool_geometry(ctx, x).window()
+    dtype = x.shape.dtype
+    adder = scalar_reducer(b.module, Op.ADD, dtype)
+    total = b.reduce_window(_lp_terms(Formula(b, x), x, p), b.scalar(0, dtype), window, adder)
+    return _lp_finish(Formula(b, total), total, p)

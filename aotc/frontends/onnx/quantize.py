@@ -1,3 +1,246 @@
-"""Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger."""
+"""Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger.
+
+Numerics follow onnx.reference: quantizing rounds half to even, then saturates
+to the target's range (float8 targets saturate as Cast does); integer
+products accumulate in s32 after subtracting the zero points; requantization
+(QLinear*) scales the s32 result in f64, as numpy promotes int32 * float.
+Scales and zero points are per tensor (any one-element tensor), per axis (a
+vector along `axis`) or per block (`block_size` along `axis`).
+"""
 
 from __future__ import annotations
+
+from ...errors import ModelError, ShapeError, UnsupportedError
+from ...ir import Direction, DType, Instruction, Op
+from .casts import SATURABLE, clamp_to_finite
+from .dtypes import to_dtype
+from .helpers import normalize_axis, reduce, unidirectional
+from .linalg import matmul
+from .nn import conv
+from .registry import NodeContext, onnx_op
+
+# the 8-bit integer types the QLinear ops and the *Integer ops take
+INT8_TYPES = (DType.S8, DType.U8)
+
+
+def expand(ctx: NodeContext, p: Instruction, dims, axis: int | None, block: int = 0):
+    """A scale or zero point broadcast to `dims`: one element (per tensor), a vector along
+    `axis` (per axis), or, with `block`, `axis` holding ceil(dims[axis] / block) blocks."""
+    b = ctx.b
+    if p.shape.size == 1:
+        return b.broadcast(b.reshape(p, []), [], dims)
+    if axis is None:
+        return unidirectional(b, p, dims)
+    axis = normalize_axis(axis, len(dims))
+    if not block:
+        if p.shape.dims != (dims[axis],):
+            raise ShapeError(f"per-axis parameter of shape {list(p.shape.dims)} does not match "
+                             f"dim {axis} ({dims[axis]}) of the input")  # fmt: skip
+        return b.broadcast(p, [axis], dims)
+    blocks = p.shape.dims[axis] if p.shape.rank == len(dims) else 0
+    same_rest = all(p.shape.dims[i] == d for i, d in enumerate(dims) if i != axis and blocks)
+    if not blocks or not same_rest or not (blocks - 1) * block < dims[axis] <= blocks * block:
+        raise ShapeError(
+            f"blocked parameter of shape {list(p.shape.dims)} does not match input dims "
+            f"{list(dims)} with block_size {block} on axis {axis}"
+        )
+    # repeat every entry `block` times along axis (a new dim after it), then cut the tail
+    split = [*p.shape.dims[: axis + 1], block, *p.shape.dims[axis + 1 :]]
+    placed = [i if i <= axis else i + 1 for i in range(p.shape.rank)]
+    whole = [*dims[:axis], blocks * block, *dims[axis + 1 :]]
+    repeated = b.reshape(b.broadcast(p, placed, split), whole)
+    return b.slice(repeated, [0] * len(dims), list(dims))
+
+
+def _promote(x: DType, y: DType) -> DType:
+    """The type numpy computes `x / y` in (integers with floats: f64)."""
+    if not (x.is_float and y.is_float):
+        return DType.F64
+    if x is y:
+        return x
+    wider = [d for d in (x, y) if d.bits > 16]
+    if wider:
+        return max(wider, key=lambda d: d.bits)
+    if x.minifloat is not None or y.minifloat is not None:  # the other one, 16 bits
+        return x if x.minifloat is None else y
+    return DType.F32  # f16 with bf16
+
+
+def _quantized_type(ctx: NodeContext, zero_point: Instruction | None) -> DType:
+    chosen = ctx.attr("output_dtype", 0)
+    given = to_dtype(chosen, "attribute 'output_dtype'") if chosen else None
+    if zero_point is None:
+        return given or DType.U8
+    if given is not None and given is not zero_point.shape.dtype:
+        raise ModelError(f"output_dtype {given.text} differs from the zero point's type "
+                         f"{zero_point.shape.dtype.text}")  # fmt: skip
+    return zero_point.shape.dtype
+
+
+def saturate_int(b, value: Instruction, dtype: DType) -> Instruction:
+    """A float `value` already rounded, clamped to `dtype`'s range and converted."""
+    low, high = (b.scalar(v, value.shape.dtype) for v in dtype.limits)
+    return b.convert(b.clamp(low, value, high), dtype)
+
+
+@onnx_op("QuantizeLinear", since=10)
+def quantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zero_point=None):
+    b = ctx.b
+    dims = x.shape.dims
+    target = _quantized_type(ctx, zero_point)
+    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
+    precision = ctx.attr("precision", 0)
+    if precision:
+        compute = to_dtype(precision, "attribute 'precision'")
+    else:  # as onnx.reference (numpy) divides: in the wider of the two types
+        compute = _promote(x.shape.dtype, scale.shape.dtype)
+    scale = b.convert(expand(ctx, scale, dims, axis, block), compute)
+    q = b.binary(Op.DIVIDE, b.convert(x, compute), scale)
+    zp = None if zero_point is None else expand(ctx, zero_point, dims, axis, block)
+    if target.is_int:
+        # round in the division's type (as numpy's rint), add the zero point exactly
+        wide = DType.F64 if compute is DType.F64 else DType.F32
+        q = b.convert(b.unary(Op.ROUND_NEAREST_EVEN, q), wide)
+        if zp is not None:
+            q = b.binary(Op.ADD, q, b.convert(zp, wide))
+        return saturate_int(b, q, target)
+    if target.minifloat is None or target is DType.F8E8M0FNU:
+        raise UnsupportedError(f"quantizing to {target.text} is not supported")
+    if zp is not None:  # y = x / scale + zero point, rounded once to the target
+        q = b.binary(Op.ADD, q, b.convert(zp, compute))
+    if target in SATURABLE and ctx.attr("saturate", 1):
+        q = clamp_to_finite(ctx, q, target)
+    return b.convert(q, target)
+
+
+@onnx_op("DequantizeLinear", since=10)
+def dequantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zero_point=None):
+    b = ctx.b
+    dims = x.shape.dims
+    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
+    chosen = ctx.attr("output_dtype", 0)
+    out = to_dtype(chosen, "attribute 'output_dtype'") if chosen else scale.shape.dtype
+    # numpy: the input as f32, minus the zero point, times the scale; f64 where either
+    # is 32/64-bit wide
+    wide = DType.F32
+    if scale.shape.dtype is DType.F64 or (zero_point is not None and x.shape.dtype.bits > 16):
+        wide = DType.F64
+    value = b.convert(b.convert(x, DType.F32), wide)
+    if zero_point is not None:
+        zp = expand(ctx, zero_point, dims, axis, block)
+        value = b.binary(Op.SUBTRACT, value, b.convert(zp, wide))
+    value = b.binary(Op.MULTIPLY, value, b.convert(expand(ctx, scale, dims, axis, block), wide))
+    return b.convert(value, out)
+
+
+@onnx_op("DynamicQuantizeLinear", since=11)
+def dynamic_quantize_linear(ctx: NodeContext, x: Instruction) -> list[Instruction]:
+    """uint8 with scale (max(x, 0) - min(x, 0)) / 255 and the zero point that maps 0 exactly."""
+    b = ctx.b
+    axes = list(range(x.shape.rank))
+    zero = b.scalar(0.0, DType.F32)
+    high = b.binary(Op.MAXIMUM, reduce(b, x, Op.MAXIMUM, axes, False), zero)
+    low = b.binary(Op.MINIMUM, reduce(b, x, Op.MINIMUM, axes, False), zero)
+    span = b.binary(Op.SUBTRACT, high, low)
+    flat = b.compare(high, low, Direction.EQ)
+    span = b.select(flat, b.scalar(1.0, DType.F32), span)
+    scale = b.binary(Op.DIVIDE, span, b.scalar(255.0, DType.F32))
+    initial = b.binary(Op.SUBTRACT, zero, b.binary(Op.DIVIDE, low, scale))
+    zp = b.unary(Op.ROUND_NEAREST_EVEN, b.clamp(zero, initial, b.scalar(255.0, DType.F32)))
+    q = b.unary(Op.ROUND_NEAREST_EVEN, b.binary(Op.DIVIDE, x, b.broadcast(scale, [], x.shape.dims)))
+    q = b.binary(Op.ADD, q, b.broadcast(zp, [], x.shape.dims))
+    return [saturate_int(b, q, DType.U8), scale, b.convert(zp, DType.U8)]
+
+
+def _check_int8(op: str, *xs: Instruction) -> None:
+    for x in xs:
+        if x.shape.dtype not in INT8_TYPES:
+            raise UnsupportedError(f"{op} on {x.shape.dtype.text} is not supported (int8/uint8)")
+
+
+def _centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) -> Instruction:
+    """`x - zero_point` in s32; a vector zero point lies along `axis`."""
+    b = ctx.b
+    x32 = b.convert(x, DType.S32)
+    if zero_point is None:
+        return x32
+    zp = zero_point
+    if zp.shape.size != 1 and zp.shape.rank == 1 and axis is not None:
+        if x.shape.rank < 2 or zp.shape.dims[0] != x.shape.dims[axis]:
+            axis = None  # not per row/channel: numpy broadcasting
+    else:
+        axis = None
+    zp = expand(ctx, b.convert(zp, DType.S32), x.shape.dims, axis)
+    return b.binary(Op.SUBTRACT, x32, zp)
+
+
+def _matmul_integer(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction:
+    # a's vector zero point is per row (dim -2), b's per column (dim -1)
+    rows = _centered(ctx, a, a_zp, a.shape.rank - 2)
+    cols = _centered(ctx, bm, b_zp, bm.shape.rank - 1)
+    return matmul(ctx, rows, cols)
+
+
+@onnx_op("MatMulInteger", since=10)
+def matmul_integer(ctx: NodeContext, a: Instruction, bm: Instruction, a_zp=None, b_zp=None):
+    _check_int8("MatMulInteger", a, bm)
+    return _matmul_integer(ctx, a, a_zp, bm, b_zp)
+
+
+@onnx_op("ConvInteger", since=10)
+def conv_integer(ctx: NodeContext, x: Instruction, w: Instruction, x_zp=None, w_zp=None):
+    _check_int8("ConvInteger", x, w)
+    return conv(ctx, _centered(ctx, x, x_zp, None), _centered(ctx, w, w_zp, 0))
+
+
+def _requantize(ctx: NodeContext, acc: Instruction, multiplier: Instruction, y_zp, out: DType):
+    """s32 `acc` * multiplier + y's zero point, rounded half to even, saturated to `out`."""
+    b = ctx.b
+    value = b.binary(Op.MULTIPLY, b.convert(acc, DType.F64), b.convert(multiplier, DType.F64))
+    if y_zp is not None:
+        zp = b.broadcast(b.reshape(y_zp, []), [], acc.shape.dims)
+        value = b.binary(Op.ADD, value, b.convert(zp, DType.F64))
+    return saturate_int(b, b.unary(Op.ROUND_NEAREST_EVEN, value), out)
+
+
+def _scale_ratio(ctx: NodeContext, x_scale, w_scale, y_scale, dims, w_axis: int | None):
+    """x_scale * w_scale / y_scale in the scales' type, broadcast to the result `dims`
+    (a vector w_scale along `w_axis`)."""
+    b = ctx.b
+    for s in (x_scale, y_scale):
+        if s.shape.size != 1:
+            raise UnsupportedError("only per-tensor input and output scales are supported")
+    x_scale, y_scale = (b.reshape(s, []) for s in (x_scale, y_scale))
+    w = b.reshape(w_scale, []) if w_scale.shape.size == 1 else w_scale
+    product = b.binary(Op.MULTIPLY, b.broadcast(x_scale, [], w.shape.dims), w)
+    ratio = b.binary(Op.DIVIDE, product, b.broadcast(y_scale, [], w.shape.dims))
+    if ratio.shape.rank == 0:
+        return b.broadcast(ratio, [], dims)
+    if w_axis is None:
+        return unidirectional(b, ratio, dims)
+    return b.broadcast(ratio, [w_axis], dims)
+
+
+@onnx_op("QLinearMatMul", since=10)
+def qlinear_matmul(ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_zp, y_scale, y_zp=None):
+    _check_int8("QLinearMatMul", a, bm, *([] if y_zp is None else [y_zp]))
+    out = a.shape.dtype if y_zp is None else y_zp.shape.dtype
+    acc = _matmul_integer(ctx, a, a_zp, bm, b_zp)
+    if a_scale.shape.size != 1:
+        raise UnsupportedError("only a per-tensor a_scale is supported")
+    dims = acc.shape.dims
+    b_axis = len(dims) - 1 if b_scale.shape.rank == 1 and b_scale.shape.size != 1 else None
+    ratio = _scale_ratio(ctx, a_scale, b_scale, y_scale, dims, b_axis)
+    return _requantize(ctx, acc, ratio, y_zp, out)
+
+
+@onnx_op("QLinearConv", since=10)
+def qlinear_conv(ctx: NodeContext, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp=None,
+                 bias=None):  # fmt: skip
+    _check_int8("QLinearConv", x, w)
+    out = x.shape.dtype if y_zp is None else y_zp.shape.dtype
+    acc = conv(ctx, _centered(ctx, x, x_zp, None), _centered(ctx, w, w_zp, 0), bias)
+    # a vector w_scale is per output channel (dim 1 of the NCHW result)
+    ratio = _scale_ratio(ctx, x_scale, w_scale, y_scale, acc.shape.dims, 1)
+    return _requantize(ctx, acc, ratio, y_zp, out)

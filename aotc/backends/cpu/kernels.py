@@ -1,0 +1,43 @@
+"""Kernels: opcodes that write their whole output themselves (sort, scatter).
+
+Their output elements are not pure functions of the output index (a sorted
+element depends on the whole row, a scattered one on every update), so they
+have no element generator and cannot be fused into a consumer.  A kernel
+`kernel(ctx, instr, operand_gens, outputs)` emits code that fills `outputs`
+(one `(shape, slice)` per array of the result; the plan never places an output
+over an operand, so a kernel may copy its operand there and work in place).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from llvmlite import ir
+
+from ...buffers import Slice
+from ...ir import Instruction, Shape
+from .context import EmitContext
+from .elemental import Gen, element_pointer
+from .lltypes import storage_type, store_element
+from .loops import loop_nest
+
+Output = tuple[Shape, Slice]
+Kernel = Callable[[EmitContext, Instruction, list[Gen], list[Output]], None]
+
+
+def output_pointer(ctx: EmitContext, output: Output, index: Sequence[ir.Value]) -> ir.Value:
+    shape, where = output
+    return element_pointer(ctx, ctx.slice_pointer(where), shape, index)
+
+
+def copy_into(ctx: EmitContext, gens: Sequence[Gen], outputs: Sequence[Output]) -> None:
+    """Store every element of each generator in its output (equal dims), one loop nest."""
+    with loop_nest(ctx.builder, outputs[0][0].dims, "copy") as index:
+        for gen, output in zip(gens, outputs):
+            pointer = output_pointer(ctx, output, index)
+            store_element(ctx.builder, output[0].dtype, gen(index), pointer)
+
+
+def load_raw(ctx: EmitContext, output: Output, pointer: ir.Value) -> ir.Value:
+    """An element's bytes as stored (moved without a round trip through registers)."""
+    return ctx.builder.load(pointer, typ=storage_type(output[0].dtype))
