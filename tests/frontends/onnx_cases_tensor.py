@@ -651,7 +651,47 @@ def _quantization(cases: CaseList) -> None:
     cases.add(graph_case("qlinearconv_per_channel_bias", nodes, {"x": x}, consts, opset=10))
 
 
+def _raw_qk_reference(case: OnnxCase) -> list[np.ndarray]:
+    """onnx.reference's outputs, but qk_matmul_output mode 0 is the raw Q K^T product (as
+    the spec and the function body say; the reference softcaps it)."""
+    from onnx.reference import ReferenceEvaluator
+
+    outputs = ReferenceEvaluator(case.model).run(None, case.inputs)
+    q, k = case.inputs["x0"], case.inputs["x1"]
+    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)  # GQA: each kv head serves a group
+    factor = np.float32(np.sqrt(1 / np.sqrt(q.shape[-1])))
+    outputs[3] = (q * factor) @ np.swapaxes(k * factor, -1, -2)
+    return outputs
+
+
+def _attention(cases: CaseList) -> None:
+    """Attention-family combinations the ONNX node tests leave out."""
+    q, k, v = f32(2, 4, 3, 4), f32(2, 2, 5, 4), f32(2, 2, 5, 4)
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    cases.add(op_case("attention_qk_mode0_softcap", "Attention", [In(q), In(k), In(v)],
+                      {"softcap": 0.5}, opset=24, outputs=4, reference=_raw_qk_reference,
+                      **tol))  # fmt: skip
+    # 3-D GQA with a cache: causal and the left window offset by the past, a short float mask
+    args = [In(f32(2, 3, 16)), In(f32(2, 3, 8)), In(f32(2, 3, 8)), In(f32(3, 4)),
+            In(f32(2, 2, 2, 4)), In(f32(2, 2, 2, 4))]  # fmt: skip
+    attrs = {"q_num_heads": 4, "kv_num_heads": 2, "is_causal": 1, "left_window_size": 1,
+             "qk_matmul_output_mode": 2}  # fmt: skip
+    cases.add(op_case("attention_3d_gqa_past_causal_window", "Attention", args, attrs,
+                      opset=25, outputs=4, **tol))  # fmt: skip
+    # an external cache: per-batch window around the valid keys, a (heads, q, kv) bool mask
+    args = [In(q), In(k), In(v), In(np.random.default_rng(5).random((4, 3, 5)) < 0.7),
+            None, None, In(i64(3, 5))]  # fmt: skip
+    attrs = {"left_window_size": 1, "right_window_size": 1, "qk_matmul_output_mode": 3}
+    cases.add(op_case("attention_nonpad_window_bool_mask", "Attention", args, attrs,
+                      opset=25, outputs=4, **tol))  # fmt: skip
+    args = [In(f32(2, 3, 16)), In(f32(2, 3, 8)), In(f32(2, 3, 8)), In(f32(2, 2, 4, 4)),
+            None, In(f32(2, 3, 1, low=0.1, high=0.9))]  # fmt: skip
+    attrs = {"q_num_heads": 4, "kv_num_heads": 2, "update_rule": "delta"}
+    cases.add(op_case("linear_attention_delta_gqa_past", "LinearAttention", args, attrs,
+                      opset=27, outputs=2, **tol))  # fmt: skip
+
+
 TENSOR_FAMILIES = (
     _shapes, _constants, _extras, _models, _control, _indexing, _resampling, _losses_norms_ml,
-    _quantization,
+    _quantization, _attention,
 )  # fmt: skip

@@ -23,7 +23,7 @@ from ...ir import (
     Op,
     Shape,
     Window,
-)  # fmt: skip
+)
 from .dtypes import to_dtype
 from .helpers import Formula, binary, full, reduce, unidirectional
 from .registry import NodeContext, onnx_op
@@ -62,26 +62,19 @@ def grouped_dot(b: ComputationBuilder, lhs: Instruction, rhs: Instruction, rhs_k
     return b.reshape(out, [batch, q_heads, m, out.shape.dims[3]])
 
 
-def masked_softmax(b: ComputationBuilder, x: Instruction) -> Instruction:
-    """Softmax over the last axis where an all -inf row gives zeros, not NaN
-    (onnx.reference's Attention softmax: the max of such a row is taken as 0 and a
-    zero sum as 1)."""
+def softmax_last(b: ComputationBuilder, x: Instruction, masked_rows: bool) -> Instruction:
+    """exp(x - max) / sum over the last axis.  With `masked_rows`, an all -inf row gives
+    zeros, not NaN (onnx.reference's Attention softmax: such a row's max is taken as 0
+    and its zero sum as 1)."""
     f = Formula(b, x)
     axis = [x.shape.rank - 1]
     peak = b.broadcast_to(reduce(b, x, Op.MAXIMUM, axis, keepdims=True), x.shape.dims)
-    peak = f.where(peak, Direction.EQ, NEG_INF, 0, peak)
+    if masked_rows:
+        peak = f.where(peak, Direction.EQ, NEG_INF, 0, peak)
     exp = f.f(Op.EXP, b.binary(Op.SUBTRACT, x, peak))
     total = b.broadcast_to(reduce(b, exp, Op.ADD, axis, keepdims=True), x.shape.dims)
-    total = f.where(total, Direction.EQ, 0, 1, total)
-    return b.binary(Op.DIVIDE, exp, total)
-
-
-def plain_softmax(b: ComputationBuilder, x: Instruction) -> Instruction:
-    """exp(x - max) / sum over the last axis."""
-    axis = [x.shape.rank - 1]
-    peak = b.broadcast_to(reduce(b, x, Op.MAXIMUM, axis, keepdims=True), x.shape.dims)
-    exp = b.unary(Op.EXP, b.binary(Op.SUBTRACT, x, peak))
-    total = b.broadcast_to(reduce(b, exp, Op.ADD, axis, keepdims=True), x.shape.dims)
+    if masked_rows:
+        total = f.where(total, Direction.EQ, 0, 1, total)
     return b.binary(Op.DIVIDE, exp, total)
 
 
@@ -216,7 +209,7 @@ def attention(ctx: NodeContext, q, k, v, mask=None, past_key=None, past_value=No
     precision = ctx.attr("softmax_precision")
     if precision is not None:
         scores = b.convert(scores, to_dtype(precision, "softmax_precision"))
-    probs = masked_softmax(b, scores)
+    probs = softmax_last(b, scores, masked_rows=True)
     if bias is not None:
         # a row whose bias is all -inf attends nothing: zeros, even where the scores
         # are NaN (decided on the bias, as the spec says)
@@ -277,7 +270,7 @@ def flex_attention(ctx: NodeContext, q: Instruction, k: Instruction, v: Instruct
     if precision is not None:
         compute = to_dtype(precision, "softmax_precision")
     scores = _mod_graph(ctx, "score_mod", b.convert(scores, compute))
-    probs = _mod_graph(ctx, "prob_mod", plain_softmax(b, scores))
+    probs = _mod_graph(ctx, "prob_mod", softmax_last(b, scores, masked_rows=False))
     out = grouped_dot(b, probs, b.convert(v, compute), 2)
     return b.convert(out, v.shape.dtype)
 
@@ -313,11 +306,12 @@ def rotary_embedding(ctx: NodeContext, x, cos, sin, positions=None) -> Instructi
     half = rotary // 2
     if positions is not None:
         cos, sin = _cache_rows(b, cos, positions), _cache_rows(b, sin, positions)
-    for cache in (cos, sin):
-        if cache.shape.dims != (batch, seq, half):
-            raise ShapeError(f"cos/sin cache rows {list(cache.shape.dims)} != {[batch, seq, half]}")
+    if cos.shape.rank != 3 or sin.shape.rank != 3:
+        raise ShapeError("cos/sin caches must be (B, S, D/2), or (P, D/2) with position_ids")
+    # (B, S, D/2) -> (B, S, H, D/2); a cache of batch 1 serves every batch (numpy rules)
     dims = (batch, seq, heads, half)
-    cos, sin = (b.broadcast(c, [0, 1, 3], dims) for c in (cos, sin))
+    cos, sin = (unidirectional(b, b.reshape(c, [*c.shape.dims[:2], 1, c.shape.dims[2]]), dims)
+                for c in (cos, sin))  # fmt: skip
     start, stop = [0, 0, 0, 0], [batch, seq, heads]
     if ctx.attr("interleaved"):
         x1 = b.slice(x, start, [*stop, rotary], [1, 1, 1, 2])
