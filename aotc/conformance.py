@@ -63,7 +63,7 @@ def check_outputs(expected, got, rtol: float, atol: float) -> None:
         np.testing.assert_allclose(out, ref, rtol=output_rtol, atol=atol)
 
 
-def run_case(case) -> CaseResult:
+def run_case(case, opt_level: int = 2) -> CaseResult:
     """Compile and run one case on all its data sets; never raises for case failures."""
     import onnx
 
@@ -71,7 +71,7 @@ def run_case(case) -> CaseResult:
     from .errors import AotcError
 
     try:
-        rep = backend.prepare(case.model, "CPU")
+        rep = backend.prepare(case.model, "CPU", opt_level=opt_level)
         for inputs, expected in case.data_sets:
             inputs = [_to_array(x) for x in inputs]
             expected = [_to_array(x) for x in expected]
@@ -114,23 +114,24 @@ def reason_group(reason: str) -> str:
 # -- running many cases in worker processes -------------------------------------
 
 
-def _worker(names: list[str]) -> None:
+def _worker(names: list[str], opt_level: int) -> None:
     """Run the named cases, printing one JSON line as each starts and ends."""
     wanted = set(names)
     for case in load_cases():
         if case.name not in wanted:
             continue
         print(json.dumps({"start": case.name}), flush=True)
-        result = run_case(case)
+        result = run_case(case, opt_level)
         print(json.dumps({"name": result.name, "passed": result.passed, "reason": result.reason}),
               flush=True)  # fmt: skip
 
 
-def run_all(names: list[str], jobs: int) -> list[CaseResult]:
+def run_all(names: list[str], jobs: int, opt_level: int = 2) -> list[CaseResult]:
     """Run cases in `jobs` subprocesses; a case that kills its process is a 'crash'."""
     results: dict[str, CaseResult] = {}
     threads = [
-        threading.Thread(target=_run_chunk, args=(names[i::jobs], results)) for i in range(jobs)
+        threading.Thread(target=_run_chunk, args=(names[i::jobs], results, opt_level))
+        for i in range(jobs)
     ]
     for thread in threads:
         thread.start()
@@ -139,10 +140,10 @@ def run_all(names: list[str], jobs: int) -> list[CaseResult]:
     return [results[n] for n in names]
 
 
-def _run_chunk(chunk: list[str], results: dict[str, CaseResult]) -> None:
+def _run_chunk(chunk: list[str], results: dict[str, CaseResult], opt_level: int) -> None:
     """One worker process at a time over `chunk`, restarted after a crash."""
     while chunk:
-        proc = _spawn(chunk)
+        proc = _spawn(chunk, opt_level)
         started = None
         for line in proc.stdout:
             record = json.loads(line)
@@ -160,9 +161,10 @@ def _run_chunk(chunk: list[str], results: dict[str, CaseResult]) -> None:
         chunk = [n for n in chunk if n not in results]
 
 
-def _spawn(names: list[str]) -> subprocess.Popen:
+def _spawn(names: list[str], opt_level: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "aotc.conformance", "--worker", ",".join(names)],
+        [sys.executable, "-m", "aotc.conformance", "-O", str(opt_level),
+         "--worker", ",".join(names)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
 
@@ -194,15 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aotc.conformance")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("-k", default="", help="only cases whose name contains this")
+    parser.add_argument("-O", dest="opt_level", type=int, default=2, choices=range(4))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--coverage", type=Path, default=Path("docs/onnx_coverage.md"))
     parser.add_argument("--write-expected", type=Path, help="write the expected-failure file")
     args = parser.parse_args(argv)
     if args.worker is not None:
-        _worker(args.worker.split(","))
+        _worker(args.worker.split(","), args.opt_level)
         return 0
     cases = load_cases(args.k)
-    results = run_all([c.name for c in cases], max(1, args.jobs))
+    results = run_all([c.name for c in cases], max(1, args.jobs), args.opt_level)
     failures = [r for r in results if not r.passed]
     groups = collections.Counter(reason_group(r.reason) for r in failures)
     print(f"passed {len(results) - len(failures)} of {len(results)}")

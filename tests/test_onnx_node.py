@@ -36,9 +36,11 @@ def test_expected_failures_name_real_cases():
     assert all(EXPECTED.values()), "every expected failure needs a reason"
 
 
+# every case at -O0 (no passes) and at the default level: passes must not change results
+@pytest.mark.parametrize("opt_level", [0, 2])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_node_case(name):
-    result = run_case(CASES[name])
+def test_node_case(name, opt_level):
+    result = run_case(CASES[name], opt_level)
     if name in EXPECTED:
         assert not result.passed, f"{name} passes now: remove it from {EXPECTED_FILE.name}"
         pytest.xfail(EXPECTED[name])
