@@ -19,7 +19,7 @@ import numpy as np
 from ...errors import ModelError, ShapeError, UnsupportedError
 from ...ir import (
     Computation, ComputationBuilder, Direction, DType, GatherDims, Instruction, Module, Op,
-    ScatterDims, Shape, Window, scalar_reducer,
+    ScatterDims, Shape, Window, replacer, scalar_reducer,
 )  # fmt: skip
 from .dtypes import to_dtype
 from .helpers import REDUCE_INIT, full, full_like, normalize_axis
@@ -182,13 +182,7 @@ def combiner(module: Module, reduction: str, dtype: DType) -> Computation:
     """`(current, update) -> stored` of an ONNX scatter reduction; "none" stores the update."""
     if reduction != "none":
         return scalar_reducer(module, REDUCTIONS[reduction], dtype)
-    name = f"update_{dtype.text}"
-    for comp in module.computations:
-        if comp.name == name:
-            return comp
-    b = ComputationBuilder(module, name)
-    b.parameter(0, Shape(dtype, ()), "current")
-    return b.build(b.parameter(1, Shape(dtype, ()), "update"))
+    return replacer(module, dtype)
 
 
 def reduction(ctx: NodeContext) -> str:
