@@ -691,7 +691,24 @@ def _attention(cases: CaseList) -> None:
                       opset=27, outputs=2, **tol))  # fmt: skip
 
 
+def _text_features(cases: CaseList) -> None:
+    """TfIdfVectorizer's IDF and TFIDF weighting (the conformance cases are TF only), with
+    skips, a repeated pool n-gram and two n-grams sharing an output slot."""
+    pool = [3, 1, 4, 1,  1, 2, 2, 3, 1, 2, 3, 1,  1, 2, 3, 2, 3, 1]  # fmt: skip
+    attrs = {"ngram_counts": [0, 4, 12], "ngram_indexes": [0, 1, 2, 5, 3, 4, 5, 1, 6, 7],
+             "pool_int64s": pool, "weights": [0.5, 1.5, 2.0, 0.25, 3.0, 1.25, 0.75, 4.0]}
+    tokens = [[1, 2, 3, 1, 4, 1, 2, 3, 1], [2, 0, 3, 0, 1, 0, 0, 2, 3], [3, 1, 2, 3, 1, 1, 1, 2, 2]]
+    runs = [[1, 2, 3, 1, 2, 3, 1, 2, 3, 1], [1, 0, 2, 0, 3, 2, 0, 3, 0, 1]]
+    for mode, x, grams, skip in (("IDF", np.array(tokens, np.int64), (1, 3), 2),
+                                 ("TFIDF", np.int32([1, 2, 3, 1, 0, 2, 1, 2, 2, 3, 1]), (1, 2), 1),
+                                 ("TFIDF", np.array(runs, np.int32), (2, 3), 3)):
+        attrs |= {"mode": mode, "min_gram_length": grams[0], "max_gram_length": grams[1],
+                  "max_skip_count": skip}
+        name = f"tfidf_{mode.lower()}_rank{x.ndim}_grams{grams[0]}{grams[1]}_skip{skip}"
+        cases.add(op_case(name, "TfIdfVectorizer", [In(x)], dict(attrs), opset=9))
+
+
 TENSOR_FAMILIES = (
     _shapes, _constants, _extras, _models, _control, _indexing, _resampling, _losses_norms_ml,
-    _quantization, _attention,
+    _quantization, _attention, _text_features,
 )  # fmt: skip

@@ -26,7 +26,7 @@ from ...ir import ComputationBuilder, Instruction, Module
 from . import (
     activation, attention, casts, constants, control, detection, elementwise, indexing, linalg,
     loss, ml, nn, norm, quantize, recurrent, reduce, resize, sampling, selection, sequence,
-    shape_ops, signal,
+    shape_ops, signal, text_features,
 )  # fmt: skip
 from .boundary import ModelBoundary
 from .dtypes import tensor_to_array
@@ -45,7 +45,7 @@ from .sequence import NO_VALUE, SequenceValue, Value
 FAMILIES = (
     activation, attention, casts, constants, control, detection, elementwise, indexing, linalg,
     loss, ml, nn, norm, quantize, recurrent, reduce, resize, sampling, selection, sequence,
-    shape_ops, signal,
+    shape_ops, signal, text_features,
 )  # fmt: skip
 
 InputShapes = Mapping[str, Sequence[int]]
