@@ -57,13 +57,14 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
     from .fold import ConstantFolding
     from .fusion import Fusion
     from .scalefold import ScaleFolding
+    from .transpose_fold import TransposeFolding
 
     passes: list[Pass] = []
     if opt_level >= 1:
         # scale folding needs the batch-norm vectors folded first, and makes new
         # constant expressions (scaled weights) for the second folding
         passes += [DeadCodeElimination(), ConstantFolding(), ScaleFolding(), ConstantFolding()]
-        passes += [AlgebraicSimplifier()]
+        passes += [AlgebraicSimplifier(), TransposeFolding()]
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
     if opt_level >= 2:
         passes += [Fusion(), DeadCodeElimination()]
