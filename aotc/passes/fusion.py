@@ -5,8 +5,9 @@ element generators, so any producer can be inlined into a consumer; the
 question is only when it pays.  Walking the entry computation from the root
 up, each consumer starts a group and pulls in operands that
 
-- have no users outside the group (or are free to recompute: data movement
-  such as broadcast, reshape, transpose, slice, iota, convert), and
+- have no users outside the group (or are cheap to recompute: data movement
+  such as broadcast, reshape, transpose, slice, iota, convert, and one-step
+  arithmetic such as add or maximum; never transcendentals), and
 - are not recomputed many times: a producer reached through a consumer that
   reads each operand element several times (broadcast, dot, convolution,
   reduce-window, gather) must itself be free.
@@ -22,6 +23,7 @@ its members.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 
 from ..ir import Computation, ComputationBuilder, FusionKind, Instruction, Module, Op, Shape
 
@@ -29,6 +31,13 @@ from ..ir import Computation, ComputationBuilder, FusionKind, Instruction, Modul
 FREE_OPS = frozenset(
     {Op.BROADCAST, Op.RESHAPE, Op.BITCAST, Op.TRANSPOSE, Op.SLICE, Op.IOTA, Op.CONVERT,
      Op.REVERSE}
+)  # fmt: skip
+
+# cheap enough to compute again in each consumer rather than store once and reload:
+# one arithmetic instruction per element (transcendentals and division are not)
+CHEAP_OPS = FREE_OPS | frozenset(
+    {Op.ADD, Op.SUBTRACT, Op.MULTIPLY, Op.NEGATE, Op.ABS, Op.MAXIMUM, Op.MINIMUM,
+     Op.COMPARE, Op.SELECT, Op.AND, Op.OR, Op.NOT, Op.CLAMP}
 )  # fmt: skip
 
 # consumers that read an operand element several times per output element pass
@@ -72,34 +81,51 @@ def _is_fusible(instr: Instruction) -> bool:
 
 def _form_groups(computation: Computation) -> list[_Group]:
     users = computation.users()
+    position = {id(i): n for n, i in enumerate(computation.instructions)}
     grouped: set[int] = set()
+    copies: dict[int, list[_Group]] = {}  # id -> groups that compute a copy of it
     groups: list[_Group] = []
     for instr in reversed(computation.instructions):
         if id(instr) in grouped or not _is_fusible(instr):
             continue
+        if _computed_by_every_user(instr, users[id(instr)], copies.get(id(instr), [])):
+            continue  # no one will read it: every user computes its own copy
         group = _Group(instr)
         grouped.add(id(instr))
-        # (member, is it recomputed several times per output element?)
-        work = [(instr, False)]
+        # candidates are judged latest-first, so all their in-group users are known;
+        # entries: (-position, producer, recomputed several times per output element?,
+        # reached through a copy that other kernels compute too?)
+        work = [(-position[id(o)], id(o), o, instr.op in REUSING_OPS, False) for o in instr.operands]
+        heapq.heapify(work)
         while work:
-            member, replicated = work.pop()
-            for producer in member.operands:
-                if id(producer) in group.members or not _is_fusible(producer):
-                    continue
-                again = replicated or member.op in REUSING_OPS
-                if again and producer.op not in FREE_OPS:
-                    continue
-                outside = [u for u in users[id(producer)] if id(u) not in group.members]
-                if outside and producer.op not in FREE_OPS:
-                    continue
-                if id(producer) in grouped and producer.op not in FREE_OPS:
-                    continue
-                group.members[id(producer)] = producer
-                if not outside:
-                    grouped.add(id(producer))
-                work.append((producer, again))
+            _, _, producer, replicated, copied = heapq.heappop(work)
+            if id(producer) in group.members or not _is_fusible(producer):
+                continue
+            if replicated and producer.op not in FREE_OPS:
+                continue
+            outside = [u for u in users[id(producer)] if id(u) not in group.members]
+            # what a copy pulls in, the other copies need too: only cheap ops
+            duplicate = bool(outside) or copied
+            if duplicate and producer.op not in CHEAP_OPS:
+                continue
+            if id(producer) in grouped and producer.op not in CHEAP_OPS:
+                continue
+            group.members[id(producer)] = producer
+            if duplicate:
+                copies.setdefault(id(producer), []).append(group)
+            else:
+                grouped.add(id(producer))
+            again = replicated or producer.op in REUSING_OPS
+            for o in producer.operands:
+                heapq.heappush(work, (-position[id(o)], id(o), o, again, duplicate))
         groups.append(group)
     return groups
+
+
+def _computed_by_every_user(instr: Instruction, users, copy_groups: list[_Group]) -> bool:
+    return bool(users) and all(
+        any(id(user) in g.members for g in copy_groups) for user in users
+    )
 
 
 def _outline(module: Module, computation: Computation, group: _Group) -> None:

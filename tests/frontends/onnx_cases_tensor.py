@@ -5,6 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 from onnx import NodeProto, TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 from onnx_case_kit import CaseList, Const, In, OnnxCase, f32, graph_case, i64, ints, op_case
 
 
@@ -548,10 +549,16 @@ def _ml_case(name: str, op: str, inputs: dict, attrs: dict, out_elem: int, opset
     values = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
               for k, v in inputs.items()]  # fmt: skip
     node = helper.make_node(op, list(inputs), ["y"], domain="ai.onnx.ml", **attrs)
-    output = helper.make_tensor_value_info("y", out_elem, None)
-    graph = helper.make_graph([node], "case", values, [output])
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", opset)]
-    return OnnxCase(name, helper.make_model(graph, opset_imports=opsets, ir_version=10), inputs)
+
+    def model(shape):
+        output = helper.make_tensor_value_info("y", out_elem, shape)
+        graph = helper.make_graph([node], "case", values, [output])
+        return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+    # the full ONNX checker wants the ml output's shape: take it from the reference
+    (expected,) = ReferenceEvaluator(model(None)).run(None, inputs)
+    return OnnxCase(name, model(list(np.shape(expected))), inputs)
 
 
 def _numpy_coerced_hardmax(case: OnnxCase) -> list[np.ndarray]:
