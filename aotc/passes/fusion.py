@@ -95,7 +95,8 @@ def _form_groups(computation: Computation) -> list[_Group]:
         # candidates are judged latest-first, so all their in-group users are known;
         # entries: (-position, producer, recomputed several times per output element?,
         # reached through a copy that other kernels compute too?)
-        work = [(-position[id(o)], id(o), o, instr.op in REUSING_OPS, False) for o in instr.operands]
+        reusing = instr.op in REUSING_OPS
+        work = [(-position[id(o)], id(o), o, reusing, False) for o in instr.operands]
         heapq.heapify(work)
         while work:
             _, _, producer, replicated, copied = heapq.heappop(work)
