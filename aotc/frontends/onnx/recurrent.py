@@ -2,10 +2,11 @@
 
 One driver handles what the three share (layout, directions, biases, initial
 states, sequence_lens, the Y / Y_h / Y_c outputs); a cell function per op
-computes one time step.  The input projection X W^T + Wb is one dot over all
-time steps; each step adds H R^T.  sequence_lens is honoured at run time: past a
-batch entry's length its state is carried unchanged and its Y rows are zero (a
-reverse pass thus starts at the entry's last valid step).
+computes one time step.  The input projection X W^T + Wb (+ Rb where a gate
+adds it unchanged) is one dot over all time steps; each step adds H R^T.
+sequence_lens is honoured at run time: past a batch entry's length its state is
+carried unchanged and its Y rows are zero (a reverse pass thus starts at the
+entry's last valid step).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ModelError, ShapeError, UnsupportedError
-from ...ir import ComputationBuilder, Direction, DotDims, Instruction, Op, Shape
+from ...ir import ComputationBuilder, Direction, DotDims, Instruction, Op
 from ...ir.evaluate import evaluate_constant
 from .helpers import Formula, full
 from .registry import NodeContext, onnx_op
@@ -48,12 +49,13 @@ DIRECTIONS = ("forward", "reverse", "bidirectional")
 @dataclass(frozen=True)
 class CellKind:
     gates: int  # gate blocks stacked in W and R
+    folded: int  # leading gates whose recurrent bias Rb folds into the input projection
     activations: tuple[str, ...]  # the defaults, per direction
 
 
-RNN_CELL = CellKind(1, ("Tanh",))
-GRU_CELL = CellKind(3, ("Sigmoid", "Tanh"))
-LSTM_CELL = CellKind(4, ("Sigmoid", "Tanh", "Tanh"))
+RNN_CELL = CellKind(1, 1, ("Tanh",))
+GRU_CELL = CellKind(3, 2, ("Sigmoid", "Tanh"))  # GRU's Rbh sits inside the reset product
+LSTM_CELL = CellKind(4, 4, ("Sigmoid", "Tanh", "Tanh"))
 
 
 class Step:
@@ -147,13 +149,11 @@ def _recurrent(ctx: NodeContext, kind: CellKind, cell, x, w, r, bias, seq_lens, 
     ys, finals = [], []
     for d in range(dirs):
         state_shape = [batch, hidden]
+        own_bias = None if bias is None else _direction_slice(b, bias, d)
         weights = {
             "W": _direction_slice(b, w, d),
             "R": _direction_slice(b, r, d),
-            "Wb": None if bias is None else b.slice(_direction_slice(b, bias, d), [0], [rows]),
-            "Rb": None
-            if bias is None
-            else b.slice(_direction_slice(b, bias, d), [rows], [2 * rows]),
+            "Rb": None if own_bias is None else b.slice(own_bias, [rows], [2 * rows]),
             "P": None if peep is None else _direction_slice(b, peep, d),
         }
         current = [
@@ -162,8 +162,9 @@ def _recurrent(ctx: NodeContext, kind: CellKind, cell, x, w, r, bias, seq_lens, 
         ]
         step = Step(b, current[0], hidden, clip, funcs[d])
         xw = step.matmul_t(flat_x, weights["W"])
-        if weights["Wb"] is not None:
-            xw = b.binary(Op.ADD, xw, b.broadcast(weights["Wb"], [1], xw.shape.dims))
+        if own_bias is not None:
+            xw_bias = _input_bias(b, own_bias, rows, kind.folded * hidden)
+            xw = b.binary(Op.ADD, xw, b.broadcast(xw_bias, [1], xw.shape.dims))
         xw = b.reshape(xw, [seq, batch, rows])
         reverse = direction == "reverse" or d == 1
         outputs: list[Instruction | None] = [None] * seq
@@ -191,6 +192,16 @@ def _recurrent(ctx: NodeContext, kind: CellKind, cell, x, w, r, bias, seq_lens, 
     return [y, *per_state]
 
 
+def _input_bias(b: ComputationBuilder, bias: Instruction, rows: int, folded: int):
+    """Wb plus the first `folded` entries of Rb, from one direction's [Wb, Rb]."""
+    wb = b.slice(bias, [0], [rows])
+    if not folded:
+        return wb
+    rb = b.slice(bias, [rows], [rows + folded])
+    rb = b.pad(rb, b.scalar(0, bias.shape.dtype), [0], [rows - folded])
+    return b.binary(Op.ADD, wb, rb)
+
+
 def _step_mask(b: ComputationBuilder, seq_lens: Instruction, t: int, dims) -> Instruction:
     """[batch, hidden] pred: t < sequence_lens[batch]."""
     if seq_lens.shape.rank != 1 or seq_lens.shape.dims[0] != dims[0]:
@@ -201,12 +212,9 @@ def _step_mask(b: ComputationBuilder, seq_lens: Instruction, t: int, dims) -> In
 
 
 def _rnn_cell(step: Step, xw_t, states: Sequence[Instruction], weights) -> list[Instruction]:
-    """H = f(X W^T + H R^T + Wb + Rb)."""
+    """H = f(X W^T + H R^T + Wb + Rb), the biases already in `xw_t`."""
     (h,) = states
-    pre = step.f.add(xw_t, step.matmul_t(h, weights["R"]))
-    if weights["Rb"] is not None:
-        pre = step.f.add(pre, step.b.broadcast(weights["Rb"], [1], pre.shape.dims))
-    return [step.act(0, pre)]
+    return [step.act(0, step.f.add(xw_t, step.matmul_t(h, weights["R"])))]
 
 
 def _gru_cell(step: Step, xw_t, states: Sequence[Instruction], weights, linear: bool):
@@ -215,18 +223,15 @@ def _gru_cell(step: Step, xw_t, states: Sequence[Instruction], weights, linear: 
     b, f, hidden = step.b, step.f, step.hidden
     (h,) = states
     batch = h.shape.dims[0]
-    rb = weights["Rb"]
-    if rb is not None:
-        rb = b.broadcast(rb, [1], xw_t.shape.dims)
     r_zr = b.slice(weights["R"], [0, 0], [2 * hidden, hidden])
     r_h = b.slice(weights["R"], [2 * hidden, 0], [3 * hidden, hidden])
+    # Wb and Rb of z and r are in xw_t already; Rbh is added here
     zr = f.add(b.slice(xw_t, [0, 0], [batch, 2 * hidden]), step.matmul_t(h, r_zr))
-    if rb is not None:
-        zr = f.add(zr, b.slice(rb, [0, 0], [batch, 2 * hidden]))
     z, reset = step.act(0, step.gate(zr, 0)), step.act(0, step.gate(zr, 1))
     recurrent_h = step.matmul_t(h if linear else f.mul(reset, h), r_h)
-    if rb is not None:
-        recurrent_h = f.add(recurrent_h, step.gate(rb, 2))
+    if weights["Rb"] is not None:
+        rbh = b.slice(weights["Rb"], [2 * hidden], [3 * hidden])
+        recurrent_h = f.add(recurrent_h, b.broadcast(rbh, [1], recurrent_h.shape.dims))
     if linear:
         recurrent_h = f.mul(reset, recurrent_h)
     candidate = step.act(1, f.add(step.gate(xw_t, 2), recurrent_h))
@@ -238,9 +243,7 @@ def _lstm_cell(step: Step, xw_t, states, weights, input_forget: bool) -> list[In
     C' = f * C + i * g(c); H' = o * h(C'), o seeing C' through its peephole."""
     b, f = step.b, step.f
     h, c = states
-    gates = f.add(xw_t, step.matmul_t(h, weights["R"]))
-    if weights["Rb"] is not None:
-        gates = f.add(gates, b.broadcast(weights["Rb"], [1], gates.shape.dims))
+    gates = f.add(xw_t, step.matmul_t(h, weights["R"]))  # biases are in xw_t
     peep = weights["P"]
 
     def peephole(x: Instruction, index: int, cell: Instruction) -> Instruction:

@@ -18,7 +18,15 @@ import numpy as np
 
 from ...errors import ModelError, ShapeError, UnsupportedError
 from ...ir import (
-    ComputationBuilder, ConvDims, Direction, DotDims, DType, Instruction, Op, Shape, Window,
+    ComputationBuilder,
+    ConvDims,
+    Direction,
+    DotDims,
+    DType,
+    Instruction,
+    Op,
+    Shape,
+    Window,
 )  # fmt: skip
 from .dtypes import to_dtype
 from .helpers import full, full_like, normalize_axis, reduce
@@ -82,8 +90,7 @@ def _complex_parts(x: Instruction, what: str) -> int:
     parts = x.shape.dims[-1] if x.shape.rank else 0
     if x.shape.rank < 2 or parts not in (1, 2):
         raise ShapeError(
-            f"{what} must be [..., N, 1] (real) or [..., N, 2] (complex), got "
-            f"{list(x.shape.dims)}"
+            f"{what} must be [..., N, 1] (real) or [..., N, 2] (complex), got {list(x.shape.dims)}"
         )
     return parts
 
@@ -106,11 +113,14 @@ def _dft(ctx: NodeContext, x: Instruction, axis: int) -> Instruction:
         length = 2 * (n_in - 1) if inverse and onesided else n_in
     if length < 1:
         raise ModelError(f"dft_length must be positive, got {length}")
-    matrix = b.constant(_fourier_matrix(n_in, length, parts, inverse, onesided), dtype)
+    # accumulate in f64, as the reference's FFT does: a length-N sum of f32 products
+    # loses ~N ulps, enough to miss tight tolerances on outputs near zero
+    wide = DType.F64
+    matrix = b.constant(_fourier_matrix(n_in, length, parts, inverse, onesided), wide)
     # contract (axis, parts) -> [other dims..., K, parts_out]; then K goes back to `axis`
-    out = b.dot(x, matrix, DotDims((), (), (axis, rank - 1), (0, 1)))
+    out = b.dot(b.convert(x, wide), matrix, DotDims((), (), (axis, rank - 1), (0, 1)))
     perm = [*range(axis), rank - 2, *range(axis, rank - 2), rank - 1]
-    return b.transpose(out, perm)
+    return b.convert(b.transpose(out, perm), dtype)
 
 
 @onnx_op("DFT", since=17, until=19)
@@ -387,7 +397,9 @@ def _lu_step(b: ComputationBuilder, block: Instruction, m: int) -> tuple[Instruc
     factors = b.binary(Op.DIVIDE, lead, b.broadcast(safe, [0], [batch, m - 1]))
     rest_dims = [batch, m - 1, m]
     update = b.binary(
-        Op.MULTIPLY, b.broadcast(factors, [0, 1], rest_dims), b.broadcast(pivot_row, [0, 2], rest_dims)
+        Op.MULTIPLY,
+        b.broadcast(factors, [0, 1], rest_dims),
+        b.broadcast(pivot_row, [0, 2], rest_dims),
     )
     rest = b.binary(Op.SUBTRACT, rest, update)
     return b.slice(rest, [0, 0, 1], [batch, m - 1, m]), signed
