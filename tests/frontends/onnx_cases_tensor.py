@@ -715,7 +715,71 @@ def _text_features(cases: CaseList) -> None:
         cases.add(op_case(name, "TfIdfVectorizer", [In(x)], dict(attrs), opset=9))
 
 
+def _numpy_rnn_sequence_lens(case: OnnxCase) -> list[np.ndarray]:
+    """RNN (tanh, one direction) honouring sequence_lens, as onnxruntime: state carried and
+    Y zero past each entry's length (onnx.reference ignores sequence_lens)."""
+    x, w, r, bias, lengths = (case.inputs[f"x{i}"] for i in range(5))
+    reverse = case.model.graph.node[0].attribute[0].s == b"reverse"
+    seq, batch, _ = x.shape
+    h = np.zeros((batch, r.shape[-1]), np.float32)
+    y = np.zeros((seq, 1, batch, r.shape[-1]), np.float32)
+    for t in reversed(range(seq)) if reverse else range(seq):
+        new = np.tanh(x[t] @ w[0].T + h @ r[0].T + bias[0, : r.shape[1]] + bias[0, r.shape[1] :])
+        valid = (t < lengths)[:, None]
+        h = np.where(valid, new, h)
+        y[t, 0] = np.where(valid, new, 0)
+    return [y, np.where((lengths > 0)[:, None], h, 0)[None]]
+
+
+def _signal_recurrent(cases: CaseList) -> None:
+    """Einsum, Det, DFT, STFT and recurrent variants the conformance cases leave out:
+    ellipsis broadcasting, diagonals, operand chains, pivoting, dft_length, complex and
+    irfft transforms, peepholes with layout 1, linear_before_reset, sequence_lens."""
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    einsums = {
+        "broadcast": ("...ij,...jk->...ik", [f32(2, 1, 3, 4), f32(5, 4, 6)]),
+        "diagonal": ("iij->ji", [f32(3, 3, 2)]),
+        "chain": ("ij,jk,kl->il", [f32(2, 3), f32(3, 4), f32(4, 5)]),
+        "implicit": ("aBc,cB", [f32(2, 3, 4), f32(4, 3)]),
+    }
+    for name, (equation, xs) in einsums.items():
+        args = [In(x) for x in xs]
+        cases.add(op_case(f"einsum_{name}", "Einsum", args, {"equation": equation}, **tol))
+    pivots = np.array([[[0, 1, 2], [3, 0, 4], [5, 6, 0]], [[1, 2, 3], [2, 4, 7], [1, 0, 1]]])
+    cases.add(op_case("det_pivoting", "Det", [In(pivots.astype(np.float32))], **tol))
+    cases.add(op_case("det_batch_4x4", "Det", [In(f32(2, 3, 4, 4))], **tol))
+    transforms = {
+        "padded": ({}, f32(2, 6, 1), 9),
+        "inverse_cropped": ({"inverse": 1}, f32(2, 8, 2), 5),
+        "irfft_odd": ({"inverse": 1, "onesided": 1}, f32(2, 5, 2), 9),
+        "rfft_complex_axis0": ({"onesided": 1}, f32(7, 3, 2), None),
+    }
+    for name, (attrs, x, length) in transforms.items():
+        axis = 0 if "axis0" in name else 1
+        length = None if length is None else Const(np.array(length, np.int64))
+        args = [In(x), length, Const(np.array(axis, np.int64))]
+        cases.add(op_case(f"dft_{name}", "DFT", args, attrs, opset=20, rtol=1e-4, atol=1e-4))
+    args = [In(f32(2, 40, 2)), Const(np.array(6, np.int64)), In(f32(10))]
+    cases.add(op_case("stft_complex_window", "STFT", args, {"onesided": 0}, rtol=1e-4, atol=1e-4))
+    hidden, batch = 3, 2
+    lstm = [In(f32(batch, 4, 5)), In(f32(2, 4 * hidden, 5)), In(f32(2, 4 * hidden, hidden)),
+            In(f32(2, 8 * hidden)), None, In(f32(batch, 2, hidden)), In(f32(batch, 2, hidden)),
+            In(f32(2, 3 * hidden))]  # fmt: skip
+    attrs = {"hidden_size": hidden, "direction": "bidirectional", "layout": 1}
+    cases.add(op_case("lstm_peepholes_layout1", "LSTM", lstm, attrs, opset=14, outputs=3, **tol))
+    gru = [In(f32(4, batch, 5)), In(f32(2, 3 * hidden, 5)), In(f32(2, 3 * hidden, hidden)),
+           In(f32(2, 6 * hidden)), None, In(f32(2, batch, hidden))]  # fmt: skip
+    attrs = {"hidden_size": hidden, "direction": "bidirectional", "linear_before_reset": 1}
+    cases.add(op_case("gru_linear_before_reset", "GRU", gru, attrs, opset=14, outputs=2, **tol))
+    for direction in ("forward", "reverse"):
+        rnn = [In(f32(4, 3, 5)), In(f32(1, hidden, 5)), In(f32(1, hidden, hidden)),
+               In(f32(1, 2 * hidden)), In(np.int32([4, 2, 0]))]  # fmt: skip
+        attrs = {"direction": direction, "hidden_size": hidden}
+        cases.add(op_case(f"rnn_sequence_lens_{direction}", "RNN", rnn, attrs, opset=14,
+                          outputs=2, reference=_numpy_rnn_sequence_lens, **tol))  # fmt: skip
+
+
 TENSOR_FAMILIES = (
     _shapes, _constants, _extras, _models, _control, _indexing, _resampling, _losses_norms_ml,
-    _quantization, _attention, _text_features,
+    _quantization, _attention, _text_features, _signal_recurrent,
 )  # fmt: skip

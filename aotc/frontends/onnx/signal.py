@@ -44,6 +44,11 @@ def _float_input(x: Instruction, what: str) -> DType:
     return x.shape.dtype
 
 
+def _work_dtype(dtype: DType) -> DType:
+    """f16 and bf16 compute in f32 (their constants and sums would lose too much)."""
+    return DType.F32 if dtype in (DType.F16, DType.BF16) else dtype
+
+
 # -- DFT and STFT -----------------------------------------------------------------
 
 
@@ -113,12 +118,12 @@ def _dft(ctx: NodeContext, x: Instruction, axis: int) -> Instruction:
         length = 2 * (n_in - 1) if inverse and onesided else n_in
     if length < 1:
         raise ModelError(f"dft_length must be positive, got {length}")
-    # accumulate in f64, as the reference's FFT does: a length-N sum of f32 products
-    # loses ~N ulps, enough to miss tight tolerances on outputs near zero
-    wide = DType.F64
-    matrix = b.constant(_fourier_matrix(n_in, length, parts, inverse, onesided), wide)
+    # accumulate in f64 and round once: a length-N sum of f32 products loses ~N ulps,
+    # enough to miss tight tolerances on outputs near zero
+    work = DType.F64
+    matrix = b.constant(_fourier_matrix(n_in, length, parts, inverse, onesided), work)
     # contract (axis, parts) -> [other dims..., K, parts_out]; then K goes back to `axis`
-    out = b.dot(b.convert(x, wide), matrix, DotDims((), (), (axis, rank - 1), (0, 1)))
+    out = b.dot(b.convert(x, work), matrix, DotDims((), (), (axis, rank - 1), (0, 1)))
     perm = [*range(axis), rank - 2, *range(axis, rank - 2), rank - 1]
     return b.convert(b.transpose(out, perm), dtype)
 
@@ -155,14 +160,16 @@ def stft(ctx: NodeContext, signal, frame_step, window=None, frame_length=None) -
     bins = matrix.shape[2]
     # [L, P, K, 2] -> kernel [K * 2 (output features), P (input features), L]
     kernel_array = matrix.transpose(2, 3, 1, 0).reshape(bins * 2, parts, length)
-    kernel = b.constant(kernel_array, dtype)
+    work = _work_dtype(dtype)
+    kernel = b.constant(kernel_array, work)
     if window is not None:
-        window = b.broadcast(b.convert(window, dtype), [2], kernel.shape.dims)
+        window = b.broadcast(b.convert(window, work), [2], kernel.shape.dims)
         kernel = b.binary(Op.MULTIPLY, kernel, window)
-    channels_first = b.transpose(signal, [0, 2, 1])
+    channels_first = b.convert(b.transpose(signal, [0, 2, 1]), work)
     out = b.convolution(channels_first, kernel, Window.make([length], [step]), ConvDims.nchw(1))
     frames = out.shape.dims[2]
-    return b.transpose(b.reshape(out, [batch, bins, 2, frames]), [0, 3, 1, 2])
+    out = b.transpose(b.reshape(out, [batch, bins, 2, frames]), [0, 3, 1, 2])
+    return b.convert(out, dtype)
 
 
 # -- windows and the mel filter bank (constants from constant inputs) -------------
@@ -358,12 +365,13 @@ def det(ctx: NodeContext, x: Instruction) -> Instruction:
         raise UnsupportedError(f"Det of {n}x{n} matrices (unrolled; at most {MAX_DET_SIZE})")
     lead = x.shape.dims[:-2]
     batch = int(np.prod(lead, dtype=np.int64))
-    block = b.reshape(x, [batch, n, n])
-    result = full(b, 1, dtype, [batch])
+    work = _work_dtype(dtype)
+    block = b.reshape(b.convert(x, work), [batch, n, n])
+    result = full(b, 1, work, [batch])
     for m in range(n, 0, -1):
         block, pivot = _lu_step(b, block, m)
         result = b.binary(Op.MULTIPLY, result, pivot)
-    return b.reshape(result, lead)
+    return b.convert(b.reshape(result, lead), dtype)
 
 
 def _lu_step(b: ComputationBuilder, block: Instruction, m: int) -> tuple[Instruction, Instruction]:
