@@ -14,7 +14,7 @@ from .target import CpuTarget, target_machine
 def optimized_module(module: Module, plan: BufferPlan, name: str, target: CpuTarget):
     """Build, verify and -O3 optimize the LLVM module; returns (module, target machine)."""
     machine = target_machine(target)
-    llmod = build_module(module, plan, name)
+    llmod = build_module(module, plan, name, target)
     llmod.triple = target.triple
     llmod.data_layout = str(machine.target_data)
     parsed = llvm.parse_assembly(str(llmod))

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ...buffers import BufferPlan, Slice
     from ...ir import Instruction
     from .elemental import Rule
+    from .target import CpuTarget
 
 
 class MathLibrary:
@@ -48,12 +49,14 @@ class EmitContext:
         prefix: str,
         rules: dict,
         math: MathLibrary | None = None,
+        target: CpuTarget | None = None,
     ):
         self.module = module
         self.plan = plan
         self.prefix = prefix
         self.rules: dict[object, Rule] = rules
         self.math = math or MathLibrary()
+        self.target = target  # what the kernels are for (vector width); None: unspecified
         self.builder: ir.IRBuilder | None = None  # set for each function emitted
         self.slice_pointer: Callable[[Slice], ir.Value] | None = None  # ditto
 

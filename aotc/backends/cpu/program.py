@@ -37,13 +37,16 @@ from .elemental import (
 from .lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from .loops import if_then, loop_nest
 from .rules import KERNELS, RULES
+from .target import CpuTarget, parse_target
 
 ARENA_ALIGNMENT = 64
 KERNEL_ARGS = ("inputs", "outputs", "arena")
 C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def build_module(module: Module, plan: BufferPlan, name: str) -> ir.Module:
+def build_module(
+    module: Module, plan: BufferPlan, name: str, target: CpuTarget | None = None
+) -> ir.Module:
     """The unoptimized LLVM module for `module` laid out by `plan`."""
     if not C_IDENTIFIER.fullmatch(name):
         raise AotcError(f"model name '{name}' must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
@@ -51,7 +54,7 @@ def build_module(module: Module, plan: BufferPlan, name: str) -> ir.Module:
     weights = _global_bytes(llmod, f"{name}_weights", max(len(plan.weights), 1))
     weights.section = f".rodata.{name}_weights"
     arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.arena_bytes, 1))
-    ctx = EmitContext(llmod, plan, name, RULES)
+    ctx = EmitContext(llmod, plan, name, RULES, target=target or parse_target())
 
     kernels = [
         _emit_kernel(ctx, weights, instr) for instr in plan.schedule if _needs_code(plan, instr)

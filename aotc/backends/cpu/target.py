@@ -29,6 +29,23 @@ ARCH_TRIPLES = {
 # CPU used when a spec names none (baseline ISA of the architecture)
 DEFAULT_CPUS = {"x86_64": "x86-64", "aarch64": "generic"}
 
+# CPUs (without a feature string) known to have 512- or 256-bit vectors; the
+# cross-compilation work refines this from LLVM itself
+X86_LEVEL_VECTOR_BITS_512 = frozenset(
+    {
+        "x86-64-v4",
+        "skylake-avx512",
+        "cascadelake",
+        "icelake-server",
+        "sapphirerapids",
+        "znver4",
+        "znver5",
+    }
+)
+X86_LEVEL_VECTOR_BITS_256 = frozenset(
+    {"x86-64-v3", "haswell", "broadwell", "skylake", "znver1", "znver2", "znver3", "alderlake"}
+)
+
 # the architectures whose ELF64 little-endian objects we can patch and have tested
 SUPPORTED_ARCHS = frozenset(DEFAULT_CPUS)
 
@@ -48,6 +65,21 @@ class CpuTarget:
     @property
     def arch(self) -> str:
         return self.triple.split("-", 1)[0]
+
+    @property
+    def vector_bits(self) -> int:
+        """Width of the widest float vector registers kernels should use."""
+        features = set(self.features.split(","))
+        if "+avx512f" in features or self.cpu in X86_LEVEL_VECTOR_BITS_512:
+            return 512
+        if "+avx2" in features or "+avx" in features or self.cpu in X86_LEVEL_VECTOR_BITS_256:
+            return 256
+        return 128  # SSE2 (x86-64 baseline), NEON (aarch64)
+
+    @property
+    def has_fma(self) -> bool:
+        features = set(self.features.split(","))
+        return self.arch == "aarch64" or "+fma" in features or self.vector_bits >= 256
 
     def describe(self) -> str:
         """One line for headers and logs, e.g. 'x86_64-unknown-linux-gnu (x86-64-v2)'."""
