@@ -15,7 +15,17 @@ up, each consumer starts a group and pulls in operands that
 So elementwise chains become one loop, reductions absorb their elementwise
 producers (input fusion), and a dot or convolution followed by bias, residual
 add and activation becomes one kernel (the consumer computes each output
-element of the dot once, then applies its epilogue).  Each group becomes a
+element of the dot once, then applies its epilogue).
+
+Row fusion: a reduction read back through a broadcast (softmax's max and sum,
+layer normalization's mean and variance) joins its consumer when its result
+is indexed by the consumer's leading output dims unchanged.  The kernel then
+loops over those dims outside, computes the reduction once per row, and
+loops over the remaining dims inside; so softmax and layer normalization
+become one kernel each.  The pass tracks, per group member, which root
+output dim each of its dims equals (its index maps) to decide this; the
+backend relies on exactly that (every reduction in a fusion but its root is
+such a row value, all of the same rank; see aotc/ir/index_maps.py).  Each group becomes a
 `fusion` instruction (kind kLoop) calling a computation built from clones of
 its members.
 """
@@ -26,6 +36,7 @@ import dataclasses
 import heapq
 
 from ..ir import Computation, ComputationBuilder, FusionKind, Instruction, Module, Op, Shape
+from ..ir.index_maps import IndexMap, dims_of, identity, maps_from_users, rank_of, row_rank
 
 # recomputing these costs (almost) nothing: index arithmetic and a load
 FREE_OPS = frozenset(
@@ -73,6 +84,51 @@ class _Group:
     def __init__(self, root: Instruction):
         self.root = root
         self.members: dict[int, Instruction] = {id(root): root}
+        self.maps: dict[int, frozenset[IndexMap]] = {id(root): frozenset({identity(rank_of(root))})}
+        self.root_dims = dims_of(root)
+        self.row_rank: int | None = None  # rank of its row values, once it has one
+        # where each member is evaluated: the root's loop and each row value's own code
+        # (a reduction's loop); a member evaluated in several places is computed that often
+        self.places: dict[int, frozenset[int]] = {id(root): frozenset({id(root)})}
+        self.row_values: set[int] = set()
+
+    def places_of(self, producer: Instruction, users: list[Instruction]) -> frozenset[int]:
+        found: set[int] = set()
+        for user in users:
+            if id(user) in self.row_values:
+                found.add(id(user))
+            elif id(user) in self.members:
+                found |= self.places[id(user)]
+        return frozenset(found)
+
+    def takes_row_value(self, producer: Instruction, maps: frozenset[IndexMap]) -> bool:
+        """Whether `producer` can be computed once per row of this group's kernel."""
+        rank = row_rank(producer, maps, self.root_dims)
+        return rank is not None and self.row_rank in (None, rank)
+
+
+def _recomputable(producer: Instruction, places: int) -> bool:
+    """Whether computing `producer` in `places` places of one kernel beats storing it:
+    always for one place or cheap ops, at most twice for transcendentals (softmax's
+    exp), never for dots, convolutions and other reusing ops."""
+    if places <= 1 or producer.op in CHEAP_OPS:
+        return True
+    return producer.op not in REUSING_OPS and places <= 2
+
+
+def _reaches_reduce(instr: Instruction) -> bool:
+    """Whether a reduction feeds `instr` through fusible ops (a row value worth hoisting)."""
+    seen: set[int] = set()
+    work = [instr]
+    while work:
+        current = work.pop()
+        if current.op is Op.REDUCE:
+            return True
+        if id(current) in seen or not _is_fusible(current):
+            continue
+        seen.add(id(current))
+        work.extend(current.operands)
+    return False
 
 
 def _is_fusible(instr: Instruction) -> bool:
@@ -102,16 +158,36 @@ def _form_groups(computation: Computation) -> list[_Group]:
             _, _, producer, replicated, copied = heapq.heappop(work)
             if id(producer) in group.members or not _is_fusible(producer):
                 continue
+            maps = maps_from_users(producer, users[id(producer)], group.maps)
+            # a non-root reduction fuses as a row value only; a costly value read through a
+            # broadcast only as a row value on top of one
+            row_value = producer.op is Op.REDUCE or (
+                replicated and producer.op not in FREE_OPS and _reaches_reduce(producer)
+            )
+            if row_value:
+                if not group.takes_row_value(producer, maps):
+                    continue
+                replicated = False  # computed once per row
             if replicated and producer.op not in FREE_OPS:
+                continue
+            places = group.places_of(producer, users[id(producer)])
+            if not row_value and not _recomputable(producer, len(places)):
                 continue
             outside = [u for u in users[id(producer)] if id(u) not in group.members]
             # what a copy pulls in, the other copies need too: only cheap ops
             duplicate = bool(outside) or copied
-            if duplicate and producer.op not in CHEAP_OPS:
+            # a copy computed from a reduction would need the reduction stored for it,
+            # though the kernel computing it (e.g. another layer norm) keeps it inside
+            if duplicate and (producer.op not in CHEAP_OPS or _reaches_reduce(producer)):
                 continue
             if id(producer) in grouped and producer.op not in CHEAP_OPS:
                 continue
             group.members[id(producer)] = producer
+            group.maps[id(producer)] = maps
+            group.places[id(producer)] = places
+            if row_value:
+                group.row_rank = row_rank(producer, maps, group.root_dims)
+                group.row_values.add(id(producer))
             if duplicate:
                 copies.setdefault(id(producer), []).append(group)
             else:

@@ -98,3 +98,73 @@ ENTRY %main (x: f32[8]) -> f32[4,8] {
 
 def test_expensive_producer_not_recomputed_through_broadcast():
     check_pass(Fusion(), BROADCAST_OF_EXPENSIVE, None)
+
+
+# the mean joins the variance's kernel as a row value: computed once per row there
+VARIANCE = """HloModule var
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(f32[] %a, f32[] %b)
+}
+
+ENTRY %main (x: f32[5,9]) -> f32[5] {
+  %x = f32[5,9]{1,0} parameter(0)
+  %zero = f32[] constant(0)
+  %s = f32[5]{0} reduce(f32[5,9]{1,0} %x, f32[] %zero), dimensions={1}, to_apply=%add
+  %sb = f32[5,9]{1,0} broadcast(f32[5]{0} %s), dimensions={0}
+  %d = f32[5,9]{1,0} subtract(f32[5,9]{1,0} %x, f32[5,9]{1,0} %sb)
+  %sq = f32[5,9]{1,0} multiply(f32[5,9]{1,0} %d, f32[5,9]{1,0} %d)
+  ROOT %v = f32[5]{0} reduce(f32[5,9]{1,0} %sq, f32[] %zero), dimensions={1}, to_apply=%add
+}"""
+
+VARIANCE_FUSED = """HloModule var
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(f32[] %a, f32[] %b)
+}
+
+%fused_v (param_0: f32[5,9]) -> f32[5] {
+  %param_0 = f32[5,9]{1,0} parameter(0)
+  %constant = f32[] constant(0)
+  %s.1 = f32[5]{0} reduce(f32[5,9]{1,0} %param_0, f32[] %constant), dimensions={1}, to_apply=%add
+  %sb = f32[5,9]{1,0} broadcast(f32[5]{0} %s.1), dimensions={0}
+  %d = f32[5,9]{1,0} subtract(f32[5,9]{1,0} %param_0, f32[5,9]{1,0} %sb)
+  %sq = f32[5,9]{1,0} multiply(f32[5,9]{1,0} %d, f32[5,9]{1,0} %d)
+  ROOT %v = f32[5]{0} reduce(f32[5,9]{1,0} %sq, f32[] %constant), dimensions={1}, to_apply=%add
+}
+
+ENTRY %main (x: f32[5,9]) -> f32[5] {
+  %x = f32[5,9]{1,0} parameter(0)
+  ROOT %fusion = f32[5]{0} fusion(f32[5,9]{1,0} %x), kind=kLoop, calls=%fused_v
+}"""
+
+
+def test_reduction_read_by_its_row_joins_the_consumer():
+    check_pass(Fusion(), VARIANCE, VARIANCE_FUSED)
+
+
+# a reduction read at a transposed index is not a row of the consumer's loop
+TRANSPOSED_ROW = """HloModule tr
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(f32[] %a, f32[] %b)
+}
+
+ENTRY %main (x: f32[4,6]) -> f32[6,4] {
+  %x = f32[4,6]{1,0} parameter(0)
+  %zero = f32[] constant(0)
+  %s = f32[4]{0} reduce(f32[4,6]{1,0} %x, f32[] %zero), dimensions={1}, to_apply=%add
+  %sb = f32[6,4]{1,0} broadcast(f32[4]{0} %s), dimensions={1}
+  %xt = f32[6,4]{1,0} transpose(f32[4,6]{1,0} %x), dimensions={1,0}
+  ROOT %y = f32[6,4]{1,0} divide(f32[6,4]{1,0} %xt, f32[6,4]{1,0} %sb)
+}"""
+
+
+def test_reduction_read_across_rows_stays_apart():
+    module = parse_module(TRANSPOSED_ROW)
+    Fusion().run(module)
+    kernels = [i for i in module.entry.instructions if i.op not in (Op.PARAMETER, Op.CONSTANT)]
+    assert [k.op for k in kernels] == [Op.REDUCE, Op.FUSION]

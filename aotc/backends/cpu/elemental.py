@@ -54,11 +54,17 @@ def _memoize(ctx: EmitContext, gen: Gen) -> Gen:
 
 
 def bind_instructions(
-    ctx: EmitContext, computation: Computation, params: Sequence[Gen]
+    ctx: EmitContext,
+    computation: Computation,
+    params: Sequence[Gen],
+    replaced: dict[int, Gen] | None = None,
 ) -> dict[int, Gen]:
-    """id(instruction) -> generator for `computation`, parameters bound to `params`."""
-    gens: dict[int, Gen] = {}
+    """id(instruction) -> generator for `computation`, parameters bound to `params`;
+    `replaced` gives the generators of instructions computed elsewhere (by id)."""
+    gens: dict[int, Gen] = dict(replaced or {})
     for instr in computation.instructions:
+        if id(instr) in gens:
+            continue
         if instr.op is Op.PARAMETER:
             gens[id(instr)] = params[instr.index]
         else:

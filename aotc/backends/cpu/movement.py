@@ -27,9 +27,15 @@ def reshape_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> G
     out_dims = instr.array_shape.dims
     in_dims = instr.operands[0].shape.dims
 
+    # leading dims both shapes share keep their index (row fusion relies on it)
+    same = 0
+    while same < min(len(out_dims), len(in_dims)) and out_dims[same] == in_dims[same]:
+        same += 1
+
     def gen(index):
         b = ctx.builder
-        return source(delinearize(b, linearize(b, index, out_dims), in_dims))
+        rest = linearize(b, index[same:], out_dims[same:])
+        return source(list(index[:same]) + delinearize(b, rest, in_dims[same:]))
 
     return gen
 

@@ -36,6 +36,7 @@ from .elemental import (
 )
 from .lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from .loops import if_then, loop_nest
+from .rows import emit_row_fusion, row_values
 from .rules import KERNELS, RULES
 from .target import CpuTarget, parse_target
 
@@ -107,6 +108,10 @@ def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instructio
     operands = [_operand_generator(ctx, o) for o in instr.operands]
     if instr.op in KERNELS:
         KERNELS[instr.op](ctx, instr, operands, _outputs(ctx, instr))
+        b.ret_void()
+        return kernel
+    if row_values(instr)[1]:
+        emit_row_fusion(ctx, instr, operands, _outputs(ctx, instr)[0])
         b.ret_void()
         return kernel
     gen = make_generator(ctx, instr, operands)

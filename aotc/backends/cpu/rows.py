@@ -1,0 +1,96 @@
+"""Row fusions: kernels that compute reductions once per row and reuse them.
+
+The fusion pass puts a reduction into its consumer's kernel when the reduced
+value is read at the consumer's leading output dims unchanged (softmax's max
+and sum, layer normalization's mean and variance: see passes/fusion.py).  Such
+a kernel loops over those leading dims outside; per row it computes every
+non-root reduction at the row's index, in computation order (later ones may
+read earlier ones), then loops over the remaining dims inside, where the
+reductions' generators return the row's values instead of looping again.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...buffers import Slice
+from ...errors import AotcError
+from ...ir import Instruction, Op, Shape
+from ...ir.index_maps import computation_maps, dims_of, row_dims, row_rank
+from .context import EmitContext
+from .elemental import Gen, bind_instructions, element_pointer, make_generator
+from .lltypes import i64, store_element
+from .loops import loop_nest
+
+
+def row_values(instr: Instruction) -> tuple[int, list[Instruction]]:
+    """(row rank, the values a fusion computes once per row, in order); (0, []) if none.
+
+    The row rank is that of the fusion's non-root reductions (the pass gives
+    them all one); the row values are every instruction read at the row's
+    index only (the reductions and what is computed from them alone).  Other
+    fusions (hand-made ones, tuple roots) run as plain loops, recomputing.
+    """
+    if instr.op is not Op.FUSION or not isinstance(instr.shape, Shape):
+        return 0, []
+    fused = instr.called[0]
+    maps = computation_maps(fused)
+    root_dims = instr.shape.dims
+    ranks = {
+        row_rank(i, maps.get(id(i), frozenset()), root_dims)
+        for i in fused.instructions
+        if i.op is Op.REDUCE and i is not fused.root
+    }
+    if len(ranks) != 1 or None in ranks:  # none, or not a row fusion: plain loops
+        return 0, []
+    rank = ranks.pop()
+    hoisted = [
+        i for i in fused.instructions
+        if i is not fused.root and id(i) in maps and row_rank(i, maps[id(i)], root_dims) == rank
+    ]  # fmt: skip
+    return rank, hoisted
+
+
+def emit_row_fusion(
+    ctx: EmitContext, instr: Instruction, params: list[Gen], output: tuple[Shape, Slice]
+) -> None:
+    """Store `instr`'s output, computing its row values once per row."""
+    fused = instr.called[0]
+    rank, hoisted = row_values(instr)
+    row_index: list[ir.Value] = []
+    computed: dict[int, object] = {}
+
+    shape, where = output
+    live_rows = row_dims(shape.dims, rank)  # the row index dims a row value reads
+
+    def row_value(value: Instruction) -> Gen:
+        live = [d for d, extent in enumerate(dims_of(value)) if extent != 1]
+
+        def gen(index):
+            if any(index[d] is not row_index[r] for d, r in zip(live, live_rows, strict=True)):
+                raise AotcError(f"internal: {value.name} is not read at its row in {instr.name}")
+            return computed[id(value)]
+
+        return gen
+
+    def at_row(value: Instruction) -> list[ir.Value]:
+        """`value`'s index in the current row (its extent-1 dims at 0)."""
+        rows = iter(live_rows)
+        return [i64(0) if extent == 1 else row_index[next(rows)] for extent in dims_of(value)]
+
+    gens = bind_instructions(ctx, fused, params, {id(v): row_value(v) for v in hoisted})
+    computes = {
+        id(v): params[v.index] if v.op is Op.PARAMETER
+        else make_generator(ctx, v, [gens[id(o)] for o in v.operands])
+        for v in hoisted
+    }  # fmt: skip
+    b = ctx.builder
+    with loop_nest(b, shape.dims[:rank], "row") as outer:
+        row_index[:] = outer
+        for value in hoisted:  # in computation order: later values read earlier ones
+            computed[id(value)] = computes[id(value)](at_row(value))
+        with loop_nest(b, shape.dims[rank:], "col") as inner:
+            index = [*outer, *inner]
+            pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
+            store_element(b, shape.dtype, gens[id(fused.root)](index), pointer)
+

@@ -1,0 +1,130 @@
+"""Index maps: which loop index of a fused root each dim of an instruction reads.
+
+A kernel loops over its root's output index; element generators pass index
+values down to operands, unchanged through elementwise ops, broadcasts,
+transposes, the kept dims of reductions and the leading dims a reshape
+leaves alone.  An index map gives, per dim of an instruction, the root
+output dim whose index it receives unchanged (None: some other value, e.g.
+a reduction's loop counter).  An instruction reached along several paths
+has one map per distinct path result.
+
+Row fusion (passes/fusion.py decides, backends emit) rests on this: an
+instruction whose maps all read (0, 1, ..., p-1) (dims of extent 1 aside) is
+indexed by the first p loop dims only, so a kernel may compute it once per
+"row" of those dims (`row_rank`).
+"""
+
+from __future__ import annotations
+
+from .module import Computation, Instruction
+from .ops import Op
+from .types import Shape
+
+IndexMap = tuple[int | None, ...]
+
+# more distinct maps than this for one instruction: treat it as read anywhere
+MAX_MAPS = 8
+
+
+def rank_of(instr: Instruction) -> int:
+    """Rank of an array, or of the (equally shaped) elements of a variadic reduce."""
+    return len(dims_of(instr))
+
+
+def identity(rank: int) -> IndexMap:
+    return tuple(range(rank))
+
+
+def operand_map(user: Instruction, user_map: IndexMap, number: int) -> IndexMap:
+    """The map of `user`'s operand `number` when `user` is read with `user_map`."""
+    operand = user.operands[number]
+    rank = rank_of(operand)
+    if user.op.is_elementwise:
+        return user_map if rank == len(user_map) else (None,) * rank  # scalar clamp bounds
+    if user.op is Op.BROADCAST:
+        return tuple(user_map[d] for d in user.dimensions)
+    if user.op is Op.TRANSPOSE:
+        mapped: list[int | None] = [None] * rank
+        for out_dim, in_dim in enumerate(user.dimensions):
+            mapped[in_dim] = user_map[out_dim]
+        return tuple(mapped)
+    if user.op in (Op.RESHAPE, Op.BITCAST):
+        same = shared_leadingdims_of(user.array_shape.dims, operand.array_shape.dims)
+        return user_map[:same] + (None,) * (rank - same)
+    if user.op is Op.REDUCE and number < len(user.operands) // 2:  # an input, not an init
+        mapped = [None] * rank
+        kept = [d for d in range(rank) if d not in user.dimensions]
+        for out_dim, in_dim in enumerate(kept):
+            mapped[in_dim] = user_map[out_dim]
+        return tuple(mapped)
+    return (None,) * rank
+
+
+def shared_leadingdims_of(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many leading dims two shapes share (a reshape passes their indices through)."""
+    count = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
+def maps_from_users(
+    producer: Instruction, users: list[Instruction], user_maps: dict[int, frozenset[IndexMap]]
+) -> frozenset[IndexMap]:
+    """`producer`'s maps as read by those `users` whose maps are known."""
+    found = {
+        operand_map(user, m, number)
+        for user in users
+        if id(user) in user_maps
+        for number, operand in enumerate(user.operands)
+        if operand is producer
+        for m in user_maps[id(user)]
+    }
+    if len(found) > MAX_MAPS:
+        return frozenset({(None,) * rank_of(producer)})
+    return frozenset(found)
+
+
+def computation_maps(computation: Computation) -> dict[int, frozenset[IndexMap]]:
+    """The maps of every instruction of `computation` reached from its root."""
+    users = computation.users()
+    maps = {id(computation.root): frozenset({identity(rank_of(computation.root))})}
+    for instr in reversed(computation.instructions):
+        if instr is computation.root:
+            continue
+        found = maps_from_users(instr, users[id(instr)], maps)
+        if found:
+            maps[id(instr)] = found
+    return maps
+
+
+def row_rank(
+    instr: Instruction, maps: frozenset[IndexMap], root_dims: tuple[int, ...]
+) -> int | None:
+    """p where `instr` is read at the first p loop dims only, in order; else None.
+
+    Dims of extent 1 are skipped on both sides: their index is 0 whatever a
+    map says.  p is the smallest such count.
+    """
+    dims = dims_of(instr)
+    ranks = set()
+    for index_map in maps:
+        live = [index_map[d] for d in range(len(dims)) if dims[d] != 1]
+        rank = live[-1] + 1 if live and live[-1] is not None else 0
+        if live != row_dims(root_dims, rank):
+            return None
+        ranks.add(rank)
+    return ranks.pop() if len(ranks) == 1 else None
+
+
+def row_dims(root_dims: tuple[int, ...], rank: int) -> list[int]:
+    """The loop dims of a row of `rank` whose extent is not 1."""
+    return [d for d in range(rank) if root_dims[d] != 1]
+
+
+def dims_of(instr: Instruction) -> tuple[int, ...]:
+    """Dims of an array, or of the (equally shaped) elements of a variadic reduce."""
+    shape = instr.shape if isinstance(instr.shape, Shape) else instr.shape.elements[0]
+    return shape.dims
