@@ -93,17 +93,17 @@ ENTRY %main (x: f32[4,8]) -> f32[4,8] {
   ROOT %y = f32[4,8]{1,0} divide(f32[4,8]{1,0} %x, f32[4,8]{1,0} %sumb)
 }"""
 
-# the root is itself a reduction (variance), reading the mean of its row
+# the root is itself a reduction (variance over the last dim of a 3-d array)
 VARIANCE = """HloModule var
 """ + REDUCERS + """
-ENTRY %main (x: f32[5,9]) -> f32[5] {
-  %x = f32[5,9]{1,0} parameter(0)
+ENTRY %main (x: f32[2,5,9]) -> f32[2,5] {
+  %x = f32[2,5,9]{2,1,0} parameter(0)
   %zero = f32[] constant(0)
-  %s = f32[5]{0} reduce(f32[5,9]{1,0} %x, f32[] %zero), dimensions={1}, to_apply=%add
-  %sb = f32[5,9]{1,0} broadcast(f32[5]{0} %s), dimensions={0}
-  %d = f32[5,9]{1,0} subtract(f32[5,9]{1,0} %x, f32[5,9]{1,0} %sb)
-  %sq = f32[5,9]{1,0} multiply(f32[5,9]{1,0} %d, f32[5,9]{1,0} %d)
-  ROOT %v = f32[5]{0} reduce(f32[5,9]{1,0} %sq, f32[] %zero), dimensions={1}, to_apply=%add
+  %s = f32[2,5]{1,0} reduce(f32[2,5,9]{2,1,0} %x, f32[] %zero), dimensions={2}, to_apply=%add
+  %sb = f32[2,5,9]{2,1,0} broadcast(f32[2,5]{1,0} %s), dimensions={0,1}
+  %d = f32[2,5,9]{2,1,0} subtract(f32[2,5,9]{2,1,0} %x, f32[2,5,9]{2,1,0} %sb)
+  %a = f32[2,5,9]{2,1,0} abs(f32[2,5,9]{2,1,0} %d)
+  ROOT %v = f32[2,5]{1,0} reduce(f32[2,5,9]{2,1,0} %a, f32[] %zero), dimensions={2}, to_apply=%add
 }"""
 
 # reductions of two row ranks read by one consumer: only one rank joins the kernel
