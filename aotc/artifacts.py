@@ -1,11 +1,14 @@
 """Artifacts: the C header (templates/model.h.j2), NAME.o, libNAME.a and the runtime objects.
 
 The only jinja2 user.  Owns the C-facing names of tensors, the external tools that build
-archives and shared objects, and all-or-nothing writing of an output directory.
+archives and shared objects, building the runtime for the model's target (cross compilers
+included), and all-or-nothing writing of an output directory.
 
-Environment: `$CC` (else cc, gcc, clang) is the C compiler for runtime_c/ and shared
-objects, `$AR` (else ar, llvm-ar) the archiver; both are read in `find_compiler` /
-`find_archiver` and nowhere else.
+Environment (read in `find_compiler`, `runtime_compiler` and `find_archiver` only):
+`$CC_<arch>` (`CC_aarch64`, `CC_x86_64`) is the C compiler that builds the runtime for
+that architecture; without it, `$CC` (else cc, gcc, clang) serves this machine's
+architecture and `<arch>-linux-gnu-gcc` on PATH any other.  `$AR` (else ar, llvm-ar) is
+the archiver.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -21,6 +25,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import jinja2
 
@@ -35,6 +40,9 @@ LINK_LIBS = ("-lm", "-lpthread")
 
 _COMPILERS = ("cc", "gcc", "clang")
 _ARCHIVERS = ("ar", "llvm-ar")
+
+# machine names (uname -m) -> the architecture names of triples
+_ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 
 # Names a tensor's C spelling must avoid: keywords of C (up to C23) and C++, lower-case
 # macros and typedefs of common headers (a parameter named `errno` or `linux` would be
@@ -106,13 +114,36 @@ class MemoryStats:
     naive_total: int
     weight_bytes: int
     kernel_count: int
+    workspace_bytes: int = 0  # kernel scratch after the arena (GEMM packing)
+
+    @property
+    def scratch_bytes(self) -> int:
+        """What NAME_SCRATCH_BYTES says: the arena rounded up to the alignment, then the
+        workspace."""
+        return -(-self.arena_bytes // self.alignment) * self.alignment + self.workspace_bytes
+
+
+class Target(Protocol):
+    """What artifacts need to know of a code target (backends.cpu.CpuTarget is one)."""
+
+    triple: str
+    cpu: str
+
+    def describe(self) -> str: ...
 
 
 @dataclass(frozen=True)
 class ArtifactPaths:
+    """What `write_artifacts` wrote.  Without a C compiler for the target, `library` is
+    None, the runtime sources lie beside the object, and `finish` is the shell command
+    that builds the library from them (`missing` says which compiler was missing)."""
+
     header: Path
     object: Path
-    library: Path
+    library: Path | None
+    runtime_sources: tuple[Path, ...] = ()
+    finish: str = ""
+    missing: str = ""
 
 
 def c_identifier(name: str) -> str:
@@ -203,11 +234,12 @@ def render_header(
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
     stats: MemoryStats,
-    target: str,
+    target: Target | str,
     source: str,
 ) -> str:
     """The text of NAME.h.  `source` is shown as given: pass a relative path or a file
-    name if the header should not depend on where the model was compiled."""
+    name if the header should not depend on where the model was compiled.  `target` is
+    a Target (recorded as NAME_TARGET_TRIPLE / NAME_TARGET_CPU) or just a description."""
     check_model_name(name)
     inputs, outputs = unique_specs(inputs, outputs)
     tensors = [*inputs, *outputs]
@@ -220,11 +252,14 @@ def render_header(
             upper=name.upper(),
             version=__version__,
             source=source,
-            target=target,
+            target=target if isinstance(target, str) else target.describe(),
+            triple=None if isinstance(target, str) else target.triple,
+            cpu=None if isinstance(target, str) else target.cpu,
+            cross_cc=cross_compiler_name(target_arch(target)),
             inputs=inputs,
             outputs=outputs,
             stats=stats,
-            scratch_bytes=-(-stats.arena_bytes // alignment) * alignment,
+            scratch_bytes=stats.scratch_bytes,
             params=_wrap_params(f"int {name}_run(", [*params, "void *scratch"]),
             call_args=", ".join([*(t.c_name for t in tensors), "scratch"]),
             width=max((len(t.c_name) for t in tensors), default=0),
@@ -276,6 +311,83 @@ def find_compiler(cc: str | Sequence[str] | None = None) -> list[str]:
             "no C compiler found (looked for $CC, cc, gcc, clang): install one, "
             "e.g. apt-get install gcc"
         )
+    return _named_compiler(cc, origin)
+
+
+def host_arch() -> str:
+    """This machine's architecture as triples spell it (x86_64, aarch64...)."""
+    machine = platform.machine().lower()
+    return _ARCH_ALIASES.get(machine, machine)
+
+
+def target_arch(target: Target | str) -> str:
+    """The architecture of a target; a bare description string stands for the host."""
+    return host_arch() if isinstance(target, str) else target.triple.split("-", 1)[0]
+
+
+def cross_compiler_name(arch: str) -> str:
+    """The Debian/Ubuntu name of the GNU C compiler for `arch` (gcc-<arch>-linux-gnu)."""
+    return f"{arch}-linux-gnu-gcc"
+
+
+def runtime_compiler(
+    target: Target | str, cc: str | Sequence[str] | None = None
+) -> list[str] | None:
+    """The C compiler for the runtime of `target` as an argv prefix, target flags included.
+
+    `cc` if given; else `$CC_<arch>`; else, for this machine's architecture, `$CC`, cc,
+    gcc or clang, and for another one `<arch>-linux-gnu-gcc` on PATH.  Returns None when
+    no compiler for another architecture is found; a named compiler that is missing or
+    no compiler at all for this machine is a ToolError.
+    """
+    arch = target_arch(target)
+    override = os.environ.get(f"CC_{arch}")
+    if cc is not None:
+        compiler = find_compiler(cc)
+    elif override:
+        compiler = _named_compiler(override, f"$CC_{arch}")
+    elif arch == host_arch():
+        compiler = find_compiler()
+    else:
+        found = shutil.which(cross_compiler_name(arch))
+        if found is None:
+            return None
+        compiler = [found]
+    flags = tuple(cpu_flags(target))
+    return [*compiler, *(flags if _accepts(tuple(compiler), flags) else ())]
+
+
+def cpu_flags(target: Target | str) -> list[str]:
+    """The C compiler flags that select the target's CPU (-march for x86, -mcpu for arm)."""
+    if isinstance(target, str):
+        return []
+    arch = target_arch(target)
+    if arch == "x86_64" and target.cpu:
+        return [f"-march={target.cpu}"]
+    if arch == "aarch64" and target.cpu not in ("", "generic"):
+        return [f"-mcpu={target.cpu}"]
+    return []
+
+
+@functools.cache
+def _accepts(compiler: tuple[str, ...], flags: tuple[str, ...]) -> bool:
+    """Whether the compiler takes these CPU flags.  LLVM knows more CPUs than GCC
+    (neoverse-v2 is new in GCC 13); without the flags the runtime is a baseline build for
+    the architecture, which is fine: it holds no kernels, only the thread pool."""
+    if not flags:
+        return True
+    argv = [*compiler, *flags, "-x", "c", "-c", "-o", os.devnull, "-"]
+    try:
+        result = subprocess.run(
+            argv, input="int aotc_probe;\n", capture_output=True, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+def _named_compiler(cc: str | Sequence[str], origin: str) -> list[str]:
     argv = shlex.split(cc) if isinstance(cc, str) else list(cc)
     found = shutil.which(argv[0]) if argv else None
     if not found:
@@ -323,6 +435,19 @@ def _runtime_sources() -> list[Path]:
     return sorted(resource_dir("runtime_c").glob("*.c"))
 
 
+def _runtime_files() -> list[Path]:
+    """The sources and the headers they include: what a user needs to build the runtime."""
+    return [*_runtime_sources(), *sorted(resource_dir("runtime_c").glob("*.h"))]
+
+
+def _missing_compiler_message(arch: str) -> str:
+    name = cross_compiler_name(arch)
+    return (
+        f"no C compiler for {arch} found (looked for $CC_{arch} and {name} on PATH; "
+        f"Debian: apt-get install gcc-{arch}-linux-gnu)"
+    )
+
+
 @functools.lru_cache(maxsize=8)
 def _runtime_objects(compiler: tuple[str, ...], fingerprint: str) -> tuple[tuple[str, bytes], ...]:
     """(file name, object bytes) of runtime_c/*.c, compiled once per process and compiler.
@@ -342,14 +467,18 @@ def _runtime_objects(compiler: tuple[str, ...], fingerprint: str) -> tuple[tuple
     return tuple(objects)
 
 
-def compile_runtime(out_dir: Path, cc: str | Sequence[str] | None = None) -> list[Path]:
-    """Compile runtime_c/*.c into `out_dir` (created if missing); the object paths, sorted."""
-    compiler = tuple(find_compiler(cc))
+def compile_runtime(
+    out_dir: Path, cc: str | Sequence[str] | None = None, target: Target | str = "host"
+) -> list[Path]:
+    """Compile runtime_c/*.c for `target` (default: this machine) into `out_dir` (created
+    if missing); the object paths, sorted."""
+    compiler = runtime_compiler(target, cc)
+    if compiler is None:
+        raise ToolError(_missing_compiler_message(target_arch(target)))
+    compiler = tuple(compiler)
     digest = hashlib.sha256()
-    for source in _runtime_sources():
+    for source in _runtime_files():
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    for header in sorted(resource_dir("runtime_c").glob("*.h")):
-        digest.update(header.name.encode() + b"\0" + header.read_bytes())
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -380,40 +509,76 @@ def write_artifacts(
     outputs: Sequence[TensorSpec],
     object_bytes: bytes,
     stats: MemoryStats,
-    target: str,
+    target: Target | str,
     source: str,
     cc: str | Sequence[str] | None = None,
 ) -> ArtifactPaths:
-    """Write NAME.h, NAME.o and libNAME.a (NAME.o + runtime objects) into `out_dir`.
+    """Write NAME.h, NAME.o and libNAME.a (NAME.o + the runtime built for `target`).
 
-    All or nothing: everything is built in a temporary directory beside `out_dir` and
-    moved in at the end; on failure `out_dir` is as it was (or absent again).  The
-    same arguments give byte-identical files.
+    `target` is a Target, or a description for the header of code for this machine.
+    Without a C compiler for the target's architecture (a cross compiler, see
+    `runtime_compiler`) it writes NAME.h, NAME.o and the runtime sources instead of the
+    library and removes a stale libNAME.a; the result says how to finish.  All or
+    nothing: everything is built in a temporary directory beside `out_dir` and moved in
+    at the end; on failure `out_dir` is as it was (or absent again).  The same arguments
+    give byte-identical files.
     """
     header = render_header(name, inputs, outputs, stats, target, source)
-    compiler = find_compiler(cc)
-    archiver = find_archiver()
+    compiler = runtime_compiler(target, cc)
+    archiver = find_archiver() if compiler is not None else None
     out_dir = Path(out_dir)
-    files = [f"{name}.h", f"{name}.o", f"lib{name}.a"]
+    library = f"lib{name}.a"
+    files = [f"{name}.h", f"{name}.o"]
+    if compiler is not None:
+        files.append(library)
+    else:
+        files += [p.name for p in _runtime_files()]
     created = _make_dirs(out_dir)
     done = False
     try:
         with _staging_dir(out_dir) as stage:
             (stage / files[0]).write_text(header, encoding="utf-8")
             (stage / files[1]).write_bytes(object_bytes)
-            runtime = compile_runtime(stage / "runtime", compiler)
-            _check_same_machine(object_bytes, runtime, compiler, target)
-            members = [files[1], *(str(p.relative_to(stage)) for p in runtime)]
-            # D: zero timestamps, uids and modes, so that archives are reproducible
-            _run_tool([*archiver, "rcsD", files[2], *members], f"archiving {files[2]}", stage)
-            _install(stage, out_dir, files)
+            if compiler is not None:
+                runtime = compile_runtime(stage / "runtime", compiler)
+                _check_same_machine(object_bytes, runtime, compiler, target)
+                members = [files[1], *(str(p.relative_to(stage)) for p in runtime)]
+                # D: zero timestamps, uids and modes, so that archives are reproducible
+                _run_tool([*archiver, "rcsD", library, *members], f"archiving {library}", stage)
+                _install(stage, out_dir, files)
+            else:
+                for path in _runtime_files():
+                    shutil.copyfile(path, stage / path.name)
+                _install(stage, out_dir, files, remove=[library])
         done = True
     except OSError as e:
         raise AotcError(f"cannot write artifacts to {out_dir}: {e.strerror or e}") from None
     finally:
         if not done and created is not None:
             shutil.rmtree(created, ignore_errors=True)
-    return ArtifactPaths(*(out_dir / f for f in files))
+    if compiler is not None:
+        return ArtifactPaths(out_dir / files[0], out_dir / files[1], out_dir / library)
+    arch = target_arch(target)
+    return ArtifactPaths(
+        out_dir / files[0], out_dir / files[1], None,
+        runtime_sources=tuple(out_dir / f for f in files[2:]),
+        finish=finish_command(out_dir, name, target),
+        missing=_missing_compiler_message(arch),
+    )  # fmt: skip
+
+
+def finish_command(out_dir: Path, name: str, target: Target | str) -> str:
+    """The shell command that builds libNAME.a in `out_dir` from NAME.o and the runtime
+    sources there (written when no C compiler for the target was found)."""
+    compiler = [cross_compiler_name(target_arch(target)), *RUNTIME_CFLAGS, *cpu_flags(target)]
+    steps = [f"cd {shlex.quote(str(out_dir))}"]
+    objects = []
+    for source in _runtime_sources():
+        obj = f"{source.stem}.o"
+        steps.append(shlex.join([*compiler, "-c", source.name, "-o", obj]))
+        objects.append(obj)
+    steps.append(shlex.join(["ar", "rcs", f"lib{name}.a", f"{name}.o", *objects]))
+    return " && ".join(steps)
 
 
 # ELF e_machine values of the architectures aotc targets
@@ -425,16 +590,17 @@ def _elf_machine(data: bytes) -> str:
     return _ELF_MACHINES.get(code, f"machine {code}")
 
 
-def _check_same_machine(object_bytes: bytes, runtime: list[Path], compiler, target: str):
+def _check_same_machine(object_bytes: bytes, runtime: list[Path], compiler, target):
     """Refuse a library whose runtime was built for another architecture than the model."""
     model_arch = _elf_machine(object_bytes)
     for path in runtime:
         runtime_arch = _elf_machine(path.read_bytes()[:20])
         if runtime_arch != model_arch:
+            description = target if isinstance(target, str) else target.describe()
             raise ToolError(
                 f"the C compiler '{shlex.join(compiler)}' builds for {runtime_arch} but the model "
-                f"is compiled for {model_arch} ({target}): set CC to a cross compiler for "
-                f"{model_arch}, e.g. CC={model_arch}-linux-gnu-gcc"
+                f"is compiled for {model_arch} ({description}): set CC_{model_arch} to a C "
+                f"compiler for {model_arch}, e.g. CC_{model_arch}={cross_compiler_name(model_arch)}"
             )
 
 
@@ -468,20 +634,22 @@ class _PathTempDir(tempfile.TemporaryDirectory):
         return Path(self.name)
 
 
-def _install(stage: Path, out_dir: Path, files: Sequence[str]) -> None:
-    """Move staged files into out_dir; on failure put back what was there before."""
+def _install(stage: Path, out_dir: Path, files: Sequence[str], remove: Sequence[str] = ()) -> None:
+    """Move staged files into out_dir and take the `remove` ones out of it; on failure put
+    back what was there before."""
     backup = stage / "previous"
     backup.mkdir()
     moved: list[tuple[Path, Path | None]] = []
     try:
-        for file_name in files:
+        for file_name in [*remove, *files]:
             target = out_dir / file_name
             previous = None
             if target.exists() or target.is_symlink():
                 previous = backup / file_name
                 os.replace(target, previous)
             moved.append((target, previous))
-            os.replace(stage / file_name, target)
+            if file_name in files:
+                os.replace(stage / file_name, target)
     except OSError:
         for target, previous in reversed(moved):
             if previous is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -68,8 +69,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="fix an input to values, e.g. shape=1,-1 (it becomes a constant; repeatable)",
     )  # fmt: skip
     compile_cmd.add_argument(
-        "--target", default="host", help="host (default), x86_64:x86-64-v2, aarch64-linux-gnu, ..."
-    )
+        "--target", default="host",
+        help="host (default), x86_64:x86-64-v2, aarch64-linux-gnu:cortex-a72, ... (aotc targets)",
+    )  # fmt: skip
     compile_cmd.add_argument(
         "-O", dest="opt_level", type=int, default=2, choices=range(4), metavar="{0..3}",
         help="optimization level (default 2)",
@@ -92,6 +94,10 @@ def _build_parser() -> argparse.ArgumentParser:
                              metavar="{0..3}")  # fmt: skip
     inspect_cmd.add_argument("--memory-plan", type=Path, metavar="PLAN.svg",
                              help="also draw the memory plan as an SVG picture")  # fmt: skip
+
+    commands.add_parser(
+        "targets", help="list the supported targets, what each implies, and the C compilers found"
+    )
     return parser
 
 
@@ -117,8 +123,41 @@ def _compile(args) -> None:
     started = time.perf_counter()
     compiled = compile_model(args.model, _options(args))
     paths = compiled.write(args.output)
+    if paths.library is None:  # no C compiler for the target: the object is still useful
+        library = f"lib{compiled.name}.a"
+        print(f"aotc: warning: {paths.missing}: wrote the runtime sources instead of "
+              f"{library}; to build it run the command below", file=sys.stderr)  # fmt: skip
+        print(paths.finish)
     if not args.quiet:
         print(summary(compiled, paths, time.perf_counter() - started))
+
+
+def _targets() -> None:
+    """`aotc targets`: a table of the notable targets, then how to name any other."""
+    from . import artifacts
+    from .backends.cpu.target import NOTABLE_TARGETS, parse_target
+
+    rows = [("TARGET", "TRIPLE", "CPU", "VECTORS", "FMA", "RUNTIME C COMPILER", "FOR")]
+    for spec, purpose in NOTABLE_TARGETS:
+        target = parse_target(spec)
+        try:
+            compiler = artifacts.runtime_compiler(target)
+        except AotcError as error:  # a named compiler that is missing: say so in the table
+            compiler = [f"({_one_line(str(error))})"]
+        found = shlex.join([Path(compiler[0]).name, *compiler[1:]]) if compiler else "none found"
+        vectors = f"{target.vector_bits}-bit {target.vector_isa}"
+        fma = "yes" if target.has_fma else "no"
+        rows.append((spec, target.triple, target.cpu, vectors, fma, found, purpose))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths)]
+        print("  ".join([*cells, row[-1]]).rstrip())
+    arch = artifacts.host_arch()
+    print(
+        f"\nAny CPU LLVM knows: --target ARCH:CPU (e.g. x86_64:znver3, aarch64:neoverse-n2)."
+        f"\nThe runtime is built by $CC_<arch> if set, else $CC or cc for this machine's "
+        f"architecture ({arch}), else <arch>-linux-gnu-gcc from PATH."
+    )
 
 
 def _inspect(args) -> None:
@@ -142,6 +181,8 @@ def _inspect(args) -> None:
 def summary(compiled, paths, seconds: float) -> str:
     """The few lines a user wants after a compile."""
     s = compiled.stats
+    built = [paths.library] if paths.library is not None else list(paths.runtime_sources)
+    written = [paths.header, paths.object, *built]
     lines = [f"aotc: {compiled.source} -> {paths.header.parent}/ ({compiled.target})"]
     for kind, specs in (("input ", compiled.inputs), ("output", compiled.outputs)):
         for spec in specs:
@@ -151,8 +192,12 @@ def summary(compiled, paths, seconds: float) -> str:
         f"  kernels       {s.kernel_count}",
         f"  arena         {s.arena_bytes:,} bytes "
         f"(lower bound {s.lower_bound:,}, naive {s.naive_total:,})",
+    ]
+    if s.workspace_bytes:  # scratch beyond the arena: GEMM packing buffers
+        lines.append(f"  workspace     {s.workspace_bytes:,} bytes")
+    lines += [
         f"  weights       {s.weight_bytes:,} bytes",
-        f"  wrote         {paths.header.name}, {paths.object.name}, {paths.library.name}",
+        f"  wrote         {', '.join(p.name for p in written)}",
         f"  time          {seconds:.2f} s",
     ]
     return "\n".join(lines)
@@ -165,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             _compile(args)
         elif args.command == "inspect":
             _inspect(args)
+        elif args.command == "targets":
+            _targets()
     except AotcError as error:
         print(f"aotc: error: {_one_line(str(error))}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from . import artifacts
-from .backends.cpu import emit_object, parse_target
+from .backends.cpu import CpuTarget, emit_object, parse_target
 from .buffers import BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
 from .ir import Module, Op, Shape
@@ -57,11 +57,12 @@ class CompiledModel:
     inputs: list[artifacts.TensorSpec]
     outputs: list[artifacts.TensorSpec]
     stats: artifacts.MemoryStats
-    target: str
+    target: CpuTarget  # str(target) describes it
     seconds: float
 
     def write(self, out_dir: str | Path) -> artifacts.ArtifactPaths:
-        """Write NAME.h, NAME.o and libNAME.a into `out_dir` (all or nothing)."""
+        """Write NAME.h, NAME.o and libNAME.a into `out_dir` (all or nothing; see
+        artifacts.write_artifacts for a target without a C compiler)."""
         return artifacts.write_artifacts(
             Path(out_dir), self.name, self.inputs, self.outputs, self.object_bytes,
             # the file name only: a header must not depend on where the build ran
@@ -94,10 +95,11 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
         naive_total=plan.naive_total,
         weight_bytes=plan.weight_bytes,
         kernel_count=sum(1 for i in plan.schedule if i.op not in _NO_CODE_OPS),
+        workspace_bytes=plan.workspace_bytes,
     )
     return CompiledModel(
         name, source, module, plan, object_bytes, inputs, outputs, stats,
-        target.describe(), time.perf_counter() - started,
+        target, time.perf_counter() - started,
     )  # fmt: skip
 
 
@@ -107,7 +109,7 @@ def _import(model, options: CompileOptions) -> tuple[Module, str]:
         path = Path(model)
         if not path.is_file():
             raise ModelError(f"{path}: no such file")
-        if _looks_like_hlo_text(path):
+        if _is_hlo_text(path):
             from .frontends.hlo import import_hlo
 
             if options.input_values:
@@ -127,10 +129,15 @@ def _import(model, options: CompileOptions) -> tuple[Module, str]:
     return module, source
 
 
-def _looks_like_hlo_text(path: Path) -> bool:
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    return head.lstrip().startswith(b"HloModule")
+def _is_hlo_text(path: Path) -> bool:
+    """Sniffed from the content (`HloModule` after comments), whatever the extension."""
+    from .frontends.hlo import is_hlo_text
+
+    try:
+        with open(path, "rb") as f:
+            return is_hlo_text(f.read(4096))
+    except OSError as error:
+        raise ModelError(f"{path}: cannot read: {error.strerror or error}") from None
 
 
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

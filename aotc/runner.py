@@ -34,7 +34,7 @@ class LoadedModel:
             # the loaded image stays mapped after the file is removed
             self._lib = self._ffi.dlopen(str(so))
         self._run = getattr(self._lib, f"{compiled.name}_run_generic")
-        scratch_bytes = max(compiled.plan.arena_bytes, 1)
+        scratch_bytes = max(compiled.plan.scratch_bytes, 1)
         self._scratch_raw = np.zeros(scratch_bytes + compiled.plan.alignment, np.uint8)
         start = (-self._scratch_raw.ctypes.data) % compiled.plan.alignment
         self._scratch = self._scratch_raw[start : start + scratch_bytes]

@@ -4,7 +4,9 @@
 wheel (onnx/backend/test/data/light/light_*.onnx), whose weights are
 ConstantOfShape nodes filled with one value, and replaces each such node with
 a random initializer of the same shape (He-scaled conv/fc weights, batch-norm
-statistics in realistic ranges), so outputs are non-trivial.
+statistics in realistic ranges), so outputs are non-trivial; every initializer
+is a constant (none is also a graph input).  `BENCH_MODELS` is the set that
+bench/run.py times.
 """
 
 from __future__ import annotations
@@ -56,9 +58,13 @@ def light_model(name: str, seed: int = 0) -> onnx.ModelProto:
     initializers = [i for i in graph.initializer if i.name not in used_shapes] + weights
     del graph.initializer[:]
     graph.initializer.extend(initializers)
-    inputs = [i for i in graph.input if i.name not in used_shapes]
+    # IR 3 lists every initializer as an input too, which makes it overridable: onnxruntime
+    # then cannot fold it (batch-norm statistics, reshape shapes).  Weights are constants.
+    constants = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in used_shapes | constants]
     del graph.input[:]
     graph.input.extend(inputs)
+    model.ir_version = max(model.ir_version, 4)
     return model
 
 
@@ -164,3 +170,18 @@ def transformer_layer(hidden: int = 256, seq: int = 128, heads: int = 4, seed: i
 def model_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """Random float inputs in [0, 1) for the model's non-initializer inputs."""
     return light_input(model, seed)
+
+
+# The benchmark set of bench/run.py, in table order: name -> builder (fixed seeds).
+BENCH_MODELS = {
+    "mlp_16_32_4": lambda: mlp((16, 32, 4)),
+    "mlp_784_b1": lambda: mlp(batch=1),
+    "mlp_784_b64": lambda: mlp(batch=64),
+    **{name: (lambda name=name: light_model(name)) for name in (
+        "resnet50", "squeezenet", "shufflenet", "densenet121", "inception_v1", "vgg19",
+        "bvlc_alexnet",
+    )},
+    "transformer_256x128": lambda: transformer_layer(256, 128),
+    # BERT-base width: 12 heads of 64
+    "transformer_768x128": lambda: transformer_layer(768, 128, heads=12),
+}  # fmt: skip

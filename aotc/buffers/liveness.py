@@ -72,11 +72,15 @@ def is_defining(instr: Instruction, index: tuple[int, ...], defs: BufferDefiniti
 def live_ranges(order: list[Instruction], defs: BufferDefinitions) -> dict:
     """(id(instr), shape_index) -> [start, end] for buffers defined in `order`.
 
-    Values the root returns live to the end of the schedule.
+    Values the root returns live to the end of the schedule.  A get-tuple-element
+    reads no bytes: the uses of its result keep that one element alive, not the
+    whole tuple (a while body reading its state element by element).
     """
     ranges: dict[tuple[int, tuple[int, ...]], list[int]] = {}
     for time, instr in enumerate(order):
         defs.define(instr)
+        if instr.op is Op.GET_TUPLE_ELEMENT:
+            continue
         for operand in instr.operands:
             for source, index in defs.sources(operand):
                 ranges[(id(source), index)][1] = time

@@ -5,12 +5,17 @@ The contract between buffer assignment and the backends.  Every array value
 `shape_index`) gets a `Slice`: a range of bytes in the arena, in a caller's
 input or output buffer, or in the constant (weights) blob.  Views (reshape,
 bitcast, get-tuple-element, tuple) share their operand's slice.
+
+The computations a while or conditional runs have plans of their own
+(`BufferPlan.nested`), in the same terms: their slices point into the same
+arena, caller buffers and weights.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from ..ir import Instruction
 
@@ -69,6 +74,21 @@ class BufferPlan:
     # returned as is, one value returned twice)
     output_copies: list[tuple[Slice, Slice]] = field(default_factory=list)
     buffers: list[PlannedBuffer] = field(default_factory=list)  # arena buffers, by offset
+    # while/conditional instruction name -> the plans of the computations it runs
+    nested: dict[str, NestedPlan] = field(default_factory=dict)
+    # scratch the kernels need besides the arena (GEMM packing buffers), placed after
+    # it; the backend sets it before emitting code
+    workspace_bytes: int = 0
+
+    @property
+    def workspace_offset(self) -> int:
+        """Where the workspace starts in the scratch: after the arena, aligned."""
+        return -(-self.arena_bytes // self.alignment) * self.alignment
+
+    @property
+    def scratch_bytes(self) -> int:
+        """The scratch a caller provides: the arena, then the workspace."""
+        return self.workspace_offset + self.workspace_bytes
 
     def slice_of(self, instr: Instruction, shape_index: tuple[int, ...] = ()) -> Slice:
         return self.slices[(id(instr), shape_index)]
@@ -78,14 +98,68 @@ class BufferPlan:
         return len(self.weights)
 
     def to_text(self) -> str:
-        """Arena size, then one line per arena buffer: slice, live range, value."""
+        """Arena size, then one line per arena buffer: slice, live range, value; then the
+        plans of nested computations, indented."""
         lines = [
             f"arena {self.arena_bytes} bytes (lower bound {self.lower_bound}, "
             f"naive {self.naive_total}), weights {self.weight_bytes} bytes"
         ]
+        if self.workspace_bytes:
+            lines.append(f"  workspace {self.workspace_bytes} bytes at {self.workspace_offset}")
+        return "\n".join(lines + self._body_lines("  ")) + "\n"
+
+    def _body_lines(self, indent: str) -> list[str]:
+        lines = []
         for b in self.buffers:
             index = "" if not b.shape_index else "{" + ",".join(map(str, b.shape_index)) + "}"
-            lines.append(f"  {b.slice.text():>24}  live [{b.start},{b.end}]  {b.name}{index}")
+            lines.append(f"{indent}{b.slice.text():>24}  live [{b.start},{b.end}]  {b.name}{index}")
         for src, dst in self.output_copies:
-            lines.append(f"  copy {src.text()} -> {dst.text()}")
-        return "\n".join(lines) + "\n"
+            lines.append(f"{indent}copy {src.text()} -> {dst.text()}")
+        for name, nested in self.nested.items():
+            lines.append(f"{indent}{name}: block {nested.block.text()}")
+            for src, dst in nested.init_copies:
+                lines.append(f"{indent}  init copy {src.text()} -> {dst.text()}")
+            for computation, plan in zip(nested.computations, nested.plans):
+                lines.append(f"{indent}  %{computation}: {plan.arena_bytes} bytes (lower bound "
+                             f"{plan.lower_bound}, naive {plan.naive_total})")  # fmt: skip
+                lines += plan._body_lines(indent + "    ")
+        return lines
+
+    def mapped(self, where: Callable[[Slice], Slice]) -> BufferPlan:
+        """The same plan with every slice (nested plans' too) replaced by `where(slice)`."""
+        return replace(
+            self,
+            slices={key: where(s) for key, s in self.slices.items()},
+            output_copies=[(where(a), where(b)) for a, b in self.output_copies],
+            buffers=[replace(b, slice=where(b.slice)) for b in self.buffers],
+            nested={name: n.mapped(where) for name, n in self.nested.items()},
+        )
+
+
+@dataclass
+class NestedPlan:
+    """Where the computations of one while or conditional keep their values.
+
+    Their temporaries share `block`: arena bytes live exactly while the instruction
+    runs (a while's condition and body run in turn, a conditional's branches one at
+    most).  A while body's parameter reads the instruction's result buffers (the
+    state), and its plan's `output_copies` write the next state there after each
+    iteration (a value the body computes in place in the state needs none); the
+    condition's pred is at `slice_of(root)`.  A branch reads its operand where that
+    lives and writes its result into the conditional's result buffers.
+    """
+
+    block: Slice
+    computations: tuple[str, ...]  # names of the called computations, in `called` order
+    plans: list[BufferPlan]  # one per called computation
+    # while: init operand -> state, before the first test (none where the state took
+    # over a dying init value's buffer)
+    init_copies: list[tuple[Slice, Slice]] = field(default_factory=list)
+
+    def mapped(self, where: Callable[[Slice], Slice]) -> NestedPlan:
+        return NestedPlan(
+            where(self.block),
+            self.computations,
+            [p.mapped(where) for p in self.plans],
+            [(where(a), where(b)) for a, b in self.init_copies],
+        )

@@ -194,6 +194,25 @@ class ComputationBuilder:
     def get_tuple_element(self, x: Instruction, index: int) -> Instruction:
         return self.add(Op.GET_TUPLE_ELEMENT, [x], index=index)
 
+    # -- control flow -------------------------------------------------------
+
+    def while_loop(self, cond: Computation, body: Computation, init: Instruction):
+        """`body` applied to the state `init` while `cond` (state -> pred[]) holds."""
+        return self.add(Op.WHILE, [init], called=(cond, body))
+
+    def conditional(
+        self,
+        selector: Instruction,
+        branches: Sequence[Computation],
+        args: Sequence[Instruction],
+    ) -> Instruction:
+        """Branch k applied to args[k]; a pred selector picks branches (true, false), an
+        s32 index branch k (out of range: the last)."""
+        return self.add(Op.CONDITIONAL, [selector, *args], called=tuple(branches))
+
+    def call(self, callee: Computation, args: Sequence[Instruction]) -> Instruction:
+        return self.add(Op.CALL, args, called=(callee,))
+
 
 def comparator(
     module: Module, dtype: DType, direction: Direction, carried: Sequence[DType] = ()

@@ -706,6 +706,35 @@ def _fusion(instr: Instruction, operands: list) -> Value:
     return evaluate_computation(instr.called[0], operands)
 
 
+def _while(instr: Instruction, operands: list) -> Value:
+    """Run the body while the condition holds (no iteration cap: a loop that never
+    ends here never ends compiled either)."""
+    condition, body = instr.called
+    test, step = condition.post_order(), body.post_order()
+    (state,) = operands
+    while bool(_run(test, [state])[id(condition.root)]):
+        state = _run(step, [state])[id(body.root)]
+    return state
+
+
+def branch_index(selector: np.ndarray, branches: int) -> int:
+    """The branch a conditional takes: pred true -> 0, false -> 1; an index out of
+    range -> the last branch (as XLA)."""
+    if selector.dtype == np.bool_:
+        return 0 if selector else 1
+    index = int(selector)
+    return index if 0 <= index < branches else branches - 1
+
+
+def _conditional(instr: Instruction, operands: list) -> Value:
+    k = branch_index(operands[0], len(instr.called))
+    return evaluate_computation(instr.called[k], [operands[k + 1]])
+
+
+def _call(instr: Instruction, operands: list) -> Value:
+    return evaluate_computation(instr.called[0], operands)
+
+
 EVAL_RULES: dict[Op, Rule] = {
     Op.PARAMETER: _parameter,
     Op.CONSTANT: lambda instr, operands: instr.literal,
@@ -734,6 +763,9 @@ EVAL_RULES: dict[Op, Rule] = {
     Op.TUPLE: lambda instr, operands: tuple(operands),
     Op.GET_TUPLE_ELEMENT: lambda instr, operands: operands[0][instr.index],
     Op.FUSION: _fusion,
+    Op.WHILE: _while,
+    Op.CONDITIONAL: _conditional,
+    Op.CALL: _call,
 }
 
 assert set(EVAL_RULES) == set(Op), set(Op) - set(EVAL_RULES)

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .attrs import (
-    ConvDims, DotDims, FusionKind, GatherDims, PaddingConfig, ScatterDims, SliceSpec, Window,
+    ConvDims,
+    DotDims,
+    FusionKind,
+    GatherDims,
+    PaddingConfig,
+    ScatterDims,
+    SliceSpec,
+    Window,
 )  # fmt: skip
 from .ops import Direction, Op
 from .types import AnyShape, Shape
@@ -42,7 +49,8 @@ class Instruction:
     direction: Direction | None = None
     # sort: equivalent elements keep their order
     is_stable: bool = False
-    # to_apply= (reduce, reduce-window, sort's comparator) or calls= (fusion)
+    # to_apply= (reduce, reduce-window, sort's comparator, call), calls= (fusion),
+    # (condition, body) of while, the branches of conditional (true first)
     called: tuple[Computation, ...] = ()
     # parameter number, or get-tuple-element index
     index: int | None = None
@@ -220,6 +228,28 @@ class Module:
         """Every computation (reachable or not), callees before callers, the entry last."""
         others = [c for c in self.computations if c is not self.entry]
         return _callees_first(others + ([self.entry] if self.entry else []))
+
+    def program_computations(self) -> list[Computation]:
+        """The entry and what it runs through while/conditional/call, callees first.
+
+        These run as programs (a schedule of kernels each), unlike the reducers,
+        comparators and fused computations that kernels apply per element.
+        """
+        order: list[Computation] = []
+        seen: set[int] = set()
+
+        def visit(comp: Computation) -> None:
+            seen.add(id(comp))
+            for instr in comp.instructions:
+                if instr.op.is_control_flow:
+                    for callee in instr.called:
+                        if id(callee) not in seen:
+                            visit(callee)
+            order.append(comp)
+
+        if self.entry is not None:
+            visit(self.entry)
+        return order
 
     def remove_unused_computations(self) -> bool:
         keep = {id(c) for c in self.called_computations()}

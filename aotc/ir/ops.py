@@ -22,6 +22,9 @@ class Trait(enum.Flag):
     SIDE_EFFECT = enum.auto()
     # result is a view of operand 0's bytes (no data movement)
     VIEW = enum.auto()
+    # runs its called computations as programs (while, conditional, call), not
+    # as scalar functions applied per element (reducers, comparators, fusions)
+    CONTROL_FLOW = enum.auto()
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,10 @@ class Op(enum.Enum):
     TUPLE = "tuple"
     GET_TUPLE_ELEMENT = "get-tuple-element"
     FUSION = "fusion"
+    # control flow
+    WHILE = "while"
+    CONDITIONAL = "conditional"
+    CALL = "call"
 
     @property
     def text(self) -> str:
@@ -118,6 +125,10 @@ class Op(enum.Enum):
     @property
     def is_elementwise(self) -> bool:
         return Trait.ELEMENTWISE in OP_DEFS[self].traits
+
+    @property
+    def is_control_flow(self) -> bool:
+        return Trait.CONTROL_FLOW in OP_DEFS[self].traits
 
     @staticmethod
     def from_text(text: str) -> Op:
@@ -184,6 +195,11 @@ OP_DEFS: dict[Op, OpDef] = {
     Op.TUPLE: OpDef("tuple", VARIADIC),
     Op.GET_TUPLE_ELEMENT: OpDef("get-tuple-element", 1, Trait.VIEW),
     Op.FUSION: OpDef("fusion", VARIADIC),
+    Op.WHILE: OpDef("while", 1, Trait.CONTROL_FLOW),  # condition=, body=
+    # (pred or s32 index, one operand per branch): true_/false_computation= or
+    # branch_computations=
+    Op.CONDITIONAL: OpDef("conditional", VARIADIC, Trait.CONTROL_FLOW),
+    Op.CALL: OpDef("call", VARIADIC, Trait.CONTROL_FLOW),  # to_apply=
 }
 
 assert set(OP_DEFS) == set(Op), set(Op) - set(OP_DEFS)

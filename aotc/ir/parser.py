@@ -24,6 +24,7 @@ from .module import Computation, Instruction, Module
 from .ops import Direction, Op
 from .shapes import infer_shape
 from .types import AnyShape, DType, Shape, TupleShape, cast_array
+from .xla_ops import EXPANSIONS, ParseSite
 
 # -- attributes each opcode must carry ------------------------------------------
 
@@ -49,6 +50,9 @@ REQUIRED_ATTRIBUTES: dict[Op, tuple[str, ...]] = {
     Op.CONVOLUTION: ("window", "conv"),
     Op.GET_TUPLE_ELEMENT: ("index",),
     Op.FUSION: ("called", "fusion_kind"),
+    Op.WHILE: ("called",),
+    Op.CONDITIONAL: ("called",),
+    Op.CALL: ("called",),
 }
 
 _FIELD_SPELLING = {
@@ -73,6 +77,9 @@ _OP_FIELD_SPELLING = {
     (Op.PARAMETER, "index"): "a parameter number",
     (Op.IOTA, "dimensions"): "iota_dimension=",
     (Op.FUSION, "called"): "calls=",
+    (Op.WHILE, "called"): "condition= and body=",
+    (Op.CONDITIONAL, "called"): "true_computation= and false_computation= "
+    "(or branch_computations=)",
 }
 
 
@@ -223,6 +230,9 @@ class _Parser:
         self.line_of: dict[int, int] = {}  # id(instruction) -> line it was written on
         self.calls: list[tuple[Instruction, tuple[str, ...]]] = []  # resolved at the end
         self.anonymous: list[Instruction] = []  # nested operand instructions, named at the end
+        self.base_names: dict[int, str] = {}  # names anonymous ones are made from, if not opcodes
+        self.made_computations: list[Computation] = []  # by expansions (xla_ops), named at the end
+        self.other_layouts: set[int] = set()  # lines with layouts other than row-major
 
     # -- token plumbing -------------------------------------------------------------
 
@@ -329,6 +339,13 @@ class _Parser:
                 self.name()
                 self.expect("=")
                 self.skip_value()
+        # dumps' source locations for metadata, `StackFrames` then `1 {...}` rows (a
+        # computation of that name would go on with its signature or body)
+        while self.peek().text in _DEBUG_TABLES and self.peek(1).text not in ("(", "{"):
+            self.advance()
+            while self.peek().kind == "word":
+                self.advance()
+                self.skip_value()
         while self.peek().kind != "eof":
             self.computation()
         if not self.module.computations:
@@ -406,8 +423,10 @@ class _Parser:
             op = Op.from_text(token.text) if token.kind == "name" else None
         except ValueError:
             op = None
-        if op is None:
-            raise self.error(f"unknown opcode {self._describe(token)}", token)
+        expansion = EXPANSIONS.get(token.text) if token.kind == "name" else None
+        if op is None and expansion is None:
+            where = f" (%{name})" if name else ""
+            raise self.error(f"unknown opcode {self._describe(token)}{where}", token)
         fields: dict = {}
         operands: list[Instruction] = []
         if op is Op.CONSTANT:
@@ -432,15 +451,36 @@ class _Parser:
                 raise self.error(f"attribute {key}= given twice", line)
             else:
                 attributes[key] = reader(self)
+        if expansion is not None:
+            site = ParseSite(self.module, comp, name, lambda m, k: self.error(m, line, k))
+            expanded = expansion(site, shape, operands, attributes)
+            if expanded is not None:
+                return self.expanded(site, expanded, shape, line)
         fields.update(self.fields(attributes))
         instr = Instruction(op, shape, operands, name=name or "", **fields)
-        if "to_apply" in attributes or "calls" in attributes:
-            self.calls.append((instr, attributes.get("to_apply") or attributes.get("calls")))
+        called = _called_names(attributes)
+        if called:
+            self.calls.append((instr, called))
         if name is None:
             self.anonymous.append(instr)
         self.line_of[id(instr)] = line
         comp.instructions.append(instr)
         return instr
+
+    def expanded(self, site: ParseSite, result: Instruction, shape: AnyShape, line: int):
+        """Adopt what an expansion built; `result` takes the written name."""
+        for instr, base in site.made:
+            self.line_of[id(instr)] = line
+            if instr is result and site.name is not None:
+                instr.name = site.name
+            else:
+                self.anonymous.append(instr)
+                self.base_names[id(instr)] = base
+        self.made_computations += site.made_computations
+        if result.shape != shape:
+            message = f"shape {shape} is written, but the operation gives {result.shape}"
+            raise self.error(message, line, ShapeError)
+        return result
 
     def operand(self, comp: Computation, scope: _Scope, line: int) -> Instruction:
         """`[shape] name`, or a whole instruction written in place (`f32[] constant(0)`)."""
@@ -500,11 +540,33 @@ class _Parser:
         for instr in renamed:
             instr.name = module.unique_name(instr.name)
         for instr in self.anonymous:
-            instr.name = module.unique_name(instr.op.text)
+            instr.name = module.unique_name(self.base_names.get(id(instr), instr.op.text))
+        for comp in self.made_computations:
+            comp.name = module.unique_name(comp.name)
+            module.add_computation(comp)
         for comp in module.computations:
             for instr in comp.instructions:
                 self.check(instr)
         module.entry = self.entry or module.computations[-1]
+        self.check_layouts()
+
+    def check_layouts(self) -> None:
+        """aotc keeps every array row-major, which is safe where layouts only place values
+        in memory: not at the C API, nor under a bitcast (a reinterpretation of memory)."""
+        if not self.other_layouts:
+            return
+        for param in self.module.entry.parameters:
+            line = self.line_of[id(param)]
+            if line in self.other_layouts:
+                raise self.error("an entry parameter with a layout other than row-major: aotc's "
+                                 "C API takes row-major arrays", line, UnsupportedError)  # fmt: skip
+        for comp in self.module.computations:
+            for instr in comp.instructions:
+                if instr.op is Op.BITCAST:
+                    raise self.error("bitcast in a module with non-row-major layouts (line "
+                                     f"{min(self.other_layouts)}): compile the module as it was "
+                                     "before XLA's optimizations", self.line_of[id(instr)],
+                                     UnsupportedError)  # fmt: skip
 
     def check(self, instr: Instruction) -> None:
         line = self.line_of[id(instr)]
@@ -541,7 +603,16 @@ class _Parser:
             raise self.error(f"negative dimension in {dtype.text}{dims}", token)
         # a layout is `{1,0}`, `{}` or `{1,0:T(8,128)}`; a `{` before a name opens a body
         if self.at("{") and (self.peek(1).kind == "word" or self.at("}", 1)):
+            start = self.pos
             self.skip_unit()
+            minor_to_major = []
+            for t in self.tokens[start + 1 : self.pos - 1]:
+                if t.text == ":":
+                    break
+                if t.kind == "word":
+                    minor_to_major.append(t.text)
+            if minor_to_major and minor_to_major != [str(d) for d in range(len(dims))][::-1]:
+                self.other_layouts.add(self.line(token))
         return Shape(dtype, tuple(dims))
 
     def literal(self, shape: AnyShape, line: int) -> np.ndarray:
@@ -697,12 +768,22 @@ class _Parser:
             raise self.error(f"expected true or false, found {self._describe(token)}", token)
         return token.text == "true"
 
-    def fusion_kind(self) -> FusionKind:
+    def fusion_kind(self) -> FusionKind | str:
+        """A kind aotc does not make stays text: xla_ops inlines such fusions."""
         token = self.advance()
         try:
             return FusionKind(token.text)
         except ValueError:
-            raise self.error(f"unsupported fusion kind '{token.text}'", token) from None
+            return token.text
+
+    def string(self) -> str:
+        token = self.advance()
+        if token.kind != "string":
+            raise self.error(f"expected a string, found {self._describe(token)}", token)
+        return _unquote(token.text)
+
+    def word(self) -> str:
+        return self.advance().text
 
     def computation_names(self) -> tuple[str, ...]:
         if self.at("{"):
@@ -721,6 +802,17 @@ class _Parser:
             else:
                 self.skip_value()
         return origin
+
+
+# attributes naming called computations, in the order `Instruction.called` holds them
+_CALLED_ATTRIBUTES = (
+    "to_apply", "calls", "condition", "body", "true_computation", "false_computation",
+    "branch_computations",
+)  # fmt: skip
+
+
+def _called_names(attributes: dict) -> tuple[str, ...]:
+    return tuple(name for key in _CALLED_ATTRIBUTES for name in attributes.get(key, ()))
 
 
 def _spatial(labels: str, letters: str) -> tuple[int, ...]:
@@ -753,7 +845,18 @@ _ATTRIBUTE_READERS: dict[str, Callable[[_Parser], object]] = {
     "direction": _Parser.direction,
     "is_stable": _Parser.boolean,
     "kind": _Parser.fusion_kind,
-    "to_apply": _Parser.computation_names,
-    "calls": _Parser.computation_names,
+    **{name: _Parser.computation_names for name in _CALLED_ATTRIBUTES},
     "metadata": _Parser.metadata,
+    # read for xla_ops' expansions
+    "select": _Parser.computation_names,
+    "scatter": _Parser.computation_names,
+    "type": _Parser.word,
+    "k": _Parser.integer,
+    "largest": _Parser.boolean,
+    "exponent_bits": _Parser.integer,
+    "mantissa_bits": _Parser.integer,
+    "custom_call_target": _Parser.string,
+    "algorithm": _Parser.word,
 }
+# tables of source locations that XLA's dumps print after the HloModule line
+_DEBUG_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")

@@ -375,6 +375,51 @@ def _fusion(instr: Instruction) -> AnyShape:
     return body.root.shape
 
 
+def _signature(instr: Instruction, role: str, comp, params: list[AnyShape], root) -> None:
+    """Called computation `comp` must take `params` and return `root` (None: any)."""
+    have = [p.shape for p in comp.parameters]
+    have_root = comp.root.shape if comp.root is not None else None
+    if have != params or (root is not None and have_root != root):
+        want = ", ".join(str(s) for s in params)
+        got = ", ".join(str(s) for s in have)
+        _check(False, instr, f"{role} %{comp.name} must be ({want}) -> {root or '...'}, "
+                             f"is ({got}) -> {have_root}")  # fmt: skip
+
+
+def _while(instr: Instruction) -> AnyShape:
+    """condition: S -> pred[], body: S -> S; the result is the final state S."""
+    _check(len(instr.called) == 2, instr, "needs condition= and body=")
+    state = instr.operands[0].shape
+    condition, body = instr.called
+    _signature(instr, "condition", condition, [state], Shape(DType.PRED, ()))
+    _signature(instr, "body", body, [state], state)
+    return state
+
+
+def _conditional(instr: Instruction) -> AnyShape:
+    """Branch k takes operand k + 1; all return one shape.  A pred selects between
+    two branches (true first), an s32 index among any number."""
+    selector = _arr(instr, 0)
+    branches = instr.called
+    _check(selector.dims == () and selector.dtype in (DType.PRED, DType.S32), instr,
+           "the selector must be a pred[] or s32[] scalar")  # fmt: skip
+    if selector.dtype is DType.PRED:
+        _check(len(branches) == 2, instr, "needs true_computation= and false_computation=")
+    _check(len(branches) >= 1, instr, "needs branch_computations=")
+    _check(len(instr.operands) == 1 + len(branches), instr, "needs one operand per branch")
+    result = branches[0].root.shape if branches[0].root is not None else None
+    for k, branch in enumerate(branches):
+        _signature(instr, f"branch {k}", branch, [instr.operands[k + 1].shape], result)
+    return result
+
+
+def _call(instr: Instruction) -> AnyShape:
+    _check(len(instr.called) == 1, instr, "needs to_apply=")
+    callee = instr.called[0]
+    _signature(instr, "callee", callee, [o.shape for o in instr.operands], None)
+    return callee.root.shape
+
+
 def _iota(instr: Instruction) -> Shape:
     out = _given(instr)
     (dim,) = instr.dimensions
@@ -421,6 +466,9 @@ SHAPE_RULES: dict[Op, Callable[[Instruction], AnyShape]] = {
     Op.TUPLE: _tuple,
     Op.GET_TUPLE_ELEMENT: _get_tuple_element,
     Op.FUSION: _fusion,
+    Op.WHILE: _while,
+    Op.CONDITIONAL: _conditional,
+    Op.CALL: _call,
 }
 
 assert set(SHAPE_RULES) == set(Op), set(Op) - set(SHAPE_RULES)

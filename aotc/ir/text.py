@@ -341,10 +341,18 @@ def _print_kind(i: Instruction) -> list[str]:
 def _print_called(i: Instruction) -> list[str]:
     if not i.called:
         return []
+    names = [f"%{c.name}" for c in i.called]
+    if i.op is Op.WHILE and len(names) == 2:
+        return [f"condition={names[0]}", f"body={names[1]}"]
+    if i.op is Op.CONDITIONAL:
+        selector = i.operands[0].shape if i.operands else None
+        if len(names) == 2 and getattr(selector, "dtype", None) is DType.PRED:
+            return [f"true_computation={names[0]}", f"false_computation={names[1]}"]
+        return ["branch_computations={" + ", ".join(names) + "}"]
     name = "calls" if i.op is Op.FUSION else "to_apply"
     if len(i.called) == 1:
-        return [f"{name}=%{i.called[0].name}"]
-    return [f"{name}={{" + ", ".join(f"%{c.name}" for c in i.called) + "}"]
+        return [f"{name}={names[0]}"]
+    return [f"{name}={{" + ", ".join(names) + "}"]
 
 
 def _print_metadata(i: Instruction) -> list[str]:

@@ -278,10 +278,10 @@ def to_storage(values: np.ndarray, dtype: DType) -> np.ndarray:
     if fmt is not None:
         with np.errstate(invalid="ignore", over="ignore"):  # NaN and overflow are values
             codes = np.asarray(values, dtype=np.float32).astype(fmt.ml_dtype)
-        return np.ascontiguousarray(codes).view(np.uint8)
+        return np.asarray(codes, order="C").view(np.uint8)  # ascontiguousarray makes 0-d 1-d
     if dtype in SUB_BYTE_INTS:  # also takes ml_dtypes int4/int2 arrays
-        return np.ascontiguousarray(np.asarray(values).astype(dtype.storage))
-    return np.ascontiguousarray(values, dtype=dtype.storage)
+        return np.asarray(values).astype(dtype.storage, order="C")
+    return np.asarray(values, dtype=dtype.storage, order="C")
 
 
 def from_storage(raw: np.ndarray, dtype: DType) -> np.ndarray:

@@ -68,16 +68,20 @@ class Fusion:
     name = "fusion"
 
     def run(self, module: Module) -> bool:
-        entry = module.entry
-        groups = _form_groups(entry)
-        if not any(len(g.members) > 1 for g in groups):
-            return False
-        for group in groups:
-            if len(group.members) > 1:
-                _outline(module, entry, group)
-        entry.remove_dead()
-        module.remove_unused_computations()
-        return True
+        changed = False
+        # the entry and what while/conditional run: the backend emits each as kernels
+        for computation in module.program_computations():
+            groups = _form_groups(computation)
+            if not any(len(g.members) > 1 for g in groups):
+                continue
+            for group in groups:
+                if len(group.members) > 1:
+                    _outline(module, computation, group)
+            computation.remove_dead()
+            changed = True
+        if changed:
+            module.remove_unused_computations()
+        return changed
 
 
 class _Group:

@@ -50,16 +50,17 @@ class Pipeline:
 
 
 def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = False):
-    """The passes for an optimization level (-O0: none)."""
+    """The passes for an optimization level (-O0: only what compiling needs)."""
     from .algsimp import AlgebraicSimplifier
     from .cse import CommonSubexpressionElimination
     from .dce import DeadCodeElimination
     from .fold import ConstantFolding
     from .fusion import Fusion
+    from .inline import CallInlining
     from .scalefold import ScaleFolding
     from .transpose_fold import TransposeFolding
 
-    passes: list[Pass] = []
+    passes: list[Pass] = [CallInlining()]  # backends take no `call`
     if opt_level >= 1:
         # scale folding needs the batch-norm vectors folded first, and makes new
         # constant expressions (scaled weights) for the second folding

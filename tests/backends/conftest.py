@@ -71,7 +71,7 @@ class Compiled:
         if scratch == "null":
             scratch_ptr = self.ffi.NULL
         else:
-            size = max(self.plan.arena_bytes, 1) + 128
+            size = max(self.plan.scratch_bytes, 1) + 128
             buffer = np.full(size, 0xAB, np.uint8)  # garbage, as a caller's memory would be
             start = (-buffer.ctypes.data) % 64 + (1 if scratch == "misaligned" else 0)
             scratch_ptr = self.ffi.from_buffer(buffer[start:])

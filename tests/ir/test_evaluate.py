@@ -1378,6 +1378,109 @@ def test_evaluate_constant():
     assert evaluate_constant(reducer.root) is None
 
 
+# -- control flow --------------------------------------------------------------------
+
+
+def _scalar_computation(module: Module, name: str, params: list, build) -> Computation:
+    """A computation of `params` shapes returning `build(builder, *parameters)`."""
+    b = ComputationBuilder(module, name)
+    return b.build(build(b, *[b.parameter(i, s) for i, s in enumerate(params)]))
+
+
+def test_while_counts_and_accumulates():
+    """state (i, acc, x): acc += x * i while i < n; python's loop is the reference."""
+    S32, F32 = DType.S32, DType.F32
+
+    def build(b, x, n):
+        tuple_shape = b.tuple([b.scalar(0, S32), x, x, n]).shape
+        cond = _scalar_computation(b.module, "cond", [tuple_shape], lambda cb, s: cb.compare(
+            cb.get_tuple_element(s, 0), cb.get_tuple_element(s, 3), Direction.LT))
+        def step(bb, s):
+            i, acc, xs, limit = (bb.get_tuple_element(s, k) for k in range(4))
+            scaled = bb.binary(Op.MULTIPLY, xs, bb.broadcast(bb.convert(i, F32), [], [3]))
+            return bb.tuple([bb.binary(Op.ADD, i, bb.scalar(1, S32)),
+                             bb.binary(Op.ADD, acc, scaled), xs, limit])
+        body = _scalar_computation(b.module, "body", [tuple_shape], step)
+        zeros = b.broadcast(b.scalar(0.0, F32), [], [3])
+        loop = b.while_loop(cond, body, b.tuple([b.scalar(0, S32), zeros, x, n]))
+        return b.tuple([b.get_tuple_element(loop, 0), b.get_tuple_element(loop, 1)])
+
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    for n in (0, 1, 7):
+        count, acc = run(build, x, np.int32(n))
+        assert count == n
+        np.testing.assert_array_equal(acc, x * sum(range(n)))
+
+
+def test_while_data_dependent_collatz():
+    S32 = DType.S32
+
+    def build(b, n):
+        pair = b.tuple([n, b.scalar(0, S32)]).shape
+        cond = _scalar_computation(b.module, "cond", [pair], lambda cb, s: cb.compare(
+            cb.get_tuple_element(s, 0), cb.scalar(1, S32), Direction.NE))
+        def step(bb, s):
+            v, steps = bb.get_tuple_element(s, 0), bb.get_tuple_element(s, 1)
+            odd = bb.binary(Op.REMAINDER, v, bb.scalar(2, S32))
+            is_odd = bb.compare(odd, bb.scalar(1, S32), Direction.EQ)
+            up = bb.binary(Op.ADD, bb.binary(Op.MULTIPLY, v, bb.scalar(3, S32)), bb.scalar(1, S32))
+            down = bb.binary(Op.DIVIDE, v, bb.scalar(2, S32))
+            return bb.tuple([bb.select(is_odd, up, down),
+                             bb.binary(Op.ADD, steps, bb.scalar(1, S32))])
+        body = _scalar_computation(b.module, "body", [pair], step)
+        return b.get_tuple_element(b.while_loop(cond, body, b.tuple([n, b.scalar(0, S32)])), 1)
+
+    def collatz(v: int) -> int:
+        steps = 0
+        while v != 1:
+            v, steps = (3 * v + 1 if v % 2 else v // 2), steps + 1
+        return steps
+
+    for v in (1, 6, 27):
+        assert run(build, np.int32(v)) == collatz(v)
+
+
+def test_conditional_pred_and_index():
+    F32, S32 = DType.F32, DType.S32
+    vec = Shape(F32, (2,))
+
+    def build(b, selector, x, y):
+        module = b.module
+        branches = [
+            _scalar_computation(module, "negate", [vec], lambda bb, p: bb.unary(Op.NEGATE, p)),
+            _scalar_computation(module, "double", [vec], lambda bb, p: bb.binary(Op.ADD, p, p)),
+            _scalar_computation(module, "keep", [vec], lambda bb, p: p),
+        ]
+        flag = b.compare(selector, b.scalar(0, S32), Direction.GT)
+        on_pred = b.conditional(flag, branches[:2], [x, y])
+        on_index = b.conditional(selector, branches, [x, y, x])
+        return b.tuple([on_pred, on_index])
+
+    x, y = np.array([1.5, -2.0], np.float32), np.array([3.0, 0.25], np.float32)
+    expected_index = {0: -x, 1: y + y, 2: x, -1: x, 3: x, 99: x}  # out of range: the last
+    for k, want in expected_index.items():
+        on_pred, on_index = run(build, np.int32(k), x, y)
+        np.testing.assert_array_equal(on_pred, -x if k > 0 else y + y)
+        np.testing.assert_array_equal(on_index, want)
+
+
+def test_call_evaluates_its_callee():
+    F32 = DType.F32
+    vec = Shape(F32, (3,))
+
+    def build(b, x, y):
+        inner = _scalar_computation(b.module, "inner", [vec], lambda bb, p: bb.unary(Op.EXP, p))
+        outer = _scalar_computation(b.module, "outer", [vec, vec], lambda bb, p, q: bb.tuple(
+            [bb.call(inner, [p]), bb.binary(Op.SUBTRACT, p, q)]))
+        both = b.call(outer, [x, y])
+        return b.binary(Op.ADD, b.get_tuple_element(both, 0), b.get_tuple_element(both, 1))
+
+    x, y = np.array([0.0, 1.0, -1.0]), np.array([2.0, 0.5, 0.0])
+    got = run(build, x, y, dtypes=[F32, F32])
+    want = [math.exp(float(a)) + (float(a) - float(c)) for a, c in zip(x, y)]
+    np.testing.assert_allclose(got, want, rtol=RTOL[F32])
+
+
 def test_argument_errors():
     module = entry_module(lambda b, p: b.unary(Op.NEGATE, p), [Shape(DType.F32, (2,))])
     with pytest.raises(ShapeError):

@@ -153,6 +153,24 @@ def all_ops_module() -> Module:
     nhwc = ConvDims(0, 3, (1, 2), 2, 3, (0, 1), 0, 3, (1, 2))
     conv_window = Window.make((3, 3), (2, 2), (1, 1), (1, 1), (1, 1), (1, 2))
     outs.append(b.convolution(image, kernel, conv_window, nhwc, groups=2))
+    # control flow: a counter loop, conditionals on a pred and on an index, a call
+    count = Shape(S32, ())
+    cb = ComputationBuilder(m, "loop_cond")
+    loop_cond = cb.build(cb.compare(cb.parameter(0, count, "c"), cb.scalar(3, S32), Direction.LT))
+    lb = ComputationBuilder(m, "loop_body")
+    loop_body = lb.build(lb.binary(Op.ADD, lb.parameter(0, count, "c"), lb.scalar(1, S32)))
+    outs.append(b.while_loop(loop_cond, loop_body, b.scalar(0, S32)))
+    branches = []
+    for op in (Op.NEGATE, Op.EXP, Op.ABS):
+        bb = ComputationBuilder(m, f"branch_{op.text}")
+        branches.append(bb.build(bb.unary(op, bb.parameter(0, x.shape, "v"))))
+    flag = b.compare(zero, one, Direction.LT)
+    outs.append(b.conditional(flag, branches[:2], [x, x]))
+    outs.append(b.conditional(starts[0], branches, [x, x, x]))
+    kb = ComputationBuilder(m, "callee")
+    kx, kn = kb.parameter(0, x.shape, "v"), kb.parameter(1, n.shape, "k")
+    callee = kb.build(kb.tuple([kb.unary(Op.NEGATE, kx), kn]))
+    outs.append(b.get_tuple_element(b.call(callee, [x, n]), 0))
     t = b.tuple([x, n])
     outs.append(b.get_tuple_element(t, 1))
     outs.append(b.add(Op.FUSION, [x, x], called=(fused,), fusion_kind=FusionKind.LOOP))
@@ -595,9 +613,9 @@ def bad(text: str, error=ModelError, match: str = ""):
 
 
 def test_unknown_opcode_names_line():
-    text = "HloModule m\n\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT c = f32[2] copy(p)\n}\n"
-    message = bad(text, ModelError, "unknown opcode 'copy'")
-    assert "line 5" in message and "ROOT c = f32[2] copy(p)" in message
+    text = "HloModule m\n\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT c = f32[2] frob(p)\n}\n"
+    message = bad(text, ModelError, r"unknown opcode 'frob' \(%c\)")
+    assert "line 5" in message and "ROOT c = f32[2] frob(p)" in message
 
 
 def test_wrong_written_shape_names_line():

@@ -59,6 +59,9 @@ class EmitContext:
         self.target = target  # what the kernels are for (vector width); None: unspecified
         self.builder: ir.IRBuilder | None = None  # set for each function emitted
         self.slice_pointer: Callable[[Slice], ir.Value] | None = None  # ditto
+        # kernel scratch after the arena (GEMM packing), shared by all kernels; set
+        # by program.build_module from the entry plan
+        self.workspace: Slice | None = None
 
     # -- functions outside the IR ---------------------------------------------
 

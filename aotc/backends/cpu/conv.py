@@ -1,21 +1,41 @@
-"""The convolution rule (general dimension numbers), as simple loops.
+"""Convolution: the element rule (any dtype, any dims), and GEMM plans for f32/f64.
 
-An output element sums, over its feature group's input features and the
-window taps, input * kernel; taps landing in padding or between
+The rule: an output element sums, over its feature group's input features
+and the window taps, input * kernel; taps landing in padding or between
 base-dilated elements are skipped.  Batch groups (batch_group_count > 1)
-pair output feature group g with the g-th block of input batch rows.  Tiled kernels replace this later.
+pair output feature group g with the g-th block of input batch rows.
+
+`plan_convolution` (for contraction.py) handles outputs laid out
+[batch, feature, spatial...] (NCHW): per image and feature group a GEMM of
+the weights [Cout_g, Cin_g*taps] by the image's columns [Cin_g*taps, pixels],
+packed straight from the image (im2col.py; through the input's generator
+for other layouts, 3-D windows or base dilation), or, for 1x1 stride-1
+windows, the image itself as a strided matrix; depthwise convolutions (one
+input channel per group) are a direct loop instead.
 """
 
 from __future__ import annotations
 
 from contextlib import nullcontext
 
+from llvmlite import ir
+
 from ...ir import Instruction, Op
 from .accumulate import MacAccumulator
 from .context import EmitContext
-from .elemental import Gen, Rule
-from .lltypes import i64
-from .loops import if_then, loop_nest
+from .dot import merged_stride
+from .elemental import Gen, Rule, delinearize
+from .gemm import (
+    GemmPlan,
+    GeneratedPanels,
+    StridedPanels,
+    emit_region,
+    gemm_config,
+    split_index,
+)
+from .im2col import IMAGE_FIELDS, ImagePanels
+from .lltypes import i64, register_type
+from .loops import branch_value, for_range, if_then, loop_nest
 from .window import all_of, tap_position
 
 
@@ -68,3 +88,329 @@ def convolution_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
 
 
 CONV_RULES: dict[Op, Rule] = {Op.CONVOLUTION: convolution_rule}
+
+
+# -- GEMM plans (contraction.py) ---------------------------------------------------
+
+
+def plan_convolution(target, conv: Instruction, views) -> GemmPlan | DepthwisePlan | None:
+    """A convolution whose output is [batch, feature, spatial...] (NCHW-like) as GEMMs.
+
+    Per image and feature group: C[Cout_g, pixels] = weights[Cout_g, Cin_g * taps]
+    x columns[Cin_g * taps, pixels].  The columns are packed straight from the
+    image (implicit im2col) or, for 1x1 stride-1 windows, are the image itself;
+    depthwise convolutions run as a direct loop instead.
+    """
+    shape = conv.array_shape
+    config = gemm_config(target, shape.dtype)
+    if config is None or conv.batch_group_count != 1:
+        return None
+    geometry = _Geometry(conv)
+    if not geometry.nchw_output:
+        return None
+    if geometry.work == 0:
+        return None
+    lhs_view, rhs_view = views
+    if geometry.cin_g == 1 and geometry.groups > 1:
+        return _plan_depthwise(geometry, lhs_view)
+    g = geometry
+    weights = _weights_factory(g, rhs_view)
+    columns = _columns_factory(g, lhs_view, config)
+    pixels = g.pixels
+
+    def c_offset(ctx, index):
+        b = ctx.builder
+        image, group = index
+        return b.mul(b.add(b.mul(image, i64(g.cout)), b.mul(group, i64(g.cout_g))), i64(pixels))
+
+    def out_index(ctx, index, row, col):
+        image, group = index
+        feature = ctx.builder.add(ctx.builder.mul(group, i64(g.cout_g)), row)
+        return g.output_index(ctx.builder, image, feature, col)
+
+    batch = (g.batch, g.groups)
+    return GemmPlan(
+        config, batch, g.cout_g, pixels, g.k, pixels, weights, columns, c_offset, out_index
+    )
+
+
+class _Geometry:
+    """Extents of one convolution, in the terms of its GEMM."""
+
+    def __init__(self, conv: Instruction):
+        self.conv = conv
+        self.dims = dims = conv.conv
+        self.window = conv.window
+        self.lhs = conv.operands[0].shape
+        self.rhs = conv.operands[1].shape
+        self.out = conv.array_shape
+        rank, spatial = self.out.rank, len(dims.output_spatial)
+        self.nchw_output = (
+            dims.output_spatial == tuple(range(rank - spatial, rank))
+            and dims.output_feature == rank - spatial - 1
+        )
+        self.groups = conv.feature_group_count
+        self.cin_g = self.rhs.dims[dims.kernel_input_feature]
+        self.cout = self.rhs.dims[dims.kernel_output_feature]
+        self.cout_g = self.cout // self.groups
+        self.batch = self.lhs.dims[dims.input_batch]
+        self.out_spatial = [self.out.dims[d] for d in dims.output_spatial]
+        self.in_spatial = [self.lhs.dims[d] for d in dims.input_spatial]
+        self.pixels = _product(self.out_spatial)
+        self.taps = _product(self.window.size)
+        self.k = self.cin_g * self.taps
+        self.work = self.batch * self.cout * self.pixels * self.k
+
+    def output_index(self, b, image, feature, pixel) -> list:
+        index = [None] * self.out.rank
+        index[self.dims.output_batch] = image
+        index[self.dims.output_feature] = feature
+        for d, value in zip(self.dims.output_spatial, split_index(b, pixel, self.out_spatial)):
+            index[d] = value
+        return index
+
+    @property
+    def is_pointwise(self) -> bool:
+        """1x1 window, stride 1, no padding or dilation: the columns are the image."""
+        w = self.window
+        return all(v == 1 for v in (*w.size, *w.stride, *w.lhs_dilation)) and not any(
+            (*w.pad_low, *w.pad_high)
+        )
+
+
+def _weights_factory(g: _Geometry, view):
+    """A[m, k] = kernel[group*Cout_g + m, ci, taps...] with k = (ci, taps...)."""
+    dims = g.dims
+    k_dims = (dims.kernel_input_feature, *dims.kernel_spatial)
+    k_extents = [g.rhs.dims[d] for d in k_dims]
+    if view is not None:
+        k_stride = merged_stride(k_extents, [view.strides[d] for d in k_dims])
+        if k_stride is not None:
+            m_stride = view.strides[dims.kernel_output_feature]
+
+            def strided(ctx, sources, index):
+                b = ctx.builder
+                offset = b.mul(index[1], i64(g.cout_g * m_stride))
+                return StridedPanels(sources[1].view.pointer(ctx, offset), m_stride, k_stride)
+
+            return strided
+
+    def generated(ctx, sources, index):
+        gen = sources[1].gen
+
+        def element(m, k):
+            b = ctx.builder
+            kernel_index = [None] * g.rhs.rank
+            kernel_index[dims.kernel_output_feature] = b.add(b.mul(index[1], i64(g.cout_g)), m)
+            for d, value in zip(k_dims, delinearize(b, k, k_extents)):
+                kernel_index[d] = value
+            return gen(kernel_index)
+
+        return GeneratedPanels(element)
+
+    return generated
+
+
+def _columns_factory(g: _Geometry, view, config):
+    """B[k, pixel]: the image's window taps, k = (ci, taps...)."""
+    dims = g.dims
+    if view is not None and g.is_pointwise:
+        spatial = merged_stride(g.in_spatial, [view.strides[d] for d in dims.input_spatial])
+        if spatial is not None:
+            feature = view.strides[dims.input_feature]
+
+            def pointwise(ctx, sources, index):
+                offset = _image_offset(ctx, g, view, index)
+                return StridedPanels(sources[0].view.pointer(ctx, offset), spatial, feature)
+
+            return pointwise
+    if view is not None and len(g.in_spatial) <= 2 and all(d == 1 for d in g.window.lhs_dilation):
+
+        def image(ctx, sources, index):
+            offset = _image_offset(ctx, g, view, index)
+            return ImagePanels(sources[0].view.pointer(ctx, offset), image_geometry(g, view))
+
+        return image
+
+    def generated(ctx, sources, index):
+        return GeneratedPanels(_column_element(ctx, g, sources[0].gen, index))
+
+    return generated
+
+
+def _image_offset(ctx, g: _Geometry, view, index) -> ir.Value:
+    """Elements from the input's start to image `index[0]`, channel group `index[1]`."""
+    b = ctx.builder
+    image, group = index
+    batch = b.mul(image, i64(view.strides[g.dims.input_batch]))
+    channels = b.mul(group, i64(g.cin_g * view.strides[g.dims.input_feature]))
+    return b.add(batch, channels)
+
+
+def image_geometry(g: _Geometry, view) -> tuple[int, ...]:
+    """The im2col packer's geometry (1-D windows as 2-D ones of height 1)."""
+    w = g.window
+    dims = g.dims
+    strides = [view.strides[d] for d in dims.input_spatial]
+    fields = {
+        "c_stride": view.strides[dims.input_feature],
+        "h_stride": strides[0] if len(strides) == 2 else 0,
+        "w_stride": strides[-1],
+        "height": g.in_spatial[0] if len(strides) == 2 else 1,
+        "width": g.in_spatial[-1],
+        "kh": w.size[0] if len(strides) == 2 else 1,
+        "kw": w.size[-1],
+        "sh": w.stride[0] if len(strides) == 2 else 1,
+        "sw": w.stride[-1],
+        "ph": w.pad_low[0] if len(strides) == 2 else 0,
+        "pw": w.pad_low[-1],
+        "dh": w.rhs_dilation[0] if len(strides) == 2 else 1,
+        "dw": w.rhs_dilation[-1],
+        "out_width": g.out_spatial[-1],
+    }
+    return tuple(fields[name] for name in IMAGE_FIELDS)
+
+
+def _column_element(ctx, g: _Geometry, gen: Gen, index):
+    """element(k, pixel) of the columns through the input's generator (any layout,
+    base dilation, any spatial rank): zero in the padding."""
+    dims, window = g.dims, g.window
+    image, group = index
+    k_extents = [g.cin_g, *window.size]
+
+    def element(pixel, k):
+        b = ctx.builder
+        feature, *taps = delinearize(b, k, k_extents)
+        outs = delinearize(b, pixel, g.out_spatial)
+        lhs_index = [None] * g.lhs.rank
+        lhs_index[dims.input_batch] = image
+        lhs_index[dims.input_feature] = b.add(b.mul(group, i64(g.cin_g)), feature)
+        conditions = []
+        for i, (out, tap) in enumerate(zip(outs, taps)):
+            where, inside = tap_position(b, out, tap, g.in_spatial[i], window, i)
+            lhs_index[dims.input_spatial[i]] = where
+            conditions += inside
+        valid = all_of(b, conditions)
+        if valid is None:
+            return gen(lhs_index)
+        zero = ir.Constant(register_type(g.out.dtype), 0)
+        return branch_value(b, valid, lambda: gen(lhs_index), lambda: zero)
+
+    return element
+
+
+# -- depthwise ---------------------------------------------------------------------
+
+
+def _plan_depthwise(g: _Geometry, view) -> DepthwisePlan | None:
+    if view is None or len(g.in_spatial) > 2 or any(d != 1 for d in g.window.lhs_dilation):
+        return None
+    return DepthwisePlan(g, image_geometry(g, view))
+
+
+class DepthwisePlan:
+    """Feature groups of one input channel: a direct loop per output row, vectorized
+    over its width, each tap's valid output range known at compile time."""
+
+    workspace_bytes = 0
+    kind = "depthwise"
+
+    def __init__(self, geometry: _Geometry, image: tuple[int, ...]):
+        self.g = geometry
+        self.image = dict(zip(IMAGE_FIELDS, image))
+
+    def emit(self, ctx, sources, c, workspace, epilogue) -> None:
+        g, p = self.g, self.image
+        b = ctx.builder
+        ty = register_type(g.out.dtype)
+        multiplier = g.cout // g.groups
+        out_height = g.out_spatial[0] if len(g.out_spatial) == 2 else 1
+        out_width = p["out_width"]
+        view = sources[0].view
+        with for_range(b, g.batch, "image") as image:
+            with for_range(b, g.cout, "channel") as channel:
+                source = b.udiv(channel, i64(multiplier)) if multiplier > 1 else channel
+                offset = b.add(
+                    b.mul(image, i64(view.strides[g.dims.input_batch])),
+                    b.mul(source, i64(p["c_stride"])),
+                )
+                plane_in = view.pointer(ctx, offset)
+                plane_out = b.gep(
+                    c, [b.mul(b.add(b.mul(image, i64(g.cout)), channel), i64(g.pixels))],
+                    source_etype=ty,
+                )  # fmt: skip
+                weights = self._weights(ctx, sources[1].gen, channel)
+                with for_range(b, out_height, "oh") as oh:
+                    row = b.gep(plane_out, [b.mul(oh, i64(out_width))], source_etype=ty)
+                    self._row(ctx, ty, row, plane_in, oh, weights)
+                if epilogue is not None:
+                    index = [image]
+
+                    def element(m, n, index=index):
+                        epilogue(g.output_index(ctx.builder, index[0], m, n))
+
+                    emit_region(ctx, channel, 1, i64(0), g.pixels, element)
+
+    def _weights(self, ctx, gen, channel) -> list[list[ir.Value]]:
+        """The channel's kernel taps, loaded once (stores to the output could alias)."""
+        g, p = self.g, self.image
+        dims = g.dims
+        rows = []
+        for kh in range(p["kh"]):
+            row = []
+            for kw in range(p["kw"]):
+                index = [None] * g.rhs.rank
+                index[dims.kernel_output_feature] = channel
+                index[dims.kernel_input_feature] = i64(0)
+                spatial = (kh, kw) if len(dims.kernel_spatial) == 2 else (kw,)
+                for d, value in zip(dims.kernel_spatial, spatial):
+                    index[d] = i64(value)
+                row.append(gen(index))
+            rows.append(row)
+        return rows
+
+    def _row(self, ctx, ty, row, plane_in, oh, weights) -> None:
+        """One output row: zero it, then add each tap's valid span of the input row."""
+        p = self.image
+        b = ctx.builder
+        out_width = p["out_width"]
+        with for_range(b, out_width, "zero") as ow:
+            b.store(ir.Constant(ty, 0), b.gep(row, [ow], source_etype=ty))
+        for kh in range(p["kh"]):
+            ih = b.sub(b.add(b.mul(oh, i64(p["sh"])), i64(kh * p["dh"])), i64(p["ph"]))
+            inside = b.icmp_unsigned("<", ih, i64(p["height"]))
+            with if_then(b, inside):
+                line = b.gep(plane_in, [b.mul(ih, i64(p["h_stride"]))], source_etype=ty)
+                for kw in range(p["kw"]):
+                    shift = kw * p["dw"] - p["pw"]
+                    low, high = _valid_span(shift, p["sw"], p["width"], out_width)
+                    if high <= low:
+                        continue
+                    weight = weights[kh][kw]
+                    with for_range(b, high - low, "ow") as t:
+                        ow = b.add(t, i64(low))
+                        iw = b.add(b.mul(ow, i64(p["sw"])), i64(shift))
+                        x = b.load(
+                            b.gep(line, [b.mul(iw, i64(p["w_stride"]))], source_etype=ty), typ=ty
+                        )
+                        target = b.gep(row, [ow], source_etype=ty)
+                        total = b.fadd(b.load(target, typ=ty), b.fmul(weight, x))
+                        b.store(total, target)
+
+
+def _valid_span(shift: int, stride: int, width: int, out_width: int) -> tuple[int, int]:
+    """Output columns [low, high) whose input column ow*stride + shift is in [0, width)."""
+    low = 0
+    while low < out_width and low * stride + shift < 0:
+        low += 1
+    high = out_width
+    while high > low and (high - 1) * stride + shift >= width:
+        high -= 1
+    return low, high
+
+
+def _product(values) -> int:
+    result = 1
+    for v in values:
+        result *= v
+    return result

@@ -1,15 +1,31 @@
-"""The dot rule (general dot: batch, free and contracting dims), as simple loops.
+"""Dot: the element rule (any dtype), and the GEMM plan for f32/f64 kernels.
 
-Output dims are [batch..., lhs free..., rhs free...]; each element is a loop
-over the contracting dims.  Tiled, vectorized kernels replace this later.
+Output dims are [batch..., lhs free..., rhs free...].  The rule computes an
+element as a loop over the contracting dims (used for other dtypes and where
+a dot is fused into a consumer that is not its elementwise epilogue);
+`plan_dot` maps a dot to batched GEMMs (contraction.py emits them): M over
+the lhs free dims, N over the rhs free dims, K over the contracting dims,
+each operand read from memory with merged strides when it is a plain view,
+else through its generator.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...ir import Instruction, Op
 from .accumulate import MacAccumulator
 from .context import EmitContext
-from .elemental import Gen, Rule
+from .elemental import Gen, Rule, delinearize, linearize
+from .gemm import (
+    GemmPlan,
+    GeneratedPanels,
+    StridedPanels,
+    gemm_config,
+    gemv_kind,
+    split_index,
+)
+from .lltypes import i64
 from .loops import loop_nest
 
 
@@ -48,3 +64,120 @@ def dot_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
 
 
 DOT_RULES: dict[Op, Rule] = {Op.DOT: dot_rule}
+
+
+# -- GEMM plans (contraction.py) ---------------------------------------------------
+
+
+def merged_stride(extents, strides) -> int | None:
+    """The stride of dims walked as one linear index (row-major order), if they merge."""
+    pairs = [(e, s) for e, s in zip(extents, strides) if e != 1]
+    for (_, outer), (extent, inner) in zip(pairs, pairs[1:]):
+        if outer != inner * extent:
+            return None
+    return pairs[-1][1] if pairs else 1  # unit dims: any stride reads the same element
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One dot operand as a GEMM operand: panel dims (free), depth dims (contracting)."""
+
+    operand: int
+    batch: tuple[int, ...]
+    free: tuple[int, ...]
+    contracting: tuple[int, ...]
+    dims: tuple[int, ...]
+    strides: tuple[int, int] | None  # merged (panel, depth) strides when in plain memory
+    batch_strides: tuple[int, ...]
+
+    def factory(self):
+        if self.strides is not None:
+            return self._strided
+        return self._generated
+
+    def _strided(self, ctx, sources, index):
+        view = sources[self.operand].view
+        b = ctx.builder
+        offset = i64(0)
+        for value, stride in zip(index, self.batch_strides):
+            offset = b.add(offset, b.mul(value, i64(stride)))
+        return StridedPanels(view.pointer(ctx, offset), *self.strides)
+
+    def _generated(self, ctx, sources, index):
+        gen = sources[self.operand].gen
+        free_extents = [self.dims[d] for d in self.free]
+        depth_extents = [self.dims[d] for d in self.contracting]
+
+        def element(p, k):
+            b = ctx.builder
+            operand_index = [None] * len(self.dims)
+            groups = (
+                (self.batch, index),
+                (self.free, delinearize(b, p, free_extents)),
+                (self.contracting, delinearize(b, k, depth_extents)),
+            )
+            for dims, values in groups:
+                for d, value in zip(dims, values):
+                    operand_index[d] = value
+            return gen(operand_index)
+
+        return GeneratedPanels(element)
+
+
+def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
+    """A dot as batched GEMMs: M, N over the free dims, K over the contracting ones."""
+    config = gemm_config(target, dot.array_shape.dtype)
+    if config is None:
+        return None
+    dims = dot.dot
+    sides = []
+    for operand, batch, contracting in (
+        (0, dims.lhs_batch, dims.lhs_contracting),
+        (1, dims.rhs_batch, dims.rhs_contracting),
+    ):
+        shape = dot.operands[operand].shape
+        free = tuple(d for d in range(shape.rank) if d not in batch + contracting)
+        view = views[operand]
+        strides = batch_strides = None
+        if view is not None:
+            panel = merged_stride([shape.dims[d] for d in free], [view.strides[d] for d in free])
+            depth = merged_stride(
+                [shape.dims[d] for d in contracting], [view.strides[d] for d in contracting]
+            )
+            if panel is not None and depth is not None:
+                strides = (panel, depth)
+                batch_strides = tuple(view.strides[d] for d in batch)
+        sides.append(_Side(operand, batch, free, contracting, shape.dims, strides, batch_strides))
+    lhs, rhs = sides
+    m = _product(lhs.dims[d] for d in lhs.free)
+    n = _product(rhs.dims[d] for d in rhs.free)
+    k = _product(lhs.dims[d] for d in lhs.contracting)
+    if m * n * k == 0:
+        return None
+    batch = tuple(lhs.dims[d] for d in lhs.batch)
+    gemv = None
+    if lhs.strides is not None and rhs.strides is not None:
+        if m == 1:
+            gemv = gemv_kind(m, n, rhs.strides, lhs.strides[1])
+        elif n == 1:
+            gemv = gemv_kind(m, n, lhs.strides, rhs.strides[1])
+    free_m = [lhs.dims[d] for d in lhs.free]
+    free_n = [rhs.dims[d] for d in rhs.free]
+
+    def c_offset(ctx, index):
+        return ctx.builder.mul(linearize(ctx.builder, index, batch), i64(m * n))
+
+    def out_index(ctx, index, row, col):
+        b = ctx.builder
+        return [*index, *split_index(b, row, free_m), *split_index(b, col, free_n)]
+
+    return GemmPlan(
+        config, batch, m, n, k, n, lhs.factory(), rhs.factory(), c_offset, out_index, gemv
+    )
+
+
+def _product(values) -> int:
+    result = 1
+    for v in values:
+        result *= v
+    return result

@@ -16,9 +16,11 @@ from .lltypes import I64, i64
 
 
 @contextmanager
-def for_range(builder: ir.IRBuilder, count: int, name: str = "i") -> Iterator[ir.Value]:
-    """`for (i = 0; i < count; ++i)`, the body emitted inside the `with`."""
-    if count == 1:  # no loop for unit extents (common for batch dims)
+def for_range(
+    builder: ir.IRBuilder, count: int | ir.Value, name: str = "i"
+) -> Iterator[ir.Value]:
+    """`for (i = 0; i < count; ++i)`, the body emitted inside the `with` (count: int or i64)."""
+    if isinstance(count, int) and count == 1:  # no loop for unit extents (common batch dims)
         yield i64(0)
         return
     before = builder.basic_block
@@ -29,7 +31,8 @@ def for_range(builder: ir.IRBuilder, count: int, name: str = "i") -> Iterator[ir
     builder.position_at_end(header)
     counter = builder.phi(I64, name)
     counter.add_incoming(i64(0), before)
-    builder.cbranch(builder.icmp_unsigned("<", counter, i64(count)), body, done)
+    bound = count if isinstance(count, ir.Value) else i64(count)
+    builder.cbranch(builder.icmp_unsigned("<", counter, bound), body, done)
     builder.position_at_end(body)
     yield counter
     following = builder.add(counter, i64(1), name=f"{name}.next", flags=["nuw", "nsw"])

@@ -26,6 +26,8 @@ from ...buffers import BufferKind, BufferPlan, Slice
 from ...errors import AotcError
 from ...ir import Instruction, Module, Op, Shape, Trait
 from .context import EmitContext
+from .contraction import emit_contraction, workspace_bytes
+from .control import CONTROL_KERNELS
 from .elemental import (
     Gen,
     bind_instructions,
@@ -54,12 +56,12 @@ def build_module(
     llmod = ir.Module(name=name)
     weights = _global_bytes(llmod, f"{name}_weights", max(len(plan.weights), 1))
     weights.section = f".rodata.{name}_weights"
-    arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.arena_bytes, 1))
     ctx = EmitContext(llmod, plan, name, RULES, target=target or parse_target())
+    plan.workspace_bytes = workspace_bytes(ctx.target, plan)
+    ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
+    arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.scratch_bytes, 1))
 
-    kernels = [
-        _emit_kernel(ctx, weights, instr) for instr in plan.schedule if _needs_code(plan, instr)
-    ]
+    kernels = emit_computation(ctx, weights, plan)
     impl = _function(llmod, f"{name}_impl", VOID, KERNEL_ARGS, internal=True)
     b = ir.IRBuilder(impl.append_basic_block("entry"))
     for kernel in kernels:
@@ -101,11 +103,55 @@ def _output_count(module: Module) -> int:
 # -- kernels ------------------------------------------------------------------
 
 
-def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instruction):
-    kernel = _function(ctx.module, f"{ctx.prefix}.{instr.name}", VOID, KERNEL_ARGS, internal=True)
+def emit_computation(
+    ctx: EmitContext, weights: ir.GlobalVariable, plan: BufferPlan, scope: str = ""
+) -> list[ir.Function]:
+    """The kernels of a computation's schedule laid out by `plan`, in run order.
+
+    Kernel names are `NAME.<scope><instruction>`: a computation that a while or
+    conditional runs is emitted once per instruction running it, each with its plan.
+    """
+    outer, ctx.plan = ctx.plan, plan
+    kernels = [
+        _emit_kernel(ctx, weights, instr, scope)
+        for instr in plan.schedule
+        if _needs_code(plan, instr)
+    ]
+    ctx.plan = outer
+    return kernels
+
+
+def _emit_control(ctx: EmitContext, weights, instr: Instruction, scope: str) -> ir.Function:
+    """A while or conditional: its computations' kernels, and one kernel calling them."""
+    nested = ctx.plan.nested[instr.name]
+    programs = [
+        emit_computation(ctx, weights, plan, f"{scope}{instr.name}.{k}.")
+        for k, plan in enumerate(nested.plans)
+    ]
+    kernel = _function(ctx.module, f"{ctx.prefix}.{scope}{instr.name}", VOID, KERNEL_ARGS,
+                       internal=True)  # fmt: skip
+    b = ir.IRBuilder(kernel.append_basic_block("entry"))
+    _bind_buffers(ctx, b, kernel, weights)
+
+    def caller(functions: list[ir.Function]):
+        return lambda: [b.call(f, kernel.args) for f in functions]
+
+    CONTROL_KERNELS[instr.op](ctx, instr, nested, [caller(p) for p in programs])
+    b.ret_void()
+    return kernel
+
+
+def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instruction, scope=""):
+    if instr.op in CONTROL_KERNELS:
+        return _emit_control(ctx, weights, instr, scope)
+    kernel = _function(ctx.module, f"{ctx.prefix}.{scope}{instr.name}", VOID, KERNEL_ARGS,
+                       internal=True)  # fmt: skip
     b = ir.IRBuilder(kernel.append_basic_block("entry"))
     _bind_buffers(ctx, b, kernel, weights)
     operands = [_operand_generator(ctx, o) for o in instr.operands]
+    if emit_contraction(ctx, instr, operands):  # dot/conv (+ epilogue) as GEMM
+        b.ret_void()
+        return kernel
     if instr.op in KERNELS:
         KERNELS[instr.op](ctx, instr, operands, _outputs(ctx, instr))
         b.ret_void()

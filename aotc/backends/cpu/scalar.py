@@ -3,6 +3,7 @@
 Regular families are table rows (an IRBuilder method, an LLVM intrinsic or a
 libm function per opcode); only irregular ops (guarded integer division,
 shifts, sign, logistic, ...) are functions, and those sit in tables too.
+f32 transcendentals come from vmath (inline, vectorizable) before those tables.
 f16/bf16 compute in f32 and `unary`/`binary` round the result back.
 """
 
@@ -14,6 +15,7 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...ir import Direction, DType, Op
+from . import vmath
 from .context import EmitContext
 from .lltypes import F32, F64, HALF_DTYPES, I32, register_type, round_to, storage_type
 from .lltypes import from_storage as _from_storage
@@ -255,7 +257,9 @@ INT_BINARY_SPECIAL = {
 def unary(ctx: EmitContext, op: Op, dtype: DType, x: ir.Value) -> ir.Value:
     """`op(x)` for an operand of `dtype`; the result has `dtype` except is-finite (pred)."""
     if dtype.is_float:
-        if op in FLOAT_UNARY_INTRINSIC:
+        if x.type == F32 and op in vmath.F32_UNARY:
+            result = vmath.F32_UNARY[op](ctx, x)
+        elif op in FLOAT_UNARY_INTRINSIC:
             result = ctx.intrinsic(FLOAT_UNARY_INTRINSIC[op], [x])
         elif op in FLOAT_UNARY_LIBM:
             result = ctx.libm(FLOAT_UNARY_LIBM[op], [x])

@@ -3,7 +3,10 @@
 A spec is "host" (this machine's triple, CPU and features), a bare architecture
 ("x86_64", "aarch64"), a triple, each optionally followed by ":CPU" (e.g.
 "x86_64:x86-64-v3", "aarch64-linux-gnu:cortex-a72").  Objects are ELF
-relocatables, so only 64-bit little-endian ELF targets are accepted.
+relocatables, so only 64-bit little-endian ELF targets are accepted.  A target's vector
+width and FMA support, which size the kernels' vectors, are asked of LLVM's code
+generator, so they hold for every CPU LLVM knows.  NOTABLE_TARGETS is what `aotc
+targets` lists.
 """
 
 from __future__ import annotations
@@ -29,25 +32,32 @@ ARCH_TRIPLES = {
 # CPU used when a spec names none (baseline ISA of the architecture)
 DEFAULT_CPUS = {"x86_64": "x86-64", "aarch64": "generic"}
 
-# CPUs (without a feature string) known to have 512- or 256-bit vectors; the
-# cross-compilation work refines this from LLVM itself
-X86_LEVEL_VECTOR_BITS_512 = frozenset(
-    {
-        "x86-64-v4",
-        "skylake-avx512",
-        "cascadelake",
-        "icelake-server",
-        "sapphirerapids",
-        "znver4",
-        "znver5",
-    }
-)
-X86_LEVEL_VECTOR_BITS_256 = frozenset(
-    {"x86-64-v3", "haswell", "broadwell", "skylake", "znver1", "znver2", "znver3", "alderlake"}
-)
-
 # the architectures whose ELF64 little-endian objects we can patch and have tested
 SUPPORTED_ARCHS = frozenset(DEFAULT_CPUS)
+
+# (architecture, vector bits) -> the vector instruction set kernels get
+VECTOR_ISAS = {
+    ("x86_64", 128): "SSE",
+    ("x86_64", 256): "AVX",
+    ("x86_64", 512): "AVX-512",
+    ("aarch64", 128): "NEON",
+}
+
+# what `aotc targets` lists: spec and what it is for (tests check that each parses)
+NOTABLE_TARGETS = (
+    ("host", "this machine, with every feature its CPU has"),
+    ("x86_64", "any x86-64 CPU (SSE2)"),
+    ("x86_64:x86-64-v2", "x86-64 level 2: SSE4.2, POPCNT (Nehalem, Bulldozer and later)"),
+    ("x86_64:x86-64-v3", "x86-64 level 3: AVX2, FMA (Haswell, Zen and later)"),
+    ("x86_64:x86-64-v4", "x86-64 level 4: AVX-512 (Skylake-SP, Zen 4 and later)"),
+    ("aarch64-linux-gnu", "any ARMv8-A CPU (NEON)"),
+    ("aarch64-linux-gnu:cortex-a53", "Raspberry Pi 3, little cores of phones"),
+    ("aarch64-linux-gnu:cortex-a72", "Raspberry Pi 4, AWS Graviton 1"),
+    ("aarch64-linux-gnu:cortex-a76", "Raspberry Pi 5"),
+    ("aarch64-linux-gnu:neoverse-n1", "AWS Graviton 2, Ampere Altra"),
+    ("aarch64-linux-gnu:neoverse-v1", "AWS Graviton 3 (SVE unused: NEON kernels)"),
+    ("aarch64-linux-gnu:neoverse-v2", "AWS Graviton 4, NVIDIA Grace (SVE unused)"),
+)
 
 
 class TargetError(AotcError):
@@ -68,22 +78,30 @@ class CpuTarget:
 
     @property
     def vector_bits(self) -> int:
-        """Width of the widest float vector registers kernels should use."""
-        features = set(self.features.split(","))
-        if "+avx512f" in features or self.cpu in X86_LEVEL_VECTOR_BITS_512:
-            return 512
-        if "+avx2" in features or "+avx" in features or self.cpu in X86_LEVEL_VECTOR_BITS_256:
-            return 256
-        return 128  # SSE2 (x86-64 baseline), NEON (aarch64)
+        """Width of the widest float vector registers kernels should use: 128, 256 or 512.
+
+        What LLVM itself uses for a 512-bit vector operation on this CPU and features,
+        so it is right for every CPU LLVM knows (AVX without AVX2 still has 256-bit
+        float registers; aarch64 is NEON's 128 bits, SVE CPUs included, since kernels
+        use fixed-width vectors).
+        """
+        return _probe(self.triple, self.cpu, self.features).vector_bits
 
     @property
     def has_fma(self) -> bool:
-        features = set(self.features.split(","))
-        return self.arch == "aarch64" or "+fma" in features or self.vector_bits >= 256
+        """Whether a vector fused multiply-add is one instruction (not a libm call)."""
+        return _probe(self.triple, self.cpu, self.features).has_fma
+
+    @property
+    def vector_isa(self) -> str:
+        """The vector instruction set the kernels get, e.g. 'AVX-512', 'SSE', 'NEON'."""
+        return VECTOR_ISAS[self.arch, self.vector_bits]
 
     def describe(self) -> str:
         """One line for headers and logs, e.g. 'x86_64-unknown-linux-gnu (x86-64-v2)'."""
         return f"{self.triple} ({self.cpu or 'generic'})"
+
+    __str__ = describe
 
 
 def parse_target(spec: str = "host") -> CpuTarget:
@@ -113,6 +131,46 @@ def target_machine(target: CpuTarget) -> llvm.TargetMachine:
     return llvm.Target.from_triple(target.triple).create_target_machine(
         cpu=target.cpu, features=target.features, opt=3, reloc="pic", codemodel="default"
     )
+
+
+@dataclass(frozen=True)
+class _VectorUnit:
+    vector_bits: int
+    has_fma: bool
+
+
+# a 512-bit add and a 128-bit fused multiply-add: the registers and instructions LLVM
+# picks for them tell the vector width and whether FMA is native on a CPU
+_PROBE_IR = """
+define void @add(ptr %a, ptr %b) {
+  %x = load <16 x float>, ptr %a
+  %y = load <16 x float>, ptr %b
+  %r = fadd <16 x float> %x, %y
+  store <16 x float> %r, ptr %a
+  ret void
+}
+define void @fma(ptr %a, ptr %b, ptr %c) {
+  %x = load <4 x float>, ptr %a
+  %y = load <4 x float>, ptr %b
+  %z = load <4 x float>, ptr %c
+  %r = call <4 x float> @llvm.fma.v4f32(<4 x float> %x, <4 x float> %y, <4 x float> %z)
+  store <4 x float> %r, ptr %a
+  ret void
+}
+declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)
+"""
+_FMA_INSTRUCTIONS = re.compile(r"\b(vfmadd\w*|fmla)\b")  # FMA3 and FMA4; NEON
+
+
+@functools.cache
+def _probe(triple: str, cpu: str, features: str) -> _VectorUnit:
+    """Ask LLVM's code generator for this CPU (a few milliseconds, once per target)."""
+    machine = target_machine(CpuTarget(triple, cpu, features))
+    module = llvm.parse_assembly(f'target triple = "{triple}"\n{_PROBE_IR}')
+    assembly = machine.emit_assembly(module)
+    add, _, fma = assembly.partition("fma:")
+    bits = 512 if "zmm" in add else 256 if "ymm" in add else 128
+    return _VectorUnit(bits, bool(_FMA_INSTRUCTIONS.search(fma)))
 
 
 @functools.cache

@@ -1,0 +1,304 @@
+"""Contraction kernels: a dot or convolution with its elementwise epilogue, as GEMM.
+
+`program._emit_kernel` asks `emit_contraction` first.  It takes a DOT or
+CONVOLUTION kernel, or a loop FUSION whose root reaches exactly one of them
+through elementwise ops at the same shape (bias, residual, activation: each
+output element uses only the same element of the contraction), in f32/f64,
+when dot.py or conv.py has a fast plan for it.  The contraction is written
+into the output buffer, or into the workspace when the output cannot hold it
+(another element type, or an epilogue operand computed in place there); the
+epilogue then runs per finished block of it, while it is in cache, with the
+contraction's generator replaced by loads from that buffer.
+
+Operands are read through their generators, or directly from memory when
+they are plain views of a buffer (a fused parameter, possibly transposed,
+broadcast or reshaped): `Source.view` gives the strides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...buffers import BufferKind, BufferPlan, Slice
+from ...ir import DType, Instruction, Op, Shape, Trait
+from .context import EmitContext
+from .conv import plan_convolution
+from .dot import plan_dot
+from .elemental import Gen, element_pointer, make_generator, memory_generator
+from .gemm import GEMM_DTYPES, WORKSPACE_ALIGNMENT, GemmPlan
+from .lltypes import i64, storage_type, store_element
+
+# opcode -> planner(target, instruction, operand views) -> plan, or None: not fast
+PLANNERS = {Op.DOT: plan_dot, Op.CONVOLUTION: plan_convolution}
+CONTRACTIONS = frozenset(PLANNERS)
+
+
+@dataclass(frozen=True)
+class View:
+    """An array in a buffer: element `index` at `where` + sum(index * strides) elements."""
+
+    where: Slice
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: DType
+
+    def pointer(self, ctx: EmitContext, offset: ir.Value | int = 0) -> ir.Value:
+        """Address of the element `offset` elements past the view's start."""
+        base = ctx.slice_pointer(self.where)
+        if isinstance(offset, int):
+            if offset == 0:
+                return base
+            offset = i64(offset)
+        return ctx.builder.gep(base, [offset], source_etype=storage_type(self.dtype))
+
+
+@dataclass
+class Source:
+    """A contraction operand: its element generator; its memory layout if a plain view."""
+
+    gen: Gen | None
+    view: View | None
+
+
+# -- which kernels ----------------------------------------------------------------
+
+
+@dataclass
+class _Kernel:
+    """A kernel's contractions (in body order; the last one runs with the epilogue)."""
+
+    contractions: list[Instruction]
+    plans: list  # GemmPlan or conv.DepthwisePlan, one per contraction
+    last_in_place: bool  # the last contraction's values go to the output buffer itself
+
+    @property
+    def value_bytes(self) -> list[int]:
+        """Workspace bytes for each contraction's values (0: in the output buffer)."""
+        sizes = [_align(c.array_shape.nbytes) for c in self.contractions]
+        if self.last_in_place:
+            sizes[-1] = 0
+        return sizes
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The values, then packing space that the contractions take in turn."""
+        return sum(self.value_bytes) + max(p.workspace_bytes for p in self.plans)
+
+
+def workspace_bytes(target, plan: BufferPlan) -> int:
+    """The workspace the kernels of `plan` (and of its nested plans) need: the largest."""
+    sizes = [0]
+    for instr in plan.schedule:
+        kernel = _analyze(target, plan, instr)
+        if kernel is not None:
+            sizes.append(kernel.workspace_bytes)
+    for nested in plan.nested.values():
+        sizes += [workspace_bytes(target, p) for p in nested.plans]
+    return max(sizes)
+
+
+def contraction_kind(target, plan: BufferPlan, instr: Instruction) -> str | None:
+    """How `instr` is emitted: "gemm", "gemv.axpy", "gemv.dot", "depthwise" (the last
+    contraction's), or None (by the element rules)."""
+    kernel = _analyze(target, plan, instr)
+    return None if kernel is None else kernel.plans[-1].kind
+
+
+def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> bool:
+    """Emit `instr` as a GEMM-based kernel if it is one; False leaves it to the rules."""
+    kernel = _analyze(ctx.target, ctx.plan, instr)
+    if kernel is None:
+        return False
+    workspace = _workspace_slice(ctx, kernel.workspace_bytes)
+    out_where = ctx.plan.slice_of(instr)
+    places, offset = [], workspace.offset
+    for size in kernel.value_bytes:
+        places.append(Slice(BufferKind.ARENA, 0, offset, size) if size else out_where)
+        offset += size
+    packing = ctx.slice_pointer(Slice(BufferKind.ARENA, 0, offset, 0))
+    if instr.op in CONTRACTIONS:
+        views = [_memory_view(ctx.plan, o) for o in instr.operands]
+        jobs = [([Source(g, v) for g, v in zip(operands, views)], None)]
+    else:
+        body = instr.called[0]
+        values = {
+            id(c): memory_generator(ctx, where, c.array_shape)
+            for c, where in zip(kernel.contractions, places)
+        }
+        gens = _bind(ctx, body, operands, values)
+        jobs = []
+        for contraction in kernel.contractions:
+            operand_views = [_fused_view(ctx.plan, instr, o) for o in contraction.operands]
+            jobs.append(([Source(gens[id(o)], v)
+                          for o, v in zip(contraction.operands, operand_views)], None))  # fmt: skip
+        epilogue = _epilogue(ctx, gens[id(body.root)], instr.array_shape, out_where)
+        jobs[-1] = (jobs[-1][0], epilogue)
+    for (sources, epilogue), plan, where in zip(jobs, kernel.plans, places):
+        plan.emit(ctx, sources, ctx.slice_pointer(where), packing, epilogue)
+    return True
+
+
+def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
+    contractions = _find_contractions(instr)
+    if not contractions:
+        return None
+    plans = []
+    for contraction in contractions:
+        shape = contraction.array_shape
+        if shape.dtype not in GEMM_DTYPES:
+            return None
+        if any(o.shape.dtype is not shape.dtype for o in contraction.operands):
+            return None
+        if instr is contraction:
+            views = [_memory_view(plan, o) for o in instr.operands]
+        else:
+            views = [_fused_view(plan, instr, o) for o in contraction.operands]
+        planned = PLANNERS[contraction.op](target, contraction, views)
+        if planned is None:
+            return None
+        plans.append(planned)
+    in_place = _can_compute_in_place(plan, instr, contractions[-1])
+    return _Kernel(contractions, plans, in_place)
+
+
+def _find_contractions(instr: Instruction) -> list[Instruction]:
+    """The DOT/CONVOLUTION `instr` is, or those its fused root reaches elementwise
+    (bias, residual, activation; also a sum of two, as a ResNet shortcut block)."""
+    if instr.op in CONTRACTIONS:
+        return [instr] if isinstance(instr.shape, Shape) else []
+    if instr.op is not Op.FUSION or not isinstance(instr.shape, Shape):
+        return []
+    body = instr.called[0]
+    found = [i for i in body.instructions if i.op in CONTRACTIONS]
+    if not all(_elementwise_to_root(body, c) for c in found):
+        return []
+    return found
+
+
+def _elementwise_to_root(body, start: Instruction) -> bool:
+    """Every instruction reading `start` (transitively) is elementwise at its dims."""
+    users = body.users()
+    dims = start.array_shape.dims
+    work, seen = [start], set()
+    while work:
+        instr = work.pop()
+        if id(instr) in seen:
+            continue
+        seen.add(id(instr))
+        for user in users[id(instr)]:
+            same_dims = isinstance(user.shape, Shape) and user.shape.dims == dims
+            if Trait.ELEMENTWISE not in user.op.traits or not same_dims:
+                return False
+            work.append(user)
+    return True
+
+
+def _can_compute_in_place(plan: BufferPlan, instr: Instruction, contraction) -> bool:
+    """Can the output buffer hold the contraction until the epilogue overwrites it?
+
+    Not when its element size differs, nor when an epilogue operand shares the
+    output's bytes (computed in place): the contraction would overwrite it
+    before the epilogue reads it.
+    """
+    if instr is contraction:
+        return True
+    if instr.array_shape.dtype is not contraction.array_shape.dtype:
+        return False
+    out = plan.slice_of(instr)
+    return not any(
+        isinstance(o.shape, Shape) and plan.slice_of(o).overlaps(out) for o in instr.operands
+    )
+
+
+# -- operands ---------------------------------------------------------------------
+
+
+def _row_major_strides(dims) -> tuple[int, ...]:
+    strides, step = [], 1
+    for extent in reversed(dims):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
+def _memory_view(plan: BufferPlan, operand: Instruction) -> View | None:
+    """The row-major view of an entry value in its buffer (none for immediates)."""
+    if not isinstance(operand.shape, Shape):
+        return None
+    if operand.op is Op.CONSTANT and operand.shape.size == 1:
+        return None
+    dims = operand.shape.dims
+    return _make_view(plan.slice_of(operand), dims, _row_major_strides(dims), operand)
+
+
+def _make_view(where: Slice, dims, strides, instr: Instruction) -> View:
+    return View(where, tuple(dims), tuple(strides), instr.array_shape.dtype)
+
+
+def _fused_view(plan: BufferPlan, fusion: Instruction, instr: Instruction) -> View | None:
+    """The memory view of `instr` inside `fusion`'s body, if it only re-indexes a
+    fusion operand (parameter, transpose, broadcast, reshape of contiguous data)."""
+    if instr.op is Op.PARAMETER:
+        return _memory_view(plan, fusion.operands[instr.index])
+    if instr.op not in (Op.TRANSPOSE, Op.BROADCAST, Op.RESHAPE, Op.BITCAST):
+        return None
+    inner = _fused_view(plan, fusion, instr.operands[0])
+    if inner is None or instr.array_shape.dtype is not instr.operands[0].shape.dtype:
+        return None
+    dims = instr.array_shape.dims
+    if instr.op is Op.TRANSPOSE:
+        strides = [inner.strides[d] for d in instr.dimensions]
+    elif instr.op is Op.BROADCAST:
+        strides = [0] * len(dims)
+        for source_dim, out_dim in enumerate(instr.dimensions):
+            strides[out_dim] = inner.strides[source_dim]
+    elif _is_contiguous(inner):
+        strides = _row_major_strides(dims)
+    else:
+        return None
+    return _make_view(inner.where, dims, strides, instr)
+
+
+def _is_contiguous(view: View) -> bool:
+    pairs = [(e, s) for e, s in zip(view.dims, view.strides) if e != 1]
+    expected = _row_major_strides([e for e, _ in pairs])
+    return tuple(s for _, s in pairs) == expected
+
+
+def _bind(ctx, body, params: list[Gen], values: dict[int, Gen]) -> dict[int, Gen]:
+    """Generators of the fused body, those of the contractions replaced by `values`."""
+    gens: dict[int, Gen] = {}
+    for instr in body.instructions:
+        if instr.op is Op.PARAMETER:
+            gens[id(instr)] = params[instr.index]
+        elif id(instr) in values:
+            gens[id(instr)] = values[id(instr)]
+        else:
+            gens[id(instr)] = make_generator(ctx, instr, [gens[id(o)] for o in instr.operands])
+    return gens
+
+
+# -- epilogue and workspace ---------------------------------------------------------
+
+
+def _epilogue(ctx: EmitContext, root: Gen, shape: Shape, where: Slice) -> Callable:
+    """Store the fused root's value at an output index."""
+
+    def apply(index: list[ir.Value]) -> None:
+        pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
+        store_element(ctx.builder, shape.dtype, root(index), pointer)
+
+    return apply
+
+
+def _workspace_slice(ctx: EmitContext, size: int) -> Slice:
+    workspace = ctx.workspace
+    assert workspace is not None and size <= workspace.size, "workspace sized before emission"
+    return Slice(BufferKind.ARENA, 0, workspace.offset, size)
+
+
+def _align(size: int) -> int:
+    return -(-size // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT

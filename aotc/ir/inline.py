@@ -1,0 +1,51 @@
+"""The call inliner: every `call` replaced by a copy of its callee (XLA's CallInliner).
+
+Buffer assignment and the backends never see `call`; frontends and the pass
+pipeline (first, at every level) run this.  A callee left without callers is
+dropped from the module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .module import Computation, Instruction, Module
+from .ops import Op
+
+
+def inline_calls(module: Module) -> bool:
+    """Inline every `call` in every computation; True if there was one."""
+    callees: list[Computation] = []
+    # callees first: a callee's own calls are already inlined when it is copied
+    for comp in module.computations_in_call_order():
+        for instr in [i for i in comp.instructions if i.op is Op.CALL]:
+            callees.append(instr.called[0])
+            _inline(module, comp, instr)
+    if not callees:
+        return False
+    still_called = {id(c) for comp in module.computations for i in comp.instructions
+                    for c in i.called}  # fmt: skip
+    dropped = {id(c) for c in callees if id(c) not in still_called and c is not module.entry}
+    module.computations = [c for c in module.computations if id(c) not in dropped]
+    return True
+
+
+def _inline(module: Module, caller: Computation, call: Instruction) -> None:
+    """Put copies of the callee's live instructions where `call` is; its uses take the root's."""
+    callee = call.called[0]
+    copies: dict[int, Instruction] = {}
+    inserted: list[Instruction] = []
+    for instr in callee.post_order():
+        if instr.op is Op.PARAMETER:
+            copies[id(instr)] = call.operands[instr.index]
+            continue
+        copy = dataclasses.replace(
+            instr,
+            operands=[copies[id(o)] for o in instr.operands],
+            name=module.unique_name(instr.name),
+        )
+        copies[id(instr)] = copy
+        inserted.append(copy)
+    position = caller.instructions.index(call)
+    caller.instructions[position : position + 1] = inserted
+    caller.replace_all_uses(call, copies[id(callee.root)])

@@ -1,0 +1,218 @@
+"""XLA's rng-bit-generator as integer IR ops, bit for bit as XLA's RngBitGeneratorExpander.
+
+`rng-bit-generator(state), algorithm=...` returns (new state, random bits).
+The state is u64[n]: element 0 is the key, the rest a counter.  Philox4x32
+(10 rounds; `rng_default` on CPU) and ThreeFry2x32 (20 rounds) are counter
+based, so with the state fixed at compile time or passed in, the bits are
+plain arithmetic on iotas: adds, xors, rotations and 32x32->64-bit multiplies
+(xla/hlo/builder/lib/prng.cc spells out the same steps).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .builder import ComputationBuilder
+from .module import Instruction
+from .ops import Direction, Op
+from .types import AnyShape, DType, Shape, TupleShape
+
+if TYPE_CHECKING:
+    from .xla_ops import Site
+
+U32, U64 = DType.U32, DType.U64
+_UNSIGNED = {8: DType.U8, 16: DType.U16, 32: U32, 64: U64}
+_THREEFRY_ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
+_PHILOX_W = (0x9E3779B9, 0xBB67AE85)  # key increments per round
+_PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # round multipliers
+
+
+class _Ops:
+    """Integer arithmetic with constants broadcast to the other operand's dims."""
+
+    def __init__(self, b: ComputationBuilder):
+        self.b = b
+
+    def const(self, value: int, dtype: DType, dims=()) -> Instruction:
+        scalar = self.b.scalar(value % (1 << dtype.bits), dtype)
+        return self.b.broadcast(scalar, [], dims) if dims else scalar
+
+    def like(self, x: Instruction, y: Instruction | int) -> Instruction:
+        """`y` as an operand for `x`: a constant of x's type, or y broadcast to x's dims."""
+        if isinstance(y, int):
+            return self.const(y, x.shape.dtype, x.shape.dims)
+        if y.shape.dims != x.shape.dims:
+            return self.b.broadcast(y, [], x.shape.dims)  # scalars only
+        return y
+
+    def op(self, op: Op, x: Instruction, y: Instruction | int) -> Instruction:
+        if isinstance(y, Instruction) and x.shape.dims == () and y.shape.dims != ():
+            x = self.b.broadcast(x, [], y.shape.dims)
+        return self.b.binary(op, x, self.like(x, y))
+
+    def add(self, x, y):
+        return self.op(Op.ADD, x, y)
+
+    def xor(self, x, y):
+        return self.op(Op.XOR, x, y)
+
+    def or_(self, x, y):
+        return self.op(Op.OR, x, y)
+
+    def shr(self, x, y):
+        return self.op(Op.SHIFT_RIGHT_LOGICAL, x, y)
+
+    def shl(self, x, y):
+        return self.op(Op.SHIFT_LEFT, x, y)
+
+    def mul(self, x, y):
+        return self.op(Op.MULTIPLY, x, y)
+
+    def u32(self, x: Instruction) -> Instruction:
+        return self.b.convert(x, U32)  # u64 -> u32 keeps the low half
+
+    def u64(self, x: Instruction) -> Instruction:
+        return self.b.convert(x, U64)
+
+    def halves(self, x: Instruction) -> list[Instruction]:
+        """u64 -> [low u32, high u32]."""
+        return [self.u32(x), self.u32(self.shr(x, 32))]
+
+    def join(self, low: Instruction, high: Instruction) -> Instruction:
+        """[low u32, high u32] -> u64."""
+        return self.or_(self.u64(low), self.shl(self.u64(high), 32))
+
+    def element(self, x: Instruction, i: int) -> Instruction:
+        return self.b.reshape(self.b.slice(x, [i], [i + 1]), [])
+
+    def interleave(self, parts: list[Instruction], count: int, dims) -> Instruction:
+        """parts[0][0], parts[1][0], ..., parts[0][1], ...: the first `count`, as `dims`."""
+        n = parts[0].shape.dims[0]
+        columns = [self.b.reshape(p, [n, 1]) for p in parts]
+        flat = self.b.reshape(self.b.concatenate(columns, 1), [n * len(parts)])
+        return self.b.reshape(self.b.slice(flat, [0], [count]), dims)
+
+
+def rng_bit_generator(site: Site, shape: AnyShape, operands: list[Instruction], attributes):
+    (state,) = operands
+    algorithm = attributes.get("algorithm", "rng_default")
+    if not isinstance(shape, TupleShape) or len(shape.elements) != 2:
+        raise site.fail("rng-bit-generator returns (state, bits)")
+    out = shape.elements[1]
+    if state.shape.dtype is not U64 or state.shape.rank != 1 or out.dtype.bits not in _UNSIGNED:
+        raise site.fail(f"rng-bit-generator of {out} from state {state.shape}")
+    o = _Ops(site.builder())
+    key = o.element(state, 0)
+    if algorithm in ("rng_default", "rng_philox"):  # XLA CPU's default is Philox
+        bits, new_state = _philox(o, key, state, out)
+    elif algorithm == "rng_three_fry":
+        bits, new_state = _threefry(o, key, o.b.slice(state, [1], [2]), out)
+    else:
+        raise site.fail(f"rng-bit-generator algorithm {algorithm}")
+    unsigned = _UNSIGNED[out.dtype.bits]
+    if bits.shape.dtype is not unsigned:  # narrow types take the low bits of u32s
+        bits = o.b.convert(bits, unsigned)
+    if unsigned is not out.dtype:
+        bits = o.b.bitcast_convert(bits, out.dtype)
+    final = o.b.concatenate([o.b.reshape(key, [1]), new_state], 0)
+    return o.b.tuple([final, bits])
+
+
+# -- Philox4x32 ------------------------------------------------------------------------
+
+
+def _philox(o: _Ops, key: Instruction, state: Instruction, out: Shape):
+    """Bits of `out`'s width (u32 below 32) and the state after them (without the key)."""
+    if state.shape.dims[0] >= 3:
+        counter = o.b.slice(state, [1], [3])
+    else:  # XLA reads a 2-word state reversed: counter = (state[1], key)
+        counter = o.b.reverse(state, [0])
+    count = out.size
+    if out.dtype.bits == 64:
+        words, counter = _philox_words(o, key, counter, 2 * count)
+        parts = [o.join(words[0], words[1]), o.join(words[2], words[3])]
+    else:
+        parts, counter = _philox_words(o, key, counter, count)
+    if state.shape.dims[0] < 3:
+        counter = o.b.slice(counter, [0], [1])
+    return o.interleave(parts, count, out.dims), counter
+
+
+def _philox_words(o: _Ops, key: Instruction, counter: Instruction, words: int):
+    """Four u32[n] (n = words / 4, rounded up) of Philox4x32 on counter + 0..n-1, and
+    counter + n; the 128-bit counter is (low u64, high u64)."""
+    n = math.ceil(words / 4)
+    low, high = o.element(counter, 0), o.element(counter, 1)
+    position = o.b.iota(Shape(U64, (n,)), 0)
+    new_low = o.add(low, position)
+    carried = o.b.compare(new_low, o.like(new_low, low), Direction.LT)
+    new_high = o.b.select(carried, o.like(new_low, o.add(high, 1)), o.like(new_low, high))
+    x = [*o.halves(new_low), *o.halves(new_high)]
+    k = o.halves(key)
+    for _ in range(10):
+        product0 = o.mul(o.u64(x[0]), _PHILOX_M[0])
+        product1 = o.mul(o.u64(x[2]), _PHILOX_M[1])
+        x = [o.xor(o.xor(o.u32(o.shr(product1, 32)), x[1]), k[0]), o.u32(product1),
+             o.xor(o.xor(o.u32(o.shr(product0, 32)), x[3]), k[1]), o.u32(product0)]  # fmt: skip
+        k = [o.add(k[0], _PHILOX_W[0]), o.add(k[1], _PHILOX_W[1])]
+    after_low = o.add(low, n)
+    wrapped = o.b.compare(after_low, low, Direction.LT)
+    after_high = o.b.select(wrapped, o.add(high, 1), high)
+    return x, o.b.concatenate([o.b.reshape(after_low, [1]), o.b.reshape(after_high, [1])], 0)
+
+
+# -- ThreeFry2x32 ----------------------------------------------------------------------
+
+
+def _threefry(o: _Ops, key: Instruction, counter: Instruction, out: Shape):
+    """Bits of `out`'s width (u32 below 32) and the counter after them (u64[1])."""
+    k = o.halves(key)
+    if out.dtype.bits == 64:
+        inputs, counter = _threefry_inputs(o, counter, out.dims)
+        x = _threefry2x32(o, inputs, k)
+        return o.join(x[0], x[1]), counter
+    # one 2x32 block gives two words: half of the shape each, joined along a split dim
+    dims = list(out.dims)
+    if not dims:
+        half, split = [1], 0
+    else:
+        even = [i for i, d in enumerate(dims) if d % 2 == 0]
+        split = even[0] if even else dims.index(max(dims))
+        half = [*dims[:split], (dims[split] + 1) // 2, 1, *dims[split + 1 :]]
+    inputs, counter = _threefry_inputs(o, counter, half)
+    x = _threefry2x32(o, inputs, k)
+    if not dims:
+        return o.b.reshape(x[0], []), counter
+    joined = o.b.concatenate(x, split + 1 if dims else 0)
+    padded = [*dims[:split], half[split] * 2, *dims[split + 1 :]]
+    result = o.b.reshape(joined, padded)
+    if padded != dims:
+        result = o.b.slice(result, [0] * len(dims), dims)
+    return result, counter
+
+
+def _threefry_inputs(o: _Ops, counter: Instruction, dims):
+    """(low u32, high u32) of counter + the row-major position of each element (dims of
+    extent 1 skipped), and counter + the element count."""
+    position = o.b.broadcast(o.b.reshape(counter, []), [], dims)
+    stride = 1
+    for i in reversed(range(len(dims))):
+        if dims[i] < 2:
+            continue
+        position = o.add(position, o.mul(o.b.iota(Shape(U64, tuple(dims)), i), stride))
+        stride *= dims[i]
+    return o.halves(position), o.add(counter, math.prod(dims))
+
+
+def _threefry2x32(o: _Ops, x: list[Instruction], key: list[Instruction]) -> list[Instruction]:
+    ks = [key[0], key[1], o.xor(o.xor(o.const(0x1BD11BDA, U32), key[0]), key[1])]
+    x = [o.add(x[0], ks[0]), o.add(x[1], ks[1])]
+    for block in range(5):
+        for rotation in _THREEFRY_ROTATIONS[4 * (block % 2) : 4 * (block % 2) + 4]:
+            x0 = o.add(x[0], x[1])
+            rotated = o.or_(o.shl(x[1], rotation), o.shr(x[1], 32 - rotation))
+            x = [x0, o.xor(x0, rotated)]
+        x = [o.add(x[0], ks[(block + 1) % 3]),
+             o.add(o.add(x[1], ks[(block + 2) % 3]), block + 1)]  # fmt: skip
+    return x

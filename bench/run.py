@@ -1,0 +1,501 @@
+"""Speed benchmark: aotc-compiled models called from C against onnxruntime.
+
+    python bench/run.py [--models a,b] [--threads 1,2] [--repeat N] [--quick] [--out FILE]
+
+For each model of `models.BENCH_MODELS` (fixed seeds): compile it with aotc, link
+bench/driver.c against libNAME.a, and time, interleaved in the same run and with the
+same thread count, the driver (timing inside C) and an onnxruntime InferenceSession
+(all graph optimizations, intra-op threads = T, one inter-op thread, sequential) on the
+same inputs.  Outputs must agree within `RTOL`/`ATOL_SCALE`.  Prints the table and writes
+it to bench/results.md, with the single-core float32 GEMM peak measured in the same run.
+Exits 1 when a model failed or its outputs disagreed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent))
+from models import BENCH_MODELS, model_inputs
+
+import aotc
+from aotc import report
+from aotc.artifacts import find_compiler
+from aotc.errors import AotcError
+
+# Outputs agree when |aotc - ort| <= ATOL_SCALE * max|ort| + RTOL * |ort| everywhere: both
+# sum float32 products in different orders (and ORT fuses batch norms into weights).
+RTOL = 1e-3
+ATOL_SCALE = 1e-4
+ROUNDS = 5  # interleaving: each runtime's samples are split over this many alternating turns
+PAUSE_S = 0.01  # between turns, so that ORT's spinning workers go idle first
+MIN_SAMPLES = 3
+THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class BenchError(AotcError):
+    """The driver program could not be built or run."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long to measure; `--quick` trades precision for seconds."""
+
+    repeat: int = 30  # samples per model, runtime and thread count (fewer when slow)
+    warm_s: float = 0.5  # warm-up time before sampling
+    sample_s: float = 0.002  # a sample is the mean of enough runs to last this long
+    budget_s: float = 30.0  # sampling time per model, runtime and thread count
+    peak_n: int = 2048  # GEMM size of the peak measurement
+    peak_reps: int = 5
+
+    @classmethod
+    def quick(cls, repeat: int | None) -> Settings:
+        return cls(repeat or 5, 0.02, 0.0002, 1.0, 512, 3)
+
+
+@dataclass
+class Row:
+    """One model at one thread count."""
+
+    model: str
+    threads: int
+    gflop: float = math.nan
+    compile_s: float = math.nan
+    ort_ms: float = math.nan
+    aotc_ms: float | None = None  # None: aotc runs single-threaded ("n/a")
+    samples: str = ""
+    rel_err: float = math.nan
+    agree: bool | None = None
+    error: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.aotc_ms is None else self.ort_ms / self.aotc_ms
+
+    @property
+    def gflops(self) -> float | None:
+        return None if self.aotc_ms is None else self.gflop / self.aotc_ms * 1e3
+
+
+@dataclass
+class Compiled:
+    """A model compiled, linked into the driver, with its inputs on disk."""
+
+    name: str
+    path: Path  # the ONNX file both runtimes load
+    program: Path
+    inputs_bin: Path
+    feeds: dict[str, np.ndarray]
+    outputs: list  # aotc TensorSpecs, in C order
+    gflop: float
+    compile_s: float
+    threaded: bool
+    workdir: Path
+
+
+# ---------------------------------------------------------------------------- machine peak
+
+_PEAK_CHILD = r"""
+import sys, time
+import numpy as np
+n, reps = int(sys.argv[1]), int(sys.argv[2])
+rng = np.random.default_rng(0)
+a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+a @ b
+best = float("inf")
+for _ in range(reps):
+    start = time.perf_counter()
+    a @ b
+    best = min(best, time.perf_counter() - start)
+print(2 * n**3 / best / 1e9)
+"""
+
+
+def measure_peak(settings: Settings) -> float:
+    """Single-core float32 GEMM GFLOP/s: numpy matmul in a one-thread subprocess."""
+    env = {**os.environ, **{k: "1" for k in THREAD_ENV}}
+    argv = [sys.executable, "-c", _PEAK_CHILD, str(settings.peak_n), str(settings.peak_reps)]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def blas_name() -> str:
+    blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
+    return f"{blas.get('name', 'unknown BLAS')} {blas.get('version', '')}".strip()
+
+
+# ---------------------------------------------------------------------------- building
+
+
+def compile_model(name: str, workdir: Path) -> Compiled:
+    """Compile with aotc, write the artifacts, build the driver and the inputs file."""
+    model = BENCH_MODELS[name]()
+    path = workdir / f"{name}.onnx"
+    onnx.save(model, str(path))
+    build = workdir / "build"
+    started = time.perf_counter()
+    compiled = aotc.compile(path, name=name)
+    paths = compiled.write(build)
+    compile_s = time.perf_counter() - started
+    gflop = sum(k.flops for k in report.kernels(compiled.plan)) / 1e9
+    header = paths.header.read_text()
+    # the model runs in parallel once its code calls the runtime's pool, or once the
+    # header declares a per-model thread setter
+    own_setter = re.search(rf"\b{name}_set_num_threads\s*\(", header) is not None
+    threaded = own_setter or b"aotc_parallel" in compiled.object_bytes
+    setter = f"{name}_set_num_threads" if own_setter else None
+    if setter is None and re.search(r"\baotc_set_num_threads\s*\(", header):
+        setter = "aotc_set_num_threads"
+    program = build_driver(name, len(compiled.inputs), len(compiled.outputs), build, setter)
+    feeds = model_inputs(model)
+    inputs_bin = workdir / "inputs.bin"
+    with open(inputs_bin, "wb") as f:
+        f.writelines(
+            np.ascontiguousarray(feeds[s.name], s.dtype.numpy).tobytes() for s in compiled.inputs
+        )
+    return Compiled(
+        name, path, program, inputs_bin, feeds, compiled.outputs, gflop, compile_s,
+        threaded, workdir,
+    )  # fmt: skip
+
+
+def build_driver(name: str, n_in: int, n_out: int, build: Path, setter: str | None) -> Path:
+    """cc -O2 driver.c libNAME.a -lm -lpthread, with the model's symbols as -D flags."""
+    args = [f"in[{i}]" for i in range(n_in)] + [f"out[{i}]" for i in range(n_out)]
+    call = f"-DAOTC_CALL(in,out,s)={name}_run({', '.join([*args, 's'])})"
+    defines = [f'-DAOTC_HEADER="{name}.h"', f"-DAOTC_NAME={name}", f"-DAOTC_UPPER={name.upper()}"]
+    if setter:
+        defines.append(f"-DAOTC_SET_THREADS={setter}")
+    program = build / f"{name}_bench"
+    argv = [
+        *find_compiler(), "-O2", "-I", str(build), *defines, call, str(BENCH / "driver.c"),
+        str(build / f"lib{name}.a"), "-lm", "-lpthread", "-o", str(program),
+    ]  # fmt: skip
+    done = subprocess.run(argv, check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BenchError(f"building the driver for {name} failed:\n{done.stderr.strip()}")
+    return program
+
+
+# ---------------------------------------------------------------------------- timing
+
+
+@dataclass
+class Timer:
+    """One runtime's `sample(n, k)`: n samples, each the mean ns of k back-to-back runs."""
+
+    sample: Callable[[int, int], list[float]]
+    per_sample: int = 1
+    samples: int = MIN_SAMPLES
+    times_ns: list[float] = field(default_factory=list)
+
+
+class Driver:
+    """The C driver as a child process that answers timing commands on stdin."""
+
+    def __init__(self, model: Compiled, threads: int):
+        self.outputs_bin = model.workdir / f"outputs_{threads}.bin"
+        env = {**os.environ, "AOTC_NUM_THREADS": str(threads)}
+        argv = [str(model.program), str(model.inputs_bin), str(self.outputs_bin), str(threads)]
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+
+    def sample(self, n: int, k: int) -> list[float]:
+        self.proc.stdin.write(f"{n} {k}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise BenchError(f"the driver exited with status {self.proc.wait()}")
+        return [float(t) for t in line.split()]
+
+    def finish(self, specs: list) -> list[np.ndarray]:
+        """Quit; the outputs of its last run."""
+        self.proc.communicate("q\n", timeout=60)
+        if self.proc.returncode != 0:
+            raise BenchError(f"the driver exited with status {self.proc.returncode}")
+        data = self.outputs_bin.read_bytes()
+        arrays, offset = [], 0
+        for spec in specs:
+            arrays.append(np.frombuffer(data, spec.dtype.numpy, spec.size, offset))
+            offset += spec.nbytes
+        return [a.reshape(spec.dims) for a, spec in zip(arrays, specs)]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def ort_session(path: Path, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3  # errors only: not the unused-initializer warnings
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def ort_sampler(session, feeds: dict[str, np.ndarray]) -> Callable[[int, int], list[float]]:
+    def sample(n: int, k: int) -> list[float]:
+        times = []
+        for _ in range(n):
+            start = time.perf_counter_ns()
+            for _ in range(k):
+                session.run(None, feeds)
+            times.append((time.perf_counter_ns() - start) / k)
+        return times
+
+    return sample
+
+
+def plan(timer: Timer, settings: Settings) -> None:
+    """Warm up, then choose runs per sample and the number of samples from the run time."""
+    run_ns = timer.sample(1, 1)[0]
+    if run_ns < settings.warm_s * 1e9:  # a slow model's first run is warm-up enough
+        warm_runs = min(10_000, math.ceil(settings.warm_s * 1e9 / run_ns))
+        run_ns = timer.sample(1, warm_runs)[0]
+    timer.per_sample = max(1, math.ceil(settings.sample_s * 1e9 / run_ns))
+    affordable = int(settings.budget_s * 1e9 / (run_ns * timer.per_sample))
+    timer.samples = max(MIN_SAMPLES, min(settings.repeat, affordable))
+
+
+def interleave(timers: list[Timer], settings: Settings) -> None:
+    """Sample every timer in alternating turns, so that drifts in the machine's load
+    hit all of them alike."""
+    for timer in timers:
+        plan(timer, settings)
+    rounds = min(ROUNDS, *(t.samples for t in timers))
+    for r in range(rounds):
+        for timer in timers if r % 2 == 0 else timers[::-1]:
+            n = timer.samples // rounds + (r < timer.samples % rounds)
+            timer.times_ns += timer.sample(n, timer.per_sample)
+            time.sleep(PAUSE_S)
+
+
+def compare(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[bool, float]:
+    """(within tolerance, max |got - want| / max |want|) over all outputs."""
+    agree, worst = True, 0.0
+    for g, w in zip(got, want):
+        w = np.asarray(w, np.float64)
+        g = np.asarray(g, np.float64).reshape(w.shape)
+        scale = float(np.max(np.abs(w))) if w.size else 0.0
+        diff = np.abs(g - w)
+        agree &= bool(np.all(diff <= ATOL_SCALE * scale + RTOL * np.abs(w)))
+        if diff.size:
+            worst = max(worst, float(np.max(diff)) / max(scale, 1e-30))
+    return agree, worst
+
+
+def measure(model: Compiled, threads: int, settings: Settings) -> Row:
+    """Time both runtimes on one model at one thread count and compare their outputs."""
+    row = Row(model.name, threads, model.gflop, model.compile_s)
+    session = ort_session(model.path, threads)
+    ort_timer = Timer(ort_sampler(session, model.feeds))
+    # single-threaded code gains nothing from a second thread: "n/a", not a repeat
+    driver = Driver(model, threads) if threads == 1 or model.threaded else None
+    try:
+        timers = [ort_timer] + ([Timer(driver.sample)] if driver else [])
+        interleave(timers, settings)
+        want = session.run(None, model.feeds)
+        row.ort_ms = statistics.median(ort_timer.times_ns) / 1e6
+        row.samples = f"{len(ort_timer.times_ns)}x{ort_timer.per_sample}"
+        if driver:
+            aotc_timer = timers[1]
+            row.aotc_ms = statistics.median(aotc_timer.times_ns) / 1e6
+            row.samples += f" / {len(aotc_timer.times_ns)}x{aotc_timer.per_sample}"
+            row.agree, row.rel_err = compare(driver.finish(model.outputs), want)
+    finally:
+        if driver:
+            driver.kill()
+    return row
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None or math.isnan(value) else format(value, fmt)
+
+
+def table(rows: list[Row], peak: float) -> str:
+    lines = [
+        (
+            "| model | GFLOP | ORT ms | aotc ms | ratio ORT/aotc | aotc GFLOP/s | % of peak "
+            "| compile s | samples ORT / aotc | max rel err | agree |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
+    ]
+    for r in rows:
+        if r.error:
+            lines.append(f"| {r.model} | {_num(r.gflop, '.4g')} | " + "| " * 8 + f"{r.error} |")
+            continue
+        gflops = r.gflops
+        pct = None if gflops is None else 100 * gflops / (peak * r.threads)
+        agree = {True: "yes", False: "**NO**", None: "n/a"}[r.agree]
+        lines.append(
+            f"| {r.model} | {r.gflop:.4g} | {r.ort_ms:.4g} | {_num(r.aotc_ms, '.4g')} "
+            f"| {_num(r.ratio, '.3g')} | {_num(gflops, '.3g')} | {_num(pct, '.3g')} "
+            f"| {r.compile_s:.1f} | {r.samples} | {_num(r.rel_err, '.1e')} | {agree} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(statistics.fmean(map(math.log, values))) if values else None
+
+
+def summary(rows: list[Row], threads: list[int]) -> str:
+    lines = []
+    for t in threads:
+        ratios = [r.ratio for r in rows if r.threads == t and r.ratio is not None]
+        lines.append(
+            f"- {t} thread(s): geometric-mean ratio ORT/aotc {_num(geomean(ratios), '.3f')} "
+            f"over {len(ratios)} models"
+        )
+    base = {r.model: r for r in rows if r.threads == 1 and not r.error}
+    for t in (t for t in threads if t != 1):
+        for r in (r for r in rows if r.threads == t and r.model in base and not r.error):
+            one = base[r.model]
+            aotc = None if r.aotc_ms is None or one.aotc_ms is None else one.aotc_ms / r.aotc_ms
+            aotc_text = "n/a" if aotc is None else f"{aotc:.2f}x"
+            lines.append(
+                f"- {r.model}: speed-up at {t} threads over 1: aotc {aotc_text}, "
+                f"ORT {one.ort_ms / r.ort_ms:.2f}x"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def revision() -> str:
+    """`git describe` of the tree that was benchmarked, when it is a git checkout."""
+    argv = ["git", "-C", str(BENCH.parent), "describe", "--always", "--dirty"]
+    done = subprocess.run(argv, check=False, capture_output=True, text=True)
+    return f" from git {done.stdout.strip()}" if done.returncode == 0 else ""
+
+
+def header_text(argv: list[str], peak: float, settings: Settings, loads: list) -> str:
+    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        found = re.search(r"model name\s*:\s*(.*)", cpuinfo.read_text())
+        cpu = found.group(1) if found else cpu
+    load = ", ".join(f"{a:.2f}" for a in loads)
+    command = " ".join(["python bench/run.py", *argv])
+    return f"""# Speed: aotc against onnxruntime
+
+Made by `{command}`{revision()} on {now}.
+
+- Machine: {cpu}, {os.cpu_count()} logical CPUs; 1-minute load average at start and end:
+  {load} (the machine is shared: noisy neighbours inflate both columns alike).
+- Peak: {peak:.1f} GFLOP/s, single-core float32 GEMM: numpy {np.__version__}
+  ({blas_name()}) `a @ b` on {settings.peak_n}x{settings.peak_n} matrices in a subprocess
+  with {"/".join(THREAD_ENV)}=1, best of {settings.peak_reps} after one warm-up, measured at
+  the start and the end of this run (the better one is kept). "% of peak" divides aotc's
+  GFLOP/s by T x this peak at T threads.
+- GFLOP per inference: counted by `aotc/report.py` over the optimized module (2 per
+  multiply-add in dot and convolution, 1 per element and op elsewhere).
+- aotc: `bench/driver.c` linked against `libNAME.a` (`cc -O2`), calling `NAME_run` with
+  aligned_alloc'ed buffers, timed inside C with clock_gettime(CLOCK_MONOTONIC).
+  ORT: onnxruntime {ort.__version__} InferenceSession, ORT_ENABLE_ALL, intra_op_num_threads
+  = T, inter_op_num_threads = 1, ORT_SEQUENTIAL, timed around `session.run` in Python
+  (so it includes the binding's per-call cost of some microseconds, which matters for the
+  tiny MLP only).
+  Same inputs (seed 0); weights are initializers (constants) for both.
+- ms: median over samples; a sample is the mean of K back-to-back runs (K chosen so that
+  a sample lasts >= {settings.sample_s * 1e3:g} ms), after {settings.warm_s:g} s of warm-up
+  (one run when a run is longer); "samples" is N x K. Up to {settings.repeat} samples, fewer
+  (at least {MIN_SAMPLES}) when {settings.budget_s:g} s would not fit them. The two runtimes
+  are sampled in up to {ROUNDS} alternating turns.
+- Threads: aotc's count is set through the header's thread setter and AOTC_NUM_THREADS;
+  "n/a" at T > 1 when the compiled code does not use the runtime's thread pool yet.
+- agree: |aotc - ORT| <= {ATOL_SCALE:g} x max|ORT| + {RTOL:g} x |ORT| for every element;
+  max rel err is max|aotc - ORT| / max|ORT|.
+"""
+
+
+def write_report(rows: list[Row], threads: list[int], peak: float, head: str) -> str:
+    parts = [head]
+    for t in threads:
+        parts.append(f"\n## {t} thread{'s' if t > 1 else ''}\n\n")
+        parts.append(table([r for r in rows if r.threads == t], peak))
+    parts.append("\n## Summary\n\n" + summary(rows, threads))
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(BENCH_MODELS), help="comma-separated")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    parser.add_argument("--repeat", type=int, default=None, help="samples per measurement")
+    parser.add_argument("--quick", action="store_true", help="few short samples (smoke test)")
+    parser.add_argument("--out", type=Path, default=BENCH / "results.md")
+    args = parser.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in args.models if m not in BENCH_MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(BENCH_MODELS)}")
+    args.threads = [int(t) for t in args.threads.split(",") if t]
+    if not args.threads or min(args.threads) < 1:
+        parser.error("--threads takes positive counts, e.g. 1,2")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    settings = Settings.quick(args.repeat) if args.quick else Settings(args.repeat or 30)
+    loads = [os.getloadavg()[0]]
+    peak = measure_peak(settings)
+    print(f"single-core f32 GEMM peak: {peak:.1f} GFLOP/s", flush=True)
+    rows: list[Row] = []
+    for name in args.models:
+        with tempfile.TemporaryDirectory(prefix=f"aotc_bench_{name}_") as tmp:
+            try:
+                model = compile_model(name, Path(tmp))
+            except (AotcError, OSError, subprocess.SubprocessError) as e:
+                rows += [
+                    Row(name, t, error=f"failed: {e}".replace("\n", " ")) for t in args.threads
+                ]
+                print(rows[-1].error, flush=True)
+                continue
+            for t in args.threads:
+                try:
+                    rows.append(measure(model, t, settings))
+                except (AotcError, OSError, subprocess.SubprocessError) as e:
+                    error = f"failed: {e}".replace("\n", " ")
+                    rows.append(Row(name, t, model.gflop, model.compile_s, error=error))
+                print(f"{t} thread(s): " + table(rows[-1:], peak).splitlines()[-1], flush=True)
+    peak = max(peak, measure_peak(settings))
+    loads.append(os.getloadavg()[0])
+    text = write_report(rows, args.threads, peak, header_text(argv, peak, settings, loads))
+    print("\n" + text)
+    args.out.write_text(text)
+    failed = any(r.error or r.agree is False for r in rows)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
