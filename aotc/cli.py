@@ -80,6 +80,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "--dump-hlo", type=Path, metavar="DIR", help="write the module after every pass"
     )
     compile_cmd.add_argument("--verify", action="store_true", help="verify the IR after every pass")
+    compile_cmd.add_argument(
+        "--threads", type=int, default=1, metavar="N",
+        help="threads the model uses unless NAME_set_num_threads or $AOTC_NUM_THREADS say "
+        "otherwise (default 1; 0: all CPUs)",
+    )  # fmt: skip
     compile_cmd.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
 
     inspect_cmd = commands.add_parser(
@@ -114,6 +119,7 @@ def _options(args):
         opt_level=args.opt_level,
         verify=getattr(args, "verify", False),
         dump_hlo=getattr(args, "dump_hlo", None),
+        threads=getattr(args, "threads", 1),
     )
 
 

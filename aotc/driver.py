@@ -43,6 +43,7 @@ class CompileOptions:
     opt_level: int = 2
     dump_hlo: Path | None = None
     verify: bool = False
+    threads: int = 1  # default thread count of the compiled model (<= 0: all CPUs)
 
 
 @dataclass
@@ -86,7 +87,7 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     module.name = name
     make_pipeline(options.opt_level, options.dump_hlo, options.verify).run(module)
     plan = assign_buffers(module)
-    object_bytes = emit_object(module, plan, name, target)
+    object_bytes = emit_object(module, plan, name, target, options.threads)
     inputs, outputs = _tensor_specs(module)
     stats = artifacts.MemoryStats(
         arena_bytes=plan.arena_bytes,

@@ -44,6 +44,9 @@ static struct {
     0, 0, 0, 0, 0, 0, 0, 0,
 };
 
+/* Set once the count has been chosen (by a model's first run or by the application). */
+static int configured;
+
 /* Chunk i of k over [0, n): sizes differ by at most one, no overflow for any n. */
 static int64_t chunk_begin(int64_t n, int64_t k, int64_t i) {
     int64_t rest = n % k;
@@ -132,6 +135,7 @@ void aotc_set_num_threads(int n) {
     if (n > AOTC_MAX_THREADS) n = AOTC_MAX_THREADS;
     pthread_mutex_lock(&pool.mutex);
     pool.num_threads = n;
+    __atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
     while (pool.num_workers > n - 1) {
         aotc_worker *w = pool.workers[--pool.num_workers];
         w->stop = 1;
@@ -146,6 +150,23 @@ void aotc_set_num_threads(int n) {
         pthread_join(w->thread, NULL);
         free(w);
     }
+}
+
+void aotc_configure_threads(int default_threads) {
+    const char *env;
+    long requested;
+    char *end;
+    if (__atomic_load_n(&configured, __ATOMIC_ACQUIRE)) return;
+    env = getenv("AOTC_NUM_THREADS");
+    requested = env ? strtol(env, &end, 10) : 0;
+    if (!env || *end != '\0' || requested <= 0 || requested > AOTC_MAX_THREADS)
+        requested = default_threads;
+    pthread_mutex_lock(&pool.mutex);
+    if (!configured) {
+        pool.num_threads = requested > 0 ? (int)requested : online_cpus();
+        __atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&pool.mutex);
 }
 
 int aotc_get_num_threads(void) {

@@ -36,6 +36,13 @@ void aotc_set_num_threads(int n);
 /* The number of threads parallel loops use (1 unless set). */
 int aotc_get_num_threads(void);
 
+/*
+ * Called by every model run with the thread count the model was compiled for: the first
+ * call sets the count from $AOTC_NUM_THREADS if that is a positive number, else from
+ * `default_threads` (<= 0: the number of online CPUs); later calls, and any call after aotc_set_num_threads, do nothing.
+ */
+void aotc_configure_threads(int default_threads);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,7 @@ import cffi
 import numpy as np
 import pytest
 
+from aotc.artifacts import compile_runtime
 from aotc.backends.cpu import emit_object, parse_target
 from aotc.buffers import BufferPlan, assign_buffers
 from aotc.ir import Module, Op, Shape
@@ -33,8 +34,9 @@ def link_shared(objects: dict[str, bytes], directory: Path) -> Path:
         path.write_bytes(data)
         paths.append(str(path))
     library = directory / f"lib{'_'.join(objects)}.so"
+    runtime = [str(p) for p in compile_runtime(directory / "runtime")]
     subprocess.run(
-        [c_compiler(), "-shared", "-o", str(library), *paths, "-lm"],
+        [c_compiler(), "-shared", "-o", str(library), *paths, *runtime, "-lm", "-lpthread"],
         check=True,
         capture_output=True,
         text=True,

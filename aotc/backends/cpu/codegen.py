@@ -11,10 +11,12 @@ from .program import build_module
 from .target import CpuTarget, target_machine
 
 
-def optimized_module(module: Module, plan: BufferPlan, name: str, target: CpuTarget):
+def optimized_module(
+    module: Module, plan: BufferPlan, name: str, target: CpuTarget, threads: int = 1
+):
     """Build, verify and -O3 optimize the LLVM module; returns (module, target machine)."""
     machine = target_machine(target)
-    llmod = build_module(module, plan, name, target)
+    llmod = build_module(module, plan, name, target, threads)
     llmod.triple = target.triple
     llmod.data_layout = str(machine.target_data)
     parsed = llvm.parse_assembly(str(llmod))
@@ -25,9 +27,11 @@ def optimized_module(module: Module, plan: BufferPlan, name: str, target: CpuTar
     return parsed, machine
 
 
-def emit_object(module: Module, plan: BufferPlan, name: str, target: CpuTarget) -> bytes:
+def emit_object(
+    module: Module, plan: BufferPlan, name: str, target: CpuTarget, threads: int = 1
+) -> bytes:
     """An ELF relocatable object defining NAME_run, NAME_run_generic, NAME_weights, ..."""
-    parsed, machine = optimized_module(module, plan, name, target)
+    parsed, machine = optimized_module(module, plan, name, target, threads)
     obj = machine.emit_object(parsed)
     weights = plan.weights or b"\0"  # the placeholder is never empty
     return patch_section(obj, f".rodata.{name}_weights", weights)

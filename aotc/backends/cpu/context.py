@@ -59,6 +59,10 @@ class EmitContext:
         self.target = target  # what the kernels are for (vector width); None: unspecified
         self.builder: ir.IRBuilder | None = None  # set for each function emitted
         self.slice_pointer: Callable[[Slice], ir.Value] | None = None  # ditto
+        # the current function's (inputs, outputs, arena) pointers, and how to point the
+        # context at another function's builder and pointers (parallel loop bodies)
+        self.kernel_pointers: Sequence[ir.Value] = ()
+        self.bind: Callable[[ir.IRBuilder, Sequence[ir.Value]], None] | None = None
         # kernel scratch after the arena (GEMM packing), shared by all kernels; set
         # by program.build_module from the entry plan
         self.workspace: Slice | None = None

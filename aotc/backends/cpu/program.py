@@ -38,6 +38,7 @@ from .elemental import (
 )
 from .lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from .loops import if_then, loop_nest
+from .parallel import parallel_loop_nest
 from .rows import emit_row_fusion, row_values
 from .rules import KERNELS, RULES
 from .target import CpuTarget, parse_target
@@ -48,7 +49,7 @@ C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def build_module(
-    module: Module, plan: BufferPlan, name: str, target: CpuTarget | None = None
+    module: Module, plan: BufferPlan, name: str, target: CpuTarget | None = None, threads: int = 1
 ) -> ir.Module:
     """The unoptimized LLVM module for `module` laid out by `plan`."""
     if not C_IDENTIFIER.fullmatch(name):
@@ -81,8 +82,10 @@ def build_module(
 
     inputs = len(module.entry.parameters)
     outputs = _output_count(module)
-    _emit_run(llmod, name, impl, arena, inputs, outputs)
-    _emit_run_generic(llmod, name, impl, arena)
+    run_all = _emit_configured_impl(llmod, name, impl, threads)
+    _emit_run(llmod, name, run_all, arena, inputs, outputs)
+    _emit_run_generic(llmod, name, run_all, arena)
+    _emit_set_num_threads(llmod, name)
     return llmod
 
 
@@ -201,25 +204,32 @@ def _element_generator(ctx: EmitContext, instr: Instruction, gen: Gen, k: int) -
 
 def _store_loop(ctx: EmitContext, gen: Gen, outputs: list[tuple[Shape, Slice]]) -> None:
     """One loop nest over the (shared) output dims, storing each output's element."""
-    b = ctx.builder
     dims = outputs[0][0].dims
-    with loop_nest(b, dims) as index:
+    with parallel_loop_nest(ctx, dims) as index:
         values = gen(index)
         if len(outputs) == 1 and not isinstance(values, tuple):
             values = (values,)
         for (shape, where), value in zip(outputs, values):
             pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
-            store_element(b, shape.dtype, value, pointer)
+            store_element(ctx.builder, shape.dtype, value, pointer)
 
 
 def _bind_buffers(ctx: EmitContext, b: ir.IRBuilder, function, weights) -> None:
-    """Point the context at `function`: its builder and how it reaches each buffer.
+    """Point the context at `function` (a kernel): its builder and its buffers."""
+    ctx.bind = lambda builder, pointers: _bind_pointers(ctx, builder, pointers, weights)
+    ctx.bind(b, function.args[:3])
+
+
+def _bind_pointers(ctx: EmitContext, b: ir.IRBuilder, pointers, weights) -> None:
+    """Point the context at builder `b` whose function reaches the buffers through
+    `pointers` = (inputs table, outputs table, arena).
 
     Caller buffer pointers are loaded once, in the entry block: stores to
     outputs could alias the pointer tables, so LLVM would not hoist them.
     """
-    inputs, outputs, arena = function.args
+    inputs, outputs, arena = pointers
     ctx.builder = b
+    ctx.kernel_pointers = tuple(pointers)
     bases: dict[tuple[BufferKind, int], ir.Value] = {
         (BufferKind.ARENA, 0): arena,
         (BufferKind.CONSTANT, 0): weights,
@@ -238,6 +248,26 @@ def _bind_buffers(ctx: EmitContext, b: ir.IRBuilder, function, weights) -> None:
 
 
 # -- entry points ---------------------------------------------------------------
+
+
+def _emit_configured_impl(llmod, name: str, impl, threads: int) -> ir.Function:
+    """`impl` preceded by choosing the thread count on first use (see aotc_runtime.h)."""
+    run_all = _function(llmod, f"{name}_impl_threaded", VOID, KERNEL_ARGS, internal=True)
+    b = ir.IRBuilder(run_all.append_basic_block("entry"))
+    configure = ir.Function(llmod, ir.FunctionType(VOID, [I32]), "aotc_configure_threads")
+    b.call(configure, [ir.Constant(I32, threads)])
+    b.call(impl, run_all.args)
+    b.ret_void()
+    return run_all
+
+
+def _emit_set_num_threads(llmod, name: str) -> None:
+    """`void NAME_set_num_threads(int n)`: the pool's thread count (shared by all models)."""
+    setter = ir.Function(llmod, ir.FunctionType(VOID, [I32]), f"{name}_set_num_threads")
+    b = ir.IRBuilder(setter.append_basic_block("entry"))
+    runtime = ir.Function(llmod, ir.FunctionType(VOID, [I32]), "aotc_set_num_threads")
+    b.call(runtime, setter.args)
+    b.ret_void()
 
 
 def _emit_run(llmod, name: str, impl, arena, inputs: int, outputs: int) -> None:

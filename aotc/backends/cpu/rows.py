@@ -21,6 +21,7 @@ from .context import EmitContext
 from .elemental import Gen, bind_instructions, element_pointer, make_generator
 from .lltypes import i64, store_element
 from .loops import loop_nest
+from .parallel import parallel_loop_nest
 
 
 def row_values(instr: Instruction) -> tuple[int, list[Instruction]]:
@@ -84,13 +85,11 @@ def emit_row_fusion(
         else make_generator(ctx, v, [gens[id(o)] for o in v.operands])
         for v in hoisted
     }  # fmt: skip
-    b = ctx.builder
-    with loop_nest(b, shape.dims[:rank], "row") as outer:
+    with parallel_loop_nest(ctx, shape.dims[:rank], "row", work=shape.size) as outer:
         row_index[:] = outer
         for value in hoisted:  # in computation order: later values read earlier ones
             computed[id(value)] = computes[id(value)](at_row(value))
-        with loop_nest(b, shape.dims[rank:], "col") as inner:
+        with loop_nest(ctx.builder, shape.dims[rank:], "col") as inner:
             index = [*outer, *inner]
             pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
-            store_element(b, shape.dtype, gens[id(fused.root)](index), pointer)
-
+            store_element(ctx.builder, shape.dtype, gens[id(fused.root)](index), pointer)
