@@ -33,28 +33,49 @@ from .loops import branch_value, for_range, if_then, loop_nest
 
 WORKSPACE_ALIGNMENT = 64
 
-# vector bits -> (MR rows, NR in vectors, KC bytes of one panel column, MB, NB in panels of NR);
-# KC*MR*itemsize (the A micro-panel) fits L1, KC*NB*NR*itemsize (the B block) about half of L2
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Register and cache blocking of one vector width.
+
+    The micro-kernel keeps MR x NR of C in registers (MR from `rows`, chosen
+    per M; NR = `vectors` registers wide).  Bytes budgets size the blocks:
+    the A micro-panel (kc x MR) in L1, the B block (kc x NB) in L2, the A
+    block (MB x kc) in L3.
+    """
+
+    rows: tuple[int, ...]  # MR choices, the preferred first
+    vectors: int
+    l1: int
+    l2: int
+    l3: int
+
+
 BLOCKING = {
-    512: (12, 2, 1536, 3072, 15),  # AVX-512: 24 zmm accumulators of 32
-    256: (6, 2, 1024, 1020, 12),  # AVX2: 12 ymm accumulators of 16
-    128: (4, 2, 1024, 512, 16),  # SSE: 8 xmm accumulators (no FMA: products need temps)
+    # AVX-512: 24 (or 16) zmm accumulators of 32
+    512: Blocks((12, 8), 2, 18 * 1024, 720 * 1024, 4 * 2**20),
+    # AVX2: 12 ymm accumulators of 16
+    256: Blocks((6,), 2, 12 * 1024, 160 * 1024, 2 * 2**20),
+    # SSE: 8 xmm accumulators (no FMA: the products need temporaries)
+    128: Blocks((4,), 2, 8 * 1024, 128 * 1024, 2 * 2**20),
 }
-NEON_BLOCKING = (8, 2, 1024, 512, 16)  # aarch64 has 32 vector registers
+NEON_BLOCKING = Blocks((8,), 2, 16 * 1024, 256 * 1024, 2 * 2**20)  # 32 vector registers
+OTHER_ROWS_COST = 1.04  # a narrower tile's cost per row, relative to the preferred one
 
 
 @dataclass(frozen=True)
 class GemmConfig:
-    """Register and cache blocking for one element type on one target."""
+    """The blocking of one element type on one target."""
 
     dtype: DType
     lanes: int  # W: elements per vector register
-    mr: int
-    nr: int  # a multiple of lanes
-    kc: int
-    mb: int  # a multiple of mr
-    nb: int  # a multiple of nr
+    blocks: Blocks
     fma: bool
+
+    @property
+    def nr(self) -> int:
+        return self.blocks.vectors * self.lanes
 
     @property
     def itemsize(self) -> int:
@@ -63,10 +84,6 @@ class GemmConfig:
     @property
     def element(self) -> ir.Type:
         return register_type(self.dtype)
-
-    @property
-    def vector(self) -> ir.VectorType:
-        return ir.VectorType(self.element, self.lanes)
 
 
 GEMM_DTYPES = frozenset({DType.F32, DType.F64})
@@ -77,18 +94,9 @@ def gemm_config(target, dtype: DType) -> GemmConfig | None:
     if dtype not in GEMM_DTYPES:
         return None
     bits = target.vector_bits if target is not None else 128
-    mr, vectors, kc_bytes, mb, nb = NEON_BLOCKING if _is_arm(target) else BLOCKING[bits]
+    blocks = NEON_BLOCKING if _is_arm(target) else BLOCKING[bits]
     lanes = bits // (8 * dtype.itemsize)
-    return GemmConfig(
-        dtype=dtype,
-        lanes=lanes,
-        mr=mr,
-        nr=vectors * lanes,
-        kc=kc_bytes // dtype.itemsize,
-        mb=mb // mr * mr,
-        nb=nb * vectors * lanes,
-        fma=target is None or target.has_fma,
-    )
+    return GemmConfig(dtype, lanes, blocks, fma=target is None or target.has_fma)
 
 
 def _is_arm(target) -> bool:
@@ -97,7 +105,7 @@ def _is_arm(target) -> bool:
 
 @dataclass(frozen=True)
 class Blocking:
-    """The blocks of one GEMM shape: the config's, shrunk and balanced to M, N, K."""
+    """The blocks of one GEMM shape."""
 
     config: GemmConfig
     m: int
@@ -120,13 +128,19 @@ class Blocking:
 
 
 def blocking(config: GemmConfig, m: int, n: int, k: int) -> Blocking:
-    """Blocks for an M x N x K product: small M/N get narrower tiles; K, M and N slices
-    are balanced so that no slice is a sliver."""
-    mr = min(config.mr, m)
+    """Blocks for an M x N x K product: the tile height that pads M least, narrower
+    tiles for small M/N; K, M and N slices balanced so that none is a sliver."""
+    blocks, size = config.blocks, config.itemsize
+
+    def padded_cost(rows: int) -> float:
+        cost = -(-m // rows) * rows
+        return cost if rows == blocks.rows[0] else cost * OTHER_ROWS_COST
+
+    mr = min(min(blocks.rows, key=padded_cost), m)
     nr = min(config.nr, _round_up(n, config.lanes))
-    kc = _balanced(k, config.kc, 1)
-    mb = _balanced(m, config.mb, mr)
-    nb = _balanced(n, config.nb, nr)
+    kc = _balanced(k, max(blocks.l1 // (mr * size), 1), 1)
+    nb = _balanced(n, max(blocks.l2 // (kc * size) // nr, 1) * nr, nr)
+    mb = _balanced(m, max(blocks.l3 // (kc * size) // mr, 1) * mr, mr)
     return Blocking(config, m, n, k, mr, nr, kc, mb, nb)
 
 

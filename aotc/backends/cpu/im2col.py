@@ -29,6 +29,8 @@ from .gemm import (
 from .lltypes import I32, I64, PTR, i64
 from .loops import for_range
 
+ROW_CHUNK = 16  # column-matrix rows packed per sweep over the panels
+
 # the geometry arguments, in order (strides in elements; ph/pw may be negative)
 IMAGE_FIELDS = (
     "c_stride", "h_stride", "w_stride", "height", "width", "kh", "kw",
@@ -77,7 +79,8 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int) -> ir.Function:
         return splat(b, g32[name], vec32)
 
     taps = b.mul(g["kh"], g["kw"])
-    slots = {name: _slot(b) for name in ("ci", "kh", "kw")}
+    slots = {name: _slot(b, I64) for name in ("ci", "kh", "kw")}
+    coordinates = {name: _slot(b, vec32) for name in ("oh", "ow")}
     # densely stored image of the output's size at stride 1: pixel p's tap is p + shift
     dense = b.and_(
         b.and_(b.icmp_unsigned("==", g["out_width"], g["width"]),
@@ -87,56 +90,74 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int) -> ir.Function:
     unit = b.and_(
         b.icmp_unsigned("==", g["sw"], i64(1)), b.icmp_unsigned("==", g["w_stride"], i64(1))
     )
+    # the first panel's pixel coordinates; later panels advance them by `width` pixels,
+    # which wraps a lane past the row end at most `wraps` times
+    pixels = b.add(splat(b, b.trunc(p0, I32), vec32), lane)
+    first_oh, first_ow = b.udiv(pixels, wide("out_width")), b.urem(pixels, wide("out_width"))
+    wraps = b.add(b.udiv(i64(width), g["out_width"]), i64(1))
     panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
-    with for_range(b, panels, "panel") as panel:
-        first = b.mul(panel, i64(width))
-        valid = b.sub(count, first)  # may exceed width
-        pixel = b.add(p0, first)
-        ow0 = b.urem(pixel, g["out_width"])
-        pixels = b.add(splat(b, b.trunc(pixel, I32), vec32), lane)
-        oh = b.udiv(pixels, wide("out_width"))
-        ow = b.urem(pixels, wide("out_width"))
-        in_panel = b.icmp_unsigned(
-            "<", lane, splat(b, b.trunc(_min(b, valid, i64(width)), I32), vec32)
-        )
-        row_base = b.sub(b.mul(oh, wide("sh")), wide("ph"))
-        col_base = b.sub(b.mul(ow, wide("sw")), wide("pw"))
-        one_row = b.icmp_unsigned("<=", b.add(ow0, i64(width)), g["out_width"])
-        contiguous = b.and_(unit, b.or_(one_row, dense))
-        out = b.gep(dst, [b.mul(first, kc)], source_etype=ty)
-        remainder = b.urem(k0, taps)
-        b.store(b.udiv(k0, taps), slots["ci"])
-        b.store(b.udiv(remainder, g["kw"]), slots["kh"])
-        b.store(b.urem(remainder, g["kw"]), slots["kw"])
-        with for_range(b, kc, "k") as k:
-            ci, kh, kw = (b.load(slots[n]) for n in ("ci", "kh", "kw"))
-            ih = b.add(row_base, splat(b, b.trunc(b.mul(kh, g["dh"]), I32), vec32))
-            iw = b.add(col_base, splat(b, b.trunc(b.mul(kw, g["dw"]), I32), vec32))
-            inside = b.and_(
-                b.icmp_unsigned("<", ih, wide("height")), b.icmp_unsigned("<", iw, wide("width"))
-            )
-            mask = b.and_(in_panel, inside)
-            channel = b.gep(src, [b.mul(ci, g["c_stride"])], source_etype=ty)
-            target = b.gep(out, [b.mul(k, i64(width))], source_etype=ty)
-            with b.if_else(contiguous) as (load, gather):
-                with load:
-                    first_row = b.sext(b.extract_element(ih, ir.Constant(I32, 0)), I64)
-                    first_col = b.sext(b.extract_element(iw, ir.Constant(I32, 0)), I64)
-                    start = b.add(b.mul(first_row, g["h_stride"]), first_col)
-                    row = masked_load(ctx, b, cfg, b.gep(channel, [start], source_etype=ty), mask)
-                    b.store(row, target, align=cfg.itemsize)
-                with gather:
-                    offsets = b.add(b.mul(ih, wide("h_stride")), b.mul(iw, wide("w_stride")))
-                    pointers = vector_gep(b, channel, offsets, ty)
-                    b.store(masked_gather(ctx, b, cfg, pointers, mask), target, align=cfg.itemsize)
-            # next row of the column matrix: kw, then kh, then the channel
-            kw = b.add(kw, i64(1))
-            kw_wrap = b.icmp_unsigned("==", kw, g["kw"])
-            kh = b.select(kw_wrap, b.add(kh, i64(1)), kh)
-            kh_wrap = b.icmp_unsigned("==", kh, g["kh"])
-            b.store(b.select(kw_wrap, i64(0), kw), slots["kw"])
-            b.store(b.select(kh_wrap, i64(0), kh), slots["kh"])
-            b.store(b.select(kh_wrap, b.add(ci, i64(1)), ci), slots["ci"])
+    # rows in chunks, each swept across all panels: the input is read in order
+    chunks = b.udiv(b.add(kc, i64(ROW_CHUNK - 1)), i64(ROW_CHUNK))
+    with for_range(b, chunks, "chunk") as chunk:
+        row0 = b.mul(chunk, i64(ROW_CHUNK))
+        rows = _min(b, i64(ROW_CHUNK), b.sub(kc, row0))
+        k = b.add(k0, row0)
+        start = (b.udiv(k, taps), b.udiv(b.urem(k, taps), g["kw"]), b.urem(b.urem(k, taps), g["kw"]))
+        b.store(first_oh, coordinates["oh"])
+        b.store(first_ow, coordinates["ow"])
+        with for_range(b, panels, "panel") as panel:
+            first = b.mul(panel, i64(width))
+            valid = _min(b, b.sub(count, first), i64(width))
+            oh, ow = b.load(coordinates["oh"]), b.load(coordinates["ow"])
+            in_panel = b.icmp_unsigned("<", lane, splat(b, b.trunc(valid, I32), vec32))
+            row_base = b.sub(b.mul(oh, wide("sh")), wide("ph"))
+            col_base = b.sub(b.mul(ow, wide("sw")), wide("pw"))
+            ow0 = b.zext(b.extract_element(ow, ir.Constant(I32, 0)), I64)
+            one_row = b.icmp_unsigned("<=", b.add(ow0, i64(width)), g["out_width"])
+            contiguous = b.and_(unit, b.or_(one_row, dense))
+            out = b.gep(dst, [b.add(b.mul(first, kc), b.mul(row0, i64(width)))], source_etype=ty)
+            for slot, value in zip(("ci", "kh", "kw"), start):
+                b.store(value, slots[slot])
+            with for_range(b, rows, "k") as r:
+                ci, kh, kw = (b.load(slots[n]) for n in ("ci", "kh", "kw"))
+                ih = b.add(row_base, splat(b, b.trunc(b.mul(kh, g["dh"]), I32), vec32))
+                iw = b.add(col_base, splat(b, b.trunc(b.mul(kw, g["dw"]), I32), vec32))
+                inside = b.and_(
+                    b.icmp_unsigned("<", ih, wide("height")),
+                    b.icmp_unsigned("<", iw, wide("width")),
+                )
+                mask = b.and_(in_panel, inside)
+                channel = b.gep(src, [b.mul(ci, g["c_stride"])], source_etype=ty)
+                target = b.gep(out, [b.mul(r, i64(width))], source_etype=ty)
+                with b.if_else(contiguous) as (load, gather):
+                    with load:
+                        top = b.sext(b.extract_element(ih, ir.Constant(I32, 0)), I64)
+                        left = b.sext(b.extract_element(iw, ir.Constant(I32, 0)), I64)
+                        at = b.gep(channel, [b.add(b.mul(top, g["h_stride"]), left)],
+                                   source_etype=ty)  # fmt: skip
+                        b.store(masked_load(ctx, b, cfg, at, mask), target, align=cfg.itemsize)
+                    with gather:
+                        offsets = b.add(b.mul(ih, wide("h_stride")), b.mul(iw, wide("w_stride")))
+                        row = masked_gather(ctx, b, cfg, vector_gep(b, channel, offsets, ty), mask)
+                        b.store(row, target, align=cfg.itemsize)
+                # next row of the column matrix: kw, then kh, then the channel
+                kw = b.add(kw, i64(1))
+                kw_wrap = b.icmp_unsigned("==", kw, g["kw"])
+                kh = b.select(kw_wrap, b.add(kh, i64(1)), kh)
+                kh_wrap = b.icmp_unsigned("==", kh, g["kh"])
+                b.store(b.select(kw_wrap, i64(0), kw), slots["kw"])
+                b.store(b.select(kh_wrap, i64(0), kh), slots["kh"])
+                b.store(b.select(kh_wrap, b.add(ci, i64(1)), ci), slots["ci"])
+            # the next panel's coordinates
+            ow = b.add(ow, splat(b, ir.Constant(I32, width), vec32))
+            b.store(ow, coordinates["ow"])
+            b.store(oh, coordinates["oh"])
+            with for_range(b, wraps, "wrap"):
+                oh, ow = b.load(coordinates["oh"]), b.load(coordinates["ow"])
+                past = b.icmp_unsigned(">=", ow, wide("out_width"))
+                b.store(b.select(past, b.sub(ow, wide("out_width")), ow), coordinates["ow"])
+                b.store(b.select(past, b.add(oh, splat(b, ir.Constant(I32, 1), vec32)), oh),
+                        coordinates["oh"])  # fmt: skip
     b.ret_void()
     return function
 
@@ -145,6 +166,6 @@ def _min(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
-def _slot(b: ir.IRBuilder) -> ir.Value:
+def _slot(b: ir.IRBuilder, ty: ir.Type) -> ir.Value:
     with b.goto_entry_block():
-        return b.alloca(I64)
+        return b.alloca(ty)

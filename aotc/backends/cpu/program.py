@@ -37,7 +37,7 @@ from .elemental import (
     memory_generator,
 )
 from .lltypes import I8, I32, I64, PTR, VOID, i64, store_element
-from .loops import if_then, loop_nest
+from .loops import if_then
 from .parallel import parallel_loop_nest
 from .rows import emit_row_fusion, row_values
 from .rules import KERNELS, RULES
