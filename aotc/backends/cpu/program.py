@@ -18,6 +18,7 @@ values; the plan says where every operand and result lives.
 
 from __future__ import annotations
 
+import math
 import re
 
 from llvmlite import ir
@@ -165,16 +166,16 @@ def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instructio
         return kernel
     gen = make_generator(ctx, instr, operands)
     if isinstance(instr.shape, Shape):
-        _store_loop(ctx, gen, [(instr.shape, ctx.plan.slice_of(instr))])
+        _store_loop(ctx, instr, gen, [(instr.shape, ctx.plan.slice_of(instr))])
     else:
         elements = instr.shape.elements
         assert all(isinstance(e, Shape) for e in elements), f"nested tuple in {instr.name}"
         outputs = [(e, ctx.plan.slice_of(instr, (k,))) for k, e in enumerate(elements)]
         if len({e.dims for e in elements}) == 1:
-            _store_loop(ctx, gen, outputs)
+            _store_loop(ctx, instr, gen, outputs)
         else:  # a multi-output fusion with differently shaped outputs: one nest each
             for k, output in enumerate(outputs):
-                _store_loop(ctx, _element_generator(ctx, instr, gen, k), [output])
+                _store_loop(ctx, instr, _element_generator(ctx, instr, gen, k), [output])
     b.ret_void()
     return kernel
 
@@ -202,16 +203,39 @@ def _element_generator(ctx: EmitContext, instr: Instruction, gen: Gen, k: int) -
     return lambda index: gen(index)[k]
 
 
-def _store_loop(ctx: EmitContext, gen: Gen, outputs: list[tuple[Shape, Slice]]) -> None:
+def _store_loop(
+    ctx: EmitContext, instr: Instruction, gen: Gen, outputs: list[tuple[Shape, Slice]]
+) -> None:
     """One loop nest over the (shared) output dims, storing each output's element."""
     dims = outputs[0][0].dims
-    with parallel_loop_nest(ctx, dims) as index:
+    flat = _reads_only_its_own_element(instr) and len(dims) > 1
+    with parallel_loop_nest(ctx, [math.prod(dims)] if flat else dims) as index:
+        if flat:  # one loop over the linear position: row-major index (0, ..., 0, linear)
+            index = [i64(0)] * (len(dims) - 1) + index
         values = gen(index)
         if len(outputs) == 1 and not isinstance(values, tuple):
             values = (values,)
         for (shape, where), value in zip(outputs, values):
             pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
             store_element(ctx.builder, shape.dtype, value, pointer)
+
+
+def _reads_only_its_own_element(instr: Instruction) -> bool:
+    """Whether every value `instr` computes (fused or not) is elementwise over arrays of
+    its own dims (or scalars): then a single loop over the linear position serves, which
+    LLVM vectorizes whatever the dims (a nest over e.g. 64x7x7 would not)."""
+    dims = instr.shape.dims if isinstance(instr.shape, Shape) else None
+    members = instr.called[0].instructions if instr.op is Op.FUSION else [instr]
+    for member in members:
+        if member.op in (Op.PARAMETER, Op.TUPLE) or (
+            member.op is Op.CONSTANT and member.shape.size == 1
+        ):
+            continue
+        if not member.op.is_elementwise or member.shape.dims != dims:
+            return False
+        if any(o.shape.rank and o.shape.dims != dims for o in member.operands):
+            return False
+    return dims is not None
 
 
 def _bind_buffers(ctx: EmitContext, b: ir.IRBuilder, function, weights) -> None:

@@ -19,6 +19,11 @@ from .window import all_of, tap_position
 # reducers that f16/bf16 reductions run in f32, rounding once at the end (as the evaluator)
 WIDENED_REDUCERS = frozenset({Op.ADD, Op.MULTIPLY, Op.MAXIMUM, Op.MINIMUM})
 
+# float reductions whose order may change: sums and products of f32 (and f16/bf16 held in
+# f32), so that the loop vectorizes; a reduction's order is unspecified in XLA as in ONNX
+REASSOCIATED = {Op.ADD: "fadd", Op.MULTIPLY: "fmul"}
+REGISTER_F32_DTYPES = HALF_DTYPES | {DType.F32}
+
 
 class _Accumulators:
     """Stack slots holding the running values of a (variadic) reduction."""
@@ -38,7 +43,11 @@ class _Accumulators:
         args = current + list(values)
         if self.widened is not None:
             op, order = self.widened
-            results = [scalar.binary(self.ctx, op, DType.F32, *(args[i] for i in order))]
+            x, y = (args[i] for i in order)
+            if op in REASSOCIATED:  # lets LLVM vectorize the loop (partial sums per lane)
+                results = [getattr(b, REASSOCIATED[op])(x, y, flags=("reassoc", "nsz"))]
+            else:
+                results = [scalar.binary(self.ctx, op, DType.F32, x, y)]
         else:
             results = call_computation(self.ctx, self.reducer, args)
         for slot, value in zip(self.slots, results):
@@ -51,10 +60,10 @@ class _Accumulators:
 
 
 def _widened_op(reducer: Computation, dtypes: list[DType]) -> tuple[Op, list[int]] | None:
-    """(op, parameter order) if `reducer` is one widenable op on its two parameters of a
-    half-float reduction, else None."""
+    """(op, parameter order) if `reducer` is one simple op on its two parameters of a
+    float reduction (half floats run it in f32), else None."""
     root, params = reducer.root, reducer.parameters
-    if len(dtypes) != 1 or dtypes[0] not in HALF_DTYPES or root.op not in WIDENED_REDUCERS:
+    if len(dtypes) != 1 or dtypes[0] not in REGISTER_F32_DTYPES or root.op not in WIDENED_REDUCERS:
         return None
     if len(params) != 2 or any(o.op is not Op.PARAMETER for o in root.operands):
         return None

@@ -127,9 +127,16 @@ def parse_target(spec: str = "host") -> CpuTarget:
 
 def target_machine(target: CpuTarget) -> llvm.TargetMachine:
     """An -O3, position-independent, small-code-model target machine."""
+    features = target.features
+    if target.vector_bits == 512:  # LLVM's tuning for these CPUs would vectorize at 256 bits
+        features = ",".join(f for f in [features, "-prefer-256-bit"] if f)
+    return _machine(target.triple, target.cpu, features)
+
+
+def _machine(triple: str, cpu: str, features: str) -> llvm.TargetMachine:
     _initialize()
-    return llvm.Target.from_triple(target.triple).create_target_machine(
-        cpu=target.cpu, features=target.features, opt=3, reloc="pic", codemodel="default"
+    return llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default"
     )
 
 
@@ -165,7 +172,7 @@ _FMA_INSTRUCTIONS = re.compile(r"\b(vfmadd\w*|fmla)\b")  # FMA3 and FMA4; NEON
 @functools.cache
 def _probe(triple: str, cpu: str, features: str) -> _VectorUnit:
     """Ask LLVM's code generator for this CPU (a few milliseconds, once per target)."""
-    machine = target_machine(CpuTarget(triple, cpu, features))
+    machine = _machine(triple, cpu, features)
     module = llvm.parse_assembly(f'target triple = "{triple}"\n{_PROBE_IR}')
     assembly = machine.emit_assembly(module)
     add, _, fma = assembly.partition("fma:")
