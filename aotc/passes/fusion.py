@@ -51,6 +51,9 @@ CHEAP_OPS = FREE_OPS | frozenset(
      Op.COMPARE, Op.SELECT, Op.AND, Op.OR, Op.NOT, Op.CLAMP}
 )  # fmt: skip
 
+# tiled kernels: fused only with an elementwise epilogue (see _Group.takes_contraction)
+CONTRACTION_OPS = frozenset({Op.DOT, Op.CONVOLUTION})
+
 # consumers that read an operand element several times per output element pass
 REUSING_OPS = frozenset(
     {Op.BROADCAST, Op.DOT, Op.CONVOLUTION, Op.REDUCE_WINDOW, Op.GATHER}
@@ -95,6 +98,7 @@ class _Group:
         # (a reduction's loop); a member evaluated in several places is computed that often
         self.places: dict[int, frozenset[int]] = {id(root): frozenset({id(root)})}
         self.row_values: set[int] = set()
+        self.contraction: Instruction | None = None  # the dot or convolution it fuses
 
     def places_of(self, producer: Instruction, users: list[Instruction]) -> frozenset[int]:
         found: set[int] = set()
@@ -104,6 +108,15 @@ class _Group:
             elif id(user) in self.members:
                 found |= self.places[id(user)]
         return frozenset(found)
+
+    def takes_contraction(self, producer: Instruction, maps: frozenset[IndexMap]) -> bool:
+        """A dot or convolution joins only as the one contraction of an epilogue: read at
+        the root's own index through elementwise ops (so the backend runs it as a tiled
+        GEMM and applies the rest per output element)."""
+        root_rank = len(self.root_dims)
+        if self.contraction is not None or self.root.op in CONTRACTION_OPS:
+            return False
+        return maps == {identity(root_rank)} and dims_of(producer) == self.root_dims
 
     def takes_row_value(self, producer: Instruction, maps: frozenset[IndexMap]) -> bool:
         """Whether `producer` can be computed once per row of this group's kernel."""
@@ -118,6 +131,23 @@ def _recomputable(producer: Instruction, places: int) -> bool:
     if places <= 1 or producer.op in CHEAP_OPS:
         return True
     return producer.op not in REUSING_OPS and places <= 2
+
+
+def _epilogue_of_contraction(instr: Instruction) -> bool:
+    """Whether `instr` is elementwise on top of a dot or convolution (through elementwise
+    ops and broadcasts only)."""
+    if not instr.op.is_elementwise:
+        return False
+    work, seen = list(instr.operands), set()
+    while work:
+        current = work.pop()
+        if current.op in CONTRACTION_OPS:
+            return True
+        if id(current) in seen or not (current.op.is_elementwise or current.op is Op.BROADCAST):
+            continue
+        seen.add(id(current))
+        work.extend(current.operands)
+    return False
 
 
 def _reaches_reduce(instr: Instruction) -> bool:
@@ -174,6 +204,12 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 replicated = False  # computed once per row
             if replicated and producer.op not in FREE_OPS:
                 continue
+            if producer.op in CONTRACTION_OPS and not group.takes_contraction(producer, maps):
+                continue
+            # a contraction's epilogue read through a concatenate, pad...: better left to
+            # form the contraction's own kernel
+            if _epilogue_of_contraction(producer) and maps != {identity(len(group.root_dims))}:
+                continue
             places = group.places_of(producer, users[id(producer)])
             if not row_value and not _recomputable(producer, len(places)):
                 continue
@@ -192,6 +228,8 @@ def _form_groups(computation: Computation) -> list[_Group]:
             if row_value:
                 group.row_rank = row_rank(producer, maps, group.root_dims)
                 group.row_values.add(id(producer))
+            if producer.op in CONTRACTION_OPS:
+                group.contraction = producer
             if duplicate:
                 copies.setdefault(id(producer), []).append(group)
             else:
@@ -204,9 +242,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
 
 
 def _computed_by_every_user(instr: Instruction, users, copy_groups: list[_Group]) -> bool:
-    return bool(users) and all(
-        any(id(user) in g.members for g in copy_groups) for user in users
-    )
+    return bool(users) and all(any(id(user) in g.members for g in copy_groups) for user in users)
 
 
 def _outline(module: Module, computation: Computation, group: _Group) -> None:

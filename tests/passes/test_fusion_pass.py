@@ -168,3 +168,35 @@ def test_reduction_read_across_rows_stays_apart():
     Fusion().run(module)
     kernels = [i for i in module.entry.instructions if i.op not in (Op.PARAMETER, Op.CONSTANT)]
     assert [k.op for k in kernels] == [Op.REDUCE, Op.FUSION]
+
+
+# a dot's epilogue read through a concatenate stays with the dot (its tiled kernel)
+DOTS_INTO_CONCAT = """HloModule m
+ENTRY %main (x: f32[4,8], w: f32[8,6], v: f32[8,6], b: f32[6]) -> f32[4,12] {
+  %x = f32[4,8]{1,0} parameter(0)
+  %w = f32[8,6]{1,0} parameter(1)
+  %v = f32[8,6]{1,0} parameter(2)
+  %b = f32[6]{0} parameter(3)
+  %bb = f32[4,6]{1,0} broadcast(f32[6]{0} %b), dimensions={1}
+  %zero = f32[] constant(0)
+  %zb = f32[4,6]{1,0} broadcast(f32[] %zero), dimensions={}
+  %d1 = f32[4,6]{1,0} dot(f32[4,8]{1,0} %x, f32[8,6]{1,0} %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %a1 = f32[4,6]{1,0} add(f32[4,6]{1,0} %d1, f32[4,6]{1,0} %bb)
+  %r1 = f32[4,6]{1,0} maximum(f32[4,6]{1,0} %a1, f32[4,6]{1,0} %zb)
+  %d2 = f32[4,6]{1,0} dot(f32[4,8]{1,0} %x, f32[8,6]{1,0} %v), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %a2 = f32[4,6]{1,0} add(f32[4,6]{1,0} %d2, f32[4,6]{1,0} %bb)
+  ROOT %c = f32[4,12]{1,0} concatenate(f32[4,6]{1,0} %r1, f32[4,6]{1,0} %a2), dimensions={1}
+}"""
+
+
+def test_contractions_fuse_only_with_their_elementwise_epilogue():
+    module = parse_module(DOTS_INTO_CONCAT)
+    reference = parse_module(DOTS_INTO_CONCAT)
+    assert Fusion().run(module)
+    kernels = [i for i in module.entry.instructions if i.op not in (Op.PARAMETER, Op.CONSTANT)]
+    assert [k.op for k in kernels] == [Op.FUSION, Op.FUSION, Op.CONCATENATE]
+    for fusion in kernels[:2]:
+        ops = [i.op for i in fusion.called[0].instructions]
+        assert ops.count(Op.DOT) == 1 and Op.ADD in ops
+    args = random_args(reference)
+    assert (evaluate(module, args) == evaluate(reference, args)).all()
