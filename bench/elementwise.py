@@ -112,7 +112,7 @@ def compile_kernel(name: str, dims: tuple[int, int], target: str, directory: Pat
     lib = ctypes.CDLL(str(library))
     entry = getattr(lib, f"{symbol}_run")
     entry.argtypes = [ctypes.c_void_p] * 3
-    scratch = np.zeros(plan.arena_bytes + 64, np.uint8)
+    scratch = np.zeros(plan.scratch_bytes + 64, np.uint8)
     aligned = scratch.ctypes.data + (-scratch.ctypes.data) % 64
 
     def run(x: np.ndarray, out: np.ndarray) -> None:

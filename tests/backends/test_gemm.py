@@ -13,11 +13,14 @@ import threading
 import numpy as np
 import pytest
 
-from aotc.backends.cpu import parse_target
+from aotc.backends.cpu import emit_object, parse_target
 from aotc.backends.cpu.contraction import contraction_kind
+from aotc.buffers import assign_buffers
 from aotc.ir import ComputationBuilder, ConvDims, DotDims, DType, Module, Op, Shape, Window
 
 TARGETS = ["host", "x86_64:x86-64-v2"]
+# the AVX2 tiles run here too (the shape tests only)
+ALL_TARGETS = [*TARGETS, "x86_64:x86-64-v3"]
 F32 = DType.F32
 
 
@@ -54,7 +57,7 @@ DOT_SHAPES = {
 }
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", ALL_TARGETS)
 def test_dot_shapes(compile_module, rng, target):
     module = Module("dots")
     b = ComputationBuilder(module, "main")
@@ -108,7 +111,8 @@ def test_dot_layouts(compile_module, rng, target):
 @pytest.mark.parametrize("target", TARGETS)
 def test_dot_epilogues(compile_module, fuse, rng, target):
     """bias + relu, a residual computed in place over the output, a narrower output
-    type, fused transpose/convert/broadcast operands, matrix-vector with epilogue."""
+    type, fused transpose/convert/broadcast operands, two dots summed, matrix-vector
+    with epilogue."""
     module = Module("epi")
     b = ComputationBuilder(module, "main")
     x = b.parameter(0, Shape(F32, (37, 70)))
@@ -193,7 +197,7 @@ def _conv_reference(x, w, stride, pad_low, pad_high, dilation, groups):
     x, w = x.astype(np.float64), w.astype(np.float64)
     pads = [(0, 0), (0, 0)] + list(zip(pad_low, pad_high))
     xp = np.pad(x, pads)
-    n, c = x.shape[:2]
+    n = x.shape[0]
     o, cg, kh, kw = w.shape
     out_h = (xp.shape[2] - (kh - 1) * dilation[0] - 1) // stride[0] + 1
     out_w = (xp.shape[3] - (kw - 1) * dilation[1] - 1) // stride[1] + 1
@@ -229,7 +233,7 @@ CONVS = [
 ]
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", ALL_TARGETS)
 def test_convolutions(compile_module, rng, target):
     module = Module("convs")
     b = ComputationBuilder(module, "main")
@@ -270,11 +274,11 @@ def test_convolution_layouts(check, rng, target):
         b.convolution(x1, w1, Window.make((4,), (3,), (2,), (1,)), ConvDims.nchw(1)),
         b.convolution(
             x3, w3, Window.make((2, 3, 2), (1, 2, 1), (1, 1, 0), (0, 1, 1)), ConvDims.nchw(3)
-        ),  # fmt: skip
+        ),
         b.convolution(nhwc, hwio, Window.make((3, 2), (1, 2), (1, 0), (1, 1)), nhwc_to_nchw),
         b.convolution(
             x, w, Window.make((3, 3), (1, 1), (2, 2), (2, 2), lhs_dilation=(2, 2)), ConvDims.nchw(2)
-        ),  # fmt: skip
+        ),
         b.convolution(nhwc, hwio, Window.make((3, 2)), nhwc_to_nhwc),
     ]
     b.build(b.tuple(outputs), entry=True)
@@ -324,7 +328,22 @@ def test_convolution_epilogues(compile_module, fuse, rng, target):
     assert [_kind(compiled, target, f) for f in fused] == ["gemm", "depthwise"]
 
 
-# -- element types, reentrancy --------------------------------------------------------
+# -- element types, cross-compiling, reentrancy ---------------------------------------
+
+
+def test_aarch64_objects_build():
+    """NEON tiles, masked loads and gathers lower for aarch64 (not run here)."""
+    module = Module("neon")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(F32, (1, 8, 9, 9)))
+    w = b.parameter(1, Shape(F32, (16, 8, 3, 3)))
+    y = b.parameter(2, Shape(F32, (25, 7)))
+    window = Window.make((3, 3), (2, 2), (1, 1), (1, 1))
+    conv = b.convolution(x, w, window, ConvDims.nchw(2))
+    b.build(b.tuple([conv, _dot(b, b.reshape(conv, (16, 25)), y)]), entry=True)
+    plan = assign_buffers(module)
+    obj = emit_object(module, plan, "neon", parse_target("aarch64"))
+    assert obj[:4] == b"\x7fELF" and plan.workspace_bytes > 0
 
 
 def test_f64(compile_module, rng):

@@ -93,4 +93,4 @@ def test_static_arena_is_bss_of_arena_size(tmp_path):
     size, index = int(line.split()[2]), line.split()[6]
     names = section_headers(path.read_bytes())
     bss_index = sorted(names, key=lambda n: names[n][0]).index(".bss")
-    assert int(index) == bss_index and size == max(plan.arena_bytes, 1)
+    assert int(index) == bss_index and size == max(plan.scratch_bytes, 1)

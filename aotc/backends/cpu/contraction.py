@@ -1,14 +1,16 @@
 """Contraction kernels: a dot or convolution with its elementwise epilogue, as GEMM.
 
 `program._emit_kernel` asks `emit_contraction` first.  It takes a DOT or
-CONVOLUTION kernel, or a loop FUSION whose root reaches exactly one of them
-through elementwise ops at the same shape (bias, residual, activation: each
-output element uses only the same element of the contraction), in f32/f64,
-when dot.py or conv.py has a fast plan for it.  The contraction is written
-into the output buffer, or into the workspace when the output cannot hold it
-(another element type, or an epilogue operand computed in place there); the
-epilogue then runs per finished block of it, while it is in cache, with the
-contraction's generator replaced by loads from that buffer.
+CONVOLUTION kernel, or a loop FUSION whose root reaches its contractions
+only through elementwise ops at their shape (bias, residual, activation:
+each output element uses only the same element of each contraction; a
+ResNet shortcut block sums two), in f32/f64, when dot.py or conv.py has a
+fast plan for each.  All but the last contraction are written to the
+workspace; the last one into the output buffer, or into the workspace when
+the output cannot hold it (another element type, or an epilogue operand
+computed in place there).  The epilogue then runs per finished block of the
+last one, while it is in cache, the contractions' generators replaced by
+loads of their values.
 
 Operands are read through their generators, or directly from memory when
 they are plain views of a buffer (a fused parameter, possibly transposed,
@@ -28,8 +30,9 @@ from .context import EmitContext
 from .conv import plan_convolution
 from .dot import plan_dot
 from .elemental import Gen, element_pointer, make_generator, memory_generator
-from .gemm import GEMM_DTYPES, WORKSPACE_ALIGNMENT, GemmPlan
+from .gemm import WORKSPACE_ALIGNMENT
 from .lltypes import i64, storage_type, store_element
+from .tiles import GEMM_DTYPES
 
 # opcode -> planner(target, instruction, operand views) -> plan, or None: not fast
 PLANNERS = {Op.DOT: plan_dot, Op.CONVOLUTION: plan_convolution}
@@ -59,7 +62,7 @@ class View:
 class Source:
     """A contraction operand: its element generator; its memory layout if a plain view."""
 
-    gen: Gen | None
+    gen: Gen
     view: View | None
 
 
@@ -121,7 +124,8 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
     packing = ctx.slice_pointer(Slice(BufferKind.ARENA, 0, offset, 0))
     if instr.op in CONTRACTIONS:
         views = [_memory_view(ctx.plan, o) for o in instr.operands]
-        jobs = [([Source(g, v) for g, v in zip(operands, views)], None)]
+        sources = [[Source(gen, view) for gen, view in zip(operands, views)]]
+        epilogue = None
     else:
         body = instr.called[0]
         values = {
@@ -129,15 +133,15 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
             for c, where in zip(kernel.contractions, places)
         }
         gens = _bind(ctx, body, operands, values)
-        jobs = []
-        for contraction in kernel.contractions:
-            operand_views = [_fused_view(ctx.plan, instr, o) for o in contraction.operands]
-            jobs.append(([Source(gens[id(o)], v)
-                          for o, v in zip(contraction.operands, operand_views)], None))  # fmt: skip
+        sources = [
+            [Source(gens[id(o)], _fused_view(ctx.plan, instr, o)) for o in c.operands]
+            for c in kernel.contractions
+        ]
         epilogue = _epilogue(ctx, gens[id(body.root)], instr.array_shape, out_where)
-        jobs[-1] = (jobs[-1][0], epilogue)
-    for (sources, epilogue), plan, where in zip(jobs, kernel.plans, places):
-        plan.emit(ctx, sources, ctx.slice_pointer(where), packing, epilogue)
+    last = len(kernel.plans) - 1
+    for n, (plan, where) in enumerate(zip(kernel.plans, places)):
+        finish = epilogue if n == last else None  # the others are operands of its epilogue
+        plan.emit(ctx, sources[n], ctx.slice_pointer(where), packing, finish)
     return True
 
 

@@ -16,6 +16,7 @@ input channel per group) are a direct loop instead.
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 
 from llvmlite import ir
@@ -25,17 +26,11 @@ from .accumulate import MacAccumulator
 from .context import EmitContext
 from .dot import merged_stride
 from .elemental import Gen, Rule, delinearize
-from .gemm import (
-    GemmPlan,
-    GeneratedPanels,
-    StridedPanels,
-    emit_region,
-    gemm_config,
-    split_index,
-)
+from .gemm import GemmPlan, GeneratedPanels, StridedPanels, emit_region, split_index
 from .im2col import IMAGE_FIELDS, ImagePanels
 from .lltypes import i64, register_type
 from .loops import branch_value, for_range, if_then, loop_nest
+from .tiles import gemm_config
 from .window import all_of, tap_position
 
 
@@ -115,7 +110,7 @@ def plan_convolution(target, conv: Instruction, views) -> GemmPlan | DepthwisePl
         return _plan_depthwise(geometry, lhs_view)
     g = geometry
     weights = _weights_factory(g, rhs_view)
-    columns = _columns_factory(g, lhs_view, config)
+    columns = _columns_factory(g, lhs_view)
     pixels = g.pixels
 
     def c_offset(ctx, index):
@@ -156,8 +151,8 @@ class _Geometry:
         self.batch = self.lhs.dims[dims.input_batch]
         self.out_spatial = [self.out.dims[d] for d in dims.output_spatial]
         self.in_spatial = [self.lhs.dims[d] for d in dims.input_spatial]
-        self.pixels = _product(self.out_spatial)
-        self.taps = _product(self.window.size)
+        self.pixels = math.prod(self.out_spatial)
+        self.taps = math.prod(self.window.size)
         self.k = self.cin_g * self.taps
         self.work = self.batch * self.cout * self.pixels * self.k
 
@@ -173,9 +168,8 @@ class _Geometry:
     def is_pointwise(self) -> bool:
         """1x1 window, stride 1, no padding or dilation: the columns are the image."""
         w = self.window
-        return all(v == 1 for v in (*w.size, *w.stride, *w.lhs_dilation)) and not any(
-            (*w.pad_low, *w.pad_high)
-        )
+        ones = (*w.size, *w.stride, *w.lhs_dilation)
+        return all(v == 1 for v in ones) and not any((*w.pad_low, *w.pad_high))
 
 
 def _weights_factory(g: _Geometry, view):
@@ -211,7 +205,7 @@ def _weights_factory(g: _Geometry, view):
     return generated
 
 
-def _columns_factory(g: _Geometry, view, config):
+def _columns_factory(g: _Geometry, view):
     """B[k, pixel]: the image's window taps, k = (ci, taps...)."""
     dims = g.dims
     if view is not None and g.is_pointwise:
@@ -224,7 +218,9 @@ def _columns_factory(g: _Geometry, view, config):
                 return StridedPanels(sources[0].view.pointer(ctx, offset), spatial, feature)
 
             return pointwise
-    if view is not None and len(g.in_spatial) <= 2 and all(d == 1 for d in g.window.lhs_dilation):
+    # the packer's lane offsets are 32-bit
+    small = g.lhs.size < 2**31
+    if view is not None and small and len(g.in_spatial) <= 2 and _no_base_dilation(g):
 
         def image(ctx, sources, index):
             offset = _image_offset(ctx, g, view, index)
@@ -236,6 +232,10 @@ def _columns_factory(g: _Geometry, view, config):
         return GeneratedPanels(_column_element(ctx, g, sources[0].gen, index))
 
     return generated
+
+
+def _no_base_dilation(g: _Geometry) -> bool:
+    return all(d == 1 for d in g.window.lhs_dilation)
 
 
 def _image_offset(ctx, g: _Geometry, view, index) -> ir.Value:
@@ -272,7 +272,7 @@ def image_geometry(g: _Geometry, view) -> tuple[int, ...]:
 
 
 def _column_element(ctx, g: _Geometry, gen: Gen, index):
-    """element(k, pixel) of the columns through the input's generator (any layout,
+    """element(pixel, k) of the columns through the input's generator (any layout,
     base dilation, any spatial rank): zero in the padding."""
     dims, window = g.dims, g.window
     image, group = index
@@ -303,7 +303,7 @@ def _column_element(ctx, g: _Geometry, gen: Gen, index):
 
 
 def _plan_depthwise(g: _Geometry, view) -> DepthwisePlan | None:
-    if view is None or len(g.in_spatial) > 2 or any(d != 1 for d in g.window.lhs_dilation):
+    if view is None or len(g.in_spatial) > 2 or not _no_base_dilation(g):
         return None
     return DepthwisePlan(g, image_geometry(g, view))
 
@@ -327,29 +327,25 @@ class DepthwisePlan:
         out_height = g.out_spatial[0] if len(g.out_spatial) == 2 else 1
         out_width = p["out_width"]
         view = sources[0].view
-        with for_range(b, g.batch, "image") as image:
-            with for_range(b, g.cout, "channel") as channel:
-                source = b.udiv(channel, i64(multiplier)) if multiplier > 1 else channel
-                offset = b.add(
-                    b.mul(image, i64(view.strides[g.dims.input_batch])),
-                    b.mul(source, i64(p["c_stride"])),
-                )
-                plane_in = view.pointer(ctx, offset)
-                plane_out = b.gep(
-                    c, [b.mul(b.add(b.mul(image, i64(g.cout)), channel), i64(g.pixels))],
-                    source_etype=ty,
-                )  # fmt: skip
-                weights = self._weights(ctx, sources[1].gen, channel)
-                with for_range(b, out_height, "oh") as oh:
-                    row = b.gep(plane_out, [b.mul(oh, i64(out_width))], source_etype=ty)
-                    self._row(ctx, ty, row, plane_in, oh, weights)
-                if epilogue is not None:
-                    index = [image]
+        with for_range(b, g.batch, "image") as image, for_range(b, g.cout, "channel") as channel:
+            source = b.udiv(channel, i64(multiplier)) if multiplier > 1 else channel
+            offset = b.add(
+                b.mul(image, i64(view.strides[g.dims.input_batch])),
+                b.mul(source, i64(p["c_stride"])),
+            )
+            plane_in = view.pointer(ctx, offset)
+            plane = b.add(b.mul(image, i64(g.cout)), channel)
+            plane_out = b.gep(c, [b.mul(plane, i64(g.pixels))], source_etype=ty)
+            weights = self._weights(ctx, sources[1].gen, channel)
+            with for_range(b, out_height, "oh") as oh:
+                row = b.gep(plane_out, [b.mul(oh, i64(out_width))], source_etype=ty)
+                self._row(ctx, ty, row, plane_in, oh, weights)
+            if epilogue is not None:  # on the plane just computed
 
-                    def element(m, n, index=index):
-                        epilogue(g.output_index(ctx.builder, index[0], m, n))
+                def element(m, n):
+                    epilogue(g.output_index(ctx.builder, image, m, n))
 
-                    emit_region(ctx, channel, 1, i64(0), g.pixels, element)
+                emit_region(ctx, channel, 1, i64(0), g.pixels, element)
 
     def _weights(self, ctx, gen, channel) -> list[list[ir.Value]]:
         """The channel's kernel taps, loaded once (stores to the output could alias)."""
@@ -407,10 +403,3 @@ def _valid_span(shift: int, stride: int, width: int, out_width: int) -> tuple[in
     while high > low and (high - 1) * stride + shift >= width:
         high -= 1
     return low, high
-
-
-def _product(values) -> int:
-    result = 1
-    for v in values:
-        result *= v
-    return result

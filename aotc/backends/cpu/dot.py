@@ -11,22 +11,19 @@ else through its generator.
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 from ...ir import Instruction, Op
 from .accumulate import MacAccumulator
 from .context import EmitContext
 from .elemental import Gen, Rule, delinearize, linearize
-from .gemm import (
-    GemmPlan,
-    GeneratedPanels,
-    StridedPanels,
-    gemm_config,
-    gemv_kind,
-    split_index,
-)
+from .gemm import GemmPlan, GeneratedPanels, StridedPanels, split_index
+from .gemv import gemv_kind
 from .lltypes import i64
 from .loops import loop_nest
+from .tiles import gemm_config
 
 
 def dot_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
@@ -72,7 +69,7 @@ DOT_RULES: dict[Op, Rule] = {Op.DOT: dot_rule}
 def merged_stride(extents, strides) -> int | None:
     """The stride of dims walked as one linear index (row-major order), if they merge."""
     pairs = [(e, s) for e, s in zip(extents, strides) if e != 1]
-    for (_, outer), (extent, inner) in zip(pairs, pairs[1:]):
+    for (_, outer), (extent, inner) in itertools.pairwise(pairs):
         if outer != inner * extent:
             return None
     return pairs[-1][1] if pairs else 1  # unit dims: any stride reads the same element
@@ -149,9 +146,9 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
                 batch_strides = tuple(view.strides[d] for d in batch)
         sides.append(_Side(operand, batch, free, contracting, shape.dims, strides, batch_strides))
     lhs, rhs = sides
-    m = _product(lhs.dims[d] for d in lhs.free)
-    n = _product(rhs.dims[d] for d in rhs.free)
-    k = _product(lhs.dims[d] for d in lhs.contracting)
+    m = math.prod(lhs.dims[d] for d in lhs.free)
+    n = math.prod(rhs.dims[d] for d in rhs.free)
+    k = math.prod(lhs.dims[d] for d in lhs.contracting)
     if m * n * k == 0:
         return None
     batch = tuple(lhs.dims[d] for d in lhs.batch)
@@ -174,10 +171,3 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
     return GemmPlan(
         config, batch, m, n, k, n, lhs.factory(), rhs.factory(), c_offset, out_index, gemv
     )
-
-
-def _product(values) -> int:
-    result = 1
-    for v in values:
-        result *= v
-    return result

@@ -16,18 +16,18 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from .context import EmitContext
-from .gemm import (
-    Blocking,
+from .lltypes import I32, I64, PTR, i64
+from .loops import for_range
+from .tiles import (
     GemmConfig,
     lanes,
     masked_gather,
     masked_load,
     shared_function,
+    smaller,
     splat,
     vector_gep,
 )
-from .lltypes import I32, I64, PTR, i64
-from .loops import for_range
 
 ROW_CHUNK = 16  # column-matrix rows packed per sweep over the panels
 
@@ -45,7 +45,7 @@ class ImagePanels:
     base: ir.Value
     geometry: tuple[int, ...]  # values of IMAGE_FIELDS
 
-    def pack(self, ctx: EmitContext, blocks: Blocking, dst, p0, count, k0, kc, width: int):
+    def pack(self, ctx: EmitContext, blocks, dst, p0, count, k0, kc, width: int):
         packer = _packer(ctx, blocks.config, width)
         args = [self.base, *(i64(v) for v in self.geometry), p0, count, k0, kc, dst]
         ctx.builder.call(packer, args)
@@ -100,14 +100,18 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int) -> ir.Function:
     chunks = b.udiv(b.add(kc, i64(ROW_CHUNK - 1)), i64(ROW_CHUNK))
     with for_range(b, chunks, "chunk") as chunk:
         row0 = b.mul(chunk, i64(ROW_CHUNK))
-        rows = _min(b, i64(ROW_CHUNK), b.sub(kc, row0))
+        rows = smaller(b, i64(ROW_CHUNK), b.sub(kc, row0))
         k = b.add(k0, row0)
-        start = (b.udiv(k, taps), b.udiv(b.urem(k, taps), g["kw"]), b.urem(b.urem(k, taps), g["kw"]))
+        start = (
+            b.udiv(k, taps),
+            b.udiv(b.urem(k, taps), g["kw"]),
+            b.urem(b.urem(k, taps), g["kw"]),
+        )
         b.store(first_oh, coordinates["oh"])
         b.store(first_ow, coordinates["ow"])
         with for_range(b, panels, "panel") as panel:
             first = b.mul(panel, i64(width))
-            valid = _min(b, b.sub(count, first), i64(width))
+            valid = smaller(b, b.sub(count, first), i64(width))
             oh, ow = b.load(coordinates["oh"]), b.load(coordinates["ow"])
             in_panel = b.icmp_unsigned("<", lane, splat(b, b.trunc(valid, I32), vec32))
             row_base = b.sub(b.mul(oh, wide("sh")), wide("ph"))
@@ -160,10 +164,6 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int) -> ir.Function:
                         coordinates["oh"])  # fmt: skip
     b.ret_void()
     return function
-
-
-def _min(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    return b.select(b.icmp_signed("<", x, y), x, y)
 
 
 def _slot(b: ir.IRBuilder, ty: ir.Type) -> ir.Value:

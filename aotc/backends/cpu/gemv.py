@@ -1,0 +1,157 @@
+"""Matrix-vector products (M == 1 or N == 1), unpacked and vectorized.
+
+`gemv.axpy` keeps UNROLL vectors of outputs in registers and adds one
+broadcast vector element times a matrix row per k (the matrix contiguous
+along the outputs); `gemv.dot` sums UNROLL vectors of products along k per
+output and reduces them at the end (the matrix contiguous along k).  One
+internal function per kind and element type, sizes and strides as arguments.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from .context import EmitContext
+from .lltypes import I64, PTR, i64
+from .loops import for_range
+from .tiles import GemmConfig, entry_slot, mul_add, shared_function, splat
+
+if TYPE_CHECKING:
+    from .gemm import StridedPanels
+
+GEMV_UNROLL = 4  # independent vector accumulators
+
+
+def gemv_kind(m: int, n: int, matrix: tuple[int, int], vector_k_stride: int) -> str | None:
+    """The unpacked matrix-vector path for M == 1 or N == 1, by the matrix's
+    (p_stride, k_stride): "axpy" when contiguous along the outputs, "dot" when
+    contiguous along K (with a contiguous vector); None: use the packed GEMM."""
+    if m != 1 and n != 1:
+        return None
+    p_stride, k_stride = matrix
+    if p_stride == 1:
+        return "axpy"
+    if k_stride == 1 and vector_k_stride == 1:
+        return "dot"
+    return None
+
+
+def emit_gemv(
+    ctx: EmitContext,
+    cfg: GemmConfig,
+    kind: str,
+    count: int,
+    depth: int,
+    vector: StridedPanels,
+    matrix: StridedPanels,
+    out: ir.Value,
+) -> None:
+    """out[i] = sum_k vector[k] matrix[i, k] for i < count (`vector` indexes as (0, k))."""
+    function = _gemv_function(ctx, cfg, kind)
+    stride = matrix.k_stride if kind == "axpy" else matrix.p_stride
+    args = [i64(count), i64(depth), vector.base, i64(vector.k_stride), matrix.base, i64(stride)]
+    ctx.builder.call(function, [*args, out])
+
+
+def _gemv_function(ctx: EmitContext, cfg: GemmConfig, kind: str) -> ir.Function:
+    """`gemv(count, depth, x, x_stride, mat, stride, y)`.
+
+    axpy: mat[i + k*stride], vectorized over i (UNROLL vectors of outputs in
+    registers, one broadcast x[k] per k); dot: mat[i*stride + k], vectorized
+    over k (UNROLL partial sums per output, reduced at the end).
+    """
+    name = f"{ctx.prefix}.gemv.{kind}.{cfg.dtype.text}"
+    function, b = shared_function(ctx, name, [I64, I64, PTR, I64, PTR, I64, PTR])
+    if b is None:
+        return function
+    count, depth, x, x_stride, mat, stride, y = function.args
+    emit = _gemv_axpy if kind == "axpy" else _gemv_dot
+    emit(ctx, b, cfg, count, depth, x, x_stride, mat, stride, y)
+    b.ret_void()
+    return function
+
+
+def _gemv_axpy(ctx, b, cfg, count, depth, x, x_stride, mat, stride, y) -> None:
+    ty = cfg.element
+    vec = ir.VectorType(ty, cfg.lanes)
+    done_slot = entry_slot(b, I64)  # outputs finished by the wider steps
+    b.store(i64(0), done_slot)
+    for width, vectors in ((cfg.lanes * GEMV_UNROLL, GEMV_UNROLL), (cfg.lanes, 1), (1, 1)):
+        t = vec if width > 1 else ty
+        step = cfg.lanes if width > 1 else 1
+        done = b.load(done_slot)
+        blocks = b.udiv(b.sub(count, done), i64(width))
+        with for_range(b, blocks, f"axpy{width}") as block:
+            i0 = b.add(done, b.mul(block, i64(width)))
+            accs = [entry_slot(b, t) for _ in range(vectors)]
+            for acc in accs:
+                b.store(ir.Constant(t, None), acc)
+            with for_range(b, depth, "k") as k:
+                xk = b.load(b.gep(x, [b.mul(k, x_stride)], source_etype=ty), typ=ty)
+                row = b.gep(mat, [b.add(b.mul(k, stride), i0)], source_etype=ty)
+                xs = splat(b, xk, vec) if width > 1 else xk
+                for v, acc in enumerate(accs):
+                    p = b.gep(row, [i64(v * step)], source_etype=ty)
+                    value = b.load(p, typ=t, align=cfg.itemsize)
+                    b.store(_mul_add_any(ctx, b, cfg, xs, value, b.load(acc)), acc)
+            for v, acc in enumerate(accs):
+                p = b.gep(y, [b.add(i0, i64(v * step))], source_etype=ty)
+                b.store(b.load(acc), p, align=cfg.itemsize)
+        b.store(b.add(done, b.mul(blocks, i64(width))), done_slot)
+
+
+def _gemv_dot(ctx, b, cfg, count, depth, x, x_stride, mat, stride, y) -> None:
+    ty = cfg.element
+    vec = ir.VectorType(ty, cfg.lanes)
+    width = cfg.lanes * GEMV_UNROLL
+    chunks = b.udiv(depth, i64(width))
+    done = b.mul(chunks, i64(width))
+    with for_range(b, count, "out") as i:
+        row = b.gep(mat, [b.mul(i, stride)], source_etype=ty)
+        accs = [entry_slot(b, vec) for _ in range(GEMV_UNROLL)]
+        for acc in accs:
+            b.store(ir.Constant(vec, None), acc)
+        with for_range(b, chunks, "kc") as chunk:
+            k0 = b.mul(chunk, i64(width))
+            for v, acc in enumerate(accs):
+                offset = b.add(k0, i64(v * cfg.lanes))
+                xs = b.load(b.gep(x, [offset], source_etype=ty), typ=vec, align=cfg.itemsize)
+                ms = b.load(b.gep(row, [offset], source_etype=ty), typ=vec, align=cfg.itemsize)
+                b.store(mul_add(ctx, b, cfg, xs, ms, b.load(acc)), acc)
+        total = b.load(accs[0])
+        for acc in accs[1:]:
+            total = b.fadd(total, b.load(acc))
+        scalar = entry_slot(b, ty)
+        b.store(_horizontal_sum(b, total), scalar)
+        with for_range(b, b.sub(depth, done), "ktail") as t:
+            k = b.add(done, t)
+            xk = b.load(b.gep(x, [k], source_etype=ty), typ=ty)
+            mk = b.load(b.gep(row, [k], source_etype=ty), typ=ty)
+            b.store(b.fadd(b.load(scalar), b.fmul(xk, mk)), scalar)
+        b.store(b.load(scalar), b.gep(y, [i], source_etype=ty))
+
+
+def _horizontal_sum(b: ir.IRBuilder, vector: ir.Value) -> ir.Value:
+    """Pairwise halving sum of a vector's lanes."""
+    count = vector.type.count
+    while count > 1:
+        half = count // 2
+        i32 = ir.IntType(32)
+        low = b.shuffle_vector(
+            vector, vector, ir.Constant(ir.VectorType(i32, half), list(range(half)))
+        )
+        high = b.shuffle_vector(
+            vector, vector, ir.Constant(ir.VectorType(i32, half), list(range(half, count)))
+        )
+        vector = b.fadd(low, high)
+        count = half
+    return b.extract_element(vector, ir.Constant(ir.IntType(32), 0))
+
+
+def _mul_add_any(ctx, b, cfg, x, y, acc) -> ir.Value:
+    """`mul_add` for vectors or scalars."""
+    if isinstance(x.type, ir.VectorType):
+        return mul_add(ctx, b, cfg, x, y, acc)
+    return b.fadd(b.fmul(x, y), acc)

@@ -1,0 +1,371 @@
+"""Register tiles on vector types: per-target GEMM configuration, the micro-kernel,
+panel packing from strided memory, and the vector memory helpers they share.
+
+Everything here is an internal LLVM function emitted once per module and
+configuration (`shared_function`), so that every GEMM of a model calls the
+same code: the micro-kernel multiplies one packed A panel (kc x MR) by one
+packed B panel (kc x NR) into an MR x NR tile of C held in `<W x float>`
+registers (llvm.fma where the target has it); partial tiles are stored with
+masked stores.  The packer lays a strided matrix out as such panels.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...ir import DType
+from .context import EmitContext
+from .lltypes import I1, I32, I64, PTR, VOID, i64, register_type
+from .loops import for_range, if_then
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Register and cache blocking of one vector width.
+
+    The micro-kernel keeps MR x NR of C in registers (MR from `rows`, chosen
+    per M; NR = `vectors` registers wide).  Bytes budgets size the blocks:
+    the A micro-panel (kc x MR) in L1, the B block (kc x NB) in L2, the A
+    block (MB x kc) in L3.
+    """
+
+    rows: tuple[int, ...]  # MR choices, the preferred first
+    vectors: int
+    l1: int
+    l2: int
+    l3: int
+
+
+BLOCKING = {
+    # AVX-512: 24 (or 16) zmm accumulators of 32
+    512: Blocks((12, 8), 2, 18 * 1024, 720 * 1024, 4 * 2**20),
+    # AVX2: 12 ymm accumulators of 16
+    256: Blocks((6,), 2, 12 * 1024, 160 * 1024, 2 * 2**20),
+    # SSE: 8 xmm accumulators (no FMA: the products need temporaries)
+    128: Blocks((4,), 2, 8 * 1024, 128 * 1024, 2 * 2**20),
+}
+NEON_BLOCKING = Blocks((8,), 2, 16 * 1024, 256 * 1024, 2 * 2**20)  # 32 vector registers
+OTHER_ROWS_COST = 1.04  # a narrower tile's cost per row, relative to the preferred one
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """The blocking of one element type on one target."""
+
+    dtype: DType
+    lanes: int  # W: elements per vector register
+    blocks: Blocks
+    fma: bool
+
+    @property
+    def nr(self) -> int:
+        return self.blocks.vectors * self.lanes
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def element(self) -> ir.Type:
+        return register_type(self.dtype)
+
+
+GEMM_DTYPES = frozenset({DType.F32, DType.F64})
+
+
+def gemm_config(target, dtype: DType) -> GemmConfig | None:
+    """The blocking for `dtype` on `target`; None for element types GEMM does not handle."""
+    if dtype not in GEMM_DTYPES:
+        return None
+    bits = target.vector_bits if target is not None else 128
+    blocks = NEON_BLOCKING if _is_arm(target) else BLOCKING[bits]
+    lanes = bits // (8 * dtype.itemsize)
+    return GemmConfig(dtype, lanes, blocks, fma=target is None or target.has_fma)
+
+
+def _is_arm(target) -> bool:
+    return target is not None and target.arch == "aarch64"
+
+
+# -- the micro-kernel -------------------------------------------------------------
+
+
+def shared_function(ctx: EmitContext, name: str, args: list[ir.Type]):
+    """(function, builder or None): the internal function `name`; a builder at its entry
+    when it still has to be emitted."""
+    existing = ctx.module.globals.get(name)
+    if existing is not None:
+        return existing, None
+    function = ir.Function(ctx.module, ir.FunctionType(VOID, args), name)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    function.attributes.add("noinline")  # one copy per module keeps compile time flat
+    return function, ir.IRBuilder(function.append_basic_block("entry"))
+
+
+def micro_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, nr: int) -> ir.Function:
+    """`kernel(kc, a, b, c, ldc, accumulate, rows, cols)`: C tile (+)= A panel x B panel.
+
+    Only rows x cols of the MR x NR tile are stored (masked when partial); with
+    `accumulate` the tile is added to C, else it replaces it.
+    """
+    name = f"{ctx.prefix}.gemm.kernel.{cfg.dtype.text}.{mr}x{nr}"
+    function, b = shared_function(ctx, name, [I64, PTR, PTR, PTR, I64, I1, I64, I64])
+    if b is None:
+        return function
+    kc, a_ptr, b_ptr, c_ptr, ldc, accumulate, rows, cols = function.args
+    ty = cfg.element
+    vectors = nr // cfg.lanes
+    tail = nr % cfg.lanes  # nr below one vector (N < W): a narrower last vector
+    widths = [cfg.lanes] * vectors + ([tail] if tail else [])
+    vec_types = [ir.VectorType(ty, w) for w in widths]
+    slots = [[entry_slot(b, t) for t in vec_types] for _ in range(mr)]
+    for row in slots:
+        for slot, t in zip(row, vec_types):
+            b.store(ir.Constant(t, None), slot)
+    with for_range(b, kc, "k") as k:
+        b_row = b.gep(b_ptr, [b.mul(k, i64(nr))], source_etype=ty)
+        b_vecs = []
+        offset = 0
+        for t in vec_types:
+            p = b.gep(b_row, [i64(offset)], source_etype=ty)
+            b_vecs.append(b.load(p, typ=t, align=cfg.itemsize))
+            offset += t.count
+        a_row = b.gep(a_ptr, [b.mul(k, i64(mr))], source_etype=ty)
+        for i in range(mr):
+            a_value = b.load(b.gep(a_row, [i64(i)], source_etype=ty), typ=ty)
+            for slot, b_vec, t in zip(slots[i], b_vecs, vec_types):
+                acc = b.load(slot, typ=t)
+                b.store(mul_add(ctx, b, cfg, splat(b, a_value, t), b_vec, acc), slot)
+    full = b.and_(b.icmp_unsigned("==", rows, i64(mr)), b.icmp_unsigned("==", cols, i64(nr)))
+    with b.if_else(full) as (then, otherwise):
+        with then:
+            _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate)
+        with otherwise:
+            _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate, rows, cols)
+    b.ret_void()
+    return function
+
+
+def _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate, rows=None, cols=None):
+    """Store (or add) the accumulators to C; only `rows` x `cols` of it when given
+    (masked stores for the columns)."""
+    ty = cfg.element
+    with b.if_else(accumulate) as (add, replace):
+        for branch, adding in ((add, True), (replace, False)):
+            with branch:
+                for i, row in enumerate(slots):
+                    guard = b.icmp_unsigned("<", i64(i), rows) if rows is not None else None
+                    with if_then(b, guard) if guard is not None else nullcontext():
+                        c_row = b.gep(c_ptr, [b.mul(i64(i), ldc)], source_etype=ty)
+                        offset = 0
+                        for slot, t in zip(row, vec_types):
+                            p = b.gep(c_row, [i64(offset)], source_etype=ty)
+                            value = b.load(slot, typ=t)
+                            if cols is None:
+                                if adding:
+                                    value = b.fadd(b.load(p, typ=t, align=cfg.itemsize), value)
+                                b.store(value, p, align=cfg.itemsize)
+                            else:
+                                _masked_store(ctx, b, cfg, value, p, offset, cols, adding)
+                            offset += t.count
+
+
+def _masked_store(ctx, b, cfg, value, pointer, first: int, cols, adding: bool) -> None:
+    """Store lanes first + l < cols of `value` (added to what is there when `adding`)."""
+    t = value.type
+    i32 = ir.IntType(32)
+    lanes = ir.Constant(ir.VectorType(I64, t.count), [first + lane for lane in range(t.count)])
+    mask = b.icmp_unsigned("<", lanes, splat(b, cols, ir.VectorType(I64, t.count)))
+    suffix = f"v{t.count}{'f32' if cfg.dtype is DType.F32 else 'f64'}.p0"
+    align = ir.Constant(i32, cfg.itemsize)
+    if adding:
+        load = ctx.declare(f"llvm.masked.load.{suffix}", t, [pointer, align, mask, value])
+        old = b.call(load, [pointer, align, mask, ir.Constant(t, None)])
+        value = b.fadd(old, value)
+    store = ctx.declare(f"llvm.masked.store.{suffix}", VOID, [value, pointer, align, mask])
+    b.call(store, [value, pointer, align, mask])
+
+
+def smaller(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """The signed minimum of two i64 values."""
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def entry_slot(b: ir.IRBuilder, ty: ir.Type) -> ir.Value:
+    with b.goto_entry_block():
+        return b.alloca(ty)
+
+
+def splat(b: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
+    """`value` in every lane of a vector of type `vec`."""
+    one = b.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vec.count), [0] * vec.count)
+    return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), zeros)
+
+
+def mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
+    """x*y + acc: one fused instruction where the target has FMA (never emulated)."""
+    if not cfg.fma:
+        return b.fadd(b.fmul(x, y), acc)
+    suffix = f"v{x.type.count}{'f32' if cfg.dtype is DType.F32 else 'f64'}"
+    fma = ctx.declare(f"llvm.fma.{suffix}", x.type, [x, y, acc])
+    return b.call(fma, [x, y, acc])
+
+
+# -- packing from strided memory ----------------------------------------------------
+
+
+def strided_packer(ctx: EmitContext, cfg: GemmConfig, width: int, gather: bool):
+    """`pack(src, p_stride, k_stride, count, kc, dst)`: panels of `width` from memory.
+
+    Panels whose rows are contiguous (p_stride == 1) are copied as vectors;
+    others (transposing, strided, the partial last panel) are gathered with
+    32-bit lane offsets (`gather`: p_stride * width fits), else copied element
+    by element; rows past `count` are zeros.
+    """
+    name = f"{ctx.prefix}.gemm.pack.{cfg.dtype.text}.{width}{'' if gather else '.wide'}"
+    function, b = shared_function(ctx, name, [PTR, I64, I64, I64, I64, PTR])
+    if b is None:
+        return function
+    src, p_stride, k_stride, count, kc, dst = function.args
+    ty = cfg.element
+    row_type = ir.VectorType(ty, width)
+    panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
+    with for_range(b, panels, "panel") as panel:
+        first = b.mul(panel, i64(width))
+        valid = smaller(b, i64(width), b.sub(count, first))
+        source = b.gep(src, [b.mul(first, p_stride)], source_etype=ty)
+        out = b.gep(dst, [b.mul(first, kc)], source_etype=ty)
+        full = b.icmp_unsigned("==", valid, i64(width))
+        contiguous = b.and_(full, b.icmp_unsigned("==", p_stride, i64(1)))
+        transposing = b.and_(full, b.icmp_unsigned("==", k_stride, i64(1)))
+        with b.if_else(contiguous) as (vector, other):
+            with vector, for_range(b, kc, "k") as k:
+                p = b.gep(source, [b.mul(k, k_stride)], source_etype=ty)
+                row = b.load(p, typ=row_type, align=cfg.itemsize)
+                b.store(
+                    row, b.gep(out, [b.mul(k, i64(width))], source_etype=ty), align=cfg.itemsize
+                )
+            with other, b.if_else(transposing) as (rows, rest):
+                with rows:
+                    _transposed_panel(b, cfg, source, out, p_stride, kc, width)
+                with rest:
+                    if gather:
+                        _gathered_panel(
+                            ctx, b, cfg, source, out, p_stride, k_stride, kc, valid, width
+                        )
+                    else:
+                        _scalar_panel(b, ty, source, out, p_stride, k_stride, kc, valid, width)
+    b.ret_void()
+    return function
+
+
+def _transposed_panel(b, cfg: GemmConfig, source, out, p_stride, kc, width) -> None:
+    """A full panel of rows contiguous along k (a row-major A): 4x4 blocks, transposed
+    in registers, four rows at a time over all of k (reading all rows per k would
+    touch `width` lines at once, which conflict in L1 for power-of-two strides)."""
+    ty, align = cfg.element, cfg.itemsize
+    quad = ir.VectorType(ty, 4)
+    i32 = ir.IntType(32)
+
+    def shuffle(x, y, order):
+        return b.shuffle_vector(x, y, ir.Constant(ir.VectorType(i32, 4), order))
+
+    chunks = b.udiv(kc, i64(4))
+    for group in range(0, width - width % 4, 4):
+        rows = [b.gep(source, [b.mul(i64(group + r), p_stride)], source_etype=ty) for r in range(4)]
+        with for_range(b, chunks, f"quad{group}") as chunk:
+            k = b.mul(chunk, i64(4))
+            x = [b.load(b.gep(row, [k], source_etype=ty), typ=quad, align=align) for row in rows]
+            low = [shuffle(x[0], x[1], [0, 4, 1, 5]), shuffle(x[2], x[3], [0, 4, 1, 5])]
+            high = [shuffle(x[0], x[1], [2, 6, 3, 7]), shuffle(x[2], x[3], [2, 6, 3, 7])]
+            columns = [
+                shuffle(low[0], low[1], [0, 1, 4, 5]),
+                shuffle(low[0], low[1], [2, 3, 6, 7]),
+                shuffle(high[0], high[1], [0, 1, 4, 5]),
+                shuffle(high[0], high[1], [2, 3, 6, 7]),
+            ]
+            for t, column in enumerate(columns):
+                at = b.add(b.mul(b.add(k, i64(t)), i64(width)), i64(group))
+                b.store(column, b.gep(out, [at], source_etype=ty), align=align)
+    # the k past the last whole chunk, and the rows past the last group of four
+    done = b.mul(chunks, i64(4))
+    for j in range(width):
+        row = b.gep(source, [b.mul(i64(j), p_stride)], source_etype=ty)
+        start = done if j < width - width % 4 else i64(0)
+        with for_range(b, b.sub(kc, start), f"t{j}") as t:
+            k = b.add(start, t)
+            value = b.load(b.gep(row, [k], source_etype=ty), typ=ty)
+            b.store(value, b.gep(out, [b.add(b.mul(k, i64(width)), i64(j))], source_etype=ty))
+
+
+def _gathered_panel(ctx, b, cfg, source, out, p_stride, k_stride, kc, valid, width) -> None:
+    """Panel rows as masked gathers with 32-bit lane offsets; lanes past `valid` zero."""
+    ty = cfg.element
+    lane = lanes(width)
+    offsets = b.mul(lane, splat(b, b.trunc(p_stride, I32), lane.type))
+    mask = b.icmp_unsigned("<", lane, splat(b, b.trunc(valid, I32), lane.type))
+    with for_range(b, kc, "k") as k:
+        p = b.gep(source, [b.mul(k, k_stride)], source_etype=ty)
+        row = masked_gather(ctx, b, cfg, vector_gep(b, p, offsets, ty), mask)
+        b.store(row, b.gep(out, [b.mul(k, i64(width))], source_etype=ty), align=cfg.itemsize)
+
+
+def _scalar_panel(b, ty, source, out, p_stride, k_stride, kc, valid, width) -> None:
+    """Panel rows element by element; element j clamped into the panel so its load
+    stays inside, then replaced by zero past `valid`."""
+    zero = ir.Constant(ty, 0)
+    offsets = []
+    for j in range(width):
+        inside = b.icmp_unsigned("<", i64(j), valid)
+        offsets.append((inside, b.mul(b.select(inside, i64(j), i64(0)), p_stride)))
+    with for_range(b, kc, "k") as k:
+        p = b.gep(source, [b.mul(k, k_stride)], source_etype=ty)
+        q = b.gep(out, [b.mul(k, i64(width))], source_etype=ty)
+        for j, (inside, offset) in enumerate(offsets):
+            value = b.load(b.gep(p, [offset], source_etype=ty), typ=ty)
+            b.store(b.select(inside, value, zero), b.gep(q, [i64(j)], source_etype=ty))
+
+
+# -- vector memory helpers (shared with im2col.py) -----------------------------------
+
+
+def lanes(width: int) -> ir.Constant:
+    """<0, 1, ..., width-1> as i32 lanes."""
+    return ir.Constant(ir.VectorType(I32, width), list(range(width)))
+
+
+def vector_gep(b: ir.IRBuilder, base: ir.Value, offsets: ir.Value, ty: ir.Type) -> ir.Value:
+    """<N x ptr>: base + offsets[i] elements of `ty`."""
+    pointers = b.gep(base, [offsets], source_etype=ty)
+    # llvmlite infers a scalar pointer type for a GEP with vector indices
+    pointers.type = ir.VectorType(PTR, offsets.type.count)
+    return pointers
+
+
+def masked_gather(ctx, b, cfg: GemmConfig, pointers, mask) -> ir.Value:
+    """The lanes of `pointers` where `mask` holds, zeros elsewhere (never loaded)."""
+    count = mask.type.count
+    vec = ir.VectorType(cfg.element, count)
+    name = f"llvm.masked.gather.v{count}{_type_tag(cfg)}.v{count}p0"
+    align = ir.Constant(I32, cfg.itemsize)
+    function = ctx.declare(name, vec, [pointers, align, mask, ir.Constant(vec, None)])
+    return b.call(function, [pointers, align, mask, ir.Constant(vec, None)])
+
+
+def masked_load(ctx, b, cfg: GemmConfig, pointer, mask) -> ir.Value:
+    """A contiguous vector from `pointer`, lanes outside `mask` zero (never loaded)."""
+    count = mask.type.count
+    vec = ir.VectorType(cfg.element, count)
+    name = f"llvm.masked.load.v{count}{_type_tag(cfg)}.p0"
+    align = ir.Constant(I32, cfg.itemsize)
+    function = ctx.declare(name, vec, [pointer, align, mask, ir.Constant(vec, None)])
+    return b.call(function, [pointer, align, mask, ir.Constant(vec, None)])
+
+
+def _type_tag(cfg: GemmConfig) -> str:
+    return "f32" if cfg.dtype is DType.F32 else "f64"
