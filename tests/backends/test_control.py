@@ -90,6 +90,15 @@ def test_fori_loop_accumulates_a_vector(run_hlo, rng):
     assert run_hlo.compiled.run(x, acc, scratch="null")[1] == 10  # the static arena
 
 
+# the loop condition of the Collatz tests: state (n, steps) -> n != 1
+NOT_ONE = """%not_one (s: (s32[], s32[])) -> pred[] {
+  %s = (s32[], s32[]) parameter(0)
+  %n = s32[] get-tuple-element(%s), index=0
+  %one = s32[] constant(1)
+  ROOT %ne = pred[] compare(%n, %one), direction=NE
+}
+"""
+
 COLLATZ = """HloModule collatz
 %step (s: (s32[], s32[])) -> (s32[], s32[]) {
   %s = (s32[], s32[]) parameter(0)
@@ -107,13 +116,7 @@ COLLATZ = """HloModule collatz
   %steps2 = s32[] add(%steps, %one)
   ROOT %t = (s32[], s32[]) tuple(%n2, %steps2)
 }
-%not_one (s: (s32[], s32[])) -> pred[] {
-  %s = (s32[], s32[]) parameter(0)
-  %n = s32[] get-tuple-element(%s), index=0
-  %one = s32[] constant(1)
-  ROOT %ne = pred[] compare(%n, %one), direction=NE
-}
-ENTRY %main (n: s32[]) -> (s32[]) {
+""" + NOT_ONE + """ENTRY %main (n: s32[]) -> (s32[]) {
   %n = s32[] parameter(0)
   %zero = s32[] constant(0)
   %init = (s32[], s32[]) tuple(%n, %zero)
@@ -535,13 +538,7 @@ COND_IN_LOOP = """HloModule collatz_cond
   %steps2 = s32[] add(%steps, %one)
   ROOT %t = (s32[], s32[]) tuple(%n2, %steps2)
 }
-%not_one (s: (s32[], s32[])) -> pred[] {
-  %s = (s32[], s32[]) parameter(0)
-  %n = s32[] get-tuple-element(%s), index=0
-  %one = s32[] constant(1)
-  ROOT %ne = pred[] compare(%n, %one), direction=NE
-}
-ENTRY %main (n: s32[]) -> (s32[], s32[]) {
+""" + NOT_ONE + """ENTRY %main (n: s32[]) -> (s32[], s32[]) {
   %n = s32[] parameter(0)
   %zero = s32[] constant(0)
   %init = (s32[], s32[]) tuple(%n, %zero)

@@ -10,6 +10,7 @@ import sys
 import cffi
 import numpy as np
 import pytest
+from test_row_fusion import REDUCERS
 
 from aotc.backends.cpu import emit_object, parse_target
 from aotc.buffers import assign_buffers
@@ -19,16 +20,7 @@ from aotc.passes.pipeline import make_pipeline
 
 # big enough that the softmax rows and the elementwise chain run as parallel loops
 MODEL = """HloModule par
-%add (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(f32[] %a, f32[] %b)
-}
-%max (c: f32[], d: f32[]) -> f32[] {
-  %c = f32[] parameter(0)
-  %d = f32[] parameter(1)
-  ROOT %m = f32[] maximum(f32[] %c, f32[] %d)
-}
+""" + REDUCERS + """
 ENTRY %main (x: f32[96,300], y: f32[96,300]) -> (f32[96,300], f32[96,300]) {
   %x = f32[96,300]{1,0} parameter(0)
   %y = f32[96,300]{1,0} parameter(1)
