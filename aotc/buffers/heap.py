@@ -9,7 +9,11 @@ the lowest-waste gap among buffers alive at the same time.
 from __future__ import annotations
 
 import bisect
+import random
 from dataclasses import dataclass
+
+# jittered orders tried when the fixed ones leave the arena above its lower bound
+RANDOM_ORDERS = 64
 
 
 @dataclass
@@ -33,20 +37,37 @@ def align_up(value: int, alignment: int) -> int:
 def pack(intervals: list[Interval], alignment: int) -> int:
     """Give every interval an offset; return the arena size.
 
-    Buffers alive at the same time never share bytes.  Two greedy orders are
-    tried, largest first and most-conflicting first (as XLA's heap simulator
-    tries several), and the smaller arena is kept.
+    Buffers alive at the same time never share bytes.  Several greedy orders
+    (largest first, most-conflicting first, largest area, time order) are tried,
+    each placing at the best-fitting and at the first fitting gap, as XLA's heap
+    simulator tries several; then jittered largest-first orders until one
+    reaches the lower bound.  The smallest arena is kept.
     """
     conflicts = _conflict_counts(intervals)
     orders = (
         lambda i: (-i.size, i.start, i.end),
         lambda i: (-conflicts[id(i)], -i.size, i.start, i.end),
+        lambda i: (-i.size * (i.end - i.start + 1), i.start),  # largest area of time x bytes
+        lambda i: (i.start, -i.size),  # in time order, as a linear scan allocator
     )
+    candidates = [sorted(intervals, key=order) for order in orders]
+    # then, while above the lower bound, largest first with sizes jittered (seeded, so
+    # builds stay reproducible): different near-ties often pack tighter
+    lower = peak_live_bytes(intervals, alignment)
+    jitter = random.Random(0)
     best = None
-    for order in orders:
-        size = _pack_in_order(sorted(intervals, key=order), alignment)
-        if best is None or size < best[0]:
-            best = (size, [i.offset for i in intervals])
+    for trial in range(len(candidates) + RANDOM_ORDERS):
+        if trial < len(candidates):
+            order = candidates[trial]
+        elif best[0] > lower:
+            noise = {id(i): jitter.uniform(0.5, 1.5) for i in intervals}
+            order = sorted(intervals, key=lambda i: (-i.size * noise[id(i)], i.start))
+        else:
+            break
+        for gap in (_best_gap, _first_gap):
+            size = _pack_in_order(order, alignment, gap)
+            if best is None or size < best[0]:
+                best = (size, [i.offset for i in intervals])
     for item, offset in zip(intervals, best[1]):
         item.offset = offset
     return best[0]
@@ -64,7 +85,7 @@ def _conflict_counts(intervals: list[Interval]) -> dict[int, int]:
     return counts
 
 
-def _pack_in_order(intervals: list[Interval], alignment: int) -> int:
+def _pack_in_order(intervals: list[Interval], alignment: int, gap_of=None) -> int:
     placed: list[Interval] = []
     for item in intervals:
         size = align_up(max(item.size, 1), alignment)
@@ -73,7 +94,7 @@ def _pack_in_order(intervals: list[Interval], alignment: int) -> int:
             for p in placed
             if p.overlaps_in_time(item)
         )
-        item.offset = _best_gap(busy, size)
+        item.offset = (gap_of or _best_gap)(busy, size)
         placed.append(item)
     return max((p.offset + align_up(max(p.size, 1), alignment) for p in placed), default=0)
 
@@ -88,6 +109,16 @@ def _best_gap(busy: list[tuple[int, int]], size: int) -> int:
             best_offset, best_waste = cursor, gap - size
         cursor = max(cursor, end)
     return cursor if best_offset is None else best_offset
+
+
+def _first_gap(busy: list[tuple[int, int]], size: int) -> int:
+    """Offset of the lowest free gap that holds `size`, else the end of the heap."""
+    cursor = 0
+    for begin, end in busy:
+        if begin - cursor >= size:
+            return cursor
+        cursor = max(cursor, end)
+    return cursor
 
 
 def peak_live_bytes(intervals: list[Interval], alignment: int) -> int:
