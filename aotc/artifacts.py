@@ -229,6 +229,11 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def render_template(template: str, **values) -> str:
+    """Render templates/`template` (for cuda_artifacts.py; c_string and c_comment filters)."""
+    return _environment().get_template(template).render(version=__version__, **values)
+
+
 def render_header(
     name: str,
     inputs: Sequence[TensorSpec],
@@ -243,7 +248,6 @@ def render_header(
     check_model_name(name)
     inputs, outputs = unique_specs(inputs, outputs)
     tensors = [*inputs, *outputs]
-    alignment = stats.alignment
     params = [f"const {t.c_type} *{t.c_name}" for t in inputs]
     params += [f"{t.c_type} *{t.c_name}" for t in outputs]
     template = _environment().get_template("model.h.j2")
@@ -431,13 +435,19 @@ def _run_tool(argv: Sequence[str], what: str, cwd: Path | None = None) -> None:
         raise ToolError(f"{what} failed ({Path(argv[0]).name} exit {result.returncode}): {detail}")
 
 
+# runtime_c/aotc_cuda.{c,h}: the CUDA models' runtime (cuda_artifacts.py), not the CPU's
+CUDA_RUNTIME = "aotc_cuda"
+
+
 def _runtime_sources() -> list[Path]:
-    return sorted(resource_dir("runtime_c").glob("*.c"))
+    paths = resource_dir("runtime_c").glob("*.c")
+    return sorted(p for p in paths if p.stem != CUDA_RUNTIME)
 
 
 def _runtime_files() -> list[Path]:
     """The sources and the headers they include: what a user needs to build the runtime."""
-    return [*_runtime_sources(), *sorted(resource_dir("runtime_c").glob("*.h"))]
+    headers = [p for p in resource_dir("runtime_c").glob("*.h") if p.stem != CUDA_RUNTIME]
+    return [*_runtime_sources(), *sorted(headers)]
 
 
 def _missing_compiler_message(arch: str) -> str:
@@ -512,8 +522,12 @@ def write_artifacts(
     target: Target | str,
     source: str,
     cc: str | Sequence[str] | None = None,
+    cuda=None,
 ) -> ArtifactPaths:
     """Write NAME.h, NAME.o and libNAME.a (NAME.o + the runtime built for `target`).
+
+    For a model compiled for CUDA (`cuda`: its backends.cuda.CudaProgram, whose host
+    object is `object_bytes`), cuda_artifacts.write_cuda_artifacts writes them instead.
 
     `target` is a Target, or a description for the header of code for this machine.
     Without a C compiler for the target's architecture (a cross compiler, see
@@ -523,6 +537,10 @@ def write_artifacts(
     at the end; on failure `out_dir` is as it was (or absent again).  The same arguments
     give byte-identical files.
     """
+    if cuda is not None:
+        from .cuda_artifacts import write_cuda_artifacts  # it builds on this module
+
+        return write_cuda_artifacts(out_dir, name, inputs, outputs, cuda, stats, source, cc)
     header = render_header(name, inputs, outputs, stats, target, source)
     compiler = runtime_compiler(target, cc)
     archiver = find_archiver() if compiler is not None else None

@@ -70,7 +70,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     compile_cmd.add_argument(
         "--target", default="host",
-        help="host (default), x86_64:x86-64-v2, aarch64-linux-gnu:cortex-a72, ... (aotc targets)",
+        help="host (default), x86_64:x86-64-v2, aarch64-linux-gnu:cortex-a72, ... (aotc "
+        "targets), or NVIDIA GPUs: cuda:sm_90, cuda:sm_80,sm_90",
     )  # fmt: skip
     compile_cmd.add_argument(
         "-O", dest="opt_level", type=int, default=2, choices=range(4), metavar="{0..3}",
@@ -164,6 +165,22 @@ def _targets() -> None:
         f"\nThe runtime is built by $CC_<arch> if set, else $CC or cc for this machine's "
         f"architecture ({arch}), else <arch>-linux-gnu-gcc from PATH."
     )
+    _cuda_targets()
+
+
+def _cuda_targets() -> None:
+    """The GPU part of `aotc targets`: the architectures and the ptxas that assembles them."""
+    from .backends.cuda.target import arch_number, known_archs
+    from .backends.cuda.tools import find_ptxas, ptxas_version
+
+    archs = ", ".join(sorted(known_archs(), key=lambda a: (arch_number(a), a)))
+    try:
+        ptxas = find_ptxas()
+        found = f"{ptxas} ({ptxas_version(ptxas)})"
+    except AotcError as error:
+        found = _one_line(str(error))
+    print(f"\nNVIDIA GPUs: --target cuda:sm_80,sm_90 (one cubin each, PTX of the newest); "
+          f"architectures: {archs}.\nptxas: {found}")  # fmt: skip
 
 
 def _inspect(args) -> None:

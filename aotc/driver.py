@@ -16,6 +16,13 @@ import numpy as np
 
 from . import artifacts
 from .backends.cpu import CpuTarget, emit_object, parse_target
+from .backends.cuda import (
+    CudaProgram,
+    CudaTarget,
+    compile_cuda,
+    is_cuda_target,
+    parse_cuda_target,
+)
 from .buffers import BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
 from .ir import Module, Op, Shape
@@ -58,8 +65,9 @@ class CompiledModel:
     inputs: list[artifacts.TensorSpec]
     outputs: list[artifacts.TensorSpec]
     stats: artifacts.MemoryStats
-    target: CpuTarget  # str(target) describes it
+    target: CpuTarget | CudaTarget  # str(target) describes it
     seconds: float
+    cuda: CudaProgram | None = None  # the kernels, for a CUDA target (object_bytes: host)
 
     def write(self, out_dir: str | Path) -> artifacts.ArtifactPaths:
         """Write NAME.h, NAME.o and libNAME.a into `out_dir` (all or nothing; see
@@ -67,12 +75,15 @@ class CompiledModel:
         return artifacts.write_artifacts(
             Path(out_dir), self.name, self.inputs, self.outputs, self.object_bytes,
             # the file name only: a header must not depend on where the build ran
-            self.stats, self.target, Path(self.source).name,
+            self.stats, self.target, Path(self.source).name, cuda=self.cuda,
         )  # fmt: skip
 
     def load(self):
         """Link a shared object and return a callable `LoadedModel` (cffi)."""
         from .runner import LoadedModel
+
+        if self.cuda is not None:
+            raise AotcError(f"{self.name} is compiled for CUDA: link libNAME.a into a program")
 
         return LoadedModel(self)
 
@@ -81,13 +92,18 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     """Compile an ONNX model (path or ModelProto) or an HLO text file."""
     options = options or CompileOptions()
     started = time.perf_counter()
-    target = parse_target(options.target)
+    cuda_target = is_cuda_target(options.target)
+    target = parse_cuda_target(options.target) if cuda_target else parse_target(options.target)
     module, source = _import(model, options)
     name = _model_name(options.name, source, module)
     module.name = name
     make_pipeline(options.opt_level, options.dump_hlo, options.verify).run(module)
     plan = assign_buffers(module)
-    object_bytes = emit_object(module, plan, name, target, options.threads)
+    cuda = compile_cuda(module, plan, name, target) if cuda_target else None
+    if cuda is None:
+        object_bytes = emit_object(module, plan, name, target, options.threads)
+    else:
+        object_bytes = cuda.host_object
     inputs, outputs = _tensor_specs(module)
     stats = artifacts.MemoryStats(
         arena_bytes=plan.arena_bytes,
@@ -95,12 +111,14 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
         lower_bound=plan.lower_bound,
         naive_total=plan.naive_total,
         weight_bytes=plan.weight_bytes,
-        kernel_count=sum(1 for i in plan.schedule if i.op not in _NO_CODE_OPS),
+        kernel_count=len(cuda.launches) if cuda else sum(
+            1 for i in plan.schedule if i.op not in _NO_CODE_OPS
+        ),
         workspace_bytes=plan.workspace_bytes,
     )
     return CompiledModel(
         name, source, module, plan, object_bytes, inputs, outputs, stats,
-        target, time.perf_counter() - started,
+        target, time.perf_counter() - started, cuda,
     )  # fmt: skip
 
 

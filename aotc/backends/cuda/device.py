@@ -1,0 +1,117 @@
+"""The GPU as kernels see it: thread and block numbers, barriers, warp shuffles, shared
+memory, math functions, and what makes a function a kernel.
+
+Kernel emitters call a `Device` for these and emit plain LLVM IR otherwise, so the same
+kernels can target NVPTX (`NvptxDevice`, what ships) or a CPU emulation of the thread
+grid (tests/cuda/emulation.py), which runs them where there is no GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from llvmlite import ir
+
+from ..cpu.context import EmitContext, MathLibrary
+from ..cpu.lltypes import F32, I8, I32, PTR, VOID
+from .target import NVPTX_TRIPLE
+
+WARP = 32
+
+# LLVM intrinsics the NVPTX back end cannot select (they would become libm calls), by the
+# libm function that computes them: libdevice's __nv_ functions take their place
+LIBDEVICE_INTRINSICS = {
+    "llvm.exp": "exp",
+    "llvm.log": "log",
+    "llvm.pow": "pow",
+    "llvm.sin": "sin",
+    "llvm.cos": "cos",
+}
+
+
+class LibdeviceMath(MathLibrary):
+    """libm names -> libdevice's (`erf` -> `__nv_erff` for float, `__nv_erf` for double)."""
+
+    def function_name(self, base: str, ty: ir.Type) -> str:
+        return f"__nv_{base}f" if ty == F32 else f"__nv_{base}"
+
+
+class Device(Protocol):
+    """What kernels ask of the target besides plain LLVM IR (all values i32)."""
+
+    triple: str
+    math: MathLibrary
+
+    def libm_for_intrinsic(self, name: str) -> str | None:
+        """The math function replacing LLVM intrinsic `name`, or None to keep it."""
+
+    def thread_index(self, ctx: EmitContext) -> ir.Value: ...
+
+    def block_index(self, ctx: EmitContext) -> ir.Value: ...
+
+    def barrier(self, ctx: EmitContext) -> None:
+        """Wait until every thread of the block is here; shared memory writes before it
+        are visible after it."""
+
+    def shuffle_xor(self, ctx: EmitContext, value: ir.Value, lane_mask: int) -> ir.Value:
+        """The i32 `value` of lane `lane ^ lane_mask` (every lane of the warp takes part)."""
+
+    def shared_array(self, ctx: EmitContext, kernel: str, offset: int, size: int) -> ir.Value:
+        """A generic pointer to `size` bytes of the block's shared memory at `offset`."""
+
+    def define_kernel(self, module: ir.Module, name: str, params: int, block: int) -> ir.Function:
+        """A kernel of `params` pointer parameters launched with `block` threads."""
+
+
+class NvptxDevice:
+    """NVIDIA GPUs through LLVM's NVPTX back end."""
+
+    triple = NVPTX_TRIPLE
+    math = LibdeviceMath()
+
+    def libm_for_intrinsic(self, name: str) -> str | None:
+        return LIBDEVICE_INTRINSICS.get(name)
+
+    def thread_index(self, ctx: EmitContext) -> ir.Value:
+        return _special_register(ctx, "tid.x")
+
+    def block_index(self, ctx: EmitContext) -> ir.Value:
+        return _special_register(ctx, "ctaid.x")
+
+    def barrier(self, ctx: EmitContext) -> None:
+        function = ctx.declare("llvm.nvvm.barrier0", VOID, [])
+        function.attributes.add("convergent")
+        ctx.builder.call(function, [])
+
+    def shuffle_xor(self, ctx: EmitContext, value: ir.Value, lane_mask: int) -> ir.Value:
+        args = [ir.Constant(I32, -1), value, ir.Constant(I32, lane_mask), ir.Constant(I32, 31)]
+        function = ctx.declare("llvm.nvvm.shfl.sync.bfly.i32", I32, args)
+        function.attributes.add("convergent")
+        return ctx.builder.call(function, args)
+
+    def shared_array(self, ctx: EmitContext, kernel: str, offset: int, size: int) -> ir.Value:
+        # one global per array, so that LLVM knows which accesses can alias
+        array = ir.GlobalVariable(
+            ctx.module, ir.ArrayType(I8, size), f"{kernel}.shared.{offset}", addrspace=3
+        )
+        array.linkage = "internal"
+        array.initializer = ir.Constant(array.value_type, ir.Undefined)
+        array.align = 16
+        with ctx.builder.goto_entry_block():
+            return ctx.builder.addrspacecast(array, PTR)
+
+    def define_kernel(self, module: ir.Module, name: str, params: int, block: int) -> ir.Function:
+        function = ir.Function(module, ir.FunctionType(VOID, [PTR] * params), name)
+        function.calling_convention = "ptx_kernel"
+        function.attributes.add("nounwind")
+        for arg in function.args:
+            arg.add_attribute("noalias")  # buffers that a kernel reads and writes never overlap
+        # the block size, so that ptxas allocates registers for it (.maxntid)
+        annotations = module.add_named_metadata("nvvm.annotations")  # created once
+        annotations.add(module.add_metadata([function, "maxntidx", ir.Constant(I32, block)]))
+        return function
+
+
+def _special_register(ctx: EmitContext, name: str) -> ir.Value:
+    function = ctx.declare(f"llvm.nvvm.read.ptx.sreg.{name}", I32, [], pure=True)
+    return ctx.builder.call(function, [])

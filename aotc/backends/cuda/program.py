@@ -1,0 +1,119 @@
+"""The kernels of one model: its entry schedule as GPU kernels, with launch configurations.
+
+Every instruction of the schedule that computes something becomes one kernel (a
+multi-output fusion whose outputs differ in shape, one per output), chosen in this
+order: sort and scatter run on one thread (serial.py); dots and convolutions, with
+their fused producers and elementwise epilogue, are tiled shared-memory GEMMs
+(contraction.py); row fusions (softmax, layer norm) take a block per row and
+reductions a warp or block per output (reduction.py); everything else takes one
+thread per output element (elementwise.py).  Grids and blocks are fixed here, at
+compile time; the host launcher (templates/cuda_model.c.j2) launches the kernels in
+schedule order on one stream, then makes the plan's output copies.
+
+while, conditional and call are refused (one line) for now.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...buffers import BufferPlan, Slice
+from ...errors import AotcError, UnsupportedError
+from ...ir import Instruction, Module, Op, Trait
+from ..cpu.elemental import ELEMENTWISE_EMITTERS, make_elementwise_rule
+from ..cpu.lltypes import F32, F64
+from ..cpu.rules import KERNELS, RULES
+from .context import GpuContext
+from .contraction import emit_contraction
+from .device import Device, NvptxDevice
+from .elementwise import emit_elementwise
+from .kernel import KernelLaunch, output_slices
+from .reduction import emit_reduce, emit_rows
+from .serial import emit_serial
+from .target import CudaTarget
+
+C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# tried in order; each returns its launch, or None when the instruction is not its kind
+EMITTERS = (emit_contraction, emit_rows, emit_reduce)
+
+
+@dataclass
+class KernelProgram:
+    """The LLVM module of the kernels, and what the host launcher needs to run them."""
+
+    module: ir.Module
+    launches: list[KernelLaunch]
+    output_copies: list[tuple[Slice, Slice]]
+    inputs: int
+    outputs: int
+
+
+def kernel_rules() -> dict:
+    """The CPU's rule table with what differs on GPUs: float remainder is libdevice's
+    exact fmod (NVPTX lowers `frem` as x - trunc(x/y)*y, which rounds)."""
+
+    def remainder(ctx, instr, values):
+        x, y = values
+        if x.type in (F32, F64):
+            return ctx.libm("fmod", [x, y])
+        return ELEMENTWISE_EMITTERS[Op.REMAINDER](ctx, instr, values)
+
+    return {**RULES, Op.REMAINDER: make_elementwise_rule(remainder)}
+
+
+def build_program(
+    module: Module, plan: BufferPlan, name: str, target: CudaTarget,
+    device: Device | None = None,
+) -> KernelProgram:  # fmt: skip
+    """The kernels of `module`'s entry laid out by `plan`, for `device` (NVPTX default)."""
+    if not C_IDENTIFIER.fullmatch(name):
+        raise AotcError(f"model name '{name}' must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
+    device = device or NvptxDevice()
+    llmod = ir.Module(name=name)
+    llmod.triple = device.triple
+    ctx = GpuContext(llmod, plan, name, kernel_rules(), device, target)
+    inputs = len(module.entry.parameters)
+    root = module.entry.root
+    outputs = len(root.operands) if root.op is Op.TUPLE else 1
+    ctx.inputs, ctx.outputs = inputs, outputs
+    launches: list[KernelLaunch] = []
+    for instr in plan.schedule:
+        if not _needs_code(plan, instr):
+            continue
+        if instr.op.is_control_flow:
+            raise UnsupportedError(
+                f"{instr.name}: the CUDA backend does not run {instr.op.text} yet "
+                "(compile this model for the CPU)"
+            )
+        launches += emit_instruction(ctx, instr, f"{name}_k{len(launches)}_{_c_name(instr)}")
+    return KernelProgram(llmod, launches, list(plan.output_copies), inputs, outputs)
+
+
+def _needs_code(plan: BufferPlan, instr: Instruction) -> bool:
+    """Leaves, tuples and views that alias their operand emit nothing."""
+    if instr.op in (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT):
+        return False
+    if Trait.VIEW in instr.op.traits:
+        return plan.slice_of(instr) != plan.slice_of(instr.operands[0])
+    return True
+
+
+def _c_name(instr: Instruction) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", instr.name)
+
+
+def emit_instruction(ctx: GpuContext, instr: Instruction, name: str) -> list[KernelLaunch]:
+    """The kernel(s) computing `instr`, by the first emitter that takes it."""
+    outputs = output_slices(ctx.plan, instr)
+    if 0 in (shape.size for shape, _ in outputs):
+        return []
+    if instr.op in KERNELS:
+        return [emit_serial(ctx, instr, name, outputs)]
+    for emitter in EMITTERS:
+        launch = emitter(ctx, instr, name, outputs)
+        if launch is not None:
+            return [launch]
+    return emit_elementwise(ctx, instr, name, outputs)

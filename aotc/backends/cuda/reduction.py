@@ -1,0 +1,352 @@
+"""Reductions by threads working together: a warp or a block per output, a block per row.
+
+A *group* of threads (one warp, or a whole block) reduces one output: each thread
+folds the positions lane, lane + G, ... into its own partial (consecutive lanes read
+consecutive elements, so loads coalesce when the innermost dim is reduced), then the
+partials combine by butterfly warp shuffles, and across the warps of a block through
+shared memory; every thread of the group ends with the same result.
+
+- `emit_reduce`: a reduce (or an input fusion ending in one) whose innermost operand
+  dim is reduced takes a warp per output, or a block for long reductions.  Others keep
+  one thread per output (elementwise.py), which coalesces across outputs instead.
+- `emit_rows`: a row fusion (softmax, layer norm; cpu/rows.py) takes a block per row:
+  its row values (the reductions, and what is computed from them alone) are reduced by
+  the block, then its threads store the row's elements.
+
+Partials start from the init value, so this needs inits that are identities of their
+reducers (0 for add, -inf for max...): other reductions keep the serial forms.
+f16/bf16 sums and products accumulate in f32, rounded once at the end (as on the CPU).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from contextlib import nullcontext
+
+from llvmlite import ir
+
+from ...ir import DType, Instruction, Op
+from ...ir.index_maps import dims_of, row_dims
+from ..cpu import scalar
+from ..cpu.elemental import Gen, bind_instructions, call_computation, make_generator
+from ..cpu.lltypes import F32, F64, HALF_DTYPES, I1, I8, I32, I64, register_type, round_to
+from ..cpu.loops import for_range, if_then
+from ..cpu.reduce import WIDENED_REDUCERS
+from ..cpu.rows import row_values
+from .context import GpuContext
+from .device import WARP
+from .elementwise import split_position, store_outputs
+from .kernel import Kernel, KernelLaunch, begin_kernel, finish_kernel, operand_generators
+
+BLOCK = 256
+WARPS_PER_BLOCK = BLOCK // WARP
+# reductions at least this long take a whole block per output, shorter ones a warp
+BLOCK_REDUCTION = 4096
+# row fusions whose rows have at most this many elements (and reduce as few) take a
+# warp per row; longer rows a block
+WARP_ROW = 128
+# reductions shorter than this stay serial (one thread per output)
+MIN_PARALLEL = 32
+
+
+# -- partial results ----------------------------------------------------------------
+
+
+class Partial:
+    """A thread's running values of a (variadic) reduction, in stack slots."""
+
+    def __init__(self, ctx: GpuContext, reduce: Instruction, inits: Sequence[Gen]):
+        self.ctx = ctx
+        self.reducer = reduce.called[0]
+        self.dtypes = [o.shape.dtype for o in reduce.operands[: len(inits)]]
+        self.widened = _widened(self.reducer, self.dtypes)
+        self.types = [register_type(dt) for dt in self.dtypes]
+        self.slots = [ctx.alloca(t) for t in self.types]
+        for slot, init in zip(self.slots, inits):
+            ctx.builder.store(init([]), slot)
+
+    def values(self) -> list[ir.Value]:
+        return [self.ctx.builder.load(slot) for slot in self.slots]
+
+    def update(self, values: Sequence[ir.Value]) -> None:
+        """Fold in elements, or another thread's partials (the reducer is associative)."""
+        args = self.values() + list(values)
+        if self.widened is not None:
+            op, order = self.widened
+            results = [scalar.binary(self.ctx, op, DType.F32, *(args[i] for i in order))]
+        else:
+            results = call_computation(self.ctx, self.reducer, args)
+        for slot, value in zip(self.slots, results):
+            self.ctx.builder.store(value, slot)
+
+    def result(self):
+        b = self.ctx.builder
+        values = [round_to(b, dt, v) for dt, v in zip(self.dtypes, self.values())]
+        return values[0] if len(values) == 1 else tuple(values)
+
+
+def _widened(reducer, dtypes: list[DType]) -> tuple[Op, list[int]] | None:
+    """(op, parameter order) when a half-float reduction can run in f32 (cpu/reduce.py)."""
+    root, params = reducer.root, reducer.parameters
+    if len(dtypes) != 1 or dtypes[0] not in HALF_DTYPES or root.op not in WIDENED_REDUCERS:
+        return None
+    if len(params) != 2 or any(o.op is not Op.PARAMETER for o in root.operands):
+        return None
+    return root.op, [o.index for o in root.operands]
+
+
+# -- groups of threads ----------------------------------------------------------------
+
+
+class Group:
+    """Threads that reduce together: `size` threads (a warp, or the kernel's block)
+    numbered by `lane` (i32)."""
+
+    def __init__(self, ctx: GpuContext, kernel: Kernel, size: int, lane: ir.Value):
+        assert size == WARP or (size % WARP == 0 and size == kernel.block), size
+        self.ctx, self.kernel, self.size, self.lane = ctx, kernel, size, lane
+
+    def reduce(self, reduce: Instruction, operands: Sequence[Gen], out_index: list):
+        """`reduce` at output `out_index` (i64 values of its kept dims), computed by the
+        group; every thread of it gets the value (a tuple for variadic reductions)."""
+        ctx, b = self.ctx, self.ctx.builder
+        count = len(operands) // 2
+        inputs, inits = operands[:count], operands[count:]
+        in_dims = reduce.operands[0].shape.dims
+        reduced = sorted(reduce.dimensions)
+        kept = [d for d in range(len(in_dims)) if d not in reduced]
+        extents = [in_dims[d] for d in reduced]
+        length = math.prod(extents)
+        partial = Partial(ctx, reduce, inits)
+        itype = ir.IntType(32) if length < 2**31 else I64
+        lane = self.lane if itype == I32 else b.zext(self.lane, I64)
+        with for_range(b, -(-length // self.size), "r") as step:
+            position = b.add(b.mul(b.trunc(step, itype) if itype == I32 else step,
+                                   ir.Constant(itype, self.size)), lane)  # fmt: skip
+            inside = None
+            if length % self.size:
+                inside = b.icmp_unsigned("<", position, ir.Constant(itype, length))
+            with if_then(b, inside) if inside is not None else nullcontext():
+                full = [None] * len(in_dims)
+                for d, value in zip(kept, out_index):
+                    full[d] = value
+                for d, value in zip(reduced, split_position(ctx, position, extents)):
+                    full[d] = value
+                partial.update([g(full) for g in inputs])
+        self._combine(partial)
+        return partial.result()
+
+    def _combine(self, partial: Partial) -> None:
+        ctx, b = self.ctx, self.ctx.builder
+        mask = WARP // 2
+        while mask >= 1:
+            partial.update([_shuffle(ctx, v, mask) for v in partial.values()])
+            mask //= 2
+        if self.size == WARP:
+            return
+        warps = self.size // WARP
+        arrays = [self.kernel.shared(ctx, 8 * warps, 8) for _ in partial.slots]
+        warp = b.udiv(self.lane, ir.Constant(I32, WARP))
+        first_lane = b.icmp_unsigned("==", b.urem(self.lane, ir.Constant(I32, WARP)),
+                                     ir.Constant(I32, 0))  # fmt: skip
+        with if_then(b, first_lane):
+            for array, value in zip(arrays, partial.values()):
+                b.store(_to_memory(b, value), _slot(b, array, value.type, warp))
+        ctx.device.barrier(ctx)
+        # every thread folds the warps' partials in the same order: identical results
+        loaded = [[_from_memory(b, b.load(_slot(b, a, t, ir.Constant(I32, w)),
+                                          typ=_memory_type(t)), t)
+                   for a, t in zip(arrays, partial.types)] for w in range(warps)]  # fmt: skip
+        for slot, value in zip(partial.slots, loaded[0]):
+            b.store(value, slot)
+        for values in loaded[1:]:
+            partial.update(values)
+        ctx.device.barrier(ctx)  # the arrays may be reused by the next reduction
+
+
+def _shuffle(ctx: GpuContext, value: ir.Value, mask: int) -> ir.Value:
+    """`value` of lane ^ mask, for any register type (moved as 32-bit pieces)."""
+    b = ctx.builder
+    ty = value.type
+    if ty == F32:
+        return b.bitcast(ctx.device.shuffle_xor(ctx, b.bitcast(value, I32), mask), F32)
+    if ty == F64:
+        return b.bitcast(_shuffle(ctx, b.bitcast(value, I64), mask), F64)
+    if ty.width == 32:
+        return ctx.device.shuffle_xor(ctx, value, mask)
+    if ty.width < 32:
+        return b.trunc(ctx.device.shuffle_xor(ctx, b.zext(value, I32), mask), ty)
+    low = ctx.device.shuffle_xor(ctx, b.trunc(value, I32), mask)
+    high = ctx.device.shuffle_xor(ctx, b.trunc(b.lshr(value, ir.Constant(I64, 32)), I32), mask)
+    wide = b.or_(b.zext(low, I64), b.shl(b.zext(high, I64), ir.Constant(I64, 32)))
+    return wide if ty == I64 else b.trunc(wide, ty)
+
+
+def _memory_type(ty: ir.Type) -> ir.Type:
+    return I8 if ty == I1 else ty
+
+
+def _to_memory(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    return b.zext(value, I8) if value.type == I1 else value
+
+
+def _from_memory(b: ir.IRBuilder, value: ir.Value, ty: ir.Type) -> ir.Value:
+    return b.trunc(value, I1) if ty == I1 else value
+
+
+def _slot(b: ir.IRBuilder, array: ir.Value, ty: ir.Type, warp: ir.Value) -> ir.Value:
+    """Warp `warp`'s 8-byte slot of a partials array."""
+    return b.gep(array, [b.mul(b.zext(warp, I64), ir.Constant(I64, 8))],
+                 source_etype=I8)  # fmt: skip
+
+
+# -- which reductions ------------------------------------------------------------------
+
+_IDENTITIES = {Op.ADD: "zero", Op.OR: "zero", Op.MULTIPLY: "one", Op.AND: "ones",
+               Op.MAXIMUM: "lowest", Op.MINIMUM: "highest"}  # fmt: skip
+
+
+def has_identity_inits(reduce: Instruction, fusion: Instruction | None = None) -> bool:
+    """Whether every init of `reduce` is an identity of its reducer, so that partials
+    may start from it.  Variadic reductions (arg-max and kin) with constant inits are
+    taken to be (their lowerings use the identities)."""
+    count = len(reduce.operands) // 2
+    literals = [_literal(init, fusion) for init in reduce.operands[count:]]
+    if any(value is None for value in literals):
+        return False
+    if count > 1:
+        return True
+    root = reduce.called[0].root
+    kind = _IDENTITIES.get(root.op)
+    if kind is None or any(o.op is not Op.PARAMETER for o in root.operands):
+        return False
+    dtype = reduce.operands[1].shape.dtype
+    value = literals[0].reshape(-1)[0].item()
+    low, high = dtype.limits
+    expected = {
+        "zero": 0,
+        "one": 1,
+        "lowest": low,
+        "highest": high,
+        "ones": True if dtype is DType.PRED else -1 if dtype.is_signed_int else high,
+    }
+    return value == expected[kind]
+
+
+def _literal(init: Instruction, fusion: Instruction | None):
+    """The constant value of an init (through a fusion's parameters), else None."""
+    if init.op is Op.PARAMETER and fusion is not None:
+        init = fusion.operands[init.index]
+    return init.literal if init.op is Op.CONSTANT and init.literal is not None else None
+
+
+def _innermost_reduced(reduce: Instruction) -> bool:
+    dims = reduce.operands[0].shape.dims
+    live = [d for d in range(len(dims)) if dims[d] != 1]
+    return bool(live) and live[-1] in reduce.dimensions
+
+
+# -- kernels ---------------------------------------------------------------------------
+
+
+def emit_reduce(ctx: GpuContext, instr: Instruction, name: str, outputs) -> KernelLaunch | None:
+    """A warp or block per output of a reduce, or of a fusion whose root is one."""
+    fusion = instr if instr.op is Op.FUSION else None
+    reduce = instr.called[0].root if fusion is not None else instr
+    if reduce.op is not Op.REDUCE or not _innermost_reduced(reduce):
+        return None
+    if not has_identity_inits(reduce, fusion):
+        return None
+    length = math.prod(reduce.operands[0].shape.dims[d] for d in reduce.dimensions)
+    if length < MIN_PARALLEL:
+        return None
+    out_dims = outputs[0][0].dims
+    count = math.prod(out_dims)
+    per_block = 1 if length >= BLOCK_REDUCTION else WARPS_PER_BLOCK
+    grid = -(-count // per_block)
+    kernel = begin_kernel(ctx, instr, name, BLOCK, grid, "reduction")
+    b = ctx.builder
+    params = operand_generators(ctx, instr)
+    if fusion is not None:
+        gens = bind_instructions(ctx, fusion.called[0], params)
+        operands = [gens[id(o)] for o in reduce.operands]
+    else:
+        operands = params
+    thread = ctx.device.thread_index(ctx)
+    block = ctx.device.block_index(ctx)
+    if per_block == 1:
+        group = Group(ctx, kernel, BLOCK, thread)
+        output = block
+        active = None
+    else:
+        group = Group(ctx, kernel, WARP, b.urem(thread, ir.Constant(I32, WARP)))
+        warp = b.udiv(thread, ir.Constant(I32, WARP))
+        output = b.add(b.mul(block, ir.Constant(I32, per_block)), warp)
+        active = None
+        if count % per_block:
+            active = b.icmp_unsigned("<", output, ir.Constant(I32, count))
+    with if_then(b, active) if active is not None else nullcontext():  # uniform per warp
+        out_index = split_position(ctx, output, out_dims)
+        value = group.reduce(reduce, operands, out_index)
+        with if_then(b, b.icmp_unsigned("==", group.lane, ir.Constant(I32, 0))):
+            store_outputs(ctx, value, outputs, out_index)
+    kernel.cooperative = True
+    return finish_kernel(ctx, instr, kernel)
+
+
+def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> KernelLaunch | None:
+    """A row fusion with a warp or block per row (see the module docstring)."""
+    rank, hoisted = row_values(instr)
+    if not hoisted:
+        return None
+    reduces = [v for v in hoisted if v.op is Op.REDUCE]
+    if not all(has_identity_inits(v, instr) for v in reduces):
+        return None
+    ((shape, _),) = outputs
+    rows = math.prod(shape.dims[:rank])
+    columns = math.prod(shape.dims[rank:])
+    longest = max([columns] + [math.prod(v.operands[0].shape.dims[d] for d in v.dimensions)
+                               for v in reduces])  # fmt: skip
+    if longest < MIN_PARALLEL // 4:
+        return None
+    size = WARP if longest <= WARP_ROW else BLOCK
+    kernel = begin_kernel(ctx, instr, name, size, rows, "row")
+    b = ctx.builder
+    fused = instr.called[0]
+    params = operand_generators(ctx, instr)
+    live_rows = row_dims(shape.dims, rank)
+    row_index = split_position(ctx, ctx.device.block_index(ctx), shape.dims[:rank])
+    computed: dict[int, object] = {}
+
+    def row_value(value: Instruction) -> Gen:
+        return lambda index: computed[id(value)]
+
+    def at_row(value: Instruction) -> list[ir.Value]:
+        """`value`'s index in this row (its extent-1 dims at 0)."""
+        live = iter(live_rows)
+        return [ir.Constant(I64, 0) if e == 1 else row_index[next(live)] for e in dims_of(value)]
+
+    gens = bind_instructions(ctx, fused, params, {id(v): row_value(v) for v in hoisted})
+    group = Group(ctx, kernel, size, ctx.device.thread_index(ctx))
+    for value in hoisted:  # in computation order: later values read earlier ones
+        if value.op is Op.PARAMETER:
+            computed[id(value)] = params[value.index](at_row(value))
+            continue
+        operands = [gens[id(o)] for o in value.operands]
+        if value.op is Op.REDUCE:
+            computed[id(value)] = group.reduce(value, operands, at_row(value))
+        else:
+            computed[id(value)] = make_generator(ctx, value, operands)(at_row(value))
+    root = gens[id(fused.root)]
+    itype = ir.IntType(32)
+    with for_range(b, -(-columns // size), "col") as step:
+        column = b.add(b.mul(b.trunc(step, itype), ir.Constant(itype, size)), group.lane)
+        inside = None
+        if columns % size:
+            inside = b.icmp_unsigned("<", column, ir.Constant(itype, columns))
+        with if_then(b, inside) if inside is not None else nullcontext():
+            index = [*row_index, *split_position(ctx, column, shape.dims[rank:])]
+            store_outputs(ctx, root(index), outputs, index)
+    kernel.cooperative = True
+    return finish_kernel(ctx, instr, kernel)

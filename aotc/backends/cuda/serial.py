@@ -1,0 +1,21 @@
+"""Serial kernels: sort and scatter run their CPU kernel code on one GPU thread.
+
+Their outputs are not elementwise functions of an index (a sorted element depends
+on its whole row, a scattered one on every update), and the CPU kernels are
+correct as they are; one thread keeps their order semantics (repeated scatter
+targets combine in update order).  Slow for big operands: a parallel sort or
+scatter would replace them where that matters.
+"""
+
+from __future__ import annotations
+
+from ...ir import Instruction
+from ..cpu.rules import KERNELS
+from .context import GpuContext
+from .kernel import KernelLaunch, begin_kernel, finish_kernel, operand_generators
+
+
+def emit_serial(ctx: GpuContext, instr: Instruction, name: str, outputs) -> KernelLaunch:
+    kernel = begin_kernel(ctx, instr, name, 1, 1, "serial")
+    KERNELS[instr.op](ctx, instr, operand_generators(ctx, instr), outputs)
+    return finish_kernel(ctx, instr, kernel)

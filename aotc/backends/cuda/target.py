@@ -1,0 +1,113 @@
+"""CUDA targets: `--target cuda:sm_80,sm_90` -> `CudaTarget`.
+
+A spec names one or more GPU architectures; the kernels are compiled for each
+(one cubin per architecture) and the PTX of the newest is embedded too, for
+GPUs newer than all of them.  The host side (launcher, blobs, weights) is built
+for this machine.  `+tf32` (TF32 tensor cores for f32 contractions) is reserved:
+it is refused until those kernels exist, rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+from ...errors import AotcError
+from ..cpu.target import known_cpus  # asks LLVM in a child process, once per triple
+
+PREFIX = "cuda:"
+NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
+# oldest architecture we generate for: Ampere (ptxas of CUDA 13 has dropped the ones
+# before Turing; the kernels assume sm_80's NaN-propagating max/min and 48 KiB of shared
+# memory per block)
+MIN_ARCH = 80
+_ARCH = re.compile(r"sm_(\d{2,3})a?\Z")
+# +option -> why it is not available yet (none is, so far)
+_RESERVED = {"tf32": "TF32 tensor-core kernels are not implemented yet (f32 kernels are)"}
+
+
+class CudaTargetError(AotcError):
+    """A `--target cuda:...` that names no architecture aotc can compile for."""
+
+
+@dataclass(frozen=True)
+class CudaTarget:
+    """GPU architectures (`sm_90`...), oldest first."""
+
+    archs: tuple[str, ...]
+
+    @property
+    def triple(self) -> str:
+        """The host triple: what the launcher and the blob object are built for."""
+        return llvm.get_process_triple()
+
+    @property
+    def cpu(self) -> str:
+        return ""
+
+    @property
+    def newest(self) -> str:
+        """The architecture whose PTX is embedded as the fallback for newer GPUs: the
+        newest one without the `a` suffix (sm_90a PTX runs on sm_90 only), if any."""
+        portable = [a for a in self.archs if not a.endswith("a")]
+        return (portable or self.archs)[-1]
+
+    @property
+    def has_fma(self) -> bool:
+        """Every NVIDIA GPU has a fused multiply-add (the elemental math asks)."""
+        return True
+
+    def describe(self) -> str:
+        return f"CUDA {', '.join(self.archs)} (+PTX {self.newest}), host {self.triple}"
+
+    __str__ = describe
+
+
+def is_cuda_target(spec: str | None) -> bool:
+    return bool(spec) and spec.strip().startswith(PREFIX)
+
+
+def arch_number(arch: str) -> int:
+    """`sm_90` -> 90, `sm_90a` -> 90 (the compute capability times ten)."""
+    return int(_ARCH.match(arch).group(1))
+
+
+def parse_cuda_target(spec: str) -> CudaTarget:
+    """`cuda:sm_80,sm_90` -> CudaTarget; one-line error otherwise."""
+    body = spec.strip()[len(PREFIX) :]
+    body, *options = body.split("+")
+    for option in options:
+        if option in _RESERVED:
+            raise CudaTargetError(f"target '{spec}': +{option}: {_RESERVED[option]}")
+        raise CudaTargetError(f"unknown target '{spec}': unknown option '+{option}'")
+    archs = [a.strip() for a in body.split(",") if a.strip()]
+    if not archs:
+        raise CudaTargetError(f"unknown target '{spec}': name architectures, e.g. cuda:sm_90")
+    for arch in archs:
+        match = _ARCH.match(arch)
+        if match is None:
+            raise CudaTargetError(
+                f"unknown target '{spec}': '{arch}' is not a GPU architecture like sm_90"
+            )
+        if int(match.group(1)) < MIN_ARCH:
+            raise CudaTargetError(
+                f"unsupported target '{spec}': {arch} is older than sm_{MIN_ARCH} (Ampere)"
+            )
+    known = known_archs()
+    for arch in archs:
+        if arch not in known:
+            raise CudaTargetError(
+                f"unknown target '{spec}': LLVM {llvm.llvm_version_info[0]} cannot generate "
+                f"code for {arch} (it knows {', '.join(sorted(known, key=arch_number))})"
+            )
+    unique = sorted(set(archs), key=lambda a: (arch_number(a), a))
+    return CudaTarget(tuple(unique))
+
+
+def known_archs() -> frozenset[str]:
+    """The sm_XX names LLVM's NVPTX back end knows (sm_80 and later)."""
+    return frozenset(
+        c for c in known_cpus(NVPTX_TRIPLE) if _ARCH.match(c) and arch_number(c) >= MIN_ARCH
+    )

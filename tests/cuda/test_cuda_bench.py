@@ -1,0 +1,68 @@
+"""bench/gpu.py's plumbing (ctypes loading, CUDA events, per-kernel launches, the report)
+run against the stand-in driver with emulated kernels; timings there mean nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+from cuda_testing import (
+    REPO,
+    build_emulation,
+    c_compiler,
+    fake_driver,
+    fake_environment,
+    require_ptxas,
+)
+
+from aotc.driver import CompileOptions, compile_model
+
+GPU_BENCH = REPO / "bench" / "gpu.py"
+
+
+def _models():
+    spec = importlib.util.spec_from_file_location("bench_models", REPO / "bench" / "models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compile_only_needs_no_gpu(tmp_path):
+    require_ptxas()
+    c_compiler()
+    result = subprocess.run([sys.executable, str(GPU_BENCH), "mlp_16_32_4", "--compile-only"],
+                            capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("mlp_16_32_4: 2 kernels, cubins sm_80")
+
+
+def test_a_run_against_the_stand_in_driver(tmp_path):
+    require_ptxas()
+    c_compiler()
+    name = "mlp_16_32_4"
+    model = _models().BENCH_MODELS[name]()
+    compiled = compile_model(model, CompileOptions(target="cuda:sm_90", name=name))
+    library, _ = build_emulation(compiled, tmp_path / "emulation")
+    env = fake_environment(fake_driver(tmp_path / "fake"), library)
+    out = tmp_path / "results.md"
+    argv = [sys.executable, str(GPU_BENCH), name, "--reps", "2", "--no-torch", "--no-gemm",
+            "--no-fusions", "--copy-mb", "1", "--out", str(out)]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = out.read_text()
+    assert text.startswith("# aotc on GPU sm_90")
+    row = next(line for line in text.splitlines() if line.startswith(f"| {name} | 2 |"))
+    assert row.split("|")[6].strip() == "True"  # matches the CPU backend
+    assert text.count(f"| {name} | ") == 3  # the model's row and its two kernels
+
+
+def test_without_a_driver_it_says_so(tmp_path):
+    import os
+
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
+    result = subprocess.run([sys.executable, str(GPU_BENCH), "mlp_16_32_4"], capture_output=True,
+                            text=True, timeout=600, env=env, check=False)  # fmt: skip
+    if "no CUDA driver" not in result.stderr:  # a machine with a driver: nothing to check
+        return
+    assert result.returncode == 2
