@@ -134,20 +134,26 @@ def _recomputable(producer: Instruction, places: int) -> bool:
 
 
 def _epilogue_of_contraction(instr: Instruction) -> bool:
-    """Whether `instr` is elementwise on top of a dot or convolution (through elementwise
-    ops and broadcasts only)."""
+    """Whether `instr` could be a dot's or convolution's epilogue: elementwise on top of
+    one, through elementwise ops and broadcasts of leaves (bias) only; a value computed
+    from the contraction's own result otherwise (softmax's max) needs all of it first."""
     if not instr.op.is_elementwise:
         return False
+    found = False
     work, seen = list(instr.operands), set()
     while work:
         current = work.pop()
-        if current.op in CONTRACTION_OPS:
-            return True
-        if id(current) in seen or not (current.op.is_elementwise or current.op is Op.BROADCAST):
+        if id(current) in seen:
             continue
         seen.add(id(current))
-        work.extend(current.operands)
-    return False
+        if current.op in CONTRACTION_OPS:
+            found = True
+        elif current.op is Op.BROADCAST:
+            if current.operands[0].op not in (Op.PARAMETER, Op.CONSTANT):
+                return False
+        elif current.op.is_elementwise:
+            work.extend(current.operands)
+    return found
 
 
 def _reaches_reduce(instr: Instruction) -> bool:
