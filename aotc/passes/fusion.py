@@ -219,12 +219,22 @@ def _form_groups(computation: Computation) -> list[_Group]:
             places = group.places_of(producer, users[id(producer)])
             if not row_value and not _recomputable(producer, len(places)):
                 continue
-            outside = [u for u in users[id(producer)] if id(u) not in group.members]
-            # what a copy pulls in, the other copies need too: only cheap ops
+            # read outside: by a user in no group of ours, or by a copy of a user that
+            # another kernel computes without computing this producer too
+            outside = [
+                u for u in users[id(producer)]
+                if id(u) not in group.members
+                or any(id(producer) not in g.members for g in copies.get(id(u), []))
+            ]  # fmt: skip
+            # what a copy pulls in, the other copies need too: only cheap ops; and not
+            # what would need a reduction or a contraction stored for it, though the kernel
+            # computing that (a layer norm, a dot with its epilogue) keeps it inside
             duplicate = bool(outside) or copied
-            # a copy computed from a reduction would need the reduction stored for it,
-            # though the kernel computing it (e.g. another layer norm) keeps it inside
-            if duplicate and (producer.op not in CHEAP_OPS or _reaches_reduce(producer)):
+            if duplicate and (
+                producer.op not in CHEAP_OPS
+                or _reaches_reduce(producer)
+                or _epilogue_of_contraction(producer)
+            ):
                 continue
             if id(producer) in grouped and producer.op not in CHEAP_OPS:
                 continue

@@ -1,3 +1,4 @@
+import numpy as np
 from pass_testing import check_pass, random_args
 
 from aotc.ir import Op
@@ -200,3 +201,48 @@ def test_contractions_fuse_only_with_their_elementwise_epilogue():
         assert ops.count(Op.DOT) == 1 and Op.ADD in ops
     args = random_args(reference)
     assert (evaluate(module, args) == evaluate(reference, args)).all()
+
+
+# attention scores: the scaled dot is its own kernel, the softmax over it one more
+SCORES_SOFTMAX = """HloModule m
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(f32[] %a, f32[] %b)
+}
+%max (c: f32[], d: f32[]) -> f32[] {
+  %c = f32[] parameter(0)
+  %d = f32[] parameter(1)
+  ROOT %m = f32[] maximum(f32[] %c, f32[] %d)
+}
+
+ENTRY %main (q: f32[6,4], k: f32[4,6]) -> f32[6,6] {
+  %q = f32[6,4]{1,0} parameter(0)
+  %k = f32[4,6]{1,0} parameter(1)
+  %d = f32[6,6]{1,0} dot(f32[6,4]{1,0} %q, f32[4,6]{1,0} %k), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %half = f32[] constant(0.5)
+  %hb = f32[6,6]{1,0} broadcast(f32[] %half), dimensions={}
+  %s = f32[6,6]{1,0} multiply(f32[6,6]{1,0} %d, f32[6,6]{1,0} %hb)
+  %ninf = f32[] constant(-inf)
+  %mx = f32[6]{0} reduce(f32[6,6]{1,0} %s, f32[] %ninf), dimensions={1}, to_apply=%max
+  %mxb = f32[6,6]{1,0} broadcast(f32[6]{0} %mx), dimensions={0}
+  %sub = f32[6,6]{1,0} subtract(f32[6,6]{1,0} %s, f32[6,6]{1,0} %mxb)
+  %e = f32[6,6]{1,0} exponential(f32[6,6]{1,0} %sub)
+  %z = f32[] constant(0)
+  %sum = f32[6]{0} reduce(f32[6,6]{1,0} %e, f32[] %z), dimensions={1}, to_apply=%add
+  %sb = f32[6,6]{1,0} broadcast(f32[6]{0} %sum), dimensions={0}
+  ROOT %y = f32[6,6]{1,0} divide(f32[6,6]{1,0} %e, f32[6,6]{1,0} %sb)
+}"""
+
+
+def test_softmax_after_a_dot_is_one_kernel_beside_the_dots():
+    module = parse_module(SCORES_SOFTMAX)
+    reference = parse_module(SCORES_SOFTMAX)
+    assert Fusion().run(module)
+    kernels = [i for i in module.entry.instructions if i.op not in (Op.PARAMETER, Op.CONSTANT)]
+    assert [k.op for k in kernels] == [Op.FUSION, Op.FUSION]
+    contents = [{i.op for i in k.called[0].instructions} for k in kernels]
+    assert Op.DOT in contents[0] and Op.REDUCE not in contents[0]
+    assert Op.REDUCE in contents[1] and Op.DOT not in contents[1]
+    args = random_args(reference)
+    np.testing.assert_allclose(evaluate(module, args), evaluate(reference, args), rtol=1e-6)
