@@ -10,10 +10,14 @@ import sys
 import cffi
 import numpy as np
 import pytest
+from test_gemm import _close, _conv_reference
 from test_row_fusion import REDUCERS
 
 from aotc.backends.cpu import emit_object, parse_target
+from aotc.backends.cpu.contraction import _analyze
+from aotc.backends.cpu.gemm import MIN_SHARED_PACKING
 from aotc.buffers import assign_buffers
+from aotc.ir import ComputationBuilder, ConvDims, DotDims, DType, Module, Op, Shape, Window
 from aotc.ir.evaluate import evaluate
 from aotc.ir.text import parse_module
 from aotc.passes.pipeline import make_pipeline
@@ -111,3 +115,111 @@ def test_thread_count_from_environment_else_compile_default(library, env, defaul
         env=environment, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert result.stdout.split() == ["0", str(expected)]
+
+
+# -- contractions shared out over the threads (gemm.py `Split`, depthwise planes) -------
+
+F32 = DType.F32
+
+
+def _dot(b, x, y, batch=()):
+    contracting = len(batch) + 1
+    return b.dot(x, y, DotDims(batch, batch, (contracting,), (len(batch),)))
+
+
+def _conv(b, x, w, pad, groups=1):
+    window = Window.make(w.shape.dims[2:], (1, 1), (pad, pad), (pad, pad))
+    return b.convolution(x, w, window, ConvDims.nchw(2), groups)
+
+
+def _relu(b, y):
+    zero = b.broadcast(b.scalar(0.0, F32), (), y.shape.dims)
+    return b.binary(Op.MAXIMUM, y, zero)
+
+
+def _conv_bias_relu(pad):
+    def body(fb, p):
+        y = _conv(fb, p[0], p[1], pad)
+        return _relu(fb, fb.binary(Op.ADD, y, fb.broadcast(p[2], (1,), y.shape.dims)))
+
+    return body
+
+
+def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse):
+    """GEMMs (split over M and N blocks, batched), gemvs and depthwise convolutions big
+    enough to share out, some with fused epilogues: bitwise equal at 1, 2 and 3 threads
+    and close to numpy (float64)."""
+    rng = np.random.default_rng(5)
+    module = Module("pdot")
+    b = ComputationBuilder(module, "main")
+    specs = [  # input shapes, then how to build the output from the parameters
+        ([(200, 300), (300, 150)], lambda p: _dot(b, *p)),
+        ([(3, 64, 80), (3, 80, 96)], lambda p: _dot(b, *p, batch=(0,))),
+        ([(9, 48, 64), (9, 64, 72)], lambda p: _dot(b, *p, batch=(0,))),  # GEMM per unit
+        ([(1, 700), (700, 2003)], lambda p: _dot(b, *p)),  # gemv.axpy, ragged tail
+        ([(3001, 500), (500, 1)], lambda p: _dot(b, *p)),  # gemv.dot
+        ([(1, 64, 7, 7), (128, 64, 3, 3), (128,)],  # ResNet's last stage: N = 49
+         lambda p: fuse(b, p, _conv_bias_relu(1))),
+        ([(1, 32, 28, 28), (64, 32, 3, 3), (64,)], lambda p: fuse(b, p, _conv_bias_relu(1))),
+        ([(2, 16, 20, 20), (32, 8, 3, 3)], lambda p: _conv(b, *p, pad=1, groups=2)),
+        ([(2, 32, 40, 40), (32, 1, 3, 3)], lambda p: _conv(b, *p, pad=1, groups=32)),
+        ([(384, 300), (300, 256)], lambda p: _dot(b, *p)),  # B blocks packed in parallel
+        ([(256, 300), (300, 1024)], lambda p: _dot(b, *p)),  # A blocks packed in parallel
+    ]  # fmt: skip
+    outputs, args, count = [], [], 0
+    for shapes, make in specs:
+        params = [b.parameter(count + i, Shape(F32, s)) for i, s in enumerate(shapes)]
+        count += len(shapes)
+        outputs.append(make(params))
+        args.append([rng.standard_normal(s).astype(np.float32) for s in shapes])
+    b.build(b.tuple(outputs), entry=True)
+    compiled = compile_module(module)
+    target = parse_target("host")
+    modes = []
+    for out in outputs:  # each of them shared out, not left on the calling thread
+        plan = _analyze(target, compiled.plan, out).plans[-1]
+        modes.append("depthwise" if plan.kind == "depthwise" else plan.split.mode)
+    assert modes == ["m", "m", "batch", "batch", "batch", "m", "n", "n", "depthwise", "m", "n"]
+    for out in outputs[-2:]:
+        blocks = _analyze(target, compiled.plan, out).plans[-1].split.blocks
+        shared = blocks.nb if out is outputs[-2] else blocks.mb
+        assert shared * blocks.kc >= MIN_SHARED_PACKING
+    compiled.ffi.cdef("void m_set_num_threads(int);")
+    flat = [a for group in args for a in group]
+    runs = {}
+    for threads in (1, 3, 2):
+        compiled.lib.m_set_num_threads(threads)
+        runs[threads] = compiled.run(*flat)
+    compiled.lib.m_set_num_threads(1)  # joins the workers before the library is dropped
+    for k, (one, two, three) in enumerate(zip(runs[1], runs[2], runs[3])):
+        np.testing.assert_array_equal(one, three, err_msg=f"output {k}")
+        np.testing.assert_array_equal(one, two, err_msg=f"output {k}")
+    expected = [
+        args[0][0].astype(np.float64) @ args[0][1],
+        np.einsum("bmk,bkn->bmn", args[1][0].astype(np.float64), args[1][1]),
+        np.einsum("bmk,bkn->bmn", args[2][0].astype(np.float64), args[2][1]),
+        args[3][0].astype(np.float64) @ args[3][1],
+        args[4][0].astype(np.float64) @ args[4][1],
+    ]
+    for x, w, bias in (args[5], args[6]):
+        conv = _conv_reference(x, w, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+        expected.append(np.maximum(conv + bias[None, :, None, None], 0))
+    expected.append(_conv_reference(*args[7], (1, 1), (1, 1), (1, 1), (1, 1), 2))
+    expected.append(_conv_reference(*args[8], (1, 1), (1, 1), (1, 1), (1, 1), 32))
+    expected += [x.astype(np.float64) @ y for x, y in args[9:]]
+    for k, (got, want) in enumerate(zip(runs[1], expected)):
+        _close(got, want, f"output {k}")
+
+
+def test_small_contractions_stay_on_the_calling_thread(compile_module):
+    """Below the work threshold a GEMM is not split (no dispatch, serial workspace)."""
+    module = Module("small")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(F32, (32, 40)))
+    y = b.parameter(1, Shape(F32, (40, 48)))
+    out = _dot(b, x, y)
+    b.build(b.tuple([out]), entry=True)
+    compiled = compile_module(module)
+    plan = _analyze(parse_target("host"), compiled.plan, out).plans[-1]
+    assert plan.kind == "gemm" and plan.split is None
+    assert b"aotc_parallel_for" not in compiled.obj

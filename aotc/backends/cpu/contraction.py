@@ -121,7 +121,7 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
     for size in kernel.value_bytes:
         places.append(Slice(BufferKind.ARENA, 0, offset, size) if size else out_where)
         offset += size
-    packing = ctx.slice_pointer(Slice(BufferKind.ARENA, 0, offset, 0))
+    packing = Slice(BufferKind.ARENA, 0, offset, workspace.offset + workspace.size - offset)
     if instr.op in CONTRACTIONS:
         views = [_memory_view(ctx.plan, o) for o in instr.operands]
         sources = [[Source(gen, view) for gen, view in zip(operands, views)]]
@@ -141,7 +141,7 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
     last = len(kernel.plans) - 1
     for n, (plan, where) in enumerate(zip(kernel.plans, places)):
         finish = epilogue if n == last else None  # the others are operands of its epilogue
-        plan.emit(ctx, sources[n], ctx.slice_pointer(where), packing, finish)
+        plan.emit(ctx, sources[n], where, packing, finish)
     return True
 
 

@@ -21,6 +21,7 @@ from contextlib import nullcontext
 
 from llvmlite import ir
 
+from ...buffers import Slice
 from ...ir import Instruction, Op
 from .accumulate import MacAccumulator
 from .context import EmitContext
@@ -30,6 +31,7 @@ from .gemm import GemmPlan, GeneratedPanels, StridedPanels, emit_region, split_i
 from .im2col import IMAGE_FIELDS, ImagePanels
 from .lltypes import i64, register_type
 from .loops import branch_value, for_range, if_then, loop_nest
+from .parallel import parallel_loop_nest
 from .tiles import gemm_config
 from .window import all_of, tap_position
 
@@ -319,15 +321,18 @@ class DepthwisePlan:
         self.g = geometry
         self.image = dict(zip(IMAGE_FIELDS, image))
 
-    def emit(self, ctx, sources, c, workspace, epilogue) -> None:
+    def emit(self, ctx, sources, c: Slice, workspace: Slice, epilogue) -> None:
+        """Output planes (image, channel), shared out to the threads when big enough."""
         g, p = self.g, self.image
-        b = ctx.builder
         ty = register_type(g.out.dtype)
         multiplier = g.cout // g.groups
         out_height = g.out_spatial[0] if len(g.out_spatial) == 2 else 1
         out_width = p["out_width"]
         view = sources[0].view
-        with for_range(b, g.batch, "image") as image, for_range(b, g.cout, "channel") as channel:
+        planes = [g.batch, g.cout]
+        work = g.batch * g.cout * g.pixels * g.taps
+        with parallel_loop_nest(ctx, planes, "plane", work=work) as (image, channel):
+            b = ctx.builder
             source = b.udiv(channel, i64(multiplier)) if multiplier > 1 else channel
             offset = b.add(
                 b.mul(image, i64(view.strides[g.dims.input_batch])),
@@ -335,7 +340,7 @@ class DepthwisePlan:
             )
             plane_in = view.pointer(ctx, offset)
             plane = b.add(b.mul(image, i64(g.cout)), channel)
-            plane_out = b.gep(c, [b.mul(plane, i64(g.pixels))], source_etype=ty)
+            plane_out = b.gep(ctx.slice_pointer(c), [b.mul(plane, i64(g.pixels))], source_etype=ty)
             weights = self._weights(ctx, sources[1].gen, channel)
             with for_range(b, out_height, "oh") as oh:
                 row = b.gep(plane_out, [b.mul(oh, i64(out_width))], source_etype=ty)

@@ -16,20 +16,31 @@ epilogue, which runs on each finished MR x NB sliver of C while it is in
 cache; packing buffers live in the caller's scratch (the plan's workspace).
 `GemmPlan` is a contraction as batched GEMMs, or as matrix-vector products
 (gemv.py) when M or N is 1.
+
+Big enough contractions are shared out to the runtime's threads (`Split`):
+whole GEMMs of a large batch, or per GEMM BLIS-style (the shared operand's
+block packed once, its panels in parallel, then parts of the other operand's
+panels, each packing its own).  The partition and the workspace are fixed at
+compile time, and every element sums the same K slices in the same order,
+so results are bitwise the same for any thread count.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from llvmlite import ir
 
+from ...buffers import Slice
 from .context import EmitContext
-from .gemv import emit_gemv
-from .lltypes import i64
+from .elemental import delinearize
+from .gemv import GEMV_UNROLL, emit_gemv
+from .lltypes import I8, I64, PTR, i64
 from .loops import branch_value, for_range, if_then, loop_nest
+from .parallel import parallel_chunks
 from .tiles import OTHER_ROWS_COST, GemmConfig, micro_kernel, smaller, strided_packer
 
 WORKSPACE_ALIGNMENT = 64
@@ -165,11 +176,8 @@ def emit_gemm(
 ) -> None:
     """C = A B, blocked; `epilogue(m0, rows, n0, cols)` runs on each finished sliver."""
     b = ctx.builder
-    cfg = blocks.config
-    ty = cfg.element
     packed_a = workspace
     packed_b = ctx.byte_pointer(workspace, blocks.a_bytes)
-    kernel = micro_kernel(ctx, cfg, blocks.mr, blocks.nr)
     k_slices = -(-blocks.k // blocks.kc)
 
     with for_range(b, -(-blocks.m // blocks.mb), "mblock") as mi:
@@ -177,28 +185,67 @@ def emit_gemm(
         with for_range(b, k_slices, "kslice") as ki:
             k0, kc = _block(b, ki, blocks.kc, blocks.k)
             a.pack(ctx, blocks, packed_a, m0, mb, k0, kc, blocks.mr)
-            accumulate = b.icmp_unsigned("!=", ki, i64(0))
             with for_range(b, -(-blocks.n // blocks.nb), "nblock") as ni:
                 n0, nb = _block(b, ni, blocks.nb, blocks.n)
                 b_operand.pack(ctx, blocks, packed_b, n0, nb, k0, kc, blocks.nr)
-                row_panels = b.udiv(b.add(mb, i64(blocks.mr - 1)), i64(blocks.mr))
-                col_panels = b.udiv(b.add(nb, i64(blocks.nr - 1)), i64(blocks.nr))
-                with for_range(b, row_panels, "ir") as ir_:
-                    i0 = b.mul(ir_, i64(blocks.mr))
-                    rows = smaller(b, i64(blocks.mr), b.sub(mb, i0))
-                    a_panel = b.gep(packed_a, [b.mul(i0, kc)], source_etype=ty)
-                    c_row = b.gep(c, [b.mul(b.add(m0, i0), i64(ldc))], source_etype=ty)
-                    with for_range(b, col_panels, "jr") as jr:
-                        j0 = b.mul(jr, i64(blocks.nr))
-                        cols = smaller(b, i64(blocks.nr), b.sub(nb, j0))
-                        b_panel = b.gep(packed_b, [b.mul(j0, kc)], source_etype=ty)
-                        c_tile = b.gep(c_row, [b.add(n0, j0)], source_etype=ty)
-                        args = [kc, a_panel, b_panel, c_tile, i64(ldc), accumulate, rows, cols]
-                        b.call(kernel, args)
-                    if epilogue is not None:
-                        last = b.icmp_unsigned("==", ki, i64(k_slices - 1))
-                        with if_then(b, last):
-                            epilogue(b.add(m0, i0), rows, n0, nb)
+                _multiply(ctx, blocks, packed_a, packed_b, c, ldc, (m0, mb, n0, nb), ki, epilogue)
+
+
+def emit_gemm_block(
+    ctx: EmitContext,
+    blocks: Blocking,
+    a: Panels,
+    b_operand: Panels,
+    c: ir.Value,
+    ldc: int,
+    workspace: ir.Value,
+    epilogue: Epilogue | None,
+    mi: ir.Value,
+    ni: ir.Value,
+) -> None:
+    """Block (mi, ni) of C = A B (MB x NB) over all of K, both operands' blocks packed
+    into `workspace`: a unit of work that threads share out.  Each element sums the
+    same K slices in the same order as in `emit_gemm`."""
+    b = ctx.builder
+    packed_a = workspace
+    packed_b = ctx.byte_pointer(workspace, blocks.a_bytes)
+    m0, mb = _block(b, mi, blocks.mb, blocks.m)
+    n0, nb = _block(b, ni, blocks.nb, blocks.n)
+    with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
+        k0, kc = _block(b, ki, blocks.kc, blocks.k)
+        a.pack(ctx, blocks, packed_a, m0, mb, k0, kc, blocks.mr)
+        b_operand.pack(ctx, blocks, packed_b, n0, nb, k0, kc, blocks.nr)
+        _multiply(ctx, blocks, packed_a, packed_b, c, ldc, (m0, mb, n0, nb), ki, epilogue)
+
+
+def _multiply(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epilogue) -> None:
+    """The packed A block times the packed B block of K slice `ki` into C's `block`
+    (m0, rows, n0, cols), tile by tile; the epilogue on each sliver after the last slice."""
+    b = ctx.builder
+    ty = blocks.config.element
+    kernel = micro_kernel(ctx, blocks.config, blocks.mr, blocks.nr)
+    k_slices = -(-blocks.k // blocks.kc)
+    m0, mb, n0, nb = block
+    _, kc = _block(b, ki, blocks.kc, blocks.k)
+    accumulate = b.icmp_unsigned("!=", ki, i64(0))
+    row_panels = b.udiv(b.add(mb, i64(blocks.mr - 1)), i64(blocks.mr))
+    col_panels = b.udiv(b.add(nb, i64(blocks.nr - 1)), i64(blocks.nr))
+    with for_range(b, row_panels, "ir") as ir_:
+        i0 = b.mul(ir_, i64(blocks.mr))
+        rows = smaller(b, i64(blocks.mr), b.sub(mb, i0))
+        a_panel = b.gep(packed_a, [b.mul(i0, kc)], source_etype=ty)
+        c_row = b.gep(c, [b.mul(b.add(m0, i0), i64(ldc))], source_etype=ty)
+        with for_range(b, col_panels, "jr") as jr:
+            j0 = b.mul(jr, i64(blocks.nr))
+            cols = smaller(b, i64(blocks.nr), b.sub(nb, j0))
+            b_panel = b.gep(packed_b, [b.mul(j0, kc)], source_etype=ty)
+            c_tile = b.gep(c_row, [b.add(n0, j0)], source_etype=ty)
+            args = [kc, a_panel, b_panel, c_tile, i64(ldc), accumulate, rows, cols]
+            b.call(kernel, args)
+        if epilogue is not None:
+            last = b.icmp_unsigned("==", ki, i64(k_slices - 1))
+            with if_then(b, last):
+                epilogue(b.add(m0, i0), rows, n0, nb)
 
 
 def _block(b: ir.IRBuilder, index: ir.Value, size: int, total: int):
@@ -230,6 +277,152 @@ def emit_region(ctx: EmitContext, m0, rows, n0, cols, body: Callable) -> None:
         m = b.add(m0, i)
         with for_range(b, cols, "en") as j:
             body(m, b.add(n0, j))
+
+
+# -- sharing out over threads -------------------------------------------------------
+
+# contractions of fewer multiply-adds than this run on the calling thread: a pool
+# dispatch costs microseconds
+MIN_PARALLEL_WORK = 1 << 20
+# work goes in this many contiguous parts at most; a thread runs whole parts, packing
+# into the workspace region of its first one: the workspace is fixed at compile time and
+# right for any thread count (beyond MAX_PARTS threads, some idle)
+MAX_PARTS = 16
+# batches of at least this many GEMMs are shared out a whole GEMM at a time
+MIN_BATCH_PARTS = 8
+# gemv pieces do at least this many multiply-adds
+MIN_PIECE_WORK = 1 << 17
+# N parts of fewer B panels would reuse each A micro-panel (from L1) too little: parts of
+# one panel made a 64 x 512 x 784 GEMM 20% slower on one thread
+MIN_PART_COLUMN_PANELS = 4
+# shared blocks of fewer elements are packed by the calling thread, without a dispatch
+MIN_SHARED_PACKING = 1 << 16
+# a parallel GEMM's A block takes 1/L3_SHARERS of the L3 budget (threads share L3)
+L3_SHARERS = 4
+
+
+@dataclass(frozen=True)
+class Split:
+    """How a contraction is shared out to the threads; fixed at compile time, so the
+    results do not depend on the thread count (each element sums the same K slices in
+    the same order as on one thread).
+
+    mode "batch": whole GEMMs (or gemv pieces of `per` outputs) of the `grid` of units
+    in `parts`, each part's GEMM packing into a region of its own.  "m": per K slice
+    and N block, B's block is packed once (its panels in parallel) into the shared
+    region, then `parts` of `per` A row panels each pack their rows into their region
+    and multiply.  "n": the same with the roles of A and B swapped: A's block is
+    shared, parts of `per` B column panels (over all of N).
+    """
+
+    mode: str
+    blocks: Blocking | None
+    parts: int
+    grid: tuple[int, ...] = ()
+    per: int = 0
+
+    @property
+    def shared_bytes(self) -> int:
+        blocks = self.blocks
+        if self.mode == "m":
+            return _align(blocks.kc * blocks.nb * blocks.config.itemsize)
+        if self.mode == "n":
+            return _align(blocks.mb * blocks.kc * blocks.config.itemsize)
+        return 0
+
+    @property
+    def part_bytes(self) -> int:
+        blocks = self.blocks
+        if blocks is None:
+            return 0
+        if self.mode == "batch":
+            return blocks.workspace_bytes
+        width = blocks.mr if self.mode == "m" else blocks.nr
+        return _align(self.per * width * blocks.kc * blocks.config.itemsize)
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.shared_bytes + self.parts * self.part_bytes
+
+
+def gemm_split(config: GemmConfig, batch: tuple[int, ...], m: int, n: int, k: int):
+    """How a GEMM big enough is shared out (the serial blocking, its A block capped to
+    a share of L3); None: it runs serially."""
+    count = math.prod(batch)
+    if count * m * n * k < MIN_PARALLEL_WORK:
+        return None
+    blocks = blocking(config, m, n, k)
+    mr, nr, size = blocks.mr, blocks.nr, config.itemsize
+    limit = max(config.blocks.l3 // L3_SHARERS // (blocks.kc * size) // mr, 1) * mr
+    blocks = replace(blocks, mb=_balanced(m, min(blocks.mb, limit), mr))
+    if count >= MIN_BATCH_PARTS:
+        return Split("batch", blocks, min(count, MAX_PARTS), grid=batch)
+    rows, cols = -(-m // mr), -(-n // nr)
+    if rows >= cols:
+        per = -(-rows // MAX_PARTS)
+        per = min(per, max(blocks.mb // mr, 1))
+        mode, parts = "m", -(-rows // per)
+    else:
+        per = min(max(-(-cols // MAX_PARTS), MIN_PART_COLUMN_PANELS), max(blocks.nb // nr, 1))
+        mode, parts = "n", -(-cols // per)
+    if parts < 2:
+        return None
+    return Split(mode, blocks, parts, per=per)
+
+
+def gemv_split(config: GemmConfig, batch: tuple[int, ...], count: int, k: int):
+    """A gemv big enough to share out, in pieces of whole vector blocks of outputs
+    (the same outputs take the vector and scalar paths as in one call); None: serial."""
+    total = math.prod(batch)
+    if total * count * k < MIN_PARALLEL_WORK:
+        return None
+    width = config.lanes * GEMV_UNROLL
+    pieces = max(min(MAX_PARTS // total, count * k // MIN_PIECE_WORK), 1)
+    per = _round_up(-(-count // pieces), width)
+    grid = (*batch, -(-count // per))
+    if math.prod(grid) < 2:
+        return None
+    return Split("batch", None, min(math.prod(grid), MAX_PARTS), grid=grid, per=per)
+
+
+def share_out(ctx: EmitContext, grid, parts: int, unit: Callable, values=()) -> None:
+    """`unit(index, part, values)` for each index of `grid`, run by the threads in
+    `parts` contiguous parts; `part` is the first part of the running chunk (its
+    region); `values` (i64s of the kernel) as seen in the body."""
+    items = math.prod(grid)
+    with parallel_chunks(ctx, parts, "part", values) as (begin, end, passed):
+        b = ctx.builder
+        first = b.udiv(b.mul(begin, i64(items)), i64(parts))
+        last = b.udiv(b.mul(end, i64(items)), i64(parts))
+        with for_range(b, b.sub(last, first), "unit") as t:
+            unit(delinearize(b, b.add(first, t), grid), begin, passed)
+
+
+def share_packing(ctx, blocks: Blocking, operand, dst_values, width: int, total: int) -> None:
+    """Pack an operand's block (`dst_values`: its batch index..., then p0, count, k0,
+    kc) into the shared region at the workspace's start, its panels in parallel
+    (`operand(ctx, batch)` -> Panels in the body; `total`: the block's largest extent)."""
+    if total * blocks.kc < MIN_SHARED_PACKING:  # cheaper than a dispatch: inline
+        *batch, dst, p0, count, k0, kc = dst_values
+        out = ctx.builder.inttoptr(dst, PTR)
+        operand(ctx, batch).pack(ctx, blocks, out, p0, count, k0, kc, width)
+        return
+    panels = -(-total // width)
+    per = -(-panels // MAX_PARTS)
+    parts = -(-panels // per)
+
+    def unit(index, part, values):
+        b = ctx.builder
+        *batch, dst, p0, count, k0, kc = values
+        first = b.mul(index[0], i64(per * width))
+        with if_then(b, b.icmp_unsigned("<", first, count)):
+            rows = smaller(b, i64(per * width), b.sub(count, first))
+            out = b.gep(
+                b.inttoptr(dst, PTR), [b.mul(first, kc)], source_etype=blocks.config.element
+            )
+            operand(ctx, batch).pack(ctx, blocks, out, b.add(p0, first), rows, k0, kc, width)
+
+    share_out(ctx, (parts,), parts, unit, dst_values)
 
 
 # (ctx, sources, batch index) -> the operand for that batch element
@@ -267,30 +460,151 @@ class GemmPlan:
         return blocking(self.config, self.m, self.n, self.k)
 
     @property
+    def split(self) -> Split | None:
+        """How the work is shared out to the threads; None: on the calling thread."""
+        if self.gemv is None:
+            return gemm_split(self.config, self.batch, self.m, self.n, self.k)
+        return gemv_split(self.config, self.batch, max(self.m, self.n), self.k)
+
+    @property
     def workspace_bytes(self) -> int:
+        split = self.split
+        if split is not None:
+            return split.workspace_bytes
         return 0 if self.gemv else self.blocks.workspace_bytes
 
-    def emit(self, ctx: EmitContext, sources: list, c, workspace, epilogue) -> None:
-        """The loops over the batch, each a GEMM (or gemv) then its epilogue."""
-        b = ctx.builder
-        with loop_nest(b, self.batch, "batch") as index:
-            a = self.a(ctx, sources, index)
-            b_operand = self.b(ctx, sources, index)
-            c_batch = b.gep(c, [self.c_offset(ctx, index)], source_etype=self.config.element)
-            region = None
-            if epilogue is not None:
+    def emit(self, ctx: EmitContext, sources: list, c: Slice, workspace: Slice, epilogue):
+        """The GEMMs (or gemvs) of the batch into `c`, packing in `workspace`, each then
+        its epilogue; shared out to the threads when big enough."""
+        split = self.split
+        if split is None:
+            with loop_nest(ctx.builder, self.batch, "batch") as index:
+                self._emit_one(ctx, sources, c, workspace, epilogue, index)
+            return
+        if split.mode == "batch":
+            self._emit_batch_split(ctx, sources, c, workspace, epilogue, split)
+            return
+        with loop_nest(ctx.builder, self.batch, "batch") as index:
+            self._emit_split(ctx, sources, c, workspace, epilogue, split, index)
 
-                def region(m0, rows, n0, cols, index=index):
-                    def element(m, n):
-                        epilogue(self.out_index(ctx, index, m, n))
+    def _emit_batch_split(self, ctx, sources, c, workspace, epilogue, split: Split) -> None:
+        """Whole GEMMs (gemv pieces) of the batch in parallel, a region per part."""
+        batches = len(self.batch)
 
-                    emit_region(ctx, m0, rows, n0, cols, element)
-
+        def unit(index, part, _):
+            b = ctx.builder
+            batch = index[:batches]
+            a, b_operand, c_batch, region = self._operands(ctx, sources, c, epilogue, batch)
             if self.gemv is None:
-                emit_gemm(ctx, self.blocks, a, b_operand, c_batch, self.ldc, workspace, region)
-            elif self.m == 1:
-                emit_gemv(ctx, self.config, self.gemv, self.n, self.k, a, b_operand, c_batch)
+                offset = b.mul(part, i64(split.part_bytes))
+                pointer = b.gep(ctx.slice_pointer(workspace), [offset], source_etype=I8)
+                emit_gemm(ctx, split.blocks, a, b_operand, c_batch, self.ldc, pointer, region)
+                return
+            i0 = b.mul(index[batches], i64(split.per))
+            count = smaller(b, i64(split.per), b.sub(i64(max(self.m, self.n)), i0))
+            self._gemv(ctx, a, b_operand, c_batch, region, i0, count)
+
+        share_out(ctx, split.grid, split.parts, unit)
+
+    def _emit_split(self, ctx, sources, c, workspace, epilogue, split: Split, index) -> None:
+        """One GEMM, BLIS-style: per K slice the shared operand's block packed once in
+        parallel, then parts of the other operand's panels in parallel."""
+        b = ctx.builder
+        blocks = split.blocks
+        shared = ctx.slice_pointer(workspace)
+        dst = b.ptrtoint(shared, I64)
+        k_slices = -(-blocks.k // blocks.kc)
+        a_of = lambda ctx, batch: self.a(ctx, sources, batch)
+        b_of = lambda ctx, batch: self.b(ctx, sources, batch)
+        if split.mode == "m":
+            with for_range(b, k_slices, "kslice") as ki:
+                k0, kc = _block(b, ki, blocks.kc, blocks.k)
+                with for_range(b, -(-blocks.n // blocks.nb), "nblock") as ni:
+                    n0, nb = _block(b, ni, blocks.nb, blocks.n)
+                    share_packing(ctx, blocks, b_of, [*index, dst, n0, nb, k0, kc], blocks.nr,
+                                  blocks.nb)  # fmt: skip
+                    values = [*index, n0, nb, ki]
+                    self._parts(ctx, sources, c, workspace, epilogue, split, values, a_of)
+            return
+        with for_range(b, -(-blocks.m // blocks.mb), "mblock") as mi:
+            m0, mb = _block(b, mi, blocks.mb, blocks.m)
+            with for_range(b, k_slices, "kslice") as ki:
+                k0, kc = _block(b, ki, blocks.kc, blocks.k)
+                share_packing(ctx, blocks, a_of, [*index, dst, m0, mb, k0, kc], blocks.mr,
+                              blocks.mb)  # fmt: skip
+                values = [*index, m0, mb, ki]
+                self._parts(ctx, sources, c, workspace, epilogue, split, values, b_of)
+
+    def _parts(self, ctx, sources, c, workspace, epilogue, split, values, operand) -> None:
+        """Parts of `per` panels of the split dim (all of it), each packed into the
+        region of its chunk then multiplied by the shared block (K slice `ki`)."""
+        blocks = split.blocks
+        batches = len(self.batch)
+        by_rows = split.mode == "m"
+        width = blocks.mr if by_rows else blocks.nr
+        total = blocks.m if by_rows else blocks.n
+        step = split.per * width
+
+        def unit(index, part, passed):
+            b = ctx.builder
+            batch, (s0, extent, ki) = passed[:batches], passed[batches:]
+            _, _, c_batch, region = self._operands(ctx, sources, c, epilogue, batch)
+            k0, kc = _block(b, ki, blocks.kc, blocks.k)
+            shared = ctx.slice_pointer(workspace)
+            offset = b.add(i64(split.shared_bytes), b.mul(part, i64(split.part_bytes)))
+            own = b.gep(shared, [offset], source_etype=I8)
+            p0 = b.mul(index[0], i64(step))
+            count = smaller(b, i64(step), b.sub(i64(total), p0))
+            operand(ctx, batch).pack(ctx, blocks, own, p0, count, k0, kc, width)
+            if by_rows:
+                block = (p0, count, s0, extent)
+                _multiply(ctx, blocks, own, shared, c_batch, self.ldc, block, ki, region)
             else:
-                emit_gemv(ctx, self.config, self.gemv, self.m, self.k, b_operand, a, c_batch)
-            if self.gemv is not None and region is not None:
-                region(i64(0), self.m, i64(0), self.n)
+                block = (s0, extent, p0, count)
+                _multiply(ctx, blocks, shared, own, c_batch, self.ldc, block, ki, region)
+
+        share_out(ctx, (split.parts,), split.parts, unit, values)
+
+    def _emit_one(self, ctx, sources, c: Slice, workspace: Slice, epilogue, index) -> None:
+        """The GEMM (or gemv) of batch element `index`, on the calling thread."""
+        a, b_operand, c_batch, region = self._operands(ctx, sources, c, epilogue, index)
+        if self.gemv is None:
+            packing = ctx.slice_pointer(workspace)
+            emit_gemm(ctx, self.blocks, a, b_operand, c_batch, self.ldc, packing, region)
+        else:
+            self._gemv(ctx, a, b_operand, c_batch, region, i64(0), max(self.m, self.n))
+
+    def _operands(self, ctx, sources, c: Slice, epilogue, index):
+        """(A, B, C, epilogue region) of batch element `index`."""
+        a = self.a(ctx, sources, index)
+        b_operand = self.b(ctx, sources, index)
+        offset = self.c_offset(ctx, index)
+        c_batch = ctx.builder.gep(ctx.slice_pointer(c), [offset], source_etype=self.config.element)
+        region = None
+        if epilogue is not None:
+
+            def region(m0, rows, n0, cols):
+                def element(m, n):
+                    epilogue(self.out_index(ctx, index, m, n))
+
+                emit_region(ctx, m0, rows, n0, cols, element)
+
+        return a, b_operand, c_batch, region
+
+    def _gemv(self, ctx, a, b_operand, c, region, i0, count) -> None:
+        """Outputs [i0, i0 + count) of a matrix-vector product, then their epilogue."""
+        vector, matrix = (a, b_operand) if self.m == 1 else (b_operand, a)
+        b = ctx.builder
+        ty = self.config.element
+        matrix = StridedPanels(
+            b.gep(matrix.base, [b.mul(i0, i64(matrix.p_stride))], source_etype=ty),
+            matrix.p_stride,
+            matrix.k_stride,
+        )
+        out = b.gep(c, [i0], source_etype=ty)
+        emit_gemv(ctx, self.config, self.gemv, count, self.k, vector, matrix, out)
+        if region is not None:
+            if self.m == 1:
+                region(i64(0), 1, i0, count)
+            else:
+                region(i0, count, i64(0), 1)

@@ -42,7 +42,7 @@ def emit_gemv(
     ctx: EmitContext,
     cfg: GemmConfig,
     kind: str,
-    count: int,
+    count: int | ir.Value,
     depth: int,
     vector: StridedPanels,
     matrix: StridedPanels,
@@ -51,7 +51,8 @@ def emit_gemv(
     """out[i] = sum_k vector[k] matrix[i, k] for i < count (`vector` indexes as (0, k))."""
     function = _gemv_function(ctx, cfg, kind)
     stride = matrix.k_stride if kind == "axpy" else matrix.p_stride
-    args = [i64(count), i64(depth), vector.base, i64(vector.k_stride), matrix.base, i64(stride)]
+    count = i64(count) if isinstance(count, int) else count
+    args = [count, i64(depth), vector.base, i64(vector.k_stride), matrix.base, i64(stride)]
     ctx.builder.call(function, [*args, out])
 
 

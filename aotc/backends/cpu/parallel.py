@@ -7,6 +7,8 @@ the kernel calls `aotc_parallel_for(n, body, args)`: the runtime runs
 chunks [begin, end) of the n outer iterations on its threads, or inline
 when the model runs on one thread.  Rules emit into the body exactly as into
 a kernel: the context is rebound to the body's builder and pointers.
+`parallel_chunks` is the general form (gemm.py shares out GEMMs with it):
+any code run on chunks of a range, kernel values passed along as i64s.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ MIN_PARALLEL_ELEMENTS = 1 << 14
 MIN_OUTER_ITERATIONS = 64
 
 BODY_TYPE = ir.FunctionType(VOID, [PTR, I64, I64])
+PARALLEL_FOR_TYPE = ir.FunctionType(VOID, [I64, PTR, PTR])
 
 
 @contextmanager
@@ -44,6 +47,21 @@ def parallel_loop_nest(
         with loop_nest(ctx.builder, dims, name) as index:
             yield index
         return
+    with parallel_chunks(ctx, outer, name) as (begin, end, _):
+        b = ctx.builder
+        with for_range(b, b.sub(end, begin), f"{name}.chunk") as offset:
+            position = delinearize(b, b.add(begin, offset, flags=["nuw", "nsw"]), dims[:split])
+            with loop_nest(b, dims[split:], name) as inner:
+                yield [*position, *inner]
+
+
+@contextmanager
+def parallel_chunks(
+    ctx: EmitContext, n: int, name: str = "i", values: Sequence[ir.Value] = ()
+) -> Iterator[tuple]:
+    """Code run on chunks [begin, end) of range(n) by the threads: yields (begin, end,
+    `values` as seen there: i64s of the kernel passed along) inside a new body
+    function, the context bound to it until the block ends."""
     kernel_builder, kernel_pointers = ctx.builder, ctx.kernel_pointers
     function = kernel_builder.function
     body = ir.Function(ctx.module, BODY_TYPE, ctx.module.get_unique_name(f"{function.name}.body"))
@@ -51,19 +69,23 @@ def parallel_loop_nest(
     body.attributes.add("nounwind")
     b = ir.IRBuilder(body.append_basic_block("entry"))
     args, begin, end = body.args
-    ctx.bind(b, [_load_pointer(b, args, k) for k in range(len(kernel_pointers))])
-    with for_range(b, b.sub(end, begin), f"{name}.chunk") as offset:
-        position = delinearize(b, b.add(begin, offset, flags=["nuw", "nsw"]), dims[:split])
-        with loop_nest(b, dims[split:], name) as inner:
-            yield [*position, *inner]
-    b.ret_void()
+    count = len(kernel_pointers)
+    ctx.bind(b, [_load_pointer(b, args, k) for k in range(count)])
+    passed = [b.ptrtoint(_load_pointer(b, args, count + k), I64) for k in range(len(values))]
+    yield begin, end, passed
+    ctx.builder.ret_void()
 
     ctx.bind(kernel_builder, kernel_pointers)
-    slots = ctx.alloca(ir.ArrayType(PTR, len(kernel_pointers)), "parallel.args")
-    for k, pointer in enumerate(kernel_pointers):
-        kernel_builder.store(pointer, kernel_builder.gep(slots, [i64(0), i64(k)], inbounds=True))
-    parallel_for = ctx.declare("aotc_parallel_for", VOID, [i64(0), body, slots])
-    kernel_builder.call(parallel_for, [i64(outer), body, slots])
+    kb = kernel_builder
+    slots = ctx.alloca(ir.ArrayType(PTR, count + len(values)), f"{name}.args")
+    items = [*kernel_pointers, *(kb.inttoptr(v, PTR) for v in values)]
+    for k, item in enumerate(items):
+        kb.store(item, kb.gep(slots, [i64(0), i64(k)], inbounds=True))
+    parallel_for = ctx.module.globals.get("aotc_parallel_for")
+    if parallel_for is None:  # declared with opaque pointers: tables of any length
+        parallel_for = ir.Function(ctx.module, PARALLEL_FOR_TYPE, "aotc_parallel_for")
+        parallel_for.attributes.add("nounwind")
+    kb.call(parallel_for, [i64(n), body, slots])
 
 
 def _outer_dims(dims: Sequence[int]) -> int:
