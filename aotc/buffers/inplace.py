@@ -11,6 +11,7 @@ to the last member's last use.
 from __future__ import annotations
 
 from ..ir import Instruction, Op, Shape, Trait
+from ..ir.index_maps import read_elementwise_only
 
 
 def reads_at_output_index(instr: Instruction, k: int) -> bool:
@@ -24,25 +25,8 @@ def reads_at_output_index(instr: Instruction, k: int) -> bool:
         return True
     if instr.op is Op.FUSION:
         body = instr.called[0]
-        return _elementwise_path_to_root(body, body.parameters[k], instr.shape.dims)
+        return read_elementwise_only(body, body.parameters[k], instr.shape.dims)
     return False
-
-
-def _elementwise_path_to_root(body, start: Instruction, dims) -> bool:
-    """Every instruction reading `start` (transitively) is elementwise at `dims`."""
-    users = body.users()
-    work, seen = [start], set()
-    while work:
-        instr = work.pop()
-        if id(instr) in seen:
-            continue
-        seen.add(id(instr))
-        for user in users[id(instr)]:
-            same_shape = isinstance(user.shape, Shape) and user.shape.dims == tuple(dims)
-            if Trait.ELEMENTWISE not in user.op.traits or not same_shape:
-                return False
-            work.append(user)
-    return True
 
 
 class BufferSets:

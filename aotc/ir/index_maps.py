@@ -17,7 +17,7 @@ indexed by the first p loop dims only, so a kernel may compute it once per
 from __future__ import annotations
 
 from .module import Computation, Instruction
-from .ops import Op
+from .ops import Op, Trait
 from .types import Shape
 
 IndexMap = tuple[int | None, ...]
@@ -128,3 +128,21 @@ def dims_of(instr: Instruction) -> tuple[int, ...]:
     """Dims of an array, or of the (equally shaped) elements of a variadic reduce."""
     shape = instr.shape if isinstance(instr.shape, Shape) else instr.shape.elements[0]
     return shape.dims
+
+
+def read_elementwise_only(computation: Computation, start: Instruction, dims) -> bool:
+    """Whether every instruction reading `start` (transitively) is elementwise at `dims`:
+    then each output element reads only the same element of `start` (in-place safe)."""
+    users = computation.users()
+    work, seen = [start], set()
+    while work:
+        instr = work.pop()
+        if id(instr) in seen:
+            continue
+        seen.add(id(instr))
+        for user in users[id(instr)]:
+            same_dims = isinstance(user.shape, Shape) and user.shape.dims == tuple(dims)
+            if Trait.ELEMENTWISE not in user.op.traits or not same_dims:
+                return False
+            work.append(user)
+    return True

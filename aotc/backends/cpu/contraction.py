@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
-from ...ir import DType, Instruction, Op, Shape, Trait
+from ...ir import DType, Instruction, Op, Shape
+from ...ir.index_maps import read_elementwise_only
 from .context import EmitContext
 from .conv import plan_convolution
 from .dot import plan_dot
@@ -177,27 +178,9 @@ def _find_contractions(instr: Instruction) -> list[Instruction]:
         return []
     body = instr.called[0]
     found = [i for i in body.instructions if i.op in CONTRACTIONS]
-    if not all(_elementwise_to_root(body, c) for c in found):
+    if not all(read_elementwise_only(body, c, c.array_shape.dims) for c in found):
         return []
     return found
-
-
-def _elementwise_to_root(body, start: Instruction) -> bool:
-    """Every instruction reading `start` (transitively) is elementwise at its dims."""
-    users = body.users()
-    dims = start.array_shape.dims
-    work, seen = [start], set()
-    while work:
-        instr = work.pop()
-        if id(instr) in seen:
-            continue
-        seen.add(id(instr))
-        for user in users[id(instr)]:
-            same_dims = isinstance(user.shape, Shape) and user.shape.dims == dims
-            if Trait.ELEMENTWISE not in user.op.traits or not same_dims:
-                return False
-            work.append(user)
-    return True
 
 
 def _can_compute_in_place(plan: BufferPlan, instr: Instruction, contraction) -> bool:
