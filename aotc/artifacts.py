@@ -13,6 +13,7 @@ the archiver.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -22,7 +23,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -551,29 +552,20 @@ def write_artifacts(
         files.append(library)
     else:
         files += [p.name for p in _runtime_files()]
-    created = _make_dirs(out_dir)
-    done = False
-    try:
-        with _staging_dir(out_dir) as stage:
-            (stage / files[0]).write_text(header, encoding="utf-8")
-            (stage / files[1]).write_bytes(object_bytes)
-            if compiler is not None:
-                runtime = compile_runtime(stage / "runtime", compiler)
-                _check_same_machine(object_bytes, runtime, compiler, target)
-                members = [files[1], *(str(p.relative_to(stage)) for p in runtime)]
-                # D: zero timestamps, uids and modes, so that archives are reproducible
-                _run_tool([*archiver, "rcsD", library, *members], f"archiving {library}", stage)
-                _install(stage, out_dir, files)
-            else:
-                for path in _runtime_files():
-                    shutil.copyfile(path, stage / path.name)
-                _install(stage, out_dir, files, remove=[library])
-        done = True
-    except OSError as e:
-        raise AotcError(f"cannot write artifacts to {out_dir}: {e.strerror or e}") from None
-    finally:
-        if not done and created is not None:
-            shutil.rmtree(created, ignore_errors=True)
+    with staged_write(out_dir) as stage:
+        (stage / files[0]).write_text(header, encoding="utf-8")
+        (stage / files[1]).write_bytes(object_bytes)
+        if compiler is not None:
+            runtime = compile_runtime(stage / "runtime", compiler)
+            _check_same_machine(object_bytes, runtime, compiler, target)
+            members = [files[1], *(str(p.relative_to(stage)) for p in runtime)]
+            # D: zero timestamps, uids and modes, so that archives are reproducible
+            _run_tool([*archiver, "rcsD", library, *members], f"archiving {library}", stage)
+            _install(stage, out_dir, files)
+        else:
+            for path in _runtime_files():
+                shutil.copyfile(path, stage / path.name)
+            _install(stage, out_dir, files, remove=[library])
     if compiler is not None:
         return ArtifactPaths(out_dir / files[0], out_dir / files[1], out_dir / library)
     arch = target_arch(target)
@@ -636,6 +628,24 @@ def _make_dirs(path: Path) -> Path | None:
     except OSError as e:
         raise AotcError(f"cannot create {path}: {e.strerror or e}") from None
     return missing
+
+
+@contextlib.contextmanager
+def staged_write(out_dir: Path) -> Iterator[Path]:
+    """All or nothing: yields a staging directory beside `out_dir` (created if missing)
+    whose files the caller installs at the end (`_install`); on any failure `out_dir` is
+    as it was, or absent again, and an OSError becomes one line."""
+    created = _make_dirs(out_dir)
+    done = False
+    try:
+        with _staging_dir(out_dir) as stage:
+            yield stage
+        done = True
+    except OSError as e:
+        raise AotcError(f"cannot write artifacts to {out_dir}: {e.strerror or e}") from None
+    finally:
+        if not done and created is not None:
+            shutil.rmtree(created, ignore_errors=True)
 
 
 def _staging_dir(out_dir: Path) -> tempfile.TemporaryDirectory:

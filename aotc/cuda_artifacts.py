@@ -22,7 +22,6 @@ from pathlib import Path
 from . import artifacts
 from .artifacts import ArtifactPaths, MemoryStats, TensorSpec
 from .buffers import BufferKind, Slice
-from .errors import AotcError
 from .ir import DType
 from .resources import resource_dir
 
@@ -122,30 +121,21 @@ def write_cuda_artifacts(
     library = f"lib{name}.a"
     files = [f"{name}.h", RUNTIME_HEADER, f"{name}.o", library]
     cflags = [*artifacts.RUNTIME_CFLAGS, f"-I{runtime}"]
-    created = artifacts._make_dirs(out_dir)
-    done = False
-    try:
-        with artifacts._staging_dir(out_dir) as stage:
-            (stage / files[0]).write_text(header, encoding="utf-8")
-            shutil.copyfile(runtime / RUNTIME_HEADER, stage / RUNTIME_HEADER)
-            (stage / f"{name}_cuda.c").write_text(launcher, encoding="utf-8")
-            (stage / f"{name}_blobs.o").write_bytes(program.host_object)
-            steps = [
-                ([*compiler, *cflags, "-c", f"{name}_cuda.c", "-o", f"{name}_launcher.o"],
-                 f"compiling the launcher of {name}"),
-                ([*compiler, "-nostdlib", "-r", "-o", files[2], f"{name}_launcher.o",
-                  f"{name}_blobs.o"], f"linking {files[2]}"),
-                ([*compiler, *cflags, "-c", str(runtime / RUNTIME_SOURCE), "-o", "aotc_cuda.o"],
-                 f"compiling runtime_c/{RUNTIME_SOURCE}"),
-                ([*archiver, "rcsD", library, files[2], "aotc_cuda.o"], f"archiving {library}"),
-            ]  # fmt: skip
-            for argv, what in steps:
-                artifacts._run_tool(argv, what, stage)
-            artifacts._install(stage, out_dir, files)
-        done = True
-    except OSError as e:
-        raise AotcError(f"cannot write artifacts to {out_dir}: {e.strerror or e}") from None
-    finally:
-        if not done and created is not None:
-            shutil.rmtree(created, ignore_errors=True)
+    with artifacts.staged_write(out_dir) as stage:
+        (stage / files[0]).write_text(header, encoding="utf-8")
+        shutil.copyfile(runtime / RUNTIME_HEADER, stage / RUNTIME_HEADER)
+        (stage / f"{name}_cuda.c").write_text(launcher, encoding="utf-8")
+        (stage / f"{name}_blobs.o").write_bytes(program.host_object)
+        steps = [
+            ([*compiler, *cflags, "-c", f"{name}_cuda.c", "-o", f"{name}_launcher.o"],
+             f"compiling the launcher of {name}"),
+            ([*compiler, "-nostdlib", "-r", "-o", files[2], f"{name}_launcher.o",
+              f"{name}_blobs.o"], f"linking {files[2]}"),
+            ([*compiler, *cflags, "-c", str(runtime / RUNTIME_SOURCE), "-o", "aotc_cuda.o"],
+             f"compiling runtime_c/{RUNTIME_SOURCE}"),
+            ([*archiver, "rcsD", library, files[2], "aotc_cuda.o"], f"archiving {library}"),
+        ]  # fmt: skip
+        for argv, what in steps:
+            artifacts._run_tool(argv, what, stage)
+        artifacts._install(stage, out_dir, files)
     return ArtifactPaths(out_dir / files[0], out_dir / files[2], out_dir / library)

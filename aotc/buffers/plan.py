@@ -17,7 +17,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..ir import Instruction
+from ..ir import Instruction, Op, Trait
 
 
 class BufferKind(enum.Enum):
@@ -92,6 +92,15 @@ class BufferPlan:
 
     def slice_of(self, instr: Instruction, shape_index: tuple[int, ...] = ()) -> Slice:
         return self.slices[(id(instr), shape_index)]
+
+    def needs_code(self, instr: Instruction) -> bool:
+        """Whether a backend computes `instr`: leaves, tuples and views that alias their
+        operand are only places in memory."""
+        if instr.op in (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT):
+            return False
+        if Trait.VIEW in instr.op.traits:
+            return self.slice_of(instr) != self.slice_of(instr.operands[0])
+        return True
 
     @property
     def weight_bytes(self) -> int:

@@ -25,7 +25,7 @@ from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...errors import AotcError
-from ...ir import Instruction, Module, Op, Shape, Trait
+from ...ir import Instruction, Module, Op, Shape
 from .context import EmitContext
 from .contraction import emit_contraction, workspace_bytes
 from .control import CONTROL_KERNELS
@@ -90,15 +90,6 @@ def build_module(
     return llmod
 
 
-def _needs_code(plan: BufferPlan, instr: Instruction) -> bool:
-    """Leaves, tuples and views that alias their operand emit nothing."""
-    if instr.op in (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT):
-        return False
-    if Trait.VIEW in instr.op.traits:
-        return plan.slice_of(instr) != plan.slice_of(instr.operands[0])
-    return True
-
-
 def _output_count(module: Module) -> int:
     root = module.entry.root
     return len(root.operands) if root.op is Op.TUPLE else 1
@@ -119,7 +110,7 @@ def emit_computation(
     kernels = [
         _emit_kernel(ctx, weights, instr, scope)
         for instr in plan.schedule
-        if _needs_code(plan, instr)
+        if plan.needs_code(instr)
     ]
     ctx.plan = outer
     return kernels

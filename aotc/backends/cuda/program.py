@@ -22,7 +22,7 @@ from llvmlite import ir
 
 from ...buffers import BufferPlan, Slice
 from ...errors import AotcError, UnsupportedError
-from ...ir import Instruction, Module, Op, Trait
+from ...ir import Instruction, Module, Op
 from ..cpu.elemental import ELEMENTWISE_EMITTERS, make_elementwise_rule
 from ..cpu.lltypes import F32, F64
 from ..cpu.rules import KERNELS, RULES
@@ -81,7 +81,7 @@ def build_program(
     ctx.inputs, ctx.outputs = inputs, outputs
     launches: list[KernelLaunch] = []
     for instr in plan.schedule:
-        if not _needs_code(plan, instr):
+        if not plan.needs_code(instr):
             continue
         if instr.op.is_control_flow:
             raise UnsupportedError(
@@ -90,15 +90,6 @@ def build_program(
             )
         launches += emit_instruction(ctx, instr, f"{name}_k{len(launches)}_{_c_name(instr)}")
     return KernelProgram(llmod, launches, list(plan.output_copies), inputs, outputs)
-
-
-def _needs_code(plan: BufferPlan, instr: Instruction) -> bool:
-    """Leaves, tuples and views that alias their operand emit nothing."""
-    if instr.op in (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT):
-        return False
-    if Trait.VIEW in instr.op.traits:
-        return plan.slice_of(instr) != plan.slice_of(instr.operands[0])
-    return True
 
 
 def _c_name(instr: Instruction) -> str:
