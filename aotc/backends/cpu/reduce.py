@@ -8,6 +8,8 @@ reducer takes (accumulators..., inputs...) as in XLA.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ...ir import Computation, DType, Instruction, Op
 from . import scalar
 from .context import EmitContext
@@ -25,22 +27,26 @@ REASSOCIATED = {Op.ADD: "fadd", Op.MULTIPLY: "fmul"}
 REGISTER_F32_DTYPES = HALF_DTYPES | {DType.F32}
 
 
-class _Accumulators:
-    """Stack slots holding the running values of a (variadic) reduction."""
+class Accumulators:
+    """Stack slots holding the running values of a (variadic) reduction (also a GPU
+    thread's partial values, which `update` folds like elements)."""
 
-    def __init__(self, ctx: EmitContext, instr: Instruction, inits: list[Gen]):
+    def __init__(self, ctx: EmitContext, instr: Instruction, inits: Sequence[Gen]):
         self.ctx = ctx
         self.reducer = instr.called[0]
         self.dtypes = [o.shape.dtype for o in instr.operands[: len(inits)]]
         self.widened = _widened_op(self.reducer, self.dtypes)
-        self.slots = [ctx.alloca(register_type(dt)) for dt in self.dtypes]
+        self.types = [register_type(dt) for dt in self.dtypes]
+        self.slots = [ctx.alloca(t) for t in self.types]
         for slot, init in zip(self.slots, inits):
             ctx.builder.store(init([]), slot)
 
+    def values(self) -> list:
+        return [self.ctx.builder.load(slot) for slot in self.slots]
+
     def update(self, values) -> None:
         b = self.ctx.builder
-        current = [b.load(slot) for slot in self.slots]
-        args = current + list(values)
+        args = self.values() + list(values)
         if self.widened is not None:
             op, order = self.widened
             x, y = (args[i] for i in order)
@@ -78,7 +84,7 @@ def reduce_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Ge
     kept = [d for d in range(len(in_dims)) if d not in reduced]
 
     def gen(index):
-        accumulators = _Accumulators(ctx, instr, inits)
+        accumulators = Accumulators(ctx, instr, inits)
         with loop_nest(ctx.builder, [in_dims[d] for d in reduced], "r") as inner:
             full = [None] * len(in_dims)
             for d, value in zip(kept, index):
@@ -100,7 +106,7 @@ def reduce_window_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]
 
     def gen(index):
         b = ctx.builder
-        accumulators = _Accumulators(ctx, instr, inits)
+        accumulators = Accumulators(ctx, instr, inits)
         with loop_nest(b, window.size, "w") as taps:
             position, conditions = [], []
             for dim, (out, tap) in enumerate(zip(index, taps)):

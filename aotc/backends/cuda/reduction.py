@@ -28,11 +28,10 @@ from llvmlite import ir
 
 from ...ir import DType, Instruction, Op
 from ...ir.index_maps import dims_of, row_dims
-from ..cpu import scalar
-from ..cpu.elemental import Gen, bind_instructions, call_computation, make_generator
-from ..cpu.lltypes import F32, F64, HALF_DTYPES, I1, I8, I32, I64, register_type, round_to
+from ..cpu.elemental import Gen, bind_instructions, make_generator
+from ..cpu.lltypes import F32, F64, I1, I8, I32, I64
 from ..cpu.loops import for_range, if_then
-from ..cpu.reduce import WIDENED_REDUCERS
+from ..cpu.reduce import Accumulators
 from ..cpu.rows import row_values
 from .context import GpuContext
 from .device import WARP
@@ -48,52 +47,6 @@ BLOCK_REDUCTION = 4096
 WARP_ROW = 128
 # reductions shorter than this stay serial (one thread per output)
 MIN_PARALLEL = 32
-
-
-# -- partial results ----------------------------------------------------------------
-
-
-class Partial:
-    """A thread's running values of a (variadic) reduction, in stack slots."""
-
-    def __init__(self, ctx: GpuContext, reduce: Instruction, inits: Sequence[Gen]):
-        self.ctx = ctx
-        self.reducer = reduce.called[0]
-        self.dtypes = [o.shape.dtype for o in reduce.operands[: len(inits)]]
-        self.widened = _widened(self.reducer, self.dtypes)
-        self.types = [register_type(dt) for dt in self.dtypes]
-        self.slots = [ctx.alloca(t) for t in self.types]
-        for slot, init in zip(self.slots, inits):
-            ctx.builder.store(init([]), slot)
-
-    def values(self) -> list[ir.Value]:
-        return [self.ctx.builder.load(slot) for slot in self.slots]
-
-    def update(self, values: Sequence[ir.Value]) -> None:
-        """Fold in elements, or another thread's partials (the reducer is associative)."""
-        args = self.values() + list(values)
-        if self.widened is not None:
-            op, order = self.widened
-            results = [scalar.binary(self.ctx, op, DType.F32, *(args[i] for i in order))]
-        else:
-            results = call_computation(self.ctx, self.reducer, args)
-        for slot, value in zip(self.slots, results):
-            self.ctx.builder.store(value, slot)
-
-    def result(self):
-        b = self.ctx.builder
-        values = [round_to(b, dt, v) for dt, v in zip(self.dtypes, self.values())]
-        return values[0] if len(values) == 1 else tuple(values)
-
-
-def _widened(reducer, dtypes: list[DType]) -> tuple[Op, list[int]] | None:
-    """(op, parameter order) when a half-float reduction can run in f32 (cpu/reduce.py)."""
-    root, params = reducer.root, reducer.parameters
-    if len(dtypes) != 1 or dtypes[0] not in HALF_DTYPES or root.op not in WIDENED_REDUCERS:
-        return None
-    if len(params) != 2 or any(o.op is not Op.PARAMETER for o in root.operands):
-        return None
-    return root.op, [o.index for o in root.operands]
 
 
 # -- groups of threads ----------------------------------------------------------------
@@ -118,7 +71,7 @@ class Group:
         kept = [d for d in range(len(in_dims)) if d not in reduced]
         extents = [in_dims[d] for d in reduced]
         length = math.prod(extents)
-        partial = Partial(ctx, reduce, inits)
+        partial = Accumulators(ctx, reduce, inits)
         itype = ir.IntType(32) if length < 2**31 else I64
         lane = self.lane if itype == I32 else b.zext(self.lane, I64)
         with for_range(b, -(-length // self.size), "r") as step:
@@ -137,7 +90,7 @@ class Group:
         self._combine(partial)
         return partial.result()
 
-    def _combine(self, partial: Partial) -> None:
+    def _combine(self, partial: Accumulators) -> None:
         ctx, b = self.ctx, self.ctx.builder
         mask = WARP // 2
         while mask >= 1:
