@@ -350,21 +350,21 @@ def vector_gep(b: ir.IRBuilder, base: ir.Value, offsets: ir.Value, ty: ir.Type) 
 def masked_gather(ctx, b, cfg: GemmConfig, pointers, mask) -> ir.Value:
     """The lanes of `pointers` where `mask` holds, zeros elsewhere (never loaded)."""
     count = mask.type.count
-    vec = ir.VectorType(cfg.element, count)
-    name = f"llvm.masked.gather.v{count}{_type_tag(cfg)}.v{count}p0"
-    align = ir.Constant(I32, cfg.itemsize)
-    function = ctx.declare(name, vec, [pointers, align, mask, ir.Constant(vec, None)])
-    return b.call(function, [pointers, align, mask, ir.Constant(vec, None)])
+    return _masked(ctx, b, cfg, f"llvm.masked.gather.v{count}{_type_tag(cfg)}.v{count}p0",
+                   pointers, mask)  # fmt: skip
 
 
 def masked_load(ctx, b, cfg: GemmConfig, pointer, mask) -> ir.Value:
     """A contiguous vector from `pointer`, lanes outside `mask` zero (never loaded)."""
     count = mask.type.count
-    vec = ir.VectorType(cfg.element, count)
-    name = f"llvm.masked.load.v{count}{_type_tag(cfg)}.p0"
-    align = ir.Constant(I32, cfg.itemsize)
-    function = ctx.declare(name, vec, [pointer, align, mask, ir.Constant(vec, None)])
-    return b.call(function, [pointer, align, mask, ir.Constant(vec, None)])
+    return _masked(ctx, b, cfg, f"llvm.masked.load.v{count}{_type_tag(cfg)}.p0", pointer, mask)
+
+
+def _masked(ctx, b, cfg: GemmConfig, name: str, address, mask) -> ir.Value:
+    """Call masked load/gather intrinsic `name`: (address, align, mask, zeros)."""
+    vec = ir.VectorType(cfg.element, mask.type.count)
+    args = [address, ir.Constant(I32, cfg.itemsize), mask, ir.Constant(vec, None)]
+    return b.call(ctx.declare(name, vec, args), args)
 
 
 def _type_tag(cfg: GemmConfig) -> str:
