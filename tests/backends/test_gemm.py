@@ -328,6 +328,38 @@ def test_convolution_epilogues(compile_module, fuse, rng, target):
     assert [_kind(compiled, target, f) for f in fused] == ["gemm", "depthwise"]
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("groups,per_group,multiplier", [(4, 3, 1), (3, 5, 2), (2, 1, 1)])
+def test_depthwise_through_channel_shuffle(compile_module, fuse, rng, target, groups,
+                                           per_group, multiplier):  # fmt: skip
+    """ShuffleNet's channel shuffle (reshape, transpose, reshape) fused into a depthwise
+    convolution: the image is read in place, each channel's plane at its shuffled place."""
+    channels = groups * per_group
+    image = (2, channels, 9, 7)
+    module = Module("shuffle")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(F32, image))
+    w = b.parameter(1, Shape(F32, (channels * multiplier, 1, 3, 3)))
+    window = Window.make((3, 3), (1, 1), (1, 1), (1, 1))
+
+    def shuffled_depthwise(fb, p):
+        split = fb.reshape(p[0], (2, groups, per_group, 9, 7))
+        swapped = fb.transpose(split, (0, 2, 1, 3, 4))
+        shuffled = fb.reshape(swapped, image)
+        return fb.convolution(shuffled, p[1], window, ConvDims.nchw(2), channels)
+
+    fused = fuse(b, [x, w], shuffled_depthwise)
+    b.build(b.tuple([fused]), entry=True)
+    args = [_normal(rng, image), _normal(rng, (channels * multiplier, 1, 3, 3))]
+    compiled = compile_module(module, target=target)
+    got = compiled.run(*args)
+    shuffled = args[0].reshape(2, groups, per_group, 9, 7).transpose(0, 2, 1, 3, 4)
+    expected = _conv_reference(shuffled.reshape(image), args[1], (1, 1), (1, 1), (1, 1),
+                               (1, 1), channels)  # fmt: skip
+    _close(got[0], expected, "shuffled depthwise")
+    assert _kind(compiled, target, fused) == "depthwise"
+
+
 # -- element types, cross-compiling, reentrancy ---------------------------------------
 
 

@@ -25,38 +25,20 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
-from ...ir import DType, Instruction, Op, Shape
+from ...ir import Instruction, Op, Shape
 from ...ir.index_maps import read_elementwise_only
 from .context import EmitContext
 from .conv import plan_convolution
 from .dot import plan_dot
 from .elemental import Gen, element_pointer, make_generator, memory_generator
 from .gemm import WORKSPACE_ALIGNMENT
-from .lltypes import i64, storage_type, store_element
+from .lltypes import i64, store_element
 from .tiles import GEMM_DTYPES
+from .views import View, fused_view, memory_view
 
 # opcode -> planner(target, instruction, operand views) -> plan, or None: not fast
 PLANNERS = {Op.DOT: plan_dot, Op.CONVOLUTION: plan_convolution}
 CONTRACTIONS = frozenset(PLANNERS)
-
-
-@dataclass(frozen=True)
-class View:
-    """An array in a buffer: element `index` at `where` + sum(index * strides) elements."""
-
-    where: Slice
-    dims: tuple[int, ...]
-    strides: tuple[int, ...]
-    dtype: DType
-
-    def pointer(self, ctx: EmitContext, offset: ir.Value | int = 0) -> ir.Value:
-        """Address of the element `offset` elements past the view's start."""
-        base = ctx.slice_pointer(self.where)
-        if isinstance(offset, int):
-            if offset == 0:
-                return base
-            offset = i64(offset)
-        return ctx.builder.gep(base, [offset], source_etype=storage_type(self.dtype))
 
 
 @dataclass
@@ -124,7 +106,7 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
         offset += size
     packing = Slice(BufferKind.ARENA, 0, offset, workspace.offset + workspace.size - offset)
     if instr.op in CONTRACTIONS:
-        views = [_memory_view(ctx.plan, o) for o in instr.operands]
+        views = [memory_view(ctx.plan, o) for o in instr.operands]
         sources = [[Source(gen, view) for gen, view in zip(operands, views)]]
         epilogue = None
     else:
@@ -135,7 +117,7 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
         }
         gens = _bind(ctx, body, operands, values)
         sources = [
-            [Source(gens[id(o)], _fused_view(ctx.plan, instr, o)) for o in c.operands]
+            [Source(gens[id(o)], fused_view(ctx.plan, instr, o)) for o in c.operands]
             for c in kernel.contractions
         ]
         epilogue = _epilogue(ctx, gens[id(body.root)], instr.array_shape, out_where)
@@ -158,9 +140,9 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
         if any(o.shape.dtype is not shape.dtype for o in contraction.operands):
             return None
         if instr is contraction:
-            views = [_memory_view(plan, o) for o in instr.operands]
+            views = [memory_view(plan, o) for o in instr.operands]
         else:
-            views = [_fused_view(plan, instr, o) for o in contraction.operands]
+            views = [fused_view(plan, instr, o) for o in contraction.operands]
         planned = PLANNERS[contraction.op](target, contraction, views)
         if planned is None:
             return None
@@ -201,58 +183,6 @@ def _can_compute_in_place(plan: BufferPlan, instr: Instruction, contraction) -> 
 
 
 # -- operands ---------------------------------------------------------------------
-
-
-def _row_major_strides(dims) -> tuple[int, ...]:
-    strides, step = [], 1
-    for extent in reversed(dims):
-        strides.append(step)
-        step *= extent
-    return tuple(reversed(strides))
-
-
-def _memory_view(plan: BufferPlan, operand: Instruction) -> View | None:
-    """The row-major view of an entry value in its buffer (none for immediates)."""
-    if not isinstance(operand.shape, Shape):
-        return None
-    if operand.op is Op.CONSTANT and operand.shape.size == 1:
-        return None
-    dims = operand.shape.dims
-    return _make_view(plan.slice_of(operand), dims, _row_major_strides(dims), operand)
-
-
-def _make_view(where: Slice, dims, strides, instr: Instruction) -> View:
-    return View(where, tuple(dims), tuple(strides), instr.array_shape.dtype)
-
-
-def _fused_view(plan: BufferPlan, fusion: Instruction, instr: Instruction) -> View | None:
-    """The memory view of `instr` inside `fusion`'s body, if it only re-indexes a
-    fusion operand (parameter, transpose, broadcast, reshape of contiguous data)."""
-    if instr.op is Op.PARAMETER:
-        return _memory_view(plan, fusion.operands[instr.index])
-    if instr.op not in (Op.TRANSPOSE, Op.BROADCAST, Op.RESHAPE, Op.BITCAST):
-        return None
-    inner = _fused_view(plan, fusion, instr.operands[0])
-    if inner is None or instr.array_shape.dtype is not instr.operands[0].shape.dtype:
-        return None
-    dims = instr.array_shape.dims
-    if instr.op is Op.TRANSPOSE:
-        strides = [inner.strides[d] for d in instr.dimensions]
-    elif instr.op is Op.BROADCAST:
-        strides = [0] * len(dims)
-        for source_dim, out_dim in enumerate(instr.dimensions):
-            strides[out_dim] = inner.strides[source_dim]
-    elif _is_contiguous(inner):
-        strides = _row_major_strides(dims)
-    else:
-        return None
-    return _make_view(inner.where, dims, strides, instr)
-
-
-def _is_contiguous(view: View) -> bool:
-    pairs = [(e, s) for e, s in zip(view.dims, view.strides) if e != 1]
-    expected = _row_major_strides([e for e, _ in pairs])
-    return tuple(s for _, s in pairs) == expected
 
 
 def _bind(ctx, body, params: list[Gen], values: dict[int, Gen]) -> dict[int, Gen]:

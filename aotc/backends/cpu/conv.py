@@ -33,6 +33,7 @@ from .lltypes import i64, register_type
 from .loops import branch_value, for_range, if_then, loop_nest
 from .parallel import parallel_loop_nest
 from .tiles import gemm_config
+from .views import affine
 from .window import all_of, tap_position
 
 
@@ -110,6 +111,7 @@ def plan_convolution(target, conv: Instruction, views) -> GemmPlan | DepthwisePl
     lhs_view, rhs_view = views
     if geometry.cin_g == 1 and geometry.groups > 1:
         return _plan_depthwise(geometry, lhs_view)
+    lhs_view, rhs_view = affine(lhs_view), affine(rhs_view)
     g = geometry
     weights = _weights_factory(g, rhs_view)
     columns = _columns_factory(g, lhs_view)
@@ -305,7 +307,11 @@ def _column_element(ctx, g: _Geometry, gen: Gen, index):
 
 
 def _plan_depthwise(g: _Geometry, view) -> DepthwisePlan | None:
+    """Needs the image in memory; its channel dim may be shuffled (one stride per
+    channel is enough: each channel's plane is read on its own)."""
     if view is None or len(g.in_spatial) > 2 or not _no_base_dilation(g):
+        return None
+    if any(view.strides[d] is None for d in (g.dims.input_batch, *g.dims.input_spatial)):
         return None
     return DepthwisePlan(g, image_geometry(g, view))
 
@@ -336,7 +342,7 @@ class DepthwisePlan:
             source = b.udiv(channel, i64(multiplier)) if multiplier > 1 else channel
             offset = b.add(
                 b.mul(image, i64(view.strides[g.dims.input_batch])),
-                b.mul(source, i64(p["c_stride"])),
+                view.offset(ctx, g.dims.input_feature, source),
             )
             plane_in = view.pointer(ctx, offset)
             plane = b.add(b.mul(image, i64(g.cout)), channel)

@@ -24,6 +24,7 @@ from .gemv import gemv_kind
 from .lltypes import i64
 from .loops import loop_nest
 from .tiles import gemm_config
+from .views import affine
 
 
 def dot_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
@@ -134,7 +135,7 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
     ):
         shape = dot.operands[operand].shape
         free = tuple(d for d in range(shape.rank) if d not in batch + contracting)
-        view = views[operand]
+        view = affine(views[operand])
         strides = batch_strides = None
         if view is not None:
             panel = merged_stride([shape.dims[d] for d in free], [view.strides[d] for d in free])

@@ -1,0 +1,161 @@
+"""Operands of special kernels read straight from memory: `View`s of buffers.
+
+A value in a buffer (an entry value, or a fused parameter re-indexed by
+transposes, broadcasts and reshapes inside a fusion) is a strided view of
+that buffer; contraction.py's GEMM and depthwise plans and pooling read their
+operands through views instead of element generators when they have one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...buffers import BufferPlan, Slice
+from ...ir import DType, Instruction, Op, Shape
+from .context import EmitContext
+from .lltypes import i64, storage_type
+
+# A dim walked as mixed-radix digits: ((extent, stride), ...), outermost first.
+Digits = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class View:
+    """An array in a buffer: element `index` at `where` + sum(index * strides) elements.
+
+    A dim that a reshape made of dims with unrelated strides (a channel shuffle's
+    reshape-transpose-reshape) has no single stride: its stride is None and
+    `digits[dim]` walks it; `offset` handles both.  Plans that need plain strides
+    take `affine(view)`.
+    """
+
+    where: Slice
+    dims: tuple[int, ...]
+    strides: tuple[int | None, ...]
+    dtype: DType
+    digits: tuple[Digits, ...] = ()  # per dim, set only when some stride is None
+
+    @property
+    def is_affine(self) -> bool:
+        return None not in self.strides
+
+    def dim_digits(self, dim: int) -> Digits:
+        """Dim `dim` as (extent, stride) digits, outermost first."""
+        if self.strides[dim] is not None:
+            return ((self.dims[dim], self.strides[dim]),)
+        return self.digits[dim]
+
+    def offset(self, ctx: EmitContext, dim: int, position: ir.Value) -> ir.Value:
+        """Elements from index 0 to `position` along `dim`."""
+        b = ctx.builder
+        if self.strides[dim] is not None:
+            return b.mul(position, i64(self.strides[dim]))
+        total, inner = i64(0), math.prod(e for e, _ in self.digits[dim])
+        for extent, stride in self.digits[dim]:
+            inner //= extent
+            digit = b.udiv(position, i64(inner)) if inner > 1 else position
+            if extent * inner != self.dims[dim]:  # not the outermost digit
+                digit = b.urem(digit, i64(extent))
+            total = b.add(total, b.mul(digit, i64(stride)))
+        return total
+
+    def pointer(self, ctx: EmitContext, offset: ir.Value | int = 0) -> ir.Value:
+        """Address of the element `offset` elements past the view's start."""
+        base = ctx.slice_pointer(self.where)
+        if isinstance(offset, int):
+            if offset == 0:
+                return base
+            offset = i64(offset)
+        return ctx.builder.gep(base, [offset], source_etype=storage_type(self.dtype))
+
+
+def affine(view: View | None) -> View | None:
+    """`view` if every dim has one stride, else None (read through the generator)."""
+    return view if view is not None and view.is_affine else None
+
+
+def _row_major_strides(dims) -> tuple[int, ...]:
+    strides, step = [], 1
+    for extent in reversed(dims):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
+def memory_view(plan: BufferPlan, operand: Instruction) -> View | None:
+    """The row-major view of an entry value in its buffer (none for immediates)."""
+    if not isinstance(operand.shape, Shape):
+        return None
+    if operand.op is Op.CONSTANT and operand.shape.size == 1:
+        return None
+    dims = operand.shape.dims
+    return _make_view(plan.slice_of(operand), dims, _row_major_strides(dims), operand)
+
+
+def _make_view(where: Slice, dims, strides, instr: Instruction, digits=()) -> View:
+    return View(where, tuple(dims), tuple(strides), instr.array_shape.dtype, tuple(digits))
+
+
+def fused_view(plan: BufferPlan, fusion: Instruction, instr: Instruction) -> View | None:
+    """The memory view of `instr` inside `fusion`'s body, if it only re-indexes a
+    fusion operand (parameter, transpose, broadcast, reshape)."""
+    if instr.op is Op.PARAMETER:
+        return memory_view(plan, fusion.operands[instr.index])
+    if instr.op not in (Op.TRANSPOSE, Op.BROADCAST, Op.RESHAPE, Op.BITCAST):
+        return None
+    inner = fused_view(plan, fusion, instr.operands[0])
+    if inner is None or instr.array_shape.dtype is not instr.operands[0].shape.dtype:
+        return None
+    dims = instr.array_shape.dims
+    if instr.op is Op.TRANSPOSE:
+        digits = [inner.dim_digits(d) for d in instr.dimensions]
+    elif instr.op is Op.BROADCAST:
+        digits = [((extent, 0),) for extent in dims]
+        for source_dim, out_dim in enumerate(instr.dimensions):
+            digits[out_dim] = inner.dim_digits(source_dim)
+    else:
+        digits = _reshaped_digits(inner, dims)
+        if digits is None:
+            return None
+    strides = [_merged(d) for d in digits]
+    kept = digits if None in strides else ()
+    return _make_view(inner.where, dims, strides, instr, kept)
+
+
+def _reshaped_digits(view: View, dims) -> list[Digits] | None:
+    """The digits of each dim of `view` reshaped (row-major) to `dims`, or None when a
+    new dim would cut across a digit unevenly."""
+    queue = [d for dim in range(len(view.dims)) for d in view.dim_digits(dim) if d[0] != 1]
+    result = []
+    for extent in dims:
+        taken, need = [], extent
+        while need > 1:
+            if not queue:
+                return None
+            digit_extent, stride = queue.pop(0)
+            if digit_extent <= need:
+                if need % digit_extent:
+                    return None
+                taken.append((digit_extent, stride))
+                need //= digit_extent
+            elif digit_extent % need == 0:  # the outer part of the digit; the rest stays
+                rest = digit_extent // need
+                taken.append((need, stride * rest))
+                queue.insert(0, (rest, stride))
+                need = 1
+            else:
+                return None
+        result.append(tuple(taken) or ((1, 0),))
+    return result if not queue else None
+
+
+def _merged(digits: Digits) -> int | None:
+    """One stride for the digits walked as a linear index, if they merge."""
+    pairs = [(e, s) for e, s in digits if e != 1]
+    for (_, outer), (extent, inner) in zip(pairs, pairs[1:]):
+        if outer != inner * extent:
+            return None
+    return pairs[-1][1] if pairs else 0
