@@ -350,7 +350,7 @@ class DepthwisePlan:
             weights = self._weights(ctx, sources[1].gen, channel)
             with for_range(b, out_height, "oh") as oh:
                 row = b.gep(plane_out, [b.mul(oh, i64(out_width))], source_etype=ty)
-                self._row(ctx, ty, row, plane_in, oh, weights)
+                self._row(ctx, ty, row, plane_in, oh, weights, out_height)
             if epilogue is not None:  # on the plane just computed
 
                 def element(m, n):
@@ -376,33 +376,90 @@ class DepthwisePlan:
             rows.append(row)
         return rows
 
-    def _row(self, ctx, ty, row, plane_in, oh, weights) -> None:
-        """One output row: zero it, then add each tap's valid span of the input row."""
+    def _row(self, ctx, ty, row, plane_in, oh, weights, out_height: int) -> None:
+        """One output row.  Where every tap is inside the image (all but the rows and
+        columns that padding reaches) one pass sums all taps in registers; elsewhere
+        each tap adds its valid span to the zeroed row.  Both sum the taps in the same
+        order, so every element gets the same bits either way."""
         p = self.image
         b = ctx.builder
-        out_width = p["out_width"]
-        with for_range(b, out_width, "zero") as ow:
-            b.store(ir.Constant(ty, 0), b.gep(row, [ow], source_etype=ty))
+        rows = _valid_range(p["kh"], p["dh"], p["ph"], p["sh"], p["height"], out_height)
+        cols = _valid_range(p["kw"], p["dw"], p["pw"], p["sw"], p["width"], p["out_width"])
+        if rows[1] <= rows[0] or cols[1] <= cols[0]:
+            self._tap_by_tap(ctx, ty, row, plane_in, oh, weights, (0, p["out_width"]))
+            return
+        low = b.icmp_unsigned(">=", oh, i64(rows[0]))
+        interior = b.and_(low, b.icmp_unsigned("<", oh, i64(rows[1])))
+        with b.if_else(interior) as (inner, edge):
+            with inner:
+                self._tap_by_tap(ctx, ty, row, plane_in, oh, weights, (0, cols[0]))
+                self._all_taps(ctx, ty, row, plane_in, oh, weights, cols)
+                self._tap_by_tap(ctx, ty, row, plane_in, oh, weights, (cols[1], p["out_width"]))
+            with edge:
+                self._tap_by_tap(ctx, ty, row, plane_in, oh, weights, (0, p["out_width"]))
+
+    def _input_line(self, ctx, ty, plane_in, oh, kh) -> tuple[ir.Value, ir.Value]:
+        """(input row of tap row `kh` for output row `oh`, whether it is inside)."""
+        p = self.image
+        b = ctx.builder
+        ih = b.sub(b.add(b.mul(oh, i64(p["sh"])), i64(kh * p["dh"])), i64(p["ph"]))
+        inside = b.icmp_unsigned("<", ih, i64(p["height"]))
+        return b.gep(plane_in, [b.mul(ih, i64(p["h_stride"]))], source_etype=ty), inside
+
+    def _tap_input(self, ctx, ty, line, ow, kw) -> ir.Value:
+        p = self.image
+        b = ctx.builder
+        iw = b.add(b.mul(ow, i64(p["sw"])), i64(kw * p["dw"] - p["pw"]))
+        return b.load(b.gep(line, [b.mul(iw, i64(p["w_stride"]))], source_etype=ty), typ=ty)
+
+    def _all_taps(self, ctx, ty, row, plane_in, oh, weights, columns) -> None:
+        """Columns [start, stop) of a row whose taps are all inside: summed in registers."""
+        p = self.image
+        b = ctx.builder
+        lines = [self._input_line(ctx, ty, plane_in, oh, kh)[0] for kh in range(p["kh"])]
+        start, stop = columns
+        with for_range(b, stop - start, "ow") as t:
+            ow = b.add(t, i64(start))
+            total = ir.Constant(ty, 0)
+            for kh, line in enumerate(lines):
+                for kw in range(p["kw"]):
+                    x = self._tap_input(ctx, ty, line, ow, kw)
+                    total = b.fadd(total, b.fmul(weights[kh][kw], x))
+            b.store(total, b.gep(row, [ow], source_etype=ty))
+
+    def _tap_by_tap(self, ctx, ty, row, plane_in, oh, weights, columns) -> None:
+        """Columns [start, stop) of a row: zeroed, then each tap adds its valid span."""
+        p = self.image
+        b = ctx.builder
+        start, stop = columns
+        if stop <= start:
+            return
+        with for_range(b, stop - start, "zero") as t:
+            b.store(ir.Constant(ty, 0), b.gep(row, [b.add(t, i64(start))], source_etype=ty))
         for kh in range(p["kh"]):
-            ih = b.sub(b.add(b.mul(oh, i64(p["sh"])), i64(kh * p["dh"])), i64(p["ph"]))
-            inside = b.icmp_unsigned("<", ih, i64(p["height"]))
+            line, inside = self._input_line(ctx, ty, plane_in, oh, kh)
             with if_then(b, inside):
-                line = b.gep(plane_in, [b.mul(ih, i64(p["h_stride"]))], source_etype=ty)
                 for kw in range(p["kw"]):
                     shift = kw * p["dw"] - p["pw"]
-                    low, high = _valid_span(shift, p["sw"], p["width"], out_width)
+                    low, high = _valid_span(shift, p["sw"], p["width"], p["out_width"])
+                    low, high = max(low, start), min(high, stop)
                     if high <= low:
                         continue
-                    weight = weights[kh][kw]
                     with for_range(b, high - low, "ow") as t:
                         ow = b.add(t, i64(low))
-                        iw = b.add(b.mul(ow, i64(p["sw"])), i64(shift))
-                        x = b.load(
-                            b.gep(line, [b.mul(iw, i64(p["w_stride"]))], source_etype=ty), typ=ty
-                        )
+                        x = self._tap_input(ctx, ty, line, ow, kw)
                         target = b.gep(row, [ow], source_etype=ty)
-                        total = b.fadd(b.load(target, typ=ty), b.fmul(weight, x))
+                        total = b.fadd(b.load(target, typ=ty), b.fmul(weights[kh][kw], x))
                         b.store(total, target)
+
+
+def _valid_range(taps: int, dilation: int, pad: int, stride: int, extent: int, out: int):
+    """Output positions [low, high) where every tap lands inside the input."""
+    low, high = 0, out
+    for tap in range(taps):
+        span = _valid_span(tap * dilation - pad, stride, extent, out)
+        low, high = max(low, span[0]), min(high, span[1])
+    return low, high
 
 
 def _valid_span(shift: int, stride: int, width: int, out_width: int) -> tuple[int, int]:
