@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from ..errors import UnsupportedError
 from ..ir import Computation, Instruction, Module, Op
 from ..ir.types import to_storage
+from .concat import concat_placements, nest, resolve
 from .heap import Interval, align_up, pack, peak_live_bytes
 from .inplace import BufferSets, reads_at_output_index
 from .liveness import BufferDefinitions, array_indices, is_defining, live_ranges
@@ -104,7 +105,15 @@ def _plan_frame(
         names.update({item.key: (f"{computation.name}.staged", ()) for item in staging})
     else:
         output_copies = []
-    intervals = [item for rep, item in merged.items() if rep not in slices] + staging
+    # a concatenate returned by the entry may hold its operands in the caller's buffer
+    taken = {
+        k for k, s in slices.items() if role is not _Role.ENTRY or s.kind is not BufferKind.OUTPUT
+    }
+    placed = concat_placements(order, defs, sets, merged, taken)
+    nest(placed, merged)
+    intervals = [
+        item for rep, item in merged.items() if rep not in slices and rep not in placed
+    ] + staging
 
     controls = [i for i in order if i.op in (Op.WHILE, Op.CONDITIONAL)]
     frames = {id(i): _plan_called(i, context) for i in controls}
@@ -121,6 +130,7 @@ def _plan_frame(
     arena_bytes = pack(intervals + blocks, ALIGNMENT)
     for item in intervals + blocks:
         slices[item.key] = Slice(BufferKind.ARENA, 0, item.offset, item.size)
+    resolve(placed, slices, merged)
 
     for param in computation.parameters:
         for index, shape in array_indices(param.shape):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..ir import Instruction, Op, Trait
+from .concat import contiguous_parts
 
 
 class BufferKind(enum.Enum):
@@ -100,6 +101,14 @@ class BufferPlan:
             return False
         if Trait.VIEW in instr.op.traits:
             return self.slice_of(instr) != self.slice_of(instr.operands[0])
+        if contiguous_parts(instr):  # not when every operand was computed in its place
+            where, offset = self.slice_of(instr), 0
+            for operand in instr.operands:
+                part = replace(where, offset=where.offset + offset, size=operand.shape.nbytes)
+                if operand.shape.nbytes and self.slice_of(operand) != part:
+                    return True
+                offset += operand.shape.nbytes
+            return False
         return True
 
     @property

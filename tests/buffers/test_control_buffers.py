@@ -30,7 +30,6 @@ from aotc.ir.types import cast_array, from_storage, to_storage
 from aotc.passes.pipeline import make_pipeline
 
 F32, S32 = DType.F32, DType.S32
-_NO_CODE = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT)
 
 
 # -- a simulator of compiled code, on the plan's bytes ----------------------------------
@@ -83,7 +82,7 @@ def _value(memory: Memory, plan: BufferPlan, instr):
 def run_frame(memory: Memory, plan: BufferPlan) -> None:
     """Run a computation's schedule as the backend does, kernel by kernel."""
     for instr in plan.schedule:
-        if instr.op in _NO_CODE or instr.op in (Op.RESHAPE, Op.BITCAST):
+        if not plan.needs_code(instr):  # leaves, tuples, views, concatenates done in place
             continue
         if instr.op is Op.WHILE:
             nested = plan.nested[instr.name]
