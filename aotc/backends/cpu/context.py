@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 class MathLibrary:
     """Names of the scalar math functions for one target (here: C libm)."""
 
+    # f32 pow inline (vmath, through f64: vectorizes on CPUs); a GPU library's own powf
+    # is better where f64 is slow
+    inline_f32_pow = True
+
     def function_name(self, base: str, ty: ir.Type) -> str:
         """`erf` -> `erff` for float, `erf` for double."""
         return base + "f" if ty == F32 else base

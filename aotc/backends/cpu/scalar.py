@@ -3,7 +3,7 @@
 Regular families are table rows (an IRBuilder method, an LLVM intrinsic or a
 libm function per opcode); only irregular ops (guarded integer division,
 shifts, sign, logistic, ...) are functions, and those sit in tables too.
-f32 transcendentals come from vmath (inline, vectorizable) before those tables.
+f32 transcendentals and pow come from vmath (inline, vectorizable) before those tables.
 f16/bf16 compute in f32 and `unary`/`binary` round the result back.
 """
 
@@ -279,7 +279,9 @@ def binary(ctx: EmitContext, op: Op, dtype: DType, x: ir.Value, y: ir.Value) -> 
     """`op(x, y)` for operands of `dtype`."""
     b = ctx.builder
     if dtype.is_float:
-        if op in FLOAT_BINARY:
+        if x.type == F32 and op in vmath.F32_BINARY and ctx.math.inline_f32_pow:
+            result = vmath.F32_BINARY[op](ctx, x, y)
+        elif op in FLOAT_BINARY:
             result = getattr(b, FLOAT_BINARY[op])(x, y)
         elif op in FLOAT_BINARY_INTRINSIC:
             result = ctx.intrinsic(FLOAT_BINARY_INTRINSIC[op], [x, y])

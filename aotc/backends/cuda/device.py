@@ -32,6 +32,8 @@ LIBDEVICE_INTRINSICS = {
 class LibdeviceMath(MathLibrary):
     """libm names -> libdevice's (`erf` -> `__nv_erff` for float, `__nv_erf` for double)."""
 
+    inline_f32_pow = False  # __nv_powf: no f64 (slow on most GPUs)
+
     def function_name(self, base: str, ty: ir.Type) -> str:
         return f"__nv_{base}f" if ty == F32 else f"__nv_{base}"
 
