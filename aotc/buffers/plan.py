@@ -80,6 +80,9 @@ class BufferPlan:
     # scratch the kernels need besides the arena (GEMM packing buffers), placed after
     # it; the backend sets it before emitting code
     workspace_bytes: int = 0
+    # the weights in the backend's object when it lays them out anew (constant GEMM
+    # operands pre-packed); the backend sets it when it emits code
+    object_weight_bytes: int | None = None
 
     @property
     def workspace_offset(self) -> int:
@@ -113,7 +116,8 @@ class BufferPlan:
 
     @property
     def weight_bytes(self) -> int:
-        return len(self.weights)
+        """Bytes of weights: in the compiled object once a backend has set them."""
+        return len(self.weights) if self.object_weight_bytes is None else self.object_weight_bytes
 
     def to_text(self) -> str:
         """Arena size, then one line per arena buffer: slice, live range, value; then the

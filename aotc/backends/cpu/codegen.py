@@ -1,4 +1,8 @@
-"""LLVM module -> optimized module -> ELF object with the weights patched in."""
+"""LLVM module -> optimized module -> ELF object with the weights patched in.
+
+The object's weights are the plan's with the GEMMs' constant operands pre-packed
+(prepack.py); the caller's plan gets the figures of what was emitted.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import llvmlite.binding as llvm
 from ...buffers import BufferPlan
 from ...ir import Module
 from .elf import patch_section
+from .prepack import prepack
 from .program import build_module
 from .target import CpuTarget, target_machine
 
@@ -31,13 +36,15 @@ def emit_object(
     module: Module, plan: BufferPlan, name: str, target: CpuTarget, threads: int = 1
 ) -> bytes:
     """An ELF relocatable object defining NAME_run, NAME_run_generic, NAME_weights, ..."""
-    parsed, machine = optimized_module(module, plan, name, target, threads)
+    final = prepack(target, plan)
+    parsed, machine = optimized_module(module, final, name, target, threads)
+    plan.workspace_bytes, plan.object_weight_bytes = final.workspace_bytes, len(final.weights)
     obj = machine.emit_object(parsed)
-    weights = plan.weights or b"\0"  # the placeholder is never empty
+    weights = final.weights or b"\0"  # the placeholder is never empty
     return patch_section(obj, f".rodata.{name}_weights", weights)
 
 
 def emit_llvm_ir(module: Module, plan: BufferPlan, name: str, target: CpuTarget) -> str:
     """The optimized LLVM IR as text (for debugging; the weights are zeros there)."""
-    parsed, _ = optimized_module(module, plan, name, target)
+    parsed, _ = optimized_module(module, prepack(target, plan), name, target)
     return str(parsed)

@@ -31,7 +31,7 @@ from .context import EmitContext
 from .conv import plan_convolution
 from .dot import plan_dot
 from .elemental import Gen, element_pointer, make_generator, memory_generator
-from .gemm import WORKSPACE_ALIGNMENT
+from .gemm import WORKSPACE_ALIGNMENT, use_packed
 from .lltypes import i64, store_element
 from .tiles import GEMM_DTYPES
 from .views import View, fused_view, memory_view
@@ -93,6 +93,12 @@ def contraction_kind(target, plan: BufferPlan, instr: Instruction) -> str | None
     return None if kernel is None else kernel.plans[-1].kind
 
 
+def contraction_plans(target, plan: BufferPlan, instr: Instruction):
+    """(contractions, their plans) of a GEMM-based kernel, or None (by the element rules)."""
+    kernel = _analyze(target, plan, instr)
+    return None if kernel is None else (kernel.contractions, kernel.plans)
+
+
 def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> bool:
     """Emit `instr` as a GEMM-based kernel if it is one; False leaves it to the rules."""
     kernel = _analyze(ctx.target, ctx.plan, instr)
@@ -146,7 +152,7 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
         planned = PLANNERS[contraction.op](target, contraction, views)
         if planned is None:
             return None
-        plans.append(planned)
+        plans.append(use_packed(planned, plan.slices, instr, len(plans)))  # see prepack.py
     in_place = _can_compute_in_place(plan, instr, contractions[-1])
     return _Kernel(contractions, plans, in_place)
 

@@ -27,7 +27,14 @@ from .accumulate import MacAccumulator
 from .context import EmitContext
 from .dot import merged_stride
 from .elemental import Gen, Rule, delinearize
-from .gemm import GemmPlan, GeneratedPanels, StridedPanels, emit_region, split_index
+from .gemm import (
+    GemmPlan,
+    GeneratedPanels,
+    StridedLayout,
+    StridedPanels,
+    emit_region,
+    split_index,
+)
 from .im2col import IMAGE_FIELDS, ImagePanels
 from .lltypes import i64, register_type
 from .loops import branch_value, for_range, if_then, loop_nest
@@ -113,7 +120,8 @@ def plan_convolution(target, conv: Instruction, views) -> GemmPlan | DepthwisePl
         return _plan_depthwise(geometry, lhs_view)
     lhs_view, rhs_view = affine(lhs_view), affine(rhs_view)
     g = geometry
-    weights = _weights_factory(g, rhs_view)
+    weights_layout = _weights_layout(g, rhs_view)
+    weights = _weights_factory(g, weights_layout)
     columns = _columns_factory(g, lhs_view)
     pixels = g.pixels
 
@@ -129,8 +137,9 @@ def plan_convolution(target, conv: Instruction, views) -> GemmPlan | DepthwisePl
 
     batch = (g.batch, g.groups)
     return GemmPlan(
-        config, batch, g.cout_g, pixels, g.k, pixels, weights, columns, c_offset, out_index
-    )
+        config, batch, g.cout_g, pixels, g.k, pixels, weights, columns, c_offset, out_index,
+        layouts=(weights_layout, None),
+    )  # fmt: skip
 
 
 class _Geometry:
@@ -176,22 +185,34 @@ class _Geometry:
         return all(v == 1 for v in ones) and not any((*w.pad_low, *w.pad_high))
 
 
-def _weights_factory(g: _Geometry, view):
+def _weights_layout(g: _Geometry, view) -> StridedLayout | None:
+    """A's layout when the kernel is in memory with (ci, taps...) merging into one stride:
+    group `index[1]`'s rows start Cout_g rows further."""
+    if view is None:
+        return None
+    dims = g.dims
+    k_dims = (dims.kernel_input_feature, *dims.kernel_spatial)
+    k_stride = merged_stride([g.rhs.dims[d] for d in k_dims], [view.strides[d] for d in k_dims])
+    if k_stride is None:
+        return None
+    m_stride = view.strides[dims.kernel_output_feature]
+    return StridedLayout(view.where, ((1, g.cout_g * m_stride),), m_stride, k_stride)
+
+
+def _weights_factory(g: _Geometry, layout: StridedLayout | None):
     """A[m, k] = kernel[group*Cout_g + m, ci, taps...] with k = (ci, taps...)."""
     dims = g.dims
     k_dims = (dims.kernel_input_feature, *dims.kernel_spatial)
     k_extents = [g.rhs.dims[d] for d in k_dims]
-    if view is not None:
-        k_stride = merged_stride(k_extents, [view.strides[d] for d in k_dims])
-        if k_stride is not None:
-            m_stride = view.strides[dims.kernel_output_feature]
+    if layout is not None:
+        ((_, group_stride),) = layout.batch
 
-            def strided(ctx, sources, index):
-                b = ctx.builder
-                offset = b.mul(index[1], i64(g.cout_g * m_stride))
-                return StridedPanels(sources[1].view.pointer(ctx, offset), m_stride, k_stride)
+        def strided(ctx, sources, index):
+            offset = ctx.builder.mul(index[1], i64(group_stride))
+            view = sources[1].view
+            return StridedPanels(view.pointer(ctx, offset), layout.p_stride, layout.k_stride)
 
-            return strided
+        return strided
 
     def generated(ctx, sources, index):
         gen = sources[1].gen

@@ -19,7 +19,7 @@ from ...ir import Instruction, Op
 from .accumulate import MacAccumulator
 from .context import EmitContext
 from .elemental import Gen, Rule, delinearize, linearize
-from .gemm import GemmPlan, GeneratedPanels, StridedPanels, split_index
+from .gemm import GemmPlan, GeneratedPanels, StridedLayout, StridedPanels, split_index
 from .gemv import gemv_kind
 from .lltypes import i64
 from .loops import loop_nest
@@ -128,7 +128,7 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
     if config is None:
         return None
     dims = dot.dot
-    sides = []
+    sides, layouts = [], []
     for operand, batch, contracting in (
         (0, dims.lhs_batch, dims.lhs_contracting),
         (1, dims.rhs_batch, dims.rhs_contracting),
@@ -146,6 +146,10 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
                 strides = (panel, depth)
                 batch_strides = tuple(view.strides[d] for d in batch)
         sides.append(_Side(operand, batch, free, contracting, shape.dims, strides, batch_strides))
+        layout = None
+        if strides is not None:  # batch dim j of the operand is position j of the GEMM's
+            layout = StridedLayout(view.where, tuple(enumerate(batch_strides)), *strides)
+        layouts.append(layout)
     lhs, rhs = sides
     m = math.prod(lhs.dims[d] for d in lhs.free)
     n = math.prod(rhs.dims[d] for d in rhs.free)
@@ -169,6 +173,6 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
         b = ctx.builder
         return [*index, *split_index(b, row, free_m), *split_index(b, col, free_n)]
 
-    return GemmPlan(
-        config, batch, m, n, k, n, lhs.factory(), rhs.factory(), c_offset, out_index, gemv
-    )
+    factories = (lhs.factory(), rhs.factory())
+    return GemmPlan(config, batch, m, n, k, n, *factories, c_offset, out_index, gemv,
+                    tuple(layouts))  # fmt: skip

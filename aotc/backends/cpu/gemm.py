@@ -14,6 +14,9 @@ The loop nest is emitted inline in each kernel with its operands' packers
 (`Panels`: strided memory, a generator, or an image in im2col.py) and the
 epilogue, which runs on each finished MR x NB sliver of C while it is in
 cache; packing buffers live in the caller's scratch (the plan's workspace).
+A constant operand read as a plain view is packed at compile time instead
+(prepack.py puts its panels in the weights blob): `PackedPanels` hands the
+GEMM pointers into them, and it needs no packing buffer.
 `GemmPlan` is a contraction as batched GEMMs, or as matrix-vector products
 (gemv.py) when M or N is 1.
 
@@ -34,9 +37,10 @@ from typing import Protocol
 
 from llvmlite import ir
 
-from ...buffers import Slice
+from ...buffers import BufferKind, Slice
+from ...ir import Instruction
 from .context import EmitContext
-from .elemental import delinearize
+from .elemental import delinearize, linearize
 from .gemv import GEMV_UNROLL, emit_gemv
 from .lltypes import I8, I64, PTR, i64
 from .loops import branch_value, for_range, if_then, loop_nest
@@ -65,9 +69,17 @@ class Blocking:
         return _align(self.mb * self.kc * self.config.itemsize)
 
     @property
+    def b_bytes(self) -> int:
+        return _align(self.kc * self.nb * self.config.itemsize)
+
+    @property
     def workspace_bytes(self) -> int:
         """Packed A block, then packed B block."""
-        return self.a_bytes + _align(self.kc * self.nb * self.config.itemsize)
+        return self.a_bytes + self.b_bytes
+
+    def region_bytes(self, packed: tuple[bool, bool]) -> tuple[int, int]:
+        """Bytes of the A and B packing regions: none for a pre-packed operand."""
+        return (0 if packed[0] else self.a_bytes), (0 if packed[1] else self.b_bytes)
 
 
 def blocking(config: GemmConfig, m: int, n: int, k: int) -> Blocking:
@@ -110,10 +122,14 @@ class Panels(Protocol):
 
     `pack` writes rows [p0, p0+count) of the panel dim and depth [k0, k0+kc)
     as ceil(count/width) panels of kc x width elements (panel-major, then k,
-    then the width), zero-filling the last panel's rows past `count`.
+    then the width), zero-filling the last panel's rows past `count`, and
+    returns where the panels are: `dst`, or for a pre-packed operand its own
+    copy (p0 is then a multiple of `width`).
     """
 
-    def pack(self, ctx: EmitContext, blocks: Blocking, dst, p0, count, k0, kc, width: int): ...
+    def pack(
+        self, ctx: EmitContext, blocks: Blocking, dst, p0, count, k0, kc, width: int
+    ) -> ir.Value: ...
 
 
 @dataclass
@@ -132,6 +148,7 @@ class StridedPanels:
         gather = abs(self.p_stride) * width < 2**31
         packer = strided_packer(ctx, blocks.config, width, gather)
         b.call(packer, [src, i64(self.p_stride), i64(self.k_stride), count, kc, dst])
+        return dst
 
 
 @dataclass
@@ -157,6 +174,73 @@ class GeneratedPanels:
                         b, inside, lambda: self.element(b.add(p0, p), b.add(k0, k)), lambda: zero
                     )
                     b.store(value, b.gep(row, [j], source_etype=config.element))
+        return dst
+
+
+@dataclass
+class PackedPanels:
+    """A constant operand packed at compile time (prepack.py) for one blocking: K slice
+    by K slice of `kc`, each slice all panels of `width` over the `padded` panel dim,
+    so that a block's panels are contiguous and read in place."""
+
+    base: ir.Value  # this batch element's panels
+    padded: int  # the panel dim rounded up to `width`
+    kc: int
+    width: int
+
+    def pack(self, ctx, blocks, dst, p0, count, k0, kc, width):
+        assert (blocks.kc, width) == (self.kc, self.width), "packed for another blocking"
+        b = ctx.builder
+        # the slices before k0 are whole: padded * k0 elements
+        offset = b.add(b.mul(k0, i64(self.padded)), b.mul(p0, kc))
+        return b.gep(self.base, [offset], source_etype=blocks.config.element)
+
+
+@dataclass(frozen=True)
+class StridedLayout:
+    """Where the elements of an operand read as `StridedPanels` are, for packing it at
+    compile time: batch element `index` starts at `where` + sum(index[d] * stride for
+    (d, stride) in `batch`) elements, its (p, k) p_stride * p + k_stride * k past it."""
+
+    where: Slice
+    batch: tuple[tuple[int, int], ...]  # (position in the GEMM's batch index, stride)
+    p_stride: int
+    k_stride: int
+
+
+@dataclass(frozen=True)
+class PackedShape:
+    """A pre-packed operand of a GEMM plan: for each of its batch elements (the GEMM
+    batch positions `batch` select it), the `count` x `k` matrix as `PackedPanels`."""
+
+    count: int
+    k: int
+    kc: int
+    width: int
+    batch: tuple[int, ...]
+    extents: tuple[int, ...]
+
+    @property
+    def padded(self) -> int:
+        return _round_up(self.count, self.width)
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.extents) * self.padded * self.k
+
+
+def packed_key(kernel: Instruction, contraction: int, side: int) -> tuple:
+    """The key in `BufferPlan.slices` of a pre-packed copy of operand `side` (0: A, 1: B)
+    of contraction number `contraction` of `kernel` (set by prepack.py)."""
+    return ("packed", id(kernel), contraction, side)
+
+
+def use_packed(planned, slices: dict, kernel: Instruction, contraction: int):
+    """`planned` reading the pre-packed copies of its operands that `slices` holds."""
+    if not isinstance(planned, GemmPlan):
+        return planned
+    found = tuple(slices.get(packed_key(kernel, contraction, side)) for side in (0, 1))
+    return planned if found == (None, None) else replace(planned, packed=found)
 
 
 # -- the blocked product ----------------------------------------------------------
@@ -176,18 +260,17 @@ def emit_gemm(
 ) -> None:
     """C = A B, blocked; `epilogue(m0, rows, n0, cols)` runs on each finished sliver."""
     b = ctx.builder
-    packed_a = workspace
-    packed_b = ctx.byte_pointer(workspace, blocks.a_bytes)
+    region_a, region_b = _regions(ctx, blocks, a, b_operand, workspace)
     k_slices = -(-blocks.k // blocks.kc)
 
     with for_range(b, -(-blocks.m // blocks.mb), "mblock") as mi:
         m0, mb = _block(b, mi, blocks.mb, blocks.m)
         with for_range(b, k_slices, "kslice") as ki:
             k0, kc = _block(b, ki, blocks.kc, blocks.k)
-            a.pack(ctx, blocks, packed_a, m0, mb, k0, kc, blocks.mr)
+            packed_a = a.pack(ctx, blocks, region_a, m0, mb, k0, kc, blocks.mr)
             with for_range(b, -(-blocks.n // blocks.nb), "nblock") as ni:
                 n0, nb = _block(b, ni, blocks.nb, blocks.n)
-                b_operand.pack(ctx, blocks, packed_b, n0, nb, k0, kc, blocks.nr)
+                packed_b = b_operand.pack(ctx, blocks, region_b, n0, nb, k0, kc, blocks.nr)
                 _multiply(ctx, blocks, packed_a, packed_b, c, ldc, (m0, mb, n0, nb), ki, epilogue)
 
 
@@ -207,15 +290,22 @@ def emit_gemm_block(
     into `workspace`: a unit of work that threads share out.  Each element sums the
     same K slices in the same order as in `emit_gemm`."""
     b = ctx.builder
-    packed_a = workspace
-    packed_b = ctx.byte_pointer(workspace, blocks.a_bytes)
+    region_a, region_b = _regions(ctx, blocks, a, b_operand, workspace)
     m0, mb = _block(b, mi, blocks.mb, blocks.m)
     n0, nb = _block(b, ni, blocks.nb, blocks.n)
     with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
         k0, kc = _block(b, ki, blocks.kc, blocks.k)
-        a.pack(ctx, blocks, packed_a, m0, mb, k0, kc, blocks.mr)
-        b_operand.pack(ctx, blocks, packed_b, n0, nb, k0, kc, blocks.nr)
+        packed_a = a.pack(ctx, blocks, region_a, m0, mb, k0, kc, blocks.mr)
+        packed_b = b_operand.pack(ctx, blocks, region_b, n0, nb, k0, kc, blocks.nr)
         _multiply(ctx, blocks, packed_a, packed_b, c, ldc, (m0, mb, n0, nb), ki, epilogue)
+
+
+def _regions(ctx, blocks: Blocking, a, b_operand, workspace):
+    """Where A's and B's blocks are packed: the workspace holds A's region, then B's
+    (none for pre-packed operands)."""
+    packed = (isinstance(a, PackedPanels), isinstance(b_operand, PackedPanels))
+    a_bytes, _ = blocks.region_bytes(packed)
+    return workspace, ctx.byte_pointer(workspace, a_bytes)
 
 
 def _multiply(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epilogue) -> None:
@@ -312,7 +402,8 @@ class Split:
     and N block, B's block is packed once (its panels in parallel) into the shared
     region, then `parts` of `per` A row panels each pack their rows into their region
     and multiply.  "n": the same with the roles of A and B swapped: A's block is
-    shared, parts of `per` B column panels (over all of N).
+    shared, parts of `per` B column panels (over all of N).  A pre-packed operand
+    (`packed`: A's, B's) needs no region: a shared one is not packed at all.
     """
 
     mode: str
@@ -320,14 +411,15 @@ class Split:
     parts: int
     grid: tuple[int, ...] = ()
     per: int = 0
+    packed: tuple[bool, bool] = (False, False)
 
     @property
     def shared_bytes(self) -> int:
         blocks = self.blocks
-        if self.mode == "m":
-            return _align(blocks.kc * blocks.nb * blocks.config.itemsize)
-        if self.mode == "n":
-            return _align(blocks.mb * blocks.kc * blocks.config.itemsize)
+        if self.mode == "m" and not self.packed[1]:
+            return blocks.b_bytes
+        if self.mode == "n" and not self.packed[0]:
+            return blocks.a_bytes
         return 0
 
     @property
@@ -336,7 +428,9 @@ class Split:
         if blocks is None:
             return 0
         if self.mode == "batch":
-            return blocks.workspace_bytes
+            return sum(blocks.region_bytes(self.packed))
+        if self.packed[0 if self.mode == "m" else 1]:
+            return 0
         width = blocks.mr if self.mode == "m" else blocks.nr
         return _align(self.per * width * blocks.kc * blocks.config.itemsize)
 
@@ -449,6 +543,10 @@ class GemmPlan:
     c_offset: Callable[[EmitContext, list[ir.Value]], ir.Value]
     out_index: Callable[[EmitContext, list[ir.Value], ir.Value, ir.Value], list[ir.Value]]
     gemv: str | None = None  # `gemv_kind`: both operands are then StridedPanels
+    # the operands' memory layouts where they are read as StridedPanels (A's, B's)
+    layouts: tuple[StridedLayout | None, StridedLayout | None] = (None, None)
+    # where prepack.py put pre-packed copies of the operands in the weights (A's, B's)
+    packed: tuple[Slice | None, Slice | None] = (None, None)
 
     @property
     def kind(self) -> str:
@@ -460,10 +558,17 @@ class GemmPlan:
         return blocking(self.config, self.m, self.n, self.k)
 
     @property
+    def is_packed(self) -> tuple[bool, bool]:
+        return self.packed[0] is not None, self.packed[1] is not None
+
+    @property
     def split(self) -> Split | None:
         """How the work is shared out to the threads; None: on the calling thread."""
         if self.gemv is None:
-            return gemm_split(self.config, self.batch, self.m, self.n, self.k)
+            split = gemm_split(self.config, self.batch, self.m, self.n, self.k)
+            if split is None:
+                return None
+            return replace(split, packed=self.is_packed)
         return gemv_split(self.config, self.batch, max(self.m, self.n), self.k)
 
     @property
@@ -471,7 +576,35 @@ class GemmPlan:
         split = self.split
         if split is not None:
             return split.workspace_bytes
-        return 0 if self.gemv else self.blocks.workspace_bytes
+        return 0 if self.gemv else sum(self.blocks.region_bytes(self.is_packed))
+
+    def can_pack(self, side: int) -> bool:
+        """Whether operand `side` (0: A, 1: B) is a constant that may be pre-packed."""
+        layout = self.layouts[side]
+        return self.gemv is None and layout is not None and layout.where.kind is BufferKind.CONSTANT
+
+    def packed_shape(self, side: int) -> PackedShape:
+        """How operand `side` is pre-packed: for the serial blocking, whose kc and tile
+        sizes the split's blocking shares."""
+        blocks = self.blocks
+        layout = self.layouts[side]
+        batch = tuple(d for d, stride in layout.batch if stride and self.batch[d] > 1)
+        width = blocks.mr if side == 0 else blocks.nr
+        count = self.m if side == 0 else self.n
+        extents = tuple(self.batch[d] for d in batch)
+        return PackedShape(count, self.k, blocks.kc, width, batch, extents)
+
+    def operand(self, side: int, ctx: EmitContext, sources: list, index) -> Panels:
+        """Operand `side` (0: A, 1: B) of batch element `index`."""
+        where = self.packed[side]
+        if where is None:
+            return (self.a, self.b)[side](ctx, sources, index)
+        shape = self.packed_shape(side)
+        b = ctx.builder
+        element = linearize(b, [index[d] for d in shape.batch], shape.extents)
+        offset = b.mul(element, i64(shape.padded * shape.k))
+        base = b.gep(ctx.slice_pointer(where), [offset], source_etype=self.config.element)
+        return PackedPanels(base, shape.padded, shape.kc, shape.width)
 
     def emit(self, ctx: EmitContext, sources: list, c: Slice, workspace: Slice, epilogue):
         """The GEMMs (or gemvs) of the batch into `c`, packing in `workspace`, each then
@@ -508,40 +641,46 @@ class GemmPlan:
 
     def _emit_split(self, ctx, sources, c, workspace, epilogue, split: Split, index) -> None:
         """One GEMM, BLIS-style: per K slice the shared operand's block packed once in
-        parallel, then parts of the other operand's panels in parallel."""
+        parallel (unless pre-packed), then parts of the other operand's panels in
+        parallel."""
         b = ctx.builder
         blocks = split.blocks
-        shared = ctx.slice_pointer(workspace)
-        dst = b.ptrtoint(shared, I64)
+        dst = b.ptrtoint(ctx.slice_pointer(workspace), I64)
         k_slices = -(-blocks.k // blocks.kc)
-        a_of = lambda ctx, batch: self.a(ctx, sources, batch)
-        b_of = lambda ctx, batch: self.b(ctx, sources, batch)
         if split.mode == "m":
             with for_range(b, k_slices, "kslice") as ki:
                 k0, kc = _block(b, ki, blocks.kc, blocks.k)
                 with for_range(b, -(-blocks.n // blocks.nb), "nblock") as ni:
                     n0, nb = _block(b, ni, blocks.nb, blocks.n)
-                    share_packing(ctx, blocks, b_of, [*index, dst, n0, nb, k0, kc], blocks.nr,
-                                  blocks.nb)  # fmt: skip
-                    values = [*index, n0, nb, ki]
-                    self._parts(ctx, sources, c, workspace, epilogue, split, values, a_of)
+                    if not split.packed[1]:
+                        values = [*index, dst, n0, nb, k0, kc]
+                        share_packing(ctx, blocks, self._side(1, sources), values, blocks.nr,
+                                      blocks.nb)  # fmt: skip
+                    self._parts(ctx, sources, c, workspace, epilogue, split, [*index, n0, nb, ki])
             return
         with for_range(b, -(-blocks.m // blocks.mb), "mblock") as mi:
             m0, mb = _block(b, mi, blocks.mb, blocks.m)
             with for_range(b, k_slices, "kslice") as ki:
                 k0, kc = _block(b, ki, blocks.kc, blocks.k)
-                share_packing(ctx, blocks, a_of, [*index, dst, m0, mb, k0, kc], blocks.mr,
-                              blocks.mb)  # fmt: skip
-                values = [*index, m0, mb, ki]
-                self._parts(ctx, sources, c, workspace, epilogue, split, values, b_of)
+                if not split.packed[0]:
+                    values = [*index, dst, m0, mb, k0, kc]
+                    share_packing(ctx, blocks, self._side(0, sources), values, blocks.mr,
+                                  blocks.mb)  # fmt: skip
+                self._parts(ctx, sources, c, workspace, epilogue, split, [*index, m0, mb, ki])
 
-    def _parts(self, ctx, sources, c, workspace, epilogue, split, values, operand) -> None:
+    def _side(self, side: int, sources):
+        """(ctx, batch) -> operand `side`, as `share_packing` takes it."""
+        return lambda ctx, batch: self.operand(side, ctx, sources, batch)
+
+    def _parts(self, ctx, sources, c, workspace, epilogue, split, values) -> None:
         """Parts of `per` panels of the split dim (all of it), each packed into the
         region of its chunk then multiplied by the shared block (K slice `ki`)."""
         blocks = split.blocks
         batches = len(self.batch)
         by_rows = split.mode == "m"
+        own_side, shared_side = (0, 1) if by_rows else (1, 0)
         width = blocks.mr if by_rows else blocks.nr
+        shared_width = blocks.nr if by_rows else blocks.mr
         total = blocks.m if by_rows else blocks.n
         step = split.per * width
 
@@ -550,12 +689,17 @@ class GemmPlan:
             batch, (s0, extent, ki) = passed[:batches], passed[batches:]
             _, _, c_batch, region = self._operands(ctx, sources, c, epilogue, batch)
             k0, kc = _block(b, ki, blocks.kc, blocks.k)
-            shared = ctx.slice_pointer(workspace)
+            start = ctx.slice_pointer(workspace)
+            shared = start
+            if split.packed[shared_side]:
+                operand = self.operand(shared_side, ctx, sources, batch)
+                shared = operand.pack(ctx, blocks, None, s0, extent, k0, kc, shared_width)
             offset = b.add(i64(split.shared_bytes), b.mul(part, i64(split.part_bytes)))
-            own = b.gep(shared, [offset], source_etype=I8)
+            own_region = b.gep(start, [offset], source_etype=I8)
             p0 = b.mul(index[0], i64(step))
             count = smaller(b, i64(step), b.sub(i64(total), p0))
-            operand(ctx, batch).pack(ctx, blocks, own, p0, count, k0, kc, width)
+            operand = self.operand(own_side, ctx, sources, batch)
+            own = operand.pack(ctx, blocks, own_region, p0, count, k0, kc, width)
             if by_rows:
                 block = (p0, count, s0, extent)
                 _multiply(ctx, blocks, own, shared, c_batch, self.ldc, block, ki, region)
@@ -576,8 +720,8 @@ class GemmPlan:
 
     def _operands(self, ctx, sources, c: Slice, epilogue, index):
         """(A, B, C, epilogue region) of batch element `index`."""
-        a = self.a(ctx, sources, index)
-        b_operand = self.b(ctx, sources, index)
+        a = self.operand(0, ctx, sources, index)
+        b_operand = self.operand(1, ctx, sources, index)
         offset = self.c_offset(ctx, index)
         c_batch = ctx.builder.gep(ctx.slice_pointer(c), [offset], source_etype=self.config.element)
         region = None

@@ -1,0 +1,222 @@
+"""Constant GEMM operands packed at compile time: the weights blob of the CPU object.
+
+A GEMM packs its operands into panels on every call (gemm.py).  Where an operand
+is a constant read as a plain view (convolution and dot weights), numpy packs it
+here once, into the weights blob, exactly as `StridedPanels.pack` would for the
+blocking the kernel uses, K slice by K slice (the layout `PackedPanels` reads in
+place).  `prepack` returns the plan the backend emits: each copy's slice is in
+the plan's slices under `packed_key`, where contraction.py's planning finds it;
+identical copies are stored once; constants that nothing reads any more but
+through packed copies are dropped from the blob (the others move up), so the
+object does not carry those weights twice.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ...buffers import BufferKind, BufferPlan, Slice
+from ...buffers.liveness import array_indices
+from ...ir import Instruction, Op
+from .contraction import contraction_plans
+from .gemm import WORKSPACE_ALIGNMENT, GemmPlan, PackedShape, StridedLayout, packed_key
+
+# ops a fusion body reads a parameter through on the way to a contraction operand that
+# is a view of it (as views.fused_view follows them)
+VIEW_OPS = frozenset({Op.TRANSPOSE, Op.BROADCAST, Op.RESHAPE, Op.BITCAST})
+
+# the operand of a contraction that GEMM side A, B reads (dot.py, conv.py: a convolution
+# multiplies the kernel by the image's columns)
+SIDE_OPERANDS = {Op.DOT: (0, 1), Op.CONVOLUTION: (1, 0)}
+
+FramePath = tuple[tuple[str, int], ...]  # a frame: the (control instruction, computation) steps
+
+
+@dataclass(frozen=True)
+class _Request:
+    """Operand `side` (0: A, 1: B) of contraction `number` of `kernel`, in frame `path`."""
+
+    path: FramePath
+    kernel: Instruction
+    contraction: Instruction
+    number: int
+    side: int
+    layout: StridedLayout
+    shape: PackedShape
+    dtype: np.dtype
+
+
+def prepack(target, plan: BufferPlan) -> BufferPlan:
+    """`plan` with its GEMMs' constant operands pre-packed: a new weights blob (the
+    constants still read as such, then the packed copies, each 64-byte aligned)."""
+    requests = list(_requests(target, plan))
+    if not requests:
+        return plan
+    reads = {path: _packed_reads(path, requests) for path, _ in _frames(plan)}
+    plain = [s for path, frame in _frames(plan) for s in _plain_reads(frame, reads[path])]
+    regions = _constant_regions(plan)
+    candidates = {r.layout.where.offset for r in requests}
+    dropped = {start for start in candidates if not any(regions[start].overlaps(s) for s in plain)}
+    blob = bytearray()
+    moved = {}  # old offset -> new offset of each constant kept
+    for start, region in regions.items():
+        if start not in dropped:
+            moved[start] = _append(blob, plan.weights[start : start + region.size])
+    copies: dict = {}
+    for r in requests:
+        key = (r.layout, r.shape)
+        if key not in copies:
+            values = _elements(plan.weights, r.layout.where, r.dtype)
+            data = pack_operand(values, r.layout, r.shape).tobytes()
+            copies[key] = Slice(BufferKind.CONSTANT, 0, _append(blob, data), len(data))
+    final = plan.mapped(_relocation(regions, moved))
+    weights = bytes(blob)
+    for path, frame in _frames(final):
+        frame.weights = weights
+        for r in requests:
+            if r.path == path:
+                frame.slices[packed_key(r.kernel, r.number, r.side)] = copies[(r.layout, r.shape)]
+    return final
+
+
+def pack_operand(values: np.ndarray, layout: StridedLayout, shape: PackedShape) -> np.ndarray:
+    """The panels `PackedPanels` reads of each batch element of an operand whose buffer
+    holds `values`: per K slice of kc, the count x kc matrix (zero rows up to `padded`)
+    as panels of `width` rows, panel-major, then k, then the row in the panel."""
+    strides = dict(layout.batch)
+    rows = np.arange(shape.count)[:, None] * layout.p_stride
+    depth = np.arange(shape.k)[None, :] * layout.k_stride
+    out = []
+    for element in itertools.product(*(range(e) for e in shape.extents)):
+        start = sum(i * strides[d] for i, d in zip(element, shape.batch))
+        matrix = np.zeros((shape.padded, shape.k), values.dtype)
+        matrix[: shape.count] = values[start + rows + depth]
+        for k0 in range(0, shape.k, shape.kc):
+            block = matrix[:, k0 : k0 + shape.kc]
+            panels = block.reshape(-1, shape.width, block.shape[1]).transpose(0, 2, 1)
+            out.append(panels.ravel())
+    return np.concatenate(out)
+
+
+# -- which operands ---------------------------------------------------------------
+
+
+def _frames(plan: BufferPlan, path: FramePath = ()) -> Iterator[tuple[FramePath, BufferPlan]]:
+    """The plan and its nested plans (those of whiles and conditionals), recursively."""
+    yield path, plan
+    for name, nested in plan.nested.items():
+        for k, inner in enumerate(nested.plans):
+            yield from _frames(inner, (*path, (name, k)))
+
+
+def _requests(target, plan: BufferPlan) -> Iterator[_Request]:
+    """The constant operands of the GEMM kernels of every frame, not yet pre-packed."""
+    for path, frame in _frames(plan):
+        for instr in frame.schedule:
+            found = contraction_plans(target, frame, instr) if frame.needs_code(instr) else None
+            if found is None:
+                continue
+            for number, (contraction, planned) in enumerate(zip(*found)):
+                if not isinstance(planned, GemmPlan):
+                    continue
+                for side in (0, 1):
+                    if planned.can_pack(side) and planned.packed[side] is None:
+                        yield _Request(path, instr, contraction, number, side,
+                                       planned.layouts[side], planned.packed_shape(side),
+                                       planned.config.dtype.numpy)  # fmt: skip
+
+
+def _packed_reads(path: FramePath, requests: list[_Request]) -> set[tuple[int, int, int]]:
+    """(id(kernel), id(contraction), operand number) of the contraction operands read
+    pre-packed in frame `path`."""
+    return {
+        (id(r.kernel), id(r.contraction), SIDE_OPERANDS[r.contraction.op][r.side])
+        for r in requests
+        if r.path == path
+    }
+
+
+def _plain_reads(frame: BufferPlan, packed: set) -> Iterator[Slice]:
+    """The slices that `frame`'s code reads other than through pre-packed copies."""
+    for source, _ in frame.output_copies:
+        yield source
+    for nested in frame.nested.values():
+        for source, _ in nested.init_copies:
+            yield source
+    for instr in frame.schedule:
+        if not frame.needs_code(instr):
+            continue
+        for k, operand in enumerate(instr.operands):
+            if not _reads_packed_only(instr, k, packed):
+                for index, _ in array_indices(operand.shape):
+                    yield frame.slice_of(operand, index)
+
+
+def _reads_packed_only(kernel: Instruction, k: int, packed: set) -> bool:
+    """Whether `kernel` reads its operand k only as pre-packed contraction operands
+    (in a fusion: every use of the parameter leads through views to one)."""
+    if kernel.op is not Op.FUSION:
+        return (id(kernel), id(kernel), k) in packed
+    body = kernel.called[0]
+    users = body.users()
+
+    def only_packed(node: Instruction) -> bool:
+        if node is body.root:
+            return False
+        for user in {id(u): u for u in users[id(node)]}.values():
+            if user.op in VIEW_OPS:
+                if not only_packed(user):
+                    return False
+                continue
+            uses = [k for k, o in enumerate(user.operands) if o is node]
+            if not all((id(kernel), id(user), k) in packed for k in uses):
+                return False
+        return True
+
+    return only_packed(next(p for p in body.parameters if p.index == k))
+
+
+# -- the blob -----------------------------------------------------------------------
+
+
+def _constant_regions(plan: BufferPlan) -> dict[int, Slice]:
+    """Offset -> slice of each non-empty constant of the blob, by offset (every frame's
+    slices start from the same constants, so the entry's have them all)."""
+    regions = {
+        s.offset: s for s in plan.slices.values() if s.kind is BufferKind.CONSTANT and s.size
+    }
+    return dict(sorted(regions.items()))
+
+
+def _relocation(regions: dict[int, Slice], moved: dict[int, int]):
+    """Slice -> slice in the new blob: constants kept move with their region; those
+    dropped become empty (nothing reads them but through packed copies)."""
+    starts = list(regions)
+
+    def where(s: Slice) -> Slice:
+        if s.kind is not BufferKind.CONSTANT or not s.size:
+            return s
+        start = starts[bisect.bisect_right(starts, s.offset) - 1]
+        if start not in moved:
+            return Slice(BufferKind.CONSTANT, 0, 0, 0)
+        return replace(s, offset=moved[start] + s.offset - start)
+
+    return where
+
+
+def _append(blob: bytearray, data: bytes) -> int:
+    """Append `data` at the next aligned offset of `blob`; returns that offset."""
+    offset = -(-len(blob) // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT
+    blob.extend(bytes(offset - len(blob)))
+    blob.extend(data)
+    return offset
+
+
+def _elements(weights: bytes, where: Slice, dtype: np.dtype) -> np.ndarray:
+    """The elements of constant slice `where` of the original blob."""
+    return np.frombuffer(weights, dtype, count=where.size // dtype.itemsize, offset=where.offset)
