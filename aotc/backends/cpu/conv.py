@@ -462,7 +462,7 @@ class DepthwisePlan:
             with if_then(b, inside):
                 for kw in range(p["kw"]):
                     shift = kw * p["dw"] - p["pw"]
-                    low, high = _valid_span(shift, p["sw"], p["width"], p["out_width"])
+                    low, high = valid_span(shift, p["sw"], p["width"], p["out_width"])
                     low, high = max(low, start), min(high, stop)
                     if high <= low:
                         continue
@@ -478,12 +478,12 @@ def _valid_range(taps: int, dilation: int, pad: int, stride: int, extent: int, o
     """Output positions [low, high) where every tap lands inside the input."""
     low, high = 0, out
     for tap in range(taps):
-        span = _valid_span(tap * dilation - pad, stride, extent, out)
+        span = valid_span(tap * dilation - pad, stride, extent, out)
         low, high = max(low, span[0]), min(high, span[1])
     return low, high
 
 
-def _valid_span(shift: int, stride: int, width: int, out_width: int) -> tuple[int, int]:
+def valid_span(shift: int, stride: int, width: int, out_width: int) -> tuple[int, int]:
     """Output columns [low, high) whose input column ow*stride + shift is in [0, width)."""
     low = 0
     while low < out_width and low * stride + shift < 0:

@@ -40,6 +40,7 @@ from .elemental import (
 from .lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from .loops import if_then
 from .parallel import parallel_loop_nest
+from .pooling import emit_pooling
 from .rows import emit_row_fusion, row_values
 from .rules import KERNELS, RULES
 from .target import CpuTarget, parse_target
@@ -145,6 +146,9 @@ def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instructio
     _bind_buffers(ctx, b, kernel, weights)
     operands = [_operand_generator(ctx, o) for o in instr.operands]
     if emit_contraction(ctx, instr, operands):  # dot/conv (+ epilogue) as GEMM
+        b.ret_void()
+        return kernel
+    if emit_pooling(ctx, instr, operands):  # max/avg/global pooling (+ epilogue)
         b.ret_void()
         return kernel
     if instr.op in KERNELS:
