@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .gemm import StridedPanels
 
 GEMV_UNROLL = 4  # independent vector accumulators
+DOT_ROWS = 4  # gemv.dot outputs computed together (matrix rows streamed at once)
 
 
 def gemv_kind(m: int, n: int, matrix: tuple[int, int], vector_k_stride: int) -> str | None:
@@ -104,32 +105,48 @@ def _gemv_axpy(ctx, b, cfg, count, depth, x, x_stride, mat, stride, y) -> None:
 
 
 def _gemv_dot(ctx, b, cfg, count, depth, x, x_stride, mat, stride, y) -> None:
+    """DOT_ROWS outputs at a time (as many sequential streams of the matrix: one alone
+    does not reach the memory bandwidth), then one at a time; each output sums its
+    products the same way on either path."""
+    rows = b.udiv(count, i64(DOT_ROWS))
+    with for_range(b, rows, "rows") as index:
+        _dot_rows(ctx, b, cfg, b.mul(index, i64(DOT_ROWS)), DOT_ROWS, depth, x, mat, stride, y)
+    with for_range(b, b.sub(count, b.mul(rows, i64(DOT_ROWS))), "out") as t:
+        i = b.add(b.mul(rows, i64(DOT_ROWS)), t)
+        _dot_rows(ctx, b, cfg, i, 1, depth, x, mat, stride, y)
+
+
+def _dot_rows(ctx, b, cfg, first, count: int, depth, x, mat, stride, y) -> None:
+    """Outputs first..first+count-1: UNROLL vector partial sums each along k, reduced."""
     ty = cfg.element
     vec = ir.VectorType(ty, cfg.lanes)
     width = cfg.lanes * GEMV_UNROLL
     chunks = b.udiv(depth, i64(width))
     done = b.mul(chunks, i64(width))
-    with for_range(b, count, "out") as i:
-        row = b.gep(mat, [b.mul(i, stride)], source_etype=ty)
-        accs = [entry_slot(b, vec) for _ in range(GEMV_UNROLL)]
-        for acc in accs:
-            b.store(ir.Constant(vec, None), acc)
-        with for_range(b, chunks, "kc") as chunk:
-            k0 = b.mul(chunk, i64(width))
-            for v, acc in enumerate(accs):
-                offset = b.add(k0, i64(v * cfg.lanes))
-                xs = b.load(b.gep(x, [offset], source_etype=ty), typ=vec, align=cfg.itemsize)
-                ms = b.load(b.gep(row, [offset], source_etype=ty), typ=vec, align=cfg.itemsize)
+    outputs = [b.add(first, i64(r)) for r in range(count)]
+    lines = [b.gep(mat, [b.mul(i, stride)], source_etype=ty) for i in outputs]
+    accs = [[entry_slot(b, vec) for _ in range(GEMV_UNROLL)] for _ in lines]
+    for acc in (a for row in accs for a in row):
+        b.store(ir.Constant(vec, None), acc)
+    with for_range(b, chunks, "kc") as chunk:
+        k0 = b.mul(chunk, i64(width))
+        for v in range(GEMV_UNROLL):
+            offset = b.add(k0, i64(v * cfg.lanes))
+            xs = b.load(b.gep(x, [offset], source_etype=ty), typ=vec, align=cfg.itemsize)
+            for line, row_accs in zip(lines, accs):
+                ms = b.load(b.gep(line, [offset], source_etype=ty), typ=vec, align=cfg.itemsize)
+                acc = row_accs[v]
                 b.store(mul_add(ctx, b, cfg, xs, ms, b.load(acc)), acc)
-        total = b.load(accs[0])
-        for acc in accs[1:]:
+    for i, line, row_accs in zip(outputs, lines, accs):
+        total = b.load(row_accs[0])
+        for acc in row_accs[1:]:
             total = b.fadd(total, b.load(acc))
         scalar = entry_slot(b, ty)
         b.store(_horizontal_sum(b, total), scalar)
         with for_range(b, b.sub(depth, done), "ktail") as t:
             k = b.add(done, t)
             xk = b.load(b.gep(x, [k], source_etype=ty), typ=ty)
-            mk = b.load(b.gep(row, [k], source_etype=ty), typ=ty)
+            mk = b.load(b.gep(line, [k], source_etype=ty), typ=ty)
             b.store(b.fadd(b.load(scalar), b.fmul(xk, mk)), scalar)
         b.store(b.load(scalar), b.gep(y, [i], source_etype=ty))
 
