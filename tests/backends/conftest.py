@@ -132,6 +132,26 @@ def assert_matches(got: np.ndarray, expected: np.ndarray, rtol: float, atol: flo
 
 
 @pytest.fixture
+def same_across_threads():
+    """same_across_threads(compiled, args) -> the outputs at 1 thread, checked bit for bit
+    against 3 and 2 threads (set through the model's `m_set_num_threads`)."""
+
+    def run(compiled, args):
+        compiled.ffi.cdef("void m_set_num_threads(int);")
+        runs = {}
+        for threads in (1, 3, 2):
+            compiled.lib.m_set_num_threads(threads)
+            runs[threads] = compiled.run(*args)
+        compiled.lib.m_set_num_threads(1)  # joins the workers before the library is dropped
+        for k, (one, two, three) in enumerate(zip(runs[1], runs[2], runs[3])):
+            np.testing.assert_array_equal(one, two, err_msg=f"output {k}")
+            np.testing.assert_array_equal(one, three, err_msg=f"output {k}")
+        return runs[1]
+
+    return run
+
+
+@pytest.fixture
 def check(compile_module):
     """check(module, inputs, rtol, atol, tolerances={output: (rtol, atol)}) -> Compiled.
 

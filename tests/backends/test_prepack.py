@@ -152,7 +152,7 @@ def test_convolutions(compile_module, fuse, rng):
     assert all(bias.tobytes() in section for bias in biases)
 
 
-def test_split_results_do_not_depend_on_the_thread_count(compile_module, fuse):
+def test_split_results_do_not_depend_on_the_thread_count(compile_module, fuse, same_across_threads):
     """Pre-packed operands in GEMMs shared out to threads (over M with B shared, over N
     with A shared, whole GEMMs of a batch): bitwise equal at 1, 2 and 3 threads, close to
     numpy, and the shared operand's packing region is gone."""
@@ -175,22 +175,14 @@ def test_split_results_do_not_depend_on_the_thread_count(compile_module, fuse):
     assert [s.mode for s in splits] == ["m", "n", "batch", "n"]
     assert [s.shared_bytes for s in splits] == [0, 0, 0, 0]
     args = [_normal(rng, s) for s in shapes]
-    compiled.ffi.cdef("void m_set_num_threads(int);")
-    runs = {}
-    for threads in (1, 3, 2):
-        compiled.lib.m_set_num_threads(threads)
-        runs[threads] = compiled.run(*args)
-    compiled.lib.m_set_num_threads(1)  # joins the workers before the library is dropped
-    for k, (one, two, three) in enumerate(zip(runs[1], runs[2], runs[3])):
-        np.testing.assert_array_equal(one, two, err_msg=f"output {k}")
-        np.testing.assert_array_equal(one, three, err_msg=f"output {k}")
+    results = same_across_threads(compiled, args)
     expected = [
         args[0].astype(np.float64) @ w[0],
         w[1].astype(np.float64) @ args[1],
         np.einsum("bmk,bkn->bmn", args[2].astype(np.float64), w[2]),
         _conv_reference(args[3], w[3], (1, 1), (1, 1), (1, 1), (1, 1), 1),
     ]
-    for k, (got, want) in enumerate(zip(runs[1], expected)):
+    for k, (got, want) in enumerate(zip(results, expected)):
         _close(got, want, f"output {k}")
 
 

@@ -145,7 +145,7 @@ def _conv_bias_relu(pad):
     return body
 
 
-def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse):
+def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, same_across_threads):
     """GEMMs (split over M and N blocks, batched), gemvs and depthwise convolutions big
     enough to share out, some with fused epilogues: bitwise equal at 1, 2 and 3 threads
     and close to numpy (float64)."""
@@ -184,16 +184,8 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse):
         blocks = _analyze(target, compiled.plan, out).plans[-1].split.blocks
         shared = blocks.nb if out is outputs[-2] else blocks.mb
         assert shared * blocks.kc >= MIN_SHARED_PACKING
-    compiled.ffi.cdef("void m_set_num_threads(int);")
     flat = [a for group in args for a in group]
-    runs = {}
-    for threads in (1, 3, 2):
-        compiled.lib.m_set_num_threads(threads)
-        runs[threads] = compiled.run(*flat)
-    compiled.lib.m_set_num_threads(1)  # joins the workers before the library is dropped
-    for k, (one, two, three) in enumerate(zip(runs[1], runs[2], runs[3])):
-        np.testing.assert_array_equal(one, three, err_msg=f"output {k}")
-        np.testing.assert_array_equal(one, two, err_msg=f"output {k}")
+    results = same_across_threads(compiled, flat)
     expected = [
         args[0][0].astype(np.float64) @ args[0][1],
         np.einsum("bmk,bkn->bmn", args[1][0].astype(np.float64), args[1][1]),
@@ -207,7 +199,7 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse):
     expected.append(_conv_reference(*args[7], (1, 1), (1, 1), (1, 1), (1, 1), 2))
     expected.append(_conv_reference(*args[8], (1, 1), (1, 1), (1, 1), (1, 1), 32))
     expected += [x.astype(np.float64) @ y for x, y in args[9:]]
-    for k, (got, want) in enumerate(zip(runs[1], expected)):
+    for k, (got, want) in enumerate(zip(results, expected)):
         _close(got, want, f"output {k}")
 
 
