@@ -152,7 +152,9 @@ def test_convolutions(compile_module, fuse, rng):
     assert all(bias.tobytes() in section for bias in biases)
 
 
-def test_split_results_do_not_depend_on_the_thread_count(compile_module, fuse, same_across_threads):
+def test_split_results_do_not_depend_on_the_thread_count(
+    compile_module, fuse, same_across_threads
+):
     """Pre-packed operands in GEMMs shared out to threads (over M with B shared, over N
     with A shared, whole GEMMs of a batch): bitwise equal at 1, 2 and 3 threads, close to
     numpy, and the shared operand's packing region is gone."""

@@ -145,7 +145,9 @@ def _conv_bias_relu(pad):
     return body
 
 
-def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, same_across_threads):
+def test_contractions_do_not_depend_on_the_thread_count(
+    compile_module, fuse, same_across_threads
+):
     """GEMMs (split over M and N blocks, batched), gemvs and depthwise convolutions big
     enough to share out, some with fused epilogues: bitwise equal at 1, 2 and 3 threads
     and close to numpy (float64)."""
