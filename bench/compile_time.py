@@ -9,11 +9,9 @@ seconds, peak RSS and weight bytes, and checks the output against onnxruntime.
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -32,7 +32,7 @@ from .conv import plan_convolution
 from .dot import plan_dot
 from .elemental import Gen, element_pointer, make_generator, memory_generator
 from .gemm import WORKSPACE_ALIGNMENT, use_packed
-from .lltypes import i64, store_element
+from .lltypes import store_element
 from .tiles import GEMM_DTYPES
 from .views import View, fused_view, memory_view
 

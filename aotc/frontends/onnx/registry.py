@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper
 
-from ...errors import InputValuesRequired, ModelError, UnsupportedError
+from ...errors import InputValuesRequired, ModelError
 from ...ir import ComputationBuilder, Instruction, Op
 from ...ir.evaluate import evaluate_constant
 
