@@ -46,7 +46,9 @@ from aotc.errors import AotcError
 # sum float32 products in different orders (and ORT fuses batch norms into weights).
 RTOL = 1e-3
 ATOL_SCALE = 1e-4
-ROUNDS = 5  # interleaving: each runtime's samples are split over this many alternating turns
+# interleaving: each runtime's samples are split over up to this many alternating turns; one
+# sample per turn, since this shared machine's speed drifts within seconds
+ROUNDS = 50
 PAUSE_S = 0.01  # between turns, so that ORT's spinning workers go idle first
 MIN_SAMPLES = 3
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
