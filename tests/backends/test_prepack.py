@@ -14,12 +14,13 @@ import pytest
 from test_gemm import _close, _conv_reference
 
 from aotc.backends.cpu import parse_target
+from aotc.backends.cpu.codegen import optimized_module
 from aotc.backends.cpu.contraction import contraction_plans
 from aotc.backends.cpu.elf import section_headers
 from aotc.backends.cpu.gemm import PackedShape, StridedLayout
-from aotc.backends.cpu.prepack import pack_operand, prepack
+from aotc.backends.cpu.prepack import DROPPED, pack_operand, prepack
 from aotc.backends.cpu.tiles import gemm_config
-from aotc.buffers import BufferKind, Slice
+from aotc.buffers import BufferKind, Slice, assign_buffers
 from aotc.ir import (
     ComputationBuilder,
     ConvDims,
@@ -321,3 +322,21 @@ def test_while_body_reads_its_weights_packed(compile_module, rng):
     for _ in range(3):
         want = np.tanh(want @ w_value)
     _close(got, want)
+
+
+def test_reading_a_dropped_constant_is_refused(rng):
+    """Should a kernel ever read a constant that prepack dropped from the blob, emission
+    stops instead of loading other bytes: here the elementwise reader's slice is forced to
+    the dropped marker."""
+    module = Module("pdrop")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(F32, (24, 40)))
+    w = b.constant(_normal(rng, (40, 40)))
+    b.build(b.tuple([_dot(b, x, w), b.unary(Op.NEGATE, w)]), entry=True)
+    plan = assign_buffers(module)
+    target = parse_target("host")
+    final = prepack(target, plan)
+    assert final.slice_of(w) != DROPPED  # the negate reads it: kept
+    final.slices[(id(w), ())] = DROPPED
+    with pytest.raises(AssertionError, match="dropped from the weights blob"):
+        optimized_module(module, final, "pdrop", target)

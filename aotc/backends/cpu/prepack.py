@@ -33,6 +33,8 @@ VIEW_OPS = frozenset({Op.TRANSPOSE, Op.BROADCAST, Op.RESHAPE, Op.BITCAST})
 # the operand of a contraction that GEMM side A, B reads (dot.py, conv.py: a convolution
 # multiplies the kernel by the image's columns)
 SIDE_OPERANDS = {Op.DOT: (0, 1), Op.CONVOLUTION: (1, 0)}
+# the slice of a constant dropped from the blob: nothing may read it (program.py refuses to)
+DROPPED = Slice(BufferKind.CONSTANT, -1, 0, 0)
 
 FramePath = tuple[tuple[str, int], ...]  # a frame: the (control instruction, computation) steps
 
@@ -203,7 +205,7 @@ def _relocation(regions: dict[int, Slice], moved: dict[int, int]):
             return s
         start = starts[bisect.bisect_right(starts, s.offset) - 1]
         if start not in moved:
-            return Slice(BufferKind.CONSTANT, 0, 0, 0)
+            return DROPPED
         return replace(s, offset=moved[start] + s.offset - start)
 
     return where
