@@ -25,7 +25,6 @@ from ...buffers import Slice
 from ...ir import Instruction, Op
 from .accumulate import MacAccumulator
 from .context import EmitContext
-from .dot import merged_stride
 from .elemental import Gen, Rule, delinearize
 from .gemm import (
     GemmPlan,
@@ -40,7 +39,7 @@ from .lltypes import i64, register_type
 from .loops import branch_value, for_range, if_then, loop_nest
 from .parallel import parallel_loop_nest
 from .tiles import gemm_config
-from .views import affine
+from .views import affine, merged_stride
 from .window import all_of, tap_position
 
 

@@ -11,7 +11,6 @@ else through its generator.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ from .gemv import gemv_kind
 from .lltypes import i64
 from .loops import loop_nest
 from .tiles import gemm_config
-from .views import affine
+from .views import affine, merged_stride
 
 
 def dot_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
@@ -65,15 +64,6 @@ DOT_RULES: dict[Op, Rule] = {Op.DOT: dot_rule}
 
 
 # -- GEMM plans (contraction.py) ---------------------------------------------------
-
-
-def merged_stride(extents, strides) -> int | None:
-    """The stride of dims walked as one linear index (row-major order), if they merge."""
-    pairs = [(e, s) for e, s in zip(extents, strides) if e != 1]
-    for (_, outer), (extent, inner) in itertools.pairwise(pairs):
-        if outer != inner * extent:
-            return None
-    return pairs[-1][1] if pairs else 1  # unit dims: any stride reads the same element
 
 
 @dataclass(frozen=True)

@@ -274,32 +274,6 @@ def emit_gemm(
                 _multiply(ctx, blocks, packed_a, packed_b, c, ldc, (m0, mb, n0, nb), ki, epilogue)
 
 
-def emit_gemm_block(
-    ctx: EmitContext,
-    blocks: Blocking,
-    a: Panels,
-    b_operand: Panels,
-    c: ir.Value,
-    ldc: int,
-    workspace: ir.Value,
-    epilogue: Epilogue | None,
-    mi: ir.Value,
-    ni: ir.Value,
-) -> None:
-    """Block (mi, ni) of C = A B (MB x NB) over all of K, both operands' blocks packed
-    into `workspace`: a unit of work that threads share out.  Each element sums the
-    same K slices in the same order as in `emit_gemm`."""
-    b = ctx.builder
-    region_a, region_b = _regions(ctx, blocks, a, b_operand, workspace)
-    m0, mb = _block(b, mi, blocks.mb, blocks.m)
-    n0, nb = _block(b, ni, blocks.nb, blocks.n)
-    with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
-        k0, kc = _block(b, ki, blocks.kc, blocks.k)
-        packed_a = a.pack(ctx, blocks, region_a, m0, mb, k0, kc, blocks.mr)
-        packed_b = b_operand.pack(ctx, blocks, region_b, n0, nb, k0, kc, blocks.nr)
-        _multiply(ctx, blocks, packed_a, packed_b, c, ldc, (m0, mb, n0, nb), ki, epilogue)
-
-
 def _regions(ctx, blocks: Blocking, a, b_operand, workspace):
     """Where A's and B's blocks are packed: the workspace holds A's region, then B's
     (none for pre-packed operands)."""

@@ -37,7 +37,6 @@ from ...ir import DType, Instruction, Op, Shape
 from ...ir.index_maps import read_elementwise_only
 from .context import EmitContext, type_suffix
 from .conv import valid_span
-from .dot import merged_stride
 from .elemental import (
     Gen,
     bind_instructions,
@@ -49,8 +48,9 @@ from .elemental import (
 from .lltypes import I1, I32, VOID, constant, i64, literal_value, register_type, store_element
 from .loops import for_range
 from .parallel import parallel_loop_nest
+from .scalar import FLOAT_BINARY_INTRINSIC  # max/min: NaN-propagating, as the rules
 from .tiles import GemmConfig, gemm_config, masked_gather, masked_load, splat, vector_gep
-from .views import View, affine, fused_view, memory_view
+from .views import View, affine, fused_view, memory_view, merged_stride
 
 POOLING_OPS = frozenset({Op.REDUCE_WINDOW, Op.REDUCE})
 POOLING_DTYPES = frozenset({DType.F32, DType.F64})
@@ -61,8 +61,6 @@ REDUCERS = frozenset({Op.MAXIMUM, Op.MINIMUM, Op.ADD})
 MAX_WINDOW_WIDTH = 32
 MAX_TAPS = 256
 
-# the reducers other than add, on scalars and vectors: NaN-propagating, as scalar.py's
-REDUCER_INTRINSICS = {Op.MAXIMUM: "llvm.maximum", Op.MINIMUM: "llvm.minimum"}
 
 
 @dataclass(frozen=True)
@@ -313,7 +311,7 @@ def _combine(ctx: EmitContext, op: Op, x: ir.Value, y: ir.Value, reassociate: bo
     vector = isinstance(ty, ir.VectorType)
     suffix = f"v{ty.count}{type_suffix(ty.element)}" if vector else type_suffix(ty)
     args = [x, y]
-    return ctx.builder.call(ctx.declare(f"{REDUCER_INTRINSICS[op]}.{suffix}", ty, args), args)
+    return ctx.builder.call(ctx.declare(f"{FLOAT_BINARY_INTRINSIC[op]}.{suffix}", ty, args), args)
 
 
 class _Fold:

@@ -152,10 +152,16 @@ def _reshaped_digits(view: View, dims) -> list[Digits] | None:
     return result if not queue else None
 
 
+def merged_stride(extents, strides) -> int | None:
+    """The stride of dims walked as one linear index (row-major order), if they merge
+    (a dim without a single stride never does)."""
+    pairs = [(e, s) for e, s in zip(extents, strides) if e != 1]
+    for (_, outer), (extent, inner) in zip(pairs, pairs[1:]):
+        if outer is None or inner is None or outer != inner * extent:
+            return None
+    return pairs[-1][1] if pairs else 1  # unit dims: any stride reads the same element
+
+
 def _merged(digits: Digits) -> int | None:
     """One stride for the digits walked as a linear index, if they merge."""
-    pairs = [(e, s) for e, s in digits if e != 1]
-    for (_, outer), (extent, inner) in zip(pairs, pairs[1:]):
-        if outer != inner * extent:
-            return None
-    return pairs[-1][1] if pairs else 0
+    return merged_stride([e for e, _ in digits], [s for _, s in digits])
