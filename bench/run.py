@@ -50,6 +50,10 @@ ATOL_SCALE = 1e-4
 # sample per turn, since this shared machine's speed drifts within seconds
 ROUNDS = 50
 PAUSE_S = 0.01  # between turns, so that ORT's spinning workers go idle first
+# a turn of a runtime whose run is shorter than this starts with one untimed run: waking
+# its sleeping threads (slow on this virtual machine) and refilling the caches after the
+# other runtime's turn is not what a sample measures
+WARM_TURN_S = 0.05
 MIN_SAMPLES = 3
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -64,7 +68,7 @@ class Settings:
 
     repeat: int = 30  # samples per model, runtime and thread count (fewer when slow)
     warm_s: float = 0.5  # warm-up time before sampling
-    sample_s: float = 0.002  # a sample is the mean of enough runs to last this long
+    sample_s: float = 0.01  # a sample is the mean of enough runs to last this long
     budget_s: float = 30.0  # sampling time per model, runtime and thread count
     peak_n: int = 2048  # GEMM size of the peak measurement
     peak_reps: int = 5
@@ -208,6 +212,7 @@ class Timer:
     sample: Callable[[int, int], list[float]]
     per_sample: int = 1
     samples: int = MIN_SAMPLES
+    warm_turns: bool = True  # start each turn with an untimed run
     times_ns: list[float] = field(default_factory=list)
 
 
@@ -253,6 +258,10 @@ def ort_session(path: Path, threads: int) -> ort.InferenceSession:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    # its workers spin between the ops of a run as usual, but stop when the run returns:
+    # left spinning, they took a core from aotc's next turn (2 threads ran at 1 thread's
+    # speed)
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3  # errors only: not the unused-initializer warnings
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -277,6 +286,7 @@ def plan(timer: Timer, settings: Settings) -> None:
     if run_ns < settings.warm_s * 1e9:  # a slow model's first run is warm-up enough
         warm_runs = min(10_000, math.ceil(settings.warm_s * 1e9 / run_ns))
         run_ns = timer.sample(1, warm_runs)[0]
+    timer.warm_turns = run_ns < WARM_TURN_S * 1e9
     timer.per_sample = max(1, math.ceil(settings.sample_s * 1e9 / run_ns))
     affordable = int(settings.budget_s * 1e9 / (run_ns * timer.per_sample))
     timer.samples = max(MIN_SAMPLES, min(settings.repeat, affordable))
@@ -291,6 +301,8 @@ def interleave(timers: list[Timer], settings: Settings) -> None:
     for r in range(rounds):
         for timer in timers if r % 2 == 0 else timers[::-1]:
             n = timer.samples // rounds + (r < timer.samples % rounds)
+            if timer.warm_turns:
+                timer.sample(1, 1)
             timer.times_ns += timer.sample(n, timer.per_sample)
             time.sleep(PAUSE_S)
 
@@ -309,28 +321,33 @@ def compare(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[bool, float]
     return agree, worst
 
 
-def measure(model: Compiled, threads: int, settings: Settings) -> Row:
-    """Time both runtimes on one model at one thread count and compare their outputs."""
-    row = Row(model.name, threads, model.gflop, model.compile_s)
-    session = ort_session(model.path, threads)
-    ort_timer = Timer(ort_sampler(session, model.feeds))
+def measure(model: Compiled, threads: list[int], settings: Settings) -> list[Row]:
+    """Time both runtimes on one model at every thread count, all in one interleaved
+    schedule (so that speed-ups over thread counts see the same machine), and compare
+    their outputs."""
+    rows = [Row(model.name, t, model.gflop, model.compile_s) for t in threads]
+    sessions = [ort_session(model.path, t) for t in threads]
     # single-threaded code gains nothing from a second thread: "n/a", not a repeat
-    driver = Driver(model, threads) if threads == 1 or model.threaded else None
+    drivers = [Driver(model, t) if t == 1 or model.threaded else None for t in threads]
     try:
-        timers = [ort_timer] + ([Timer(driver.sample)] if driver else [])
-        interleave(timers, settings)
-        want = session.run(None, model.feeds)
-        row.ort_ms = statistics.median(ort_timer.times_ns) / 1e6
-        row.samples = f"{len(ort_timer.times_ns)}x{ort_timer.per_sample}"
-        if driver:
-            aotc_timer = timers[1]
-            row.aotc_ms = statistics.median(aotc_timer.times_ns) / 1e6
-            row.samples += f" / {len(aotc_timer.times_ns)}x{aotc_timer.per_sample}"
-            row.agree, row.rel_err = compare(driver.finish(model.outputs), want)
+        ort_timers = [Timer(ort_sampler(session, model.feeds)) for session in sessions]
+        aotc_timers = [Timer(driver.sample) if driver else None for driver in drivers]
+        interleave([*ort_timers, *(t for t in aotc_timers if t)], settings)
+        for row, session, driver, ort_timer, aotc_timer in zip(
+            rows, sessions, drivers, ort_timers, aotc_timers
+        ):
+            want = session.run(None, model.feeds)
+            row.ort_ms = statistics.median(ort_timer.times_ns) / 1e6
+            row.samples = f"{len(ort_timer.times_ns)}x{ort_timer.per_sample}"
+            if driver:
+                row.aotc_ms = statistics.median(aotc_timer.times_ns) / 1e6
+                row.samples += f" / {len(aotc_timer.times_ns)}x{aotc_timer.per_sample}"
+                row.agree, row.rel_err = compare(driver.finish(model.outputs), want)
     finally:
-        if driver:
-            driver.kill()
-    return row
+        for driver in drivers:
+            if driver:
+                driver.kill()
+    return rows
 
 
 # ---------------------------------------------------------------------------- report
@@ -420,7 +437,8 @@ Made by `{command}`{revision()} on {now}.
 - aotc: `bench/driver.c` linked against `libNAME.a` (`cc -O2`), calling `NAME_run` with
   aligned_alloc'ed buffers, timed inside C with clock_gettime(CLOCK_MONOTONIC).
   ORT: onnxruntime {ort.__version__} InferenceSession, ORT_ENABLE_ALL, intra_op_num_threads
-  = T, inter_op_num_threads = 1, ORT_SEQUENTIAL, timed around `session.run` in Python
+  = T, inter_op_num_threads = 1, ORT_SEQUENTIAL, session.force_spinning_stop = 1 (its
+  workers stop spinning when a run returns), timed around `session.run` in Python
   (so it includes the binding's per-call cost of some microseconds, which matters for the
   tiny MLP only).
   Same inputs (seed 0); weights are initializers (constants) for both.
@@ -428,7 +446,10 @@ Made by `{command}`{revision()} on {now}.
   a sample lasts >= {settings.sample_s * 1e3:g} ms), after {settings.warm_s:g} s of warm-up
   (one run when a run is longer); "samples" is N x K. Up to {settings.repeat} samples, fewer
   (at least {MIN_SAMPLES}) when {settings.budget_s:g} s would not fit them. The two runtimes
-  are sampled in up to {ROUNDS} alternating turns.
+  are sampled, at all thread counts of a model together, in up to {ROUNDS} alternating
+  turns; a turn of a runtime whose run is
+  shorter than {WARM_TURN_S * 1e3:g} ms starts with one untimed run (its threads woken, its
+  data back in cache).
 - Threads: aotc's count is set through the header's thread setter and AOTC_NUM_THREADS;
   "n/a" at T > 1 when the compiled code does not use the runtime's thread pool yet.
 - agree: |aotc - ORT| <= {ATOL_SCALE:g} x max|ORT| + {RTOL:g} x |ORT| for every element;
@@ -483,13 +504,16 @@ def main(argv: list[str]) -> int:
                 ]
                 print(rows[-1].error, flush=True)
                 continue
-            for t in args.threads:
-                try:
-                    rows.append(measure(model, t, settings))
-                except (AotcError, OSError, subprocess.SubprocessError) as e:
-                    error = f"failed: {e}".replace("\n", " ")
-                    rows.append(Row(name, t, model.gflop, model.compile_s, error=error))
-                print(f"{t} thread(s): " + table(rows[-1:], peak).splitlines()[-1], flush=True)
+            try:
+                measured = measure(model, args.threads, settings)
+            except (AotcError, OSError, subprocess.SubprocessError) as e:
+                error = f"failed: {e}".replace("\n", " ")
+                measured = [Row(name, t, model.gflop, model.compile_s, error=error)
+                            for t in args.threads]  # fmt: skip
+            rows += measured
+            for row in measured:
+                line = table([row], peak).splitlines()[-1]
+                print(f"{row.threads} thread(s): {line}", flush=True)
     peak = max(peak, measure_peak(settings))
     loads.append(os.getloadavg()[0])
     text = write_report(rows, args.threads, peak, header_text(argv, peak, settings, loads))

@@ -7,6 +7,12 @@
  * no worker wakes in time.  Only one job runs at a time: a loop started while another
  * is running (nested, or from a second application thread) runs inline instead of
  * waiting, which can never deadlock.
+ *
+ * Waiting spins for a short while before it sleeps: a model runs its parallel loops
+ * back to back, and waking a sleeping thread costs tens to hundreds of microseconds
+ * (more on virtual machines, whose idle CPUs halt), which on a 1 ms model ate all
+ * of a second thread's gain.  `generation` and `remaining` are written under the
+ * mutex and read atomically by the spinners.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -14,9 +20,14 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #define AOTC_MAX_THREADS 256
+/* How long a worker looks for the next job, and the caller for the end of its job,
+ * before sleeping: longer than the gaps between a model's loops, short enough that an
+ * idle model gives its cores back within a millisecond. */
+#define AOTC_SPIN_NS 500000
 
 typedef struct aotc_worker {
     pthread_t thread;
@@ -65,14 +76,58 @@ static void run_chunks_locked(void) {
         pthread_mutex_unlock(&pool.mutex);
         fn(ctx, begin, end);
         pthread_mutex_lock(&pool.mutex);
-        if (--pool.remaining == 0) pthread_cond_signal(&pool.done);
+        if (__atomic_sub_fetch(&pool.remaining, 1, __ATOMIC_RELEASE) == 0)
+            pthread_cond_signal(&pool.done);
     }
+}
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spins (the mutex not held) until `ready(arg)` or AOTC_SPIN_NS pass; whether it is. */
+static int spin_until(int (*ready)(const void *), const void *arg) {
+    int64_t deadline = now_ns() + AOTC_SPIN_NS;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (ready(arg)) return 1;
+            cpu_relax();
+        }
+        if (now_ns() > deadline) return 0;
+    }
+}
+
+/* A worker's wake-up condition: a job it has not looked at, or a request to stop. */
+static int job_published(const void *worker) {
+    const aotc_worker *self = (const aotc_worker *)worker;
+    return __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE) != self->seen ||
+           __atomic_load_n(&self->stop, __ATOMIC_RELAXED);
+}
+
+static int job_finished(const void *unused) {
+    (void)unused;
+    return __atomic_load_n(&pool.remaining, __ATOMIC_ACQUIRE) == 0;
 }
 
 static void *worker_main(void *arg) {
     aotc_worker *self = (aotc_worker *)arg;
     pthread_mutex_lock(&pool.mutex);
     for (;;) {
+        if (!self->stop && self->seen == pool.generation) {
+            pthread_mutex_unlock(&pool.mutex);
+            spin_until(job_published, self);
+            pthread_mutex_lock(&pool.mutex);
+        }
         while (!self->stop && self->seen == pool.generation)
             pthread_cond_wait(&pool.work, &pool.mutex);
         if (self->stop) break;
@@ -114,10 +169,15 @@ void aotc_parallel_for(int64_t n, aotc_loop_fn fn, void *ctx) {
     pool.n = n;
     pool.chunks = pool.num_workers + 1 < n ? pool.num_workers + 1 : n;
     pool.next_chunk = 0;
-    pool.remaining = pool.chunks;
-    pool.generation++;
+    __atomic_store_n(&pool.remaining, pool.chunks, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.generation, pool.generation + 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&pool.work);
     run_chunks_locked();
+    if (pool.remaining > 0) {
+        pthread_mutex_unlock(&pool.mutex);
+        spin_until(job_finished, NULL);
+        pthread_mutex_lock(&pool.mutex);
+    }
     while (pool.remaining > 0) pthread_cond_wait(&pool.done, &pool.mutex);
     pool.busy = 0;
     pthread_mutex_unlock(&pool.mutex);
@@ -138,7 +198,7 @@ void aotc_set_num_threads(int n) {
     __atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
     while (pool.num_workers > n - 1) {
         aotc_worker *w = pool.workers[--pool.num_workers];
-        w->stop = 1;
+        __atomic_store_n(&w->stop, 1, __ATOMIC_RELAXED);
         surplus[count++] = w;
     }
     if (count) pthread_cond_broadcast(&pool.work);

@@ -135,6 +135,19 @@ int main(void) {
         for (int i = 0; i < 2; i++) { pthread_join(t[i], &bad[i]); failures += bad[i] != NULL; }
         printf("app threads done\n");
     }
+    {
+        /* back-to-back small jobs, picked up by spinning workers; then workers are
+         * stopped while they spin */
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < 64; i++) data[i] = i;
+        for (int r = 0; r < 20000; r++) {
+            sum_ctx ctx = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+            aotc_parallel_for(64, sum_body, &ctx);
+            wrong += ctx.sum != 64 * 63 / 2;
+        }
+        printf("burst wrong=%lld\n", (long long)wrong);
+        failures += wrong != 0;
+    }
     aotc_set_num_threads(2);
     failures += check_sum(N, "two");
     aotc_set_num_threads(1);
@@ -167,6 +180,7 @@ def test_thread_pool(tmp_path):
     assert lines[1].startswith("four threads=4 calls=4 ")
     assert lines[2].startswith("tiny threads=4 calls=3 ")
     assert "concurrent chunks: 4" in lines
+    assert "burst wrong=0" in lines
     assert lines[-1] == "failures=0"
 
 
