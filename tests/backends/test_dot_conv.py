@@ -124,3 +124,27 @@ def test_convolution_batch_groups_and_1d(check, rng):
     b.build(b.tuple(outputs), entry=True)
     args = [rng.standard_normal(s).astype(np.float32) for s in [(4, 3, 10), (6, 3, 3)]]
     check(module, args, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "image, window",
+    [
+        ((1, 6, 7, 7), Window.make((3, 3), (1, 1), (1, 1), (1, 1))),  # ShuffleNet's 7x7
+        ((2, 5, 14, 14), Window.make((3, 3), (2, 2), (1, 1), (1, 1))),  # strided
+        ((1, 3, 9, 13), Window.make((3, 3), (2, 2), (2, 1), (2, 0), rhs_dilation=(2, 2))),
+        ((1, 4, 6, 32), Window.make((5, 5), (1, 1), (2, 2), (2, 2))),  # 32 wide: one vector
+        ((1, 2, 5, 3), Window.make((3, 3), (1, 1), (2, 2), (2, 2))),  # taps off both sides
+    ],
+)
+def test_depthwise_rows_as_vectors(check, rng, image, window):
+    """Depthwise convolutions on images narrow enough that each output row is one
+    vector (masked loads per tap; strided windows through a shuffle), padding and
+    dilation included, against the evaluator."""
+    channels = image[1]
+    module = Module("dwrow")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, image))
+    w = b.parameter(1, Shape(DType.F32, (channels, 1, *window.size)))
+    b.build(_conv(b, x, w, window, ConvDims.nchw(2), groups=channels), entry=True)
+    args = [rng.standard_normal(s).astype(np.float32) for s in (image, (channels, 1, *window.size))]
+    check(module, args, rtol=1e-5, atol=1e-5)
