@@ -24,13 +24,11 @@ from ..ir.types import to_storage
 from .concat import concat_placements, nest, resolve
 from .heap import Interval, align_up, pack, peak_live_bytes
 from .inplace import BufferSets, reads_at_output_index
-from .liveness import BufferDefinitions, array_indices, is_defining, live_ranges
+from .liveness import LEAVES, BufferDefinitions, array_indices, is_defining, live_ranges
 from .plan import BufferKind, BufferPlan, NestedPlan, PlannedBuffer, Slice
 from .schedule import candidate_schedules
 
 ALIGNMENT = 64
-_LEAVES = (Op.PARAMETER, Op.CONSTANT)
-
 
 class _Role(enum.Enum):
     """What a computation's root values are for, which decides where they go."""
@@ -178,7 +176,7 @@ def _merged_intervals(order, defs: BufferDefinitions, ranges, sets: BufferSets):
     merged: dict = {}  # set representative -> Interval
     names = {}
     for instr in order:
-        if instr.op in _LEAVES:
+        if instr.op in LEAVES:
             continue
         for index, shape in array_indices(instr.shape):
             key = (id(instr), index)
@@ -205,11 +203,11 @@ def _merge_in_place(order, defs: BufferDefinitions, ranges) -> BufferSets:
             _take_over_init(instr, time, defs, ranges, sets, ends)
             continue
         own = (id(instr), ())
-        if own not in ranges or instr.op in _LEAVES or instr.op.is_control_flow:
+        if own not in ranges or instr.op in LEAVES or instr.op.is_control_flow:
             continue
         for k, operand in enumerate(instr.operands):
             source, index = defs.source(operand, ())
-            if source.op in _LEAVES or (id(source), index) not in ranges:
+            if source.op in LEAVES or (id(source), index) not in ranges:
                 continue
             rep = sets.find((id(source), index))
             if ends.get(rep, ranges[(id(source), index)][1]) != time:
@@ -229,7 +227,7 @@ def _take_over_init(instr: Instruction, time: int, defs, ranges, sets: BufferSet
         own = (id(instr), index)
         source, source_index = defs.source(instr.operands[0], index)
         key = (id(source), source_index)
-        if source.op in _LEAVES or key not in ranges:
+        if source.op in LEAVES or key not in ranges:
             continue
         rep = sets.find(key)
         if rep in taken or ends.get(rep, ranges[key][1]) != time:
@@ -363,7 +361,7 @@ def _naive_total(order, defs: BufferDefinitions, returned: set) -> int:
     """Bytes if every intermediate value (not an input, weight or result) had its own buffer."""
     total = 0
     for instr in order:
-        if instr.op in _LEAVES:
+        if instr.op in LEAVES:
             continue
         for index, shape in array_indices(instr.shape):
             if is_defining(instr, index, defs) and (id(instr), index) not in returned:
@@ -398,7 +396,7 @@ def _place_outputs(root_sources, slices: dict, sets: BufferSets) -> list:
         key = sets.find((id(source), index))
         size = _array_shape(source, index).nbytes
         destination = Slice(BufferKind.OUTPUT, number, 0, size)
-        if source.op in _LEAVES or key in slices:
+        if source.op in LEAVES or key in slices:
             copies.append((key, destination))
         else:
             slices[key] = destination

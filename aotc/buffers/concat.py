@@ -17,9 +17,7 @@ from dataclasses import replace
 
 from ..ir import Instruction, Op, Shape
 from .inplace import BufferSets
-from .liveness import BufferDefinitions
-
-_LEAVES = (Op.PARAMETER, Op.CONSTANT)
+from .liveness import LEAVES, BufferDefinitions
 
 
 def contiguous_parts(concat: Instruction) -> bool:
@@ -60,7 +58,7 @@ def concat_placements(order, defs: BufferDefinitions, sets: BufferSets, merged, 
 def _operand_set(operand: Instruction, defs: BufferDefinitions, sets: BufferSets, merged):
     """The buffer set holding `operand` if a kernel computes it in this frame, else None."""
     source, index = defs.source(operand, ())
-    if source.op in _LEAVES:
+    if source.op in LEAVES:
         return None
     rep = sets.find((id(source), index))
     return rep if rep in merged and merged[rep].size == operand.shape.nbytes else None

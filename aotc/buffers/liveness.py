@@ -13,6 +13,8 @@ from ..ir import Instruction, Op, Shape, TupleShape
 
 # ops whose result is their operand's bytes, unchanged
 VIEW_OPS = frozenset({Op.RESHAPE, Op.BITCAST})
+# values with buffers of their own outside the arena (the caller's inputs, the weights)
+LEAVES = frozenset({Op.PARAMETER, Op.CONSTANT})
 
 
 @dataclass
