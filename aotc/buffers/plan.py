@@ -122,10 +122,11 @@ class BufferPlan:
     def to_text(self) -> str:
         """Arena size, then one line per arena buffer: slice, live range, value; then the
         plans of nested computations, indented."""
-        lines = [
+        summary = (
             f"arena {self.arena_bytes} bytes (lower bound {self.lower_bound}, "
             f"naive {self.naive_total}), weights {self.weight_bytes} bytes"
-        ]
+        )
+        lines = [summary]
         if self.workspace_bytes:
             lines.append(f"  workspace {self.workspace_bytes} bytes at {self.workspace_offset}")
         return "\n".join(lines + self._body_lines("  ")) + "\n"
