@@ -62,7 +62,6 @@ MAX_WINDOW_WIDTH = 32
 MAX_TAPS = 256
 
 
-
 @dataclass(frozen=True)
 class _Window:
     """A window over [planes..., height, width] (1-D windows: height 1), in elements."""

@@ -8,6 +8,7 @@ operands through views instead of element generators when they have one.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -156,7 +157,7 @@ def merged_stride(extents, strides) -> int | None:
     """The stride of dims walked as one linear index (row-major order), if they merge
     (a dim without a single stride never does)."""
     pairs = [(e, s) for e, s in zip(extents, strides) if e != 1]
-    for (_, outer), (extent, inner) in zip(pairs, pairs[1:]):
+    for (_, outer), (extent, inner) in itertools.pairwise(pairs):
         if outer is None or inner is None or outer != inner * extent:
             return None
     return pairs[-1][1] if pairs else 1  # unit dims: any stride reads the same element
