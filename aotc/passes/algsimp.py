@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Instruction, Op
+from ..ir import Instruction, Op, Shape
+from ..ir.ops import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE
 from ..ir.types import cast_array
 from .rewrite import InsertingBuilder, rewrite, rule
 
@@ -102,7 +103,56 @@ def transpose_chain(b: InsertingBuilder, instr: Instruction):
     if x.op is Op.TRANSPOSE:
         inner = x.dimensions
         return b.transpose(x.operands[0], [inner[p] for p in perm])
+    if x.op is Op.BROADCAST:
+        return _transposed_broadcast(b, x, perm)
     return None
+
+
+def _transposed_broadcast(b: InsertingBuilder, x: Instruction, perm) -> Instruction:
+    # transpose(broadcast(y, dims), perm) -> broadcast of y (its own dims reordered when
+    # the transpose swaps them: broadcast dims increase)
+    y, dims = x.operands[0], x.dimensions
+    places = [perm.index(d) for d in dims]
+    order = sorted(range(len(places)), key=places.__getitem__)
+    out_dims = [x.shape.dims[p] for p in perm]
+    return b.broadcast(b.transpose(y, order), sorted(places), out_dims)
+
+
+# elementwise ops a transpose moves through (their attributes: a compare's direction)
+TRANSPOSABLE = frozenset(
+    {*UNARY_ELEMENTWISE, *BINARY_ELEMENTWISE, Op.SELECT, Op.CLAMP, Op.COMPARE, Op.CONVERT}
+)
+
+
+@rule(Op.TRANSPOSE)
+def transpose_of_elementwise(b: InsertingBuilder, instr: Instruction):
+    # transpose(f(g(transpose(x)), broadcast(y))) -> f(g(x), y'): the transpose moves to
+    # the operands, through elementwise ops used there alone (nothing is computed twice),
+    # down to a transpose it cancels or merges with (a channels-last model's layout
+    # changes around its NCHW convolutions, conv_layout.py)
+    x = instr.operands[0]
+    if not _takes_transpose(b.computation, x, instr.shape.rank):
+        return None
+    perm = instr.dimensions
+    operands = [b.transpose(o, perm) if o.shape.rank else o for o in x.operands]
+    shape = Shape(x.shape.dtype, instr.shape.dims)
+    return b.add(x.op, operands, shape, direction=x.direction)
+
+
+def _takes_transpose(computation, x: Instruction, rank: int) -> bool:
+    """Whether transposing elementwise `x`'s operands instead of `x` reaches a transpose
+    (through more such ops), the other operands being broadcasts and constants."""
+    if x.op not in TRANSPOSABLE or x.shape.rank != rank or x is computation.root:
+        return False
+    if sum(x in u.operands for u in computation.instructions) > 1:
+        return False
+    reaching = False
+    for o in x.operands:
+        if o.op is Op.TRANSPOSE or _takes_transpose(computation, o, rank):
+            reaching = True
+        elif o.shape.rank and o.op not in (Op.BROADCAST, Op.CONSTANT):
+            return False
+    return reaching
 
 
 @rule(Op.BROADCAST)
@@ -158,7 +208,8 @@ def double_negation(b: InsertingBuilder, instr: Instruction):
 
 ALGSIMP_RULES = [
     add_zero, subtract_zero, multiply_one, divide_by_constant, reshape_chain, transpose_chain,
-    broadcast_chain, convert_noop, slice_full, pad_nothing, concatenate_single, double_negation,
+    transpose_of_elementwise, broadcast_chain, convert_noop, slice_full, pad_nothing,
+    concatenate_single, double_negation,
 ]  # fmt: skip
 
 

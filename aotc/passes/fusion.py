@@ -118,6 +118,22 @@ class _Group:
             return False
         return maps == {identity(root_rank)} and dims_of(producer) == self.root_dims
 
+    def reads_elementwise(self, producer: Instruction, users) -> bool:
+        """Whether the members reading `producer` (transitively) are elementwise at its
+        dims, as the backend's GEMM epilogue needs (index maps alone would let two
+        transposes that cancel through)."""
+        work, seen = [producer], set()
+        while work:
+            current = work.pop()
+            for user in users[id(current)]:
+                if id(user) not in self.members or id(user) in seen:
+                    continue
+                seen.add(id(user))
+                if not user.op.is_elementwise or dims_of(user) != dims_of(producer):
+                    return False
+                work.append(user)
+        return True
+
     def takes_row_value(self, producer: Instruction, maps: frozenset[IndexMap]) -> bool:
         """Whether `producer` can be computed once per row of this group's kernel."""
         rank = row_rank(producer, maps, self.root_dims)
@@ -154,6 +170,15 @@ def _epilogue_of_contraction(instr: Instruction) -> bool:
         elif current.op.is_elementwise:
             work.extend(current.operands)
     return found
+
+
+def _moves_image_rows(producer: Instruction, users, group: _Group) -> bool:
+    """A transpose that moves its last dim, read by a convolution of the group: stored
+    instead, so that the convolution packs its columns from contiguous rows rather than
+    gathering (a channels-last image canonicalized to NCHW by conv_layout.py)."""
+    if producer.op is not Op.TRANSPOSE or producer.dimensions[-1] == len(producer.dimensions) - 1:
+        return False
+    return any(u.op is Op.CONVOLUTION and id(u) in group.members for u in users)
 
 
 def _reaches_reduce(instr: Instruction) -> bool:
@@ -210,7 +235,11 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 replicated = False  # computed once per row
             if replicated and producer.op not in FREE_OPS:
                 continue
-            if producer.op in CONTRACTION_OPS and not group.takes_contraction(producer, maps):
+            if producer.op in CONTRACTION_OPS and not (
+                group.takes_contraction(producer, maps) and group.reads_elementwise(producer, users)
+            ):
+                continue
+            if _moves_image_rows(producer, users[id(producer)], group):
                 continue
             # a contraction's epilogue read through a concatenate, pad...: better left to
             # form the contraction's own kernel

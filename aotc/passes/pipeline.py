@@ -52,6 +52,7 @@ class Pipeline:
 def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = False):
     """The passes for an optimization level (-O0: only what compiling needs)."""
     from .algsimp import AlgebraicSimplifier
+    from .conv_layout import ConvCanonicalization
     from .cse import CommonSubexpressionElimination
     from .dce import DeadCodeElimination
     from .fold import ConstantFolding
@@ -63,8 +64,10 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
     passes: list[Pass] = [CallInlining()]  # backends take no `call`
     if opt_level >= 1:
         # scale folding needs the batch-norm vectors folded first, and makes new
-        # constant expressions (scaled weights) for the second folding
-        passes += [DeadCodeElimination(), ConstantFolding(), ScaleFolding(), ConstantFolding()]
+        # constant expressions (scaled weights) for the second folding; convolutions
+        # are canonical first, so that their weights' transposes fold
+        passes += [ConvCanonicalization(), DeadCodeElimination(), ConstantFolding()]
+        passes += [ScaleFolding(), ConstantFolding()]
         passes += [AlgebraicSimplifier(), TransposeFolding()]
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
     if opt_level >= 2:

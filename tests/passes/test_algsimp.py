@@ -106,3 +106,63 @@ def test_rewrites(name):
 @pytest.mark.parametrize("name", sorted(NO_CHANGE))
 def test_no_change(name):
     check_pass(AlgebraicSimplifier(), NO_CHANGE[name], None)
+
+
+# a channels-last model's layout changes around an NCHW convolution (conv_layout.py):
+# the transpose back to NCHW moves through the bias add and the ReLU and cancels
+TRANSPOSES_AROUND_EPILOGUE = """HloModule m
+ENTRY %main (c: f32[1,4,3,5], bias: f32[4]) -> f32[1,4,3,5] {
+  %c = f32[1,4,3,5]{3,2,1,0} parameter(0)
+  %bias = f32[4]{0} parameter(1)
+  %t = f32[1,3,5,4]{3,2,1,0} transpose(f32[1,4,3,5]{3,2,1,0} %c), dimensions={0,2,3,1}
+  %bb = f32[1,3,5,4]{3,2,1,0} broadcast(f32[4]{0} %bias), dimensions={3}
+  %a = f32[1,3,5,4]{3,2,1,0} add(f32[1,3,5,4]{3,2,1,0} %t, f32[1,3,5,4]{3,2,1,0} %bb)
+  %z = f32[] constant(0)
+  %zb = f32[1,3,5,4]{3,2,1,0} broadcast(f32[] %z), dimensions={}
+  %r = f32[1,3,5,4]{3,2,1,0} maximum(f32[1,3,5,4]{3,2,1,0} %a, f32[1,3,5,4]{3,2,1,0} %zb)
+  ROOT %back = f32[1,4,3,5]{3,2,1,0} transpose(f32[1,3,5,4]{3,2,1,0} %r), dimensions={0,3,1,2}
+}"""
+
+TRANSPOSES_CANCELLED = """HloModule m
+ENTRY %main (c: f32[1,4,3,5], bias: f32[4]) -> f32[1,4,3,5] {
+  %c = f32[1,4,3,5]{3,2,1,0} parameter(0)
+  %bias = f32[4]{0} parameter(1)
+  %z = f32[] constant(0)
+  %bb = f32[1,4,3,5]{3,2,1,0} broadcast(f32[4]{0} %bias), dimensions={1}
+  %a = f32[1,4,3,5]{3,2,1,0} add(f32[1,4,3,5]{3,2,1,0} %c, f32[1,4,3,5]{3,2,1,0} %bb)
+  %zb = f32[1,4,3,5]{3,2,1,0} broadcast(f32[] %z), dimensions={}
+  ROOT %r = f32[1,4,3,5]{3,2,1,0} maximum(f32[1,4,3,5]{3,2,1,0} %a, f32[1,4,3,5]{3,2,1,0} %zb)
+}"""
+
+
+def test_transposes_cancel_through_an_epilogue():
+    check_pass(AlgebraicSimplifier(), TRANSPOSES_AROUND_EPILOGUE, TRANSPOSES_CANCELLED)
+
+
+def test_transpose_stays_when_the_epilogue_is_read_elsewhere():
+    # the ReLU is an output too: moving the transpose would compute the chain twice
+    text = TRANSPOSES_AROUND_EPILOGUE.replace(
+        "-> f32[1,4,3,5] {", "-> (f32[1,4,3,5], f32[1,3,5,4]) {"
+    ).replace(
+        "  ROOT %back = f32[1,4,3,5]{3,2,1,0} transpose(f32[1,3,5,4]{3,2,1,0} %r), dimensions={0,3,1,2}",
+        "  %back = f32[1,4,3,5]{3,2,1,0} transpose(f32[1,3,5,4]{3,2,1,0} %r), dimensions={0,3,1,2}\n"
+        "  ROOT %out = (f32[1,4,3,5]{3,2,1,0}, f32[1,3,5,4]{3,2,1,0}) tuple(%back, %r)",
+    )
+    check_pass(AlgebraicSimplifier(), text, None)
+
+
+def test_transposed_broadcast_reorders_its_operand():
+    # transpose(broadcast(m[2,3] to dims {0,2})) swapping those dims: m transposed
+    before = """HloModule m
+ENTRY %main (m: f32[2,3]) -> f32[3,4,2] {
+  %m = f32[2,3]{1,0} parameter(0)
+  %b = f32[2,4,3]{2,1,0} broadcast(f32[2,3]{1,0} %m), dimensions={0,2}
+  ROOT %t = f32[3,4,2]{2,1,0} transpose(f32[2,4,3]{2,1,0} %b), dimensions={2,1,0}
+}"""
+    after = """HloModule m
+ENTRY %main (m: f32[2,3]) -> f32[3,4,2] {
+  %m = f32[2,3]{1,0} parameter(0)
+  %t = f32[3,2]{1,0} transpose(f32[2,3]{1,0} %m), dimensions={1,0}
+  ROOT %b = f32[3,4,2]{2,1,0} broadcast(f32[3,2]{1,0} %t), dimensions={0,2}
+}"""
+    check_pass(AlgebraicSimplifier(), before, after)

@@ -246,3 +246,32 @@ def test_softmax_after_a_dot_is_one_kernel_beside_the_dots():
     assert Op.REDUCE in contents[1] and Op.DOT not in contents[1]
     args = random_args(reference)
     np.testing.assert_allclose(evaluate(module, args), evaluate(reference, args), rtol=1e-6)
+
+
+# conv_layout.py's transposes around a convolution, before the simplifier cancels them:
+# index maps compose the two to the identity, but the GEMM epilogue reads its result
+# elementwise only, so the convolution stays a kernel of its own
+CONV_BETWEEN_TRANSPOSES = """HloModule m
+ENTRY %main (x: f32[1,3,6,6], w: f32[4,3,3,3], bias: f32[4]) -> f32[1,4,4,4] {
+  %x = f32[1,3,6,6]{3,2,1,0} parameter(0)
+  %w = f32[4,3,3,3]{3,2,1,0} parameter(1)
+  %bias = f32[4]{0} parameter(2)
+  %c = f32[1,4,4,4]{3,2,1,0} convolution(f32[1,3,6,6]{3,2,1,0} %x, f32[4,3,3,3]{3,2,1,0} %w), window={size=3x3}, dim_labels=bf01_oi01->bf01
+  %t = f32[1,4,4,4]{3,2,1,0} transpose(f32[1,4,4,4]{3,2,1,0} %c), dimensions={0,2,3,1}
+  %bb = f32[1,4,4,4]{3,2,1,0} broadcast(f32[4]{0} %bias), dimensions={3}
+  %a = f32[1,4,4,4]{3,2,1,0} add(f32[1,4,4,4]{3,2,1,0} %t, f32[1,4,4,4]{3,2,1,0} %bb)
+  ROOT %back = f32[1,4,4,4]{3,2,1,0} transpose(f32[1,4,4,4]{3,2,1,0} %a), dimensions={0,3,1,2}
+}"""
+
+
+def test_convolution_is_not_fused_through_transposes():
+    module = parse_module(CONV_BETWEEN_TRANSPOSES)
+    reference = parse_module(CONV_BETWEEN_TRANSPOSES)
+    Fusion().run(module)
+    for kernel in module.entry.instructions:
+        if kernel.op is Op.FUSION:
+            ops = {i.op for i in kernel.called[0].instructions}
+            assert not (Op.CONVOLUTION in ops and Op.TRANSPOSE in ops), ops
+    assert any(i.op is Op.CONVOLUTION for i in module.entry.instructions)
+    args = random_args(reference)
+    assert (evaluate(module, args) == evaluate(reference, args)).all()

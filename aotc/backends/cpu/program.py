@@ -45,6 +45,7 @@ from .prepack import DROPPED
 from .rows import emit_row_fusion, row_values
 from .rules import KERNELS, RULES
 from .target import CpuTarget, parse_target
+from .transpose import emit_transpose
 
 ARENA_ALIGNMENT = 64
 KERNEL_ARGS = ("inputs", "outputs", "arena")
@@ -150,6 +151,9 @@ def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instructio
         b.ret_void()
         return kernel
     if emit_pooling(ctx, instr, operands):  # max/avg/global pooling (+ epilogue)
+        b.ret_void()
+        return kernel
+    if emit_transpose(ctx, instr):  # a transpose moving the last dim, tile by tile
         b.ret_void()
         return kernel
     if instr.op in KERNELS:
