@@ -6,9 +6,11 @@ included) unless its comment says otherwise; none assumes fast math.
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
 import numpy as np
 
-from ..ir import Instruction, Op, Shape
+from ..ir import Instruction, Op, Shape, Window
 from ..ir.ops import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE
 from ..ir.types import cast_array
 from .rewrite import InsertingBuilder, rewrite, rule
@@ -118,33 +120,38 @@ def _transposed_broadcast(b: InsertingBuilder, x: Instruction, perm) -> Instruct
     return b.broadcast(b.transpose(y, order), sorted(places), out_dims)
 
 
-# elementwise ops a transpose moves through (their attributes: a compare's direction)
+# ops a transpose moves through: elementwise ones (their attributes: a compare's
+# direction) and reduce-window (its window permuted)
 TRANSPOSABLE = frozenset(
-    {*UNARY_ELEMENTWISE, *BINARY_ELEMENTWISE, Op.SELECT, Op.CLAMP, Op.COMPARE, Op.CONVERT}
-)
+    {*UNARY_ELEMENTWISE, *BINARY_ELEMENTWISE, Op.SELECT, Op.CLAMP, Op.COMPARE, Op.CONVERT,
+     Op.REDUCE_WINDOW}
+)  # fmt: skip
 
 
 @rule(Op.TRANSPOSE)
-def transpose_of_elementwise(b: InsertingBuilder, instr: Instruction):
+def transpose_toward_operands(b: InsertingBuilder, instr: Instruction):
     # transpose(f(g(transpose(x)), broadcast(y))) -> f(g(x), y'): the transpose moves to
-    # the operands, through elementwise ops used there alone (nothing is computed twice),
-    # down to a transpose it cancels or merges with (a channels-last model's layout
-    # changes around its NCHW convolutions, conv_layout.py)
+    # the operands, through elementwise ops and pooling used there alone (nothing is
+    # computed twice), down to a transpose it cancels or merges with (a channels-last
+    # model's layout changes around its NCHW convolutions, conv_layout.py)
     x = instr.operands[0]
     if not _takes_transpose(b.computation, x, instr.shape.rank):
         return None
     perm = instr.dimensions
     operands = [b.transpose(o, perm) if o.shape.rank else o for o in x.operands]
+    if x.op is Op.REDUCE_WINDOW:
+        window = Window(*(tuple(field[p] for p in perm) for field in astuple(x.window)))
+        return b.reduce_window(*operands, window, x.called[0])
     shape = Shape(x.shape.dtype, instr.shape.dims)
     return b.add(x.op, operands, shape, direction=x.direction)
 
 
 def _takes_transpose(computation, x: Instruction, rank: int) -> bool:
-    """Whether transposing elementwise `x`'s operands instead of `x` reaches a transpose
-    (through more such ops), the other operands being broadcasts and constants."""
-    if x.op not in TRANSPOSABLE or x.shape.rank != rank or x is computation.root:
+    """Whether transposing `x`'s operands instead of `x` reaches a transpose (through
+    more such ops), its other operands being broadcasts, constants or scalars."""
+    if x.op not in TRANSPOSABLE or not isinstance(x.shape, Shape) or x.shape.rank != rank:
         return False
-    if sum(x in u.operands for u in computation.instructions) > 1:
+    if x is computation.root or sum(x in u.operands for u in computation.instructions) > 1:
         return False
     reaching = False
     for o in x.operands:
@@ -208,7 +215,7 @@ def double_negation(b: InsertingBuilder, instr: Instruction):
 
 ALGSIMP_RULES = [
     add_zero, subtract_zero, multiply_one, divide_by_constant, reshape_chain, transpose_chain,
-    transpose_of_elementwise, broadcast_chain, convert_noop, slice_full, pad_nothing,
+    transpose_toward_operands, broadcast_chain, convert_noop, slice_full, pad_nothing,
     concatenate_single, double_negation,
 ]  # fmt: skip
 
