@@ -148,3 +148,31 @@ def test_depthwise_rows_as_vectors(check, rng, image, window):
     b.build(_conv(b, x, w, window, ConvDims.nchw(2), groups=channels), entry=True)
     args = [rng.standard_normal(s).astype(np.float32) for s in (image, (channels, 1, *window.size))]
     check(module, args, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "image, cout, window",
+    [
+        # stride 2, 28 and 20 output columns: 32-pixel panels span 2-3 output rows
+        ((1, 5, 56, 56), 7, Window.make((3, 3), (2, 2), (1, 1), (1, 1))),
+        ((1, 3, 40, 41), 4, Window.make((7, 7), (2, 2), (3, 3), (2, 3))),
+        ((2, 6, 30, 30), 5, Window.make((1, 1), (2, 2))),  # strided pointwise
+        ((1, 4, 18, 13), 3, Window.make((3, 3), (2, 2), (0, 1), (1, 0), rhs_dilation=(1, 2))),
+        # stride 1 without padding: out_width != width, rows read one by one
+        ((1, 4, 19, 23), 6, Window.make((3, 3), (1, 1))),
+        # 7 output columns: a panel spans too many rows, gathered
+        ((1, 4, 14, 14), 6, Window.make((3, 3), (2, 2), (1, 1), (1, 1))),
+    ],
+)
+def test_convolution_panels_read_row_by_row(check, rng, image, cout, window):
+    """Implicit im2col panels that cross output rows: each row's run read with a masked
+    load (every other element at stride 2), or gathered when they span too many."""
+    module = Module("rows")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, image))
+    w = b.parameter(1, Shape(DType.F32, (cout, image[1], *window.size)))
+    b.build(_conv(b, x, w, window, ConvDims.nchw(2)), entry=True)
+    args = [
+        rng.standard_normal(s).astype(np.float32) for s in (image, (cout, image[1], *window.size))
+    ]
+    check(module, args, rtol=1e-5, atol=1e-5)

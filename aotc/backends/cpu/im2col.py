@@ -32,6 +32,8 @@ from .tiles import (
 )
 
 ROW_CHUNK = 16  # column-matrix rows packed per sweep over the panels
+# a panel row spanning more output rows than this is gathered instead of read row by row
+MAX_SEGMENTS = 4
 
 # the geometry arguments, in order (strides in elements; ph/pw may be negative)
 IMAGE_FIELDS = (
@@ -80,6 +82,7 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
         return splat(b, g32[name], vec32)
 
     taps = b.mul(g["kh"], g["kw"])
+    segments = _segment_count(geometry, width)
     slots = {name: _slot(b, I64) for name in ("ci", "kh", "kw")}
     coordinates = {name: _slot(b, vec32) for name in ("oh", "ow")}
     # densely stored image of the output's size at stride 1: pixel p's tap is p + shift
@@ -142,8 +145,17 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
                                    source_etype=ty)  # fmt: skip
                         b.store(masked_load(ctx, b, cfg, at, mask), target, align=cfg.itemsize)
                     with gather:
-                        offsets = b.add(b.mul(ih, wide("h_stride")), b.mul(iw, wide("w_stride")))
-                        row = masked_gather(ctx, b, cfg, vector_gep(b, channel, offsets, ty), mask)
+                        if segments:
+                            spot = (oh, ow, kh, kw)
+                            row = _row_segments(
+                                ctx, b, cfg, channel, spot, mask, geometry, segments
+                            )
+                        else:
+                            offsets = b.add(
+                                b.mul(ih, wide("h_stride")), b.mul(iw, wide("w_stride"))
+                            )
+                            pointers = vector_gep(b, channel, offsets, ty)
+                            row = masked_gather(ctx, b, cfg, pointers, mask)
                         b.store(row, target, align=cfg.itemsize)
                 # next row of the column matrix: kw, then kh, then the channel
                 kw = b.add(kw, i64(1))
@@ -165,6 +177,64 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
                         coordinates["oh"])  # fmt: skip
     b.ret_void()
     return function
+
+
+def _segment_count(geometry, width: int) -> int:
+    """How many output rows a panel of `width` pixels spans at most, when its rows are
+    read row by row (unit or stride-2 columns of a unit-stride image row); 0: gather."""
+    field = dict(zip(IMAGE_FIELDS, geometry))
+    if field["w_stride"] != 1 or field["sw"] not in (1, 2):
+        return 0
+    out_width = field["out_width"]
+    rows = (out_width + width - 2) // out_width + 1
+    return rows if rows <= MAX_SEGMENTS else 0
+
+
+def _row_segments(ctx, b, cfg: GemmConfig, channel, spot, mask, geometry, segments: int):
+    """One panel row read output row by output row: the lanes of each are a contiguous
+    run of the image row (every other element at stride 2: twice the lanes loaded, the
+    even ones kept), loaded under the lane mask and merged."""
+    field = dict(zip(IMAGE_FIELDS, geometry))
+    oh, ow, kh, kw = spot
+    width = mask.type.count
+    stride = field["sw"]
+    first_oh = b.zext(b.extract_element(oh, ir.Constant(I32, 0)), I64)
+    first_ow = b.zext(b.extract_element(ow, ir.Constant(I32, 0)), I64)
+    left = b.sub(b.mul(kw, i64(field["dw"])), i64(field["pw"]))
+    result = ir.Constant(ir.VectorType(cfg.element, width), None)
+    for r in range(segments):
+        out_row = b.add(first_oh, i64(r))
+        in_row = b.add(b.sub(b.mul(out_row, i64(field["sh"])), i64(field["ph"])),
+                       b.mul(kh, i64(field["dh"])))  # fmt: skip
+        same_row = b.icmp_unsigned("==", oh, splat(b, b.trunc(out_row, I32), oh.type))
+        lanes_in = b.and_(mask, same_row)
+        # the run's first lane and its column: the panel's own, or column 0 past a wrap
+        if r == 0:
+            start, column = i64(0), b.mul(first_ow, i64(stride))
+        else:
+            start = b.add(
+                b.sub(i64(field["out_width"]), first_ow), i64((r - 1) * field["out_width"])
+            )
+            column = i64(0)
+        offset = b.add(b.mul(in_row, i64(field["h_stride"])), b.add(column, left))
+        # lane l of the run at offset + (l - start) * stride (masked lanes never touched)
+        base = b.gep(channel, [b.sub(offset, b.mul(start, i64(stride)))], source_etype=cfg.element)
+        if stride == 1:
+            run = masked_load(ctx, b, cfg, base, lanes_in)
+        else:
+            spread = [lane // 2 if lane % 2 == 0 else width for lane in range(2 * width)]
+            off = ir.Constant(lanes_in.type, None)
+            wide_mask = b.shuffle_vector(lanes_in, off, _indices(spread))
+            loaded = masked_load(ctx, b, cfg, base, wide_mask)
+            undefined = ir.Constant(loaded.type, None)
+            run = b.shuffle_vector(loaded, undefined, _indices(range(0, 2 * width, 2)))
+        result = b.select(lanes_in, run, result)
+    return result
+
+
+def _indices(values) -> ir.Constant:
+    values = list(values)
+    return ir.Constant(ir.VectorType(I32, len(values)), values)
 
 
 def _slot(b: ir.IRBuilder, ty: ir.Type) -> ir.Value:
