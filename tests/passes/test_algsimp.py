@@ -168,14 +168,18 @@ ENTRY %main (m: f32[2,3]) -> f32[3,4,2] {
     check_pass(AlgebraicSimplifier(), before, after)
 
 
-def test_transpose_moves_through_pooling_with_its_window():
-    # a channels-last max pool between layout changes: pooled in NCHW, window permuted
-    before = """HloModule m
+MAX_REDUCER = """HloModule m
 %max (a: f32[], b: f32[]) -> f32[] {
   %a = f32[] parameter(0)
   %b = f32[] parameter(1)
   ROOT %m = f32[] maximum(f32[] %a, f32[] %b)
 }
+"""
+
+
+def test_transpose_moves_through_pooling_with_its_window():
+    # a channels-last max pool between layout changes: pooled in NCHW, window permuted
+    before = MAX_REDUCER + """
 
 ENTRY %main (c: f32[1,2,7,6]) -> f32[1,2,4,3] {
   %c = f32[1,2,7,6]{3,2,1,0} parameter(0)
@@ -184,12 +188,7 @@ ENTRY %main (c: f32[1,2,7,6]) -> f32[1,2,4,3] {
   %p = f32[1,4,3,2]{3,2,1,0} reduce-window(f32[1,7,6,2]{3,2,1,0} %t, f32[] %ninf), window={size=1x3x2x1 stride=1x2x2x1 pad=0_0x1_1x0_0x0_0}, to_apply=%max
   ROOT %back = f32[1,2,4,3]{3,2,1,0} transpose(f32[1,4,3,2]{3,2,1,0} %p), dimensions={0,3,1,2}
 }"""
-    after = """HloModule m
-%max (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %m = f32[] maximum(f32[] %a, f32[] %b)
-}
+    after = MAX_REDUCER + """
 
 ENTRY %main (c: f32[1,2,7,6]) -> f32[1,2,4,3] {
   %c = f32[1,2,7,6]{3,2,1,0} parameter(0)
