@@ -130,10 +130,14 @@ def dims_of(instr: Instruction) -> tuple[int, ...]:
     return shape.dims
 
 
-def read_elementwise_only(computation: Computation, start: Instruction, dims) -> bool:
+def read_elementwise_only(
+    computation: Computation, start: Instruction, dims, users=None, within=None
+) -> bool:
     """Whether every instruction reading `start` (transitively) is elementwise at `dims`:
-    then each output element reads only the same element of `start` (in-place safe)."""
-    users = computation.users()
+    then each output element reads only the same element of `start` (in-place safe).
+    `users`: the computation's, when the caller has them; `within`: only the readers
+    whose ids it holds count (a fusion group being formed)."""
+    users = computation.users() if users is None else users
     work, seen = [start], set()
     while work:
         instr = work.pop()
@@ -141,6 +145,8 @@ def read_elementwise_only(computation: Computation, start: Instruction, dims) ->
             continue
         seen.add(id(instr))
         for user in users[id(instr)]:
+            if within is not None and id(user) not in within:
+                continue
             same_dims = isinstance(user.shape, Shape) and user.shape.dims == tuple(dims)
             if Trait.ELEMENTWISE not in user.op.traits or not same_dims:
                 return False

@@ -36,7 +36,15 @@ import dataclasses
 import heapq
 
 from ..ir import Computation, ComputationBuilder, FusionKind, Instruction, Module, Op, Shape
-from ..ir.index_maps import IndexMap, dims_of, identity, maps_from_users, rank_of, row_rank
+from ..ir.index_maps import (
+    IndexMap,
+    dims_of,
+    identity,
+    maps_from_users,
+    rank_of,
+    read_elementwise_only,
+    row_rank,
+)
 
 # recomputing these costs (almost) nothing: index arithmetic and a load
 FREE_OPS = frozenset(
@@ -117,22 +125,6 @@ class _Group:
         if self.contraction is not None or self.root.op in CONTRACTION_OPS:
             return False
         return maps == {identity(root_rank)} and dims_of(producer) == self.root_dims
-
-    def reads_elementwise(self, producer: Instruction, users) -> bool:
-        """Whether the members reading `producer` (transitively) are elementwise at its
-        dims, as the backend's GEMM epilogue needs (index maps alone would let two
-        transposes that cancel through)."""
-        work, seen = [producer], set()
-        while work:
-            current = work.pop()
-            for user in users[id(current)]:
-                if id(user) not in self.members or id(user) in seen:
-                    continue
-                seen.add(id(user))
-                if not user.op.is_elementwise or dims_of(user) != dims_of(producer):
-                    return False
-                work.append(user)
-        return True
 
     def takes_row_value(self, producer: Instruction, maps: frozenset[IndexMap]) -> bool:
         """Whether `producer` can be computed once per row of this group's kernel."""
@@ -236,7 +228,12 @@ def _form_groups(computation: Computation) -> list[_Group]:
             if replicated and producer.op not in FREE_OPS:
                 continue
             if producer.op in CONTRACTION_OPS and not (
-                group.takes_contraction(producer, maps) and group.reads_elementwise(producer, users)
+                group.takes_contraction(producer, maps)
+                # as the backend's GEMM epilogue reads it (index maps alone would let two
+                # transposes that cancel through)
+                and read_elementwise_only(
+                    computation, producer, dims_of(producer), users, group.members
+                )
             ):
                 continue
             if _moves_image_rows(producer, users[id(producer)], group):

@@ -22,6 +22,7 @@ from .lltypes import I32, I64, PTR, i64
 from .loops import for_range
 from .tiles import (
     GemmConfig,
+    i32_lanes,
     lanes,
     masked_gather,
     masked_load,
@@ -224,17 +225,12 @@ def _row_segments(ctx, b, cfg: GemmConfig, channel, spot, mask, geometry, segmen
         else:
             spread = [lane // 2 if lane % 2 == 0 else width for lane in range(2 * width)]
             off = ir.Constant(lanes_in.type, None)
-            wide_mask = b.shuffle_vector(lanes_in, off, _indices(spread))
+            wide_mask = b.shuffle_vector(lanes_in, off, i32_lanes(spread))
             loaded = masked_load(ctx, b, cfg, base, wide_mask)
             undefined = ir.Constant(loaded.type, None)
-            run = b.shuffle_vector(loaded, undefined, _indices(range(0, 2 * width, 2)))
+            run = b.shuffle_vector(loaded, undefined, i32_lanes(range(0, 2 * width, 2)))
         result = b.select(lanes_in, run, result)
     return result
-
-
-def _indices(values) -> ir.Constant:
-    values = list(values)
-    return ir.Constant(ir.VectorType(I32, len(values)), values)
 
 
 def _slot(b: ir.IRBuilder, ty: ir.Type) -> ir.Value:

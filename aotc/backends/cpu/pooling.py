@@ -49,7 +49,15 @@ from .lltypes import I1, I32, VOID, constant, i64, literal_value, register_type,
 from .loops import for_range
 from .parallel import parallel_loop_nest
 from .scalar import FLOAT_BINARY_INTRINSIC  # max/min: NaN-propagating, as the rules
-from .tiles import GemmConfig, gemm_config, masked_gather, masked_load, splat, vector_gep
+from .tiles import (
+    GemmConfig,
+    gemm_config,
+    i32_lanes,
+    masked_gather,
+    masked_load,
+    splat,
+    vector_gep,
+)
 from .views import View, affine, fused_view, memory_view, merged_stride
 
 POOLING_OPS = frozenset({Op.REDUCE_WINDOW, Op.REDUCE})
@@ -427,13 +435,11 @@ def _load_tap(ctx, p: _Pooling, cfg: GemmConfig, line, ow0, shift: int, mask, in
         else:
             x = masked_load(ctx, b, cfg, pointer, _bits(used))
         if w.sw > 1:
-            picks = ir.Constant(ir.VectorType(I32, lanes), [l * w.sw for l in range(lanes)])
+            picks = i32_lanes(l * w.sw for l in range(lanes))
             x = b.shuffle_vector(x, ir.Constant(x.type, ir.Undefined), picks)
     else:
         pointer = b.gep(line, [b.mul(start, i64(w.w_stride))], source_etype=ty)
-        offsets = ir.Constant(
-            ir.VectorType(I32, lanes), [l * w.sw * w.w_stride for l in range(lanes)]
-        )
+        offsets = i32_lanes(l * w.sw * w.w_stride for l in range(lanes))
         x = masked_gather(ctx, b, cfg, vector_gep(b, pointer, offsets, ty), _bits(wanted))
     return x if all(wanted) else b.select(_bits(wanted), x, init)
 

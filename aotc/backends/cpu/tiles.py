@@ -336,7 +336,13 @@ def _scalar_panel(b, ty, source, out, p_stride, k_stride, kc, valid, width) -> N
 
 def lanes(width: int) -> ir.Constant:
     """<0, 1, ..., width-1> as i32 lanes."""
-    return ir.Constant(ir.VectorType(I32, width), list(range(width)))
+    return i32_lanes(range(width))
+
+
+def i32_lanes(values) -> ir.Constant:
+    """A constant i32 vector of `values` (lane indices, shuffle masks)."""
+    values = list(values)
+    return ir.Constant(ir.VectorType(I32, len(values)), values)
 
 
 def vector_gep(b: ir.IRBuilder, base: ir.Value, offsets: ir.Value, ty: ir.Type) -> ir.Value:

@@ -18,10 +18,11 @@ from llvmlite import ir
 
 from ...ir import Instruction, Op
 from .context import EmitContext
-from .elemental import linearize
-from .lltypes import I32, i64, storage_type
+from .elemental import element_pointer
+from .lltypes import i64, storage_type
 from .loops import for_range
 from .parallel import parallel_loop_nest
+from .tiles import i32_lanes, smaller
 
 MIN_ELEMENTS = 1024  # smaller transposes stay in L1 whatever the order
 
@@ -78,9 +79,9 @@ def _emit(ctx: EmitContext, instr: Instruction, across: int, width: int) -> None
             read = [None] * shape.rank
             for out_dim, in_dim in enumerate(perm):
                 read[in_dim] = index[out_dim]
-            out = b.gep(target, [linearize(b, index, dims)], source_etype=element)
-            src = b.gep(source, [linearize(b, read, operand.dims)], source_etype=element)
-            return out, src
+            return element_pointer(ctx, target, shape, index), element_pointer(
+                ctx, source, operand, read
+            )
 
         full = [_fills(b, start, dims[d], width) for start, d in zip(starts, (across, last))]
         with b.if_else(b.and_(*full)) as (whole, edge):
@@ -90,9 +91,8 @@ def _emit(ctx: EmitContext, instr: Instruction, across: int, width: int) -> None
                 for i, row in enumerate(transpose_square(b, rows)):
                     b.store(row, pointers(i64(i), i64(0))[0], align=1)
             with edge:
-                counts = [
-                    _extent(b, start, dims[d], width) for start, d in zip(starts, (across, last))
-                ]
+                counts = [smaller(b, i64(width), b.sub(i64(dims[d]), start))
+                          for start, d in zip(starts, (across, last))]  # fmt: skip
                 with for_range(b, counts[0], "ea") as i, for_range(b, counts[1], "el") as j:
                     out, src = pointers(i, j)
                     b.store(b.load(src, typ=element), out)
@@ -103,11 +103,6 @@ def _fills(b: ir.IRBuilder, start, extent: int, width: int) -> ir.Value:
     if extent % width == 0:
         return ir.Constant(ir.IntType(1), 1)
     return b.icmp_unsigned("<=", b.add(start, i64(width)), i64(extent))
-
-
-def _extent(b: ir.IRBuilder, start, extent: int, width: int) -> ir.Value:
-    left = b.sub(i64(extent), start)
-    return b.select(b.icmp_unsigned("<", left, i64(width)), left, i64(width))
 
 
 def transpose_square(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
@@ -124,9 +119,7 @@ def transpose_square(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
             upper, lower = rows[i], rows[i + h]
             first = [lane if not lane & h else width + lane - h for lane in range(width)]
             second = [lane + h if not lane & h else width + lane for lane in range(width)]
-            rows[i] = b.shuffle_vector(upper, lower, ir.Constant(ir.VectorType(I32, width), first))
-            rows[i + h] = b.shuffle_vector(
-                upper, lower, ir.Constant(ir.VectorType(I32, width), second)
-            )
+            rows[i] = b.shuffle_vector(upper, lower, i32_lanes(first))
+            rows[i + h] = b.shuffle_vector(upper, lower, i32_lanes(second))
         h //= 2
     return rows
