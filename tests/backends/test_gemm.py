@@ -15,6 +15,8 @@ import pytest
 
 from aotc.backends.cpu import emit_object, parse_target
 from aotc.backends.cpu.contraction import contraction_kind
+from aotc.backends.cpu.gemm import blocking
+from aotc.backends.cpu.tiles import gemm_config
 from aotc.buffers import assign_buffers
 from aotc.ir import ComputationBuilder, ConvDims, DotDims, DType, Module, Op, Shape, Window
 
@@ -231,7 +233,33 @@ CONVS = [
     ((1, 32, 28, 28), (64, 32, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "gemm"),
     ((1, 5, 20, 70), (8, 5, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "gemm"),
     ((1, 3, 32, 32), (8, 3, 7, 7), (2, 2), (3, 3), (3, 3), (1, 1), 1, "gemm"),
+    # 16 output channels: 8 x 48 tiles on AVX-512, im2col panels of 48 pixels in three
+    # vector parts; 420 and 1450 pixels: a last panel of 36 and of 10 pixels
+    ((1, 5, 24, 24), (16, 5, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "gemm"),
+    ((1, 3, 41, 40), (16, 3, 7, 7), (2, 2), (3, 3), (3, 3), (1, 1), 1, "gemm"),
+    ((1, 4, 29, 50), (16, 4, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1, "gemm"),
 ]
+
+
+# (M, N) -> (MR, NR) on AVX-512: the tile that pads M and N least, 8-row tiles 4% dearer
+# per multiply-add when they hold fewer accumulators (8 x 32)
+AVX512_TILES = {
+    (64, 3136): (8, 48),  # 64 channels at 56 x 56: 8 x 48 pads nothing in M
+    (256, 49): (12, 32),  # 49 pixels: 48 wide would pad N to 96
+    (136, 49): (8, 32),  # 12 rows would pad M to 144
+    (16, 1450): (8, 48),
+    (5, 7): (5, 16),  # cut down to the product
+}
+
+
+@pytest.mark.parametrize("shape, tile", AVX512_TILES.items())
+def test_blocking_picks_the_tile_that_pads_least(shape, tile):
+    config = gemm_config(parse_target("x86_64:skylake-avx512"), F32)
+    blocks = blocking(config, *shape, 64)
+    assert (blocks.mr, blocks.nr) == tile
+    assert blocks.kc == 64 and blocks.nb % blocks.nr == 0 and blocks.mb % blocks.mr == 0
+    avx2 = blocking(gemm_config(parse_target("x86_64:x86-64-v3"), F32), *shape, 64)
+    assert (avx2.mr, avx2.nr) == (min(6, shape[0]), min(16, -(-shape[1] // 8) * 8))
 
 
 @pytest.mark.parametrize("target", ALL_TARGETS)

@@ -8,7 +8,8 @@ each, streamed from L2) over NB columns; the micro-kernel (tiles.py)
 multiplies one A panel by one B panel into an MR x NR tile of C.  Panels are
 zero-padded at the M/N edges and partial tiles stored under a mask, so any
 M, N, K works.  `blocking` sizes the blocks for a shape from the target's
-cache budgets and picks the tile height that pads M least.
+cache budgets and picks, of the target's register tiles, the one that pads
+M and N least.
 
 The loop nest is emitted inline in each kernel with its operands' packers
 (`Panels`: strided memory, a generator, or an image in im2col.py) and the
@@ -45,7 +46,7 @@ from .gemv import GEMV_UNROLL, emit_gemv
 from .lltypes import I8, I64, PTR, i64
 from .loops import branch_value, for_range, if_then, loop_nest
 from .parallel import parallel_chunks
-from .tiles import OTHER_ROWS_COST, GemmConfig, micro_kernel, smaller, strided_packer
+from .tiles import FEWER_ACCUMULATORS_COST, GemmConfig, micro_kernel, smaller, strided_packer
 
 WORKSPACE_ALIGNMENT = 64
 
@@ -83,20 +84,30 @@ class Blocking:
 
 
 def blocking(config: GemmConfig, m: int, n: int, k: int) -> Blocking:
-    """Blocks for an M x N x K product: the tile height that pads M least, narrower
-    tiles for small M/N; K, M and N slices balanced so that none is a sliver."""
+    """Blocks for an M x N x K product: the register tile that pads M and N least
+    (narrower for small M/N); K, M and N slices balanced so that none is a sliver."""
     blocks, size = config.blocks, config.itemsize
-
-    def padded_cost(rows: int) -> float:
-        cost = -(-m // rows) * rows
-        return cost if rows == blocks.rows[0] else cost * OTHER_ROWS_COST
-
-    mr = min(min(blocks.rows, key=padded_cost), m)
-    nr = min(config.nr, _round_up(n, config.lanes))
+    mr, nr = min((_tile(config, rows, vectors, m, n) for rows, vectors in blocks.tiles),
+                 key=lambda tile: _padded_cost(config, tile, m, n))  # fmt: skip
     kc = _balanced(k, max(blocks.l1 // (mr * size), 1), 1)
     nb = _balanced(n, max(blocks.l2 // (kc * size) // nr, 1) * nr, nr)
     mb = _balanced(m, max(blocks.l3 // (kc * size) // mr, 1) * mr, mr)
     return Blocking(config, m, n, k, mr, nr, kc, mb, nb)
+
+
+def _tile(config: GemmConfig, rows: int, vectors: int, m: int, n: int) -> tuple[int, int]:
+    """(MR, NR) of a register tile shape, cut down to M and N."""
+    return min(rows, m), min(vectors * config.lanes, _round_up(n, config.lanes))
+
+
+def _padded_cost(config: GemmConfig, tile: tuple[int, int], m: int, n: int) -> float:
+    """Multiply-adds of the M x N product padded to whole tiles, weighted by the tile's
+    efficiency."""
+    mr, nr = tile
+    rows, vectors = config.blocks.tiles[0]
+    cost = _round_up(m, mr) * _round_up(n, nr)
+    full = min(rows, m) * min(vectors, -(-n // config.lanes))
+    return cost if mr * -(-nr // config.lanes) >= full else cost * FEWER_ACCUMULATORS_COST
 
 
 def _balanced(total: int, limit: int, multiple: int) -> int:

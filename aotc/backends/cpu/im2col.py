@@ -60,11 +60,12 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
     """`pack(src, p0, count, k0, kc, dst)`: pixels [p0, p0+count), rows
     [k0, k0+kc) of the column matrix as panels of `width` pixels.
 
-    Each panel row is one vector: the pixels' input coordinates are lane
-    vectors (computed once per panel), the padding and the rows past `count`
-    a lane mask; a row reads contiguous input (stride 1 and the panel inside
-    one image row, or a same-size image stored densely) with a masked load,
-    other rows with a masked gather (32-bit offsets: images under 2**31
+    A panel row is written one vector-wide part at a time (a 48-pixel panel in
+    three): the part's pixel coordinates are lane vectors (computed once per
+    panel), the padding and the pixels past `count` a lane mask; a part reads
+    contiguous input (stride 1 and the part inside one image row, or a
+    same-size image stored densely) with a masked load, other parts output row
+    by output row or with a masked gather (32-bit offsets: images under 2**31
     elements).
     """
     shape = "_".join(str(v) for v in geometry)
@@ -76,16 +77,18 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
     g = {field: i64(v) for field, v in zip(IMAGE_FIELDS, geometry)}
     g32 = {field: ir.Constant(I32, v) for field, v in zip(IMAGE_FIELDS, geometry)}
     ty = cfg.element
-    lane = lanes(width)
+    part_width = cfg.lanes if width > cfg.lanes and width % cfg.lanes == 0 else width
+    lane = lanes(part_width)
     vec32 = lane.type
 
     def wide(name):
         return splat(b, g32[name], vec32)
 
     taps = b.mul(g["kh"], g["kw"])
-    segments = _segment_count(geometry, width)
+    segments = _segment_count(geometry, part_width)
     slots = {name: _slot(b, I64) for name in ("ci", "kh", "kw")}
-    coordinates = {name: _slot(b, vec32) for name in ("oh", "ow")}
+    parts = range(width // part_width)
+    coordinates = [{name: _slot(b, vec32) for name in ("oh", "ow")} for _ in parts]
     # densely stored image of the output's size at stride 1: pixel p's tap is p + shift
     dense = b.and_(
         b.and_(b.icmp_unsigned("==", g["out_width"], g["width"]),
@@ -97,8 +100,10 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
     )
     # the first panel's pixel coordinates; later panels advance them by `width` pixels,
     # which wraps a lane past the row end at most `wraps` times
-    pixels = b.add(splat(b, b.trunc(p0, I32), vec32), lane)
-    first_oh, first_ow = b.udiv(pixels, wide("out_width")), b.urem(pixels, wide("out_width"))
+    firsts = []
+    for part in parts:
+        pixels = b.add(splat(b, b.trunc(b.add(p0, i64(part * part_width)), I32), vec32), lane)
+        firsts.append((b.udiv(pixels, wide("out_width")), b.urem(pixels, wide("out_width"))))
     wraps = b.add(b.udiv(i64(width), g["out_width"]), i64(1))
     panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
     # rows in chunks, each swept across all panels: the input is read in order
@@ -112,52 +117,26 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
             b.udiv(b.urem(k, taps), g["kw"]),
             b.urem(b.urem(k, taps), g["kw"]),
         )
-        b.store(first_oh, coordinates["oh"])
-        b.store(first_ow, coordinates["ow"])
+        for (oh, ow), slot in zip(firsts, coordinates):
+            b.store(oh, slot["oh"])
+            b.store(ow, slot["ow"])
         with for_range(b, panels, "panel") as panel:
             first = b.mul(panel, i64(width))
             valid = smaller(b, b.sub(count, first), i64(width))
-            oh, ow = b.load(coordinates["oh"]), b.load(coordinates["ow"])
-            in_panel = b.icmp_unsigned("<", lane, splat(b, b.trunc(valid, I32), vec32))
-            row_base = b.sub(b.mul(oh, wide("sh")), wide("ph"))
-            col_base = b.sub(b.mul(ow, wide("sw")), wide("pw"))
-            ow0 = b.zext(b.extract_element(ow, ir.Constant(I32, 0)), I64)
-            one_row = b.icmp_unsigned("<=", b.add(ow0, i64(width)), g["out_width"])
-            contiguous = b.and_(unit, b.or_(one_row, dense))
+            views = [_part_view(b, g, wide, slot, lane, valid, part * part_width, unit, dense)
+                     for part, slot in zip(parts, coordinates)]  # fmt: skip
             out = b.gep(dst, [b.add(b.mul(first, kc), b.mul(row0, i64(width)))], source_etype=ty)
             for slot, value in zip(("ci", "kh", "kw"), start):
                 b.store(value, slots[slot])
             with for_range(b, rows, "k") as r:
                 ci, kh, kw = (b.load(slots[n]) for n in ("ci", "kh", "kw"))
-                ih = b.add(row_base, splat(b, b.trunc(b.mul(kh, g["dh"]), I32), vec32))
-                iw = b.add(col_base, splat(b, b.trunc(b.mul(kw, g["dw"]), I32), vec32))
-                inside = b.and_(
-                    b.icmp_unsigned("<", ih, wide("height")),
-                    b.icmp_unsigned("<", iw, wide("width")),
-                )
-                mask = b.and_(in_panel, inside)
                 channel = b.gep(src, [b.mul(ci, g["c_stride"])], source_etype=ty)
-                target = b.gep(out, [b.mul(r, i64(width))], source_etype=ty)
-                with b.if_else(contiguous) as (load, gather):
-                    with load:
-                        top = b.sext(b.extract_element(ih, ir.Constant(I32, 0)), I64)
-                        left = b.sext(b.extract_element(iw, ir.Constant(I32, 0)), I64)
-                        at = b.gep(channel, [b.add(b.mul(top, g["h_stride"]), left)],
+                for part, view in zip(parts, views):
+                    target = b.gep(out, [b.add(b.mul(r, i64(width)), i64(part * part_width))],
                                    source_etype=ty)  # fmt: skip
-                        b.store(masked_load(ctx, b, cfg, at, mask), target, align=cfg.itemsize)
-                    with gather:
-                        if segments:
-                            spot = (oh, ow, kh, kw)
-                            row = _row_segments(
-                                ctx, b, cfg, channel, spot, mask, geometry, segments
-                            )
-                        else:
-                            offsets = b.add(
-                                b.mul(ih, wide("h_stride")), b.mul(iw, wide("w_stride"))
-                            )
-                            pointers = vector_gep(b, channel, offsets, ty)
-                            row = masked_gather(ctx, b, cfg, pointers, mask)
-                        b.store(row, target, align=cfg.itemsize)
+                    row = _part_row(ctx, b, cfg, view, channel, kh, kw, g, wide, geometry,
+                                    segments)  # fmt: skip
+                    b.store(row, target, align=cfg.itemsize)
                 # next row of the column matrix: kw, then kh, then the channel
                 kw = b.add(kw, i64(1))
                 kw_wrap = b.icmp_unsigned("==", kw, g["kw"])
@@ -167,17 +146,78 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
                 b.store(b.select(kh_wrap, i64(0), kh), slots["kh"])
                 b.store(b.select(kh_wrap, b.add(ci, i64(1)), ci), slots["ci"])
             # the next panel's coordinates
-            ow = b.add(ow, splat(b, ir.Constant(I32, width), vec32))
-            b.store(ow, coordinates["ow"])
-            b.store(oh, coordinates["oh"])
-            with for_range(b, wraps, "wrap"):
-                oh, ow = b.load(coordinates["oh"]), b.load(coordinates["ow"])
-                past = b.icmp_unsigned(">=", ow, wide("out_width"))
-                b.store(b.select(past, b.sub(ow, wide("out_width")), ow), coordinates["ow"])
-                b.store(b.select(past, b.add(oh, splat(b, ir.Constant(I32, 1), vec32)), oh),
-                        coordinates["oh"])  # fmt: skip
+            for slot in coordinates:
+                ow = b.add(b.load(slot["ow"]), splat(b, ir.Constant(I32, width), vec32))
+                b.store(ow, slot["ow"])
+                with for_range(b, wraps, "wrap"):
+                    oh, ow = b.load(slot["oh"]), b.load(slot["ow"])
+                    past = b.icmp_unsigned(">=", ow, wide("out_width"))
+                    b.store(b.select(past, b.sub(ow, wide("out_width")), ow), slot["ow"])
+                    b.store(b.select(past, b.add(oh, splat(b, ir.Constant(I32, 1), vec32)), oh),
+                            slot["oh"])  # fmt: skip
     b.ret_void()
     return function
+
+
+@dataclass
+class _PartView:
+    """One vector-wide part of a panel: its pixels' coordinates and masks."""
+
+    oh: ir.Value
+    ow: ir.Value
+    in_panel: ir.Value  # lanes of pixels before the panel's end
+    row_base: ir.Value  # input row and column of tap (0, 0)
+    col_base: ir.Value
+    contiguous: ir.Value  # its rows are contiguous input
+
+
+def _part_view(b, g, wide, slot, lane, valid, offset: int, unit, dense) -> _PartView:
+    oh, ow = b.load(slot["oh"]), b.load(slot["ow"])
+    vec32 = lane.type
+    left = b.sub(valid, i64(offset))  # the part's pixels before the panel's end (may be none)
+    left = b.select(b.icmp_signed(">", left, i64(0)), left, i64(0))
+    in_panel = b.icmp_unsigned("<", lane, splat(b, b.trunc(left, I32), vec32))
+    ow0 = b.zext(b.extract_element(ow, ir.Constant(I32, 0)), I64)
+    one_row = b.icmp_unsigned("<=", b.add(ow0, i64(vec32.count)), g["out_width"])
+    return _PartView(
+        oh,
+        ow,
+        in_panel,
+        b.sub(b.mul(oh, wide("sh")), wide("ph")),
+        b.sub(b.mul(ow, wide("sw")), wide("pw")),
+        b.and_(unit, b.or_(one_row, dense)),
+    )
+
+
+def _part_row(ctx, b, cfg, view: _PartView, channel, kh, kw, g, wide, geometry, segments):
+    """The part's values in column-matrix row (channel, kh, kw)."""
+    vec32 = view.oh.type
+    ih = b.add(view.row_base, splat(b, b.trunc(b.mul(kh, g["dh"]), I32), vec32))
+    iw = b.add(view.col_base, splat(b, b.trunc(b.mul(kw, g["dw"]), I32), vec32))
+    inside = b.and_(
+        b.icmp_unsigned("<", ih, wide("height")), b.icmp_unsigned("<", iw, wide("width"))
+    )
+    mask = b.and_(view.in_panel, inside)
+    with b.if_else(view.contiguous) as (load, gather):
+        with load:
+            top = b.sext(b.extract_element(ih, ir.Constant(I32, 0)), I64)
+            left = b.sext(b.extract_element(iw, ir.Constant(I32, 0)), I64)
+            at = b.gep(channel, [b.add(b.mul(top, g["h_stride"]), left)], source_etype=cfg.element)
+            loaded = masked_load(ctx, b, cfg, at, mask)
+            load_block = b.block
+        with gather:
+            if segments:
+                spot = (view.oh, view.ow, kh, kw)
+                gathered = _row_segments(ctx, b, cfg, channel, spot, mask, geometry, segments)
+            else:
+                offsets = b.add(b.mul(ih, wide("h_stride")), b.mul(iw, wide("w_stride")))
+                pointers = vector_gep(b, channel, offsets, cfg.element)
+                gathered = masked_gather(ctx, b, cfg, pointers, mask)
+            gather_block = b.block
+    row = b.phi(loaded.type)
+    row.add_incoming(loaded, load_block)
+    row.add_incoming(gathered, gather_block)
+    return row
 
 
 def _segment_count(geometry, width: int) -> int:

@@ -26,29 +26,38 @@ from .loops import for_range, if_then
 class Blocks:
     """Register and cache blocking of one vector width.
 
-    The micro-kernel keeps MR x NR of C in registers (MR from `rows`, chosen
-    per M; NR = `vectors` registers wide).  Bytes budgets size the blocks:
-    the A micro-panel (kc x MR) in L1, the B block (kc x NB) in L2, the A
-    block (MB x kc) in L3.
+    The micro-kernel keeps MR x NR of C in registers: `tiles` lists the
+    (MR, vectors) shapes, NR = vectors registers wide, the preferred first;
+    `blocking` picks per shape the one that pads M and N least.  Bytes budgets
+    size the blocks: the A micro-panel (kc x MR) in L1, the B block (kc x NB)
+    in L2, the A block (MB x kc) in L3.
     """
 
-    rows: tuple[int, ...]  # MR choices, the preferred first
-    vectors: int
+    tiles: tuple[tuple[int, int], ...]
     l1: int
     l2: int
     l3: int
 
+    @property
+    def vectors(self) -> int:
+        """The preferred tile's width in vector registers."""
+        return self.tiles[0][1]
+
 
 BLOCKING = {
-    # AVX-512: 24 (or 16) zmm accumulators of 32
-    512: Blocks((12, 8), 2, 18 * 1024, 720 * 1024, 4 * 2**20),
+    # AVX-512: 24 zmm accumulators of 32, as 12 x 2 or (for M = 8k, e.g. 64 channels)
+    # 8 x 3 vectors, which loads fewer values per multiply-add; 8 x 2 for small N
+    512: Blocks(((12, 2), (8, 3), (8, 2)), 18 * 1024, 720 * 1024, 4 * 2**20),
     # AVX2: 12 ymm accumulators of 16
-    256: Blocks((6,), 2, 12 * 1024, 160 * 1024, 2 * 2**20),
+    256: Blocks(((6, 2),), 12 * 1024, 160 * 1024, 2 * 2**20),
     # SSE: 8 xmm accumulators (no FMA: the products need temporaries)
-    128: Blocks((4,), 2, 8 * 1024, 128 * 1024, 2 * 2**20),
+    128: Blocks(((4, 2),), 8 * 1024, 128 * 1024, 2 * 2**20),
 }
-NEON_BLOCKING = Blocks((8,), 2, 16 * 1024, 256 * 1024, 2 * 2**20)  # 32 vector registers
-OTHER_ROWS_COST = 1.04  # a narrower tile's cost per row, relative to the preferred one
+NEON_BLOCKING = Blocks(((8, 2),), 16 * 1024, 256 * 1024, 2 * 2**20)  # 32 vector registers
+# cost per multiply-add of a tile with fewer accumulators than the preferred one (an
+# 8 x 2 AVX-512 tile: 131 against 145 GFLOP/s for 12 x 2 in the micro-kernel alone, but
+# whole models, where it pads M less, run best with less)
+FEWER_ACCUMULATORS_COST = 1.04
 
 
 @dataclass(frozen=True)
