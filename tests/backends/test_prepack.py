@@ -17,7 +17,7 @@ from aotc.backends.cpu import parse_target
 from aotc.backends.cpu.codegen import optimized_module
 from aotc.backends.cpu.contraction import contraction_plans
 from aotc.backends.cpu.elf import section_headers
-from aotc.backends.cpu.gemm import PackedShape, StridedLayout
+from aotc.backends.cpu.gemm import PackedShape, StridedLayout, blocking
 from aotc.backends.cpu.prepack import DROPPED, pack_operand, prepack
 from aotc.backends.cpu.tiles import gemm_config
 from aotc.buffers import BufferKind, Slice, assign_buffers
@@ -314,7 +314,7 @@ def test_while_body_reads_its_weights_packed(compile_module, rng):
     (nested,) = final.nested.values()
     assert any(key[0] == "packed" for p in nested.plans for key in p.slices)
     # the packed copy (N padded to the tile width) and three scalars, not the original
-    nr = gemm_config(HOST, F32).nr
+    nr = blocking(gemm_config(HOST, F32), 16, 40, 40).nr
     assert compiled.plan.weight_bytes <= 40 * (-(-40 // nr) * nr) * 4 + 3 * 64
     x_value = _normal(rng, (16, 40))
     (got,) = compiled.run(x_value)

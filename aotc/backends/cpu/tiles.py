@@ -38,11 +38,6 @@ class Blocks:
     l2: int
     l3: int
 
-    @property
-    def vectors(self) -> int:
-        """The preferred tile's width in vector registers."""
-        return self.tiles[0][1]
-
 
 BLOCKING = {
     # AVX-512: 24 zmm accumulators of 32, as 12 x 2 or (for M = 8k, e.g. 64 channels)
@@ -68,10 +63,6 @@ class GemmConfig:
     lanes: int  # W: elements per vector register
     blocks: Blocks
     fma: bool
-
-    @property
-    def nr(self) -> int:
-        return self.blocks.vectors * self.lanes
 
     @property
     def itemsize(self) -> int:
