@@ -91,3 +91,16 @@ def run_c_model(program: Path, inputs: list[np.ndarray], outputs_like: list[np.n
         np.frombuffer(path.read_bytes(), like.dtype).reshape(like.shape)
         for path, like in zip(out_files, outputs_like)
     ]
+
+
+def hlo_reducer(name: str, op: str, dtype: str = "f32") -> str:
+    """HLO text of a scalar computation `%NAME(x, y) = OP(x, y)` for a reduce's to_apply.
+
+    Its instruction names carry NAME because HLO names are unique across a module."""
+    scalar = f"{dtype}[]"
+    return f"""%{name} ({name}_x: {scalar}, {name}_y: {scalar}) -> {scalar} {{
+  %{name}_x = {scalar} parameter(0)
+  %{name}_y = {scalar} parameter(1)
+  ROOT %{name}_r = {scalar} {op}({scalar} %{name}_x, {scalar} %{name}_y)
+}}
+"""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from aotc_testing import hlo_reducer
 
 from aotc.ir import Op
 from aotc.ir.evaluate import evaluate
@@ -143,11 +144,7 @@ def test_collatz_steps_data_dependent_condition(run_hlo):
 
 
 HALVING = """HloModule halving
-%max (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %m = f32[] maximum(%a, %b)
-}
+""" + hlo_reducer("max", "maximum") + """
 %big (x: f32[5]) -> pred[] {
   %x = f32[5]{0} parameter(0)
   %lowest = f32[] constant(-inf)
@@ -398,11 +395,7 @@ def test_call_is_inlined_and_runs(run_hlo, rng):
 
 
 RNN = """HloModule rnn
-%add (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(%a, %b)
-}
+""" + hlo_reducer("add", "add") + """
 %body (s: (s32[], f32[4,8], f32[8,8], f32[])) -> (s32[], f32[4,8], f32[8,8], f32[]) {
   %s = (s32[], f32[4,8]{1,0}, f32[8,8]{1,0}, f32[]) parameter(0)
   %i = s32[] get-tuple-element(%s), index=0

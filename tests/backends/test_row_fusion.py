@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from aotc_testing import hlo_reducer
 
 from aotc.ir import Op
 from aotc.ir.evaluate import evaluate
@@ -13,18 +14,7 @@ from aotc.ir.text import parse_module
 from aotc.passes.dce import DeadCodeElimination
 from aotc.passes.fusion import Fusion
 
-REDUCERS = """
-%add (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(f32[] %a, f32[] %b)
-}
-%max (c: f32[], d: f32[]) -> f32[] {
-  %c = f32[] parameter(0)
-  %d = f32[] parameter(1)
-  ROOT %m = f32[] maximum(f32[] %c, f32[] %d)
-}
-"""
+REDUCERS = hlo_reducer("add", "add") + hlo_reducer("max", "maximum")
 
 SOFTMAX_LAST = """HloModule sm
 """ + REDUCERS + """

@@ -1,4 +1,5 @@
 import pytest
+from aotc_testing import hlo_reducer
 from pass_testing import check_pass
 
 from aotc.passes.algsimp import AlgebraicSimplifier
@@ -169,12 +170,7 @@ ENTRY %main (m: f32[2,3]) -> f32[3,4,2] {
 
 
 MAX_REDUCER = """HloModule m
-%max (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %m = f32[] maximum(f32[] %a, f32[] %b)
-}
-"""
+""" + hlo_reducer("max", "maximum")
 
 
 def test_transpose_moves_through_pooling_with_its_window():

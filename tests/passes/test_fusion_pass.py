@@ -1,4 +1,5 @@
 import numpy as np
+from aotc_testing import hlo_reducer
 from pass_testing import check_pass, random_args
 
 from aotc.ir import Op
@@ -41,12 +42,7 @@ def test_elementwise_chain_with_broadcasts_is_one_loop():
 
 # exp has two users: recomputing it in both would double the transcendental work
 SHARED_EXPENSIVE = """HloModule m
-%add_f32 (x: f32[], y: f32[]) -> f32[] {
-  %x = f32[] parameter(0)
-  %y = f32[] parameter(1)
-  ROOT %s = f32[] add(f32[] %x, f32[] %y)
-}
-
+""" + hlo_reducer("add_f32", "add") + """
 ENTRY %main (x: f32[4,8]) -> (f32[4], f32[4,8]) {
   %x = f32[4,8]{1,0} parameter(0)
   %e = f32[4,8]{1,0} exponential(f32[4,8]{1,0} %x)
@@ -103,12 +99,7 @@ def test_expensive_producer_not_recomputed_through_broadcast():
 
 # the mean joins the variance's kernel as a row value: computed once per row there
 VARIANCE = """HloModule var
-%add (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(f32[] %a, f32[] %b)
-}
-
+""" + hlo_reducer("add", "add") + """
 ENTRY %main (x: f32[5,9]) -> f32[5] {
   %x = f32[5,9]{1,0} parameter(0)
   %zero = f32[] constant(0)
@@ -120,12 +111,7 @@ ENTRY %main (x: f32[5,9]) -> f32[5] {
 }"""
 
 VARIANCE_FUSED = """HloModule var
-%add (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(f32[] %a, f32[] %b)
-}
-
+""" + hlo_reducer("add", "add") + """
 %fused_v (param_0: f32[5,9]) -> f32[5] {
   %param_0 = f32[5,9]{1,0} parameter(0)
   %constant = f32[] constant(0)
@@ -148,12 +134,7 @@ def test_reduction_read_by_its_row_joins_the_consumer():
 
 # a reduction read at a transposed index is not a row of the consumer's loop
 TRANSPOSED_ROW = """HloModule tr
-%add (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(f32[] %a, f32[] %b)
-}
-
+""" + hlo_reducer("add", "add") + """
 ENTRY %main (x: f32[4,6]) -> f32[6,4] {
   %x = f32[4,6]{1,0} parameter(0)
   %zero = f32[] constant(0)
@@ -205,17 +186,7 @@ def test_contractions_fuse_only_with_their_elementwise_epilogue():
 
 # attention scores: the scaled dot is its own kernel, the softmax over it one more
 SCORES_SOFTMAX = """HloModule m
-%add (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(f32[] %a, f32[] %b)
-}
-%max (c: f32[], d: f32[]) -> f32[] {
-  %c = f32[] parameter(0)
-  %d = f32[] parameter(1)
-  ROOT %m = f32[] maximum(f32[] %c, f32[] %d)
-}
-
+""" + hlo_reducer("add", "add") + """""" + hlo_reducer("max", "maximum") + """
 ENTRY %main (q: f32[6,4], k: f32[4,6]) -> f32[6,6] {
   %q = f32[6,4]{1,0} parameter(0)
   %k = f32[4,6]{1,0} parameter(1)
