@@ -110,6 +110,15 @@ class ConvDims:
         spatial = tuple(range(2, 2 + spatial_rank))
         return ConvDims(0, 1, spatial, 1, 0, spatial, 0, 1, spatial)
 
+    @staticmethod
+    def nhwc(spatial_rank: int) -> ConvDims:
+        """Channels last (TensorFlow's, JAX's): input N(spatial)C, kernel (spatial)IO,
+        output N(spatial)C."""
+        spatial = tuple(range(1, 1 + spatial_rank))
+        kernel = tuple(range(spatial_rank))
+        last = spatial_rank + 1
+        return ConvDims(0, last, spatial, spatial_rank, last, kernel, 0, last, spatial)
+
 
 @dataclass(frozen=True)
 class GatherDims:

@@ -162,6 +162,47 @@ def _takes_transpose(computation, x: Instruction, rank: int) -> bool:
     return reaching
 
 
+@rule(*TRANSPOSABLE)
+def transpose_toward_users(b: InsertingBuilder, instr: Instruction):
+    # f(transpose(x, p), transpose(y, p), broadcast(z)) -> transpose(f(x, y, z'), p): one
+    # transpose after f instead of one per operand, which then meets the transposes of
+    # f's users (a residual network's block outputs feed a channels-last convolution
+    # and the next block's sum: conv_layout.py)
+    perm = _common_transpose(instr)
+    if perm is None:
+        return None
+    inverse = [perm.index(d) for d in range(len(perm))]
+    operands = []
+    for o in instr.operands:
+        if o.op is Op.TRANSPOSE:
+            operands.append(o.operands[0])
+        else:
+            operands.append(b.transpose(o, inverse) if o.shape.rank else o)
+    if instr.op is Op.REDUCE_WINDOW:
+        window = Window(*(tuple(field[i] for i in inverse) for field in astuple(instr.window)))
+        inner = b.reduce_window(*operands, window, instr.called[0])
+    else:
+        dims = [instr.shape.dims[i] for i in inverse]
+        inner = b.add(instr.op, operands, Shape(instr.shape.dtype, dims), direction=instr.direction)
+    return b.transpose(inner, perm)
+
+
+def _common_transpose(instr: Instruction):
+    """The permutation of `instr`'s transposed operands when all its array operands are
+    transposes by it or broadcasts (at least one a transpose), else None."""
+    if not isinstance(instr.shape, Shape):
+        return None
+    perm = None
+    for o in instr.operands:
+        if o.op is Op.TRANSPOSE:
+            if perm is not None and list(o.dimensions) != perm:
+                return None
+            perm = list(o.dimensions)
+        elif o.shape.rank and o.op is not Op.BROADCAST:
+            return None
+    return perm
+
+
 @rule(Op.BROADCAST)
 def broadcast_chain(b: InsertingBuilder, instr: Instruction):
     # broadcast to the same shape -> x;  broadcast(broadcast(x)) -> one broadcast
@@ -215,7 +256,7 @@ def double_negation(b: InsertingBuilder, instr: Instruction):
 
 ALGSIMP_RULES = [
     add_zero, subtract_zero, multiply_one, divide_by_constant, reshape_chain, transpose_chain,
-    transpose_toward_operands, broadcast_chain, convert_noop, slice_full, pad_nothing,
+    transpose_toward_operands, transpose_toward_users, broadcast_chain, convert_noop, slice_full, pad_nothing,
     concatenate_single, double_negation,
 ]  # fmt: skip
 

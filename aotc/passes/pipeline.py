@@ -52,7 +52,7 @@ class Pipeline:
 def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = False):
     """The passes for an optimization level (-O0: only what compiling needs)."""
     from .algsimp import AlgebraicSimplifier
-    from .conv_layout import ConvCanonicalization
+    from .conv_layout import ConvLayoutAssignment
     from .cse import CommonSubexpressionElimination
     from .dce import DeadCodeElimination
     from .fold import ConstantFolding
@@ -66,7 +66,7 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
         # scale folding needs the batch-norm vectors folded first, and makes new
         # constant expressions (scaled weights) for the second folding; convolutions
         # are canonical first, so that their weights' transposes fold
-        passes += [ConvCanonicalization(), DeadCodeElimination(), ConstantFolding()]
+        passes += [ConvLayoutAssignment(), DeadCodeElimination(), ConstantFolding()]
         passes += [ScaleFolding(), ConstantFolding()]
         passes += [AlgebraicSimplifier(), TransposeFolding()]
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]

@@ -315,7 +315,88 @@ def test_convolution_layouts(check, rng, target):
               (3, 2, 3, 5), (1, 4, 6, 5), (3, 4, 3, 3)]  # fmt: skip
     args = [_normal(rng, s) for s in shapes]
     compiled = check(module, args, rtol=1e-4, atol=1e-4, target=target)
-    assert [_kind(compiled, target, o) for o in outputs] == ["gemm"] * 4 + [None]
+    assert [_kind(compiled, target, o) for o in outputs] == ["gemm"] * 4 + ["direct"]
+
+
+# -- direct channels-last convolution (direct_conv.py) ---------------------------------
+
+# x [N, H, W, C], kernel [KH, KW, C, O], stride, pad low, pad high, dilation: padded copies,
+# in-place reads (flat tiles for a pointwise one), rows with a shorter last tile, output
+# channels below one vector and past a panel, input channels over several blocks
+DIRECT_CONVS = [
+    ((2, 9, 8, 4), (3, 3, 4, 6), (1, 1), (1, 1), (1, 1), (1, 1)),
+    ((1, 17, 19, 3), (3, 3, 3, 5), (2, 2), (1, 0), (0, 1), (1, 1)),
+    ((1, 12, 30, 4), (3, 3, 4, 40), (1, 1), (2, 2), (2, 2), (2, 2)),
+    ((2, 7, 5, 16), (1, 1, 16, 12), (1, 1), (0, 0), (0, 0), (1, 1)),
+    ((1, 9, 9, 8), (1, 1, 8, 4), (2, 2), (0, 0), (0, 0), (1, 1)),
+    ((1, 10, 26, 40), (3, 3, 40, 20), (1, 1), (0, 0), (0, 0), (1, 1)),
+    ((1, 20, 70, 5), (3, 3, 5, 33), (1, 1), (1, 1), (1, 1), (1, 1)),
+    ((1, 11, 53, 70), (1, 1, 70, 17), (1, 1), (0, 0), (0, 0), (1, 1)),
+]
+
+
+def _direct_reference(x, w, stride, low, high, dilation):
+    """NHWC x HWIO -> NHWC through the NCHW reference."""
+    out = _conv_reference(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), stride, low,
+                          high, dilation, 1)  # fmt: skip
+    return out.transpose(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_direct_convolutions(compile_module, rng, target):
+    module = Module("direct")
+    b = ComputationBuilder(module, "main")
+    outputs, args = [], []
+    for i, (xs, ws, stride, low, high, dilation) in enumerate(DIRECT_CONVS):
+        x = b.parameter(2 * i, Shape(F32, xs))
+        w = b.parameter(2 * i + 1, Shape(F32, ws))
+        window = Window.make(ws[:2], stride, low, high, rhs_dilation=dilation)
+        outputs.append(b.convolution(x, w, window, ConvDims.nhwc(2)))
+        args += [_normal(rng, xs), _normal(rng, ws)]
+    # a 1-D convolution: [N, W, C] by [KW, C, O]
+    x1 = b.parameter(len(args), Shape(F32, (2, 40, 6)))
+    w1 = b.parameter(len(args) + 1, Shape(F32, (5, 6, 10)))
+    outputs.append(b.convolution(x1, w1, Window.make((5,), (2,), (2,), (1,)), ConvDims.nhwc(1)))
+    args += [_normal(rng, (2, 40, 6)), _normal(rng, (5, 6, 10))]
+    b.build(b.tuple(outputs), entry=True)
+    compiled = compile_module(module, target=target)
+    got = compiled.run(*args)
+    for i, (_, _, stride, low, high, dilation) in enumerate(DIRECT_CONVS):
+        expected = _direct_reference(args[2 * i], args[2 * i + 1], stride, low, high, dilation)
+        _close(got[i], expected, str(DIRECT_CONVS[i][:2]))
+    expected = _direct_reference(args[-2][:, None], args[-1][None], (1, 2), (0, 2), (0, 1), (1, 1))
+    _close(got[-1], expected[:, 0], "1-D")
+    assert [_kind(compiled, target, o) for o in outputs] == ["direct"] * len(outputs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_direct_convolution_epilogue_on_threads(compile_module, fuse, rng, target,
+                                                 same_across_threads):  # fmt: skip
+    """bias + residual + relu fused on a channels-last convolution, shared out to
+    two threads: the same bits as on one."""
+    module = Module("directepi")
+    b = ComputationBuilder(module, "main")
+    xs, ws, out = (2, 30, 33, 24), (3, 3, 24, 40), (2, 15, 17, 40)
+    x = b.parameter(0, Shape(F32, xs))
+    w = b.parameter(1, Shape(F32, ws))
+    bias = b.parameter(2, Shape(F32, (40,)))
+    r = b.parameter(3, Shape(F32, out))
+    window = Window.make((3, 3), (2, 2), (1, 1), (1, 1))
+
+    def bias_residual_relu(fb, p):
+        y = fb.convolution(p[0], p[1], window, ConvDims.nhwc(2))
+        y = fb.binary(Op.ADD, y, fb.broadcast(p[2], (3,), out))
+        y = fb.binary(Op.ADD, y, p[3])
+        return fb.binary(Op.MAXIMUM, y, fb.broadcast(fb.scalar(0.0, F32), (), out))
+
+    fused = fuse(b, [x, w, bias, r], bias_residual_relu)
+    b.build(b.tuple([fused]), entry=True)
+    args = [_normal(rng, xs), _normal(rng, ws), _normal(rng, (40,)), _normal(rng, out)]
+    compiled = compile_module(module, target=target)
+    (got,) = same_across_threads(compiled, args)
+    conv = _direct_reference(args[0], args[1], (2, 2), (1, 1), (1, 1), (1, 1))
+    _close(got, np.maximum(conv + args[2] + args[3], 0), "bias + residual + relu")
+    assert _kind(compiled, target, fused) == "direct"
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -153,6 +153,39 @@ def test_convolutions(compile_module, fuse, rng):
     assert all(bias.tobytes() in section for bias in biases)
 
 
+def test_direct_convolutions(compile_module, fuse, rng):
+    """A channels-last convolution's kernel packed as B panels (direct_conv.py), plain and
+    with a fused bias and relu; the kernel is in the object only as its panels."""
+    module = Module("pdirect")
+    b = ComputationBuilder(module, "main")
+    xs, ws = (2, 10, 21, 24), (3, 3, 24, 40)
+    x = b.parameter(0, Shape(F32, xs))
+    w_value, bias_value = _normal(rng, ws), _normal(rng, (40,))
+    w, bias = b.constant(w_value), b.constant(bias_value)
+    window = Window.make((3, 3), (1, 1), (1, 1), (1, 1))
+
+    def bias_relu(fb, p):
+        y = fb.convolution(p[0], p[1], window, ConvDims.nhwc(2))
+        y = fb.binary(Op.ADD, y, fb.broadcast(p[2], (3,), y.shape.dims))
+        return fb.binary(Op.MAXIMUM, y, fb.broadcast(fb.scalar(0.0, F32), (), y.shape.dims))
+
+    outputs = [b.convolution(x, w, window, ConvDims.nhwc(2)), fuse(b, [x, w, bias], bias_relu)]
+    b.build(b.tuple(outputs), entry=True)
+    arg = _normal(rng, xs)
+    compiled = compile_module(module)
+    got = compiled.run(arg)
+    nchw = _conv_reference(arg.transpose(0, 3, 1, 2), w_value.transpose(3, 2, 0, 1), (1, 1),
+                           (1, 1), (1, 1), (1, 1), 1)  # fmt: skip
+    expected = nchw.transpose(0, 2, 3, 1)
+    _close(got[0], expected, "plain")
+    _close(got[1], np.maximum(expected + bias_value, 0), "fused")
+    for out in outputs:
+        plan = _plan(compiled, out)
+        assert plan.kind == "direct" and plan.packed[0] is None and plan.packed[1] is not None
+    section = _weights_section(compiled)
+    assert w_value.tobytes()[:256] not in section and bias_value.tobytes() in section
+
+
 def test_split_results_do_not_depend_on_the_thread_count(
     compile_module, fuse, same_across_threads
 ):

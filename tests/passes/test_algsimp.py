@@ -1,7 +1,12 @@
+import numpy as np
 import pytest
 from aotc_testing import hlo_reducer
-from pass_testing import check_pass
+from pass_testing import check_pass, random_args
 
+from aotc.ir import Op
+from aotc.ir.evaluate import evaluate
+from aotc.ir.text import parse_module
+from aotc.ir.verify import verify
 from aotc.passes.algsimp import AlgebraicSimplifier
 
 CASES = {
@@ -140,8 +145,9 @@ def test_transposes_cancel_through_an_epilogue():
     check_pass(AlgebraicSimplifier(), TRANSPOSES_AROUND_EPILOGUE, TRANSPOSES_CANCELLED)
 
 
-def test_transpose_stays_when_the_epilogue_is_read_elsewhere():
-    # the ReLU is an output too: moving the transpose would compute the chain twice
+def test_epilogue_read_elsewhere_is_computed_once():
+    # the ReLU is an output too: the chain runs once, in the input's layout, and one
+    # transpose makes the other output (never a copy of the chain per layout)
     text = TRANSPOSES_AROUND_EPILOGUE.replace(
         "-> f32[1,4,3,5] {", "-> (f32[1,4,3,5], f32[1,3,5,4]) {"
     ).replace(
@@ -149,7 +155,20 @@ def test_transpose_stays_when_the_epilogue_is_read_elsewhere():
         "  %back = f32[1,4,3,5]{3,2,1,0} transpose(f32[1,3,5,4]{3,2,1,0} %r), dimensions={0,3,1,2}\n"
         "  ROOT %out = (f32[1,4,3,5]{3,2,1,0}, f32[1,3,5,4]{3,2,1,0}) tuple(%back, %r)",
     )
-    check_pass(AlgebraicSimplifier(), text, None)
+    module = _simplified(text)
+    ops = [i.op for i in module.entry.instructions]
+    assert (ops.count(Op.TRANSPOSE), ops.count(Op.ADD), ops.count(Op.MAXIMUM)) == (1, 1, 1)
+
+
+def _simplified(text: str):
+    """The module after algsimp, checked to compute exactly what `text` does."""
+    module, reference = parse_module(text), parse_module(text)
+    assert AlgebraicSimplifier().run(module)
+    verify(module)
+    args = random_args(reference, 0)
+    for want, got in zip(evaluate(reference, args), evaluate(module, args)):
+        np.testing.assert_array_equal(got, want)
+    return module
 
 
 def test_transposed_broadcast_reorders_its_operand():
@@ -192,3 +211,26 @@ ENTRY %main (c: f32[1,2,7,6]) -> f32[1,2,4,3] {
   ROOT %p = f32[1,2,4,3]{3,2,1,0} reduce-window(f32[1,2,7,6]{3,2,1,0} %c, f32[] %ninf), window={size=1x1x3x2 stride=1x1x2x2 pad=0_0x0_0x1_1x0_0}, to_apply=%max
 }"""
     check_pass(AlgebraicSimplifier(), before, after)
+
+
+def test_transpose_moves_toward_users_of_a_shared_value():
+    # a block's output feeds two users (as a residual network's does): its operands'
+    # common transpose moves after it, once, and cancels against the user's transpose
+    before = """HloModule m
+ENTRY %main (x: f32[1,4,3,2], y: f32[1,4,3,2], b: f32[2]) -> (f32[1,2,4,3], f32[1,4,3,2]) {
+  %x = f32[1,4,3,2]{3,2,1,0} parameter(0)
+  %y = f32[1,4,3,2]{3,2,1,0} parameter(1)
+  %b = f32[2]{0} parameter(2)
+  %tx = f32[1,2,4,3]{3,2,1,0} transpose(f32[1,4,3,2]{3,2,1,0} %x), dimensions={0,3,1,2}
+  %ty = f32[1,2,4,3]{3,2,1,0} transpose(f32[1,4,3,2]{3,2,1,0} %y), dimensions={0,3,1,2}
+  %bb = f32[1,2,4,3]{3,2,1,0} broadcast(f32[2]{0} %b), dimensions={1}
+  %s = f32[1,2,4,3]{3,2,1,0} add(f32[1,2,4,3]{3,2,1,0} %tx, f32[1,2,4,3]{3,2,1,0} %ty)
+  %m = f32[1,2,4,3]{3,2,1,0} maximum(f32[1,2,4,3]{3,2,1,0} %s, f32[1,2,4,3]{3,2,1,0} %bb)
+  %back = f32[1,4,3,2]{3,2,1,0} transpose(f32[1,2,4,3]{3,2,1,0} %m), dimensions={0,2,3,1}
+  ROOT %r = (f32[1,2,4,3]{3,2,1,0}, f32[1,4,3,2]{3,2,1,0}) tuple(f32[1,2,4,3]{3,2,1,0} %m, f32[1,4,3,2]{3,2,1,0} %back)
+}"""
+    module = _simplified(before)
+    transposes = [i for i in module.entry.instructions if i.op is Op.TRANSPOSE]
+    assert len(transposes) == 1 and transposes[0].operands[0].op is Op.MAXIMUM
+    back = module.entry.root.operands[1]
+    assert back.op is Op.MAXIMUM and back.operands[0].op is Op.ADD

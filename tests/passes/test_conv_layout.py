@@ -3,7 +3,7 @@
 from pass_testing import check_pass
 
 from aotc.ir.text import parse_module
-from aotc.passes.conv_layout import ConvCanonicalization
+from aotc.passes.conv_layout import ConvLayoutAssignment
 
 NHWC = """HloModule m
 ENTRY %main (x: f32[2,7,6,3], w: f32[2,2,3,5]) -> f32[2,6,5,5] {
@@ -24,19 +24,19 @@ ENTRY %main (x: f32[2,7,6,3], w: f32[2,2,3,5]) -> f32[2,6,5,5] {
 
 
 def test_channels_last_becomes_nchw():
-    check_pass(ConvCanonicalization(), NHWC, NHWC_AS_NCHW, rtol=1e-5)
+    check_pass(ConvLayoutAssignment(), NHWC, NHWC_AS_NCHW, rtol=1e-5)
 
 
 def test_nchw_is_left_alone():
     text = NHWC.replace("dim_labels=b01f_01io->b01f", "dim_labels=bf01_oi01->bf01")
     text = text.replace("f32[2,7,6,3]", "f32[2,3,7,6]").replace("f32[2,2,3,5]", "f32[5,3,2,2]")
     text = text.replace("f32[2,6,5,5]", "f32[2,5,6,5]")
-    check_pass(ConvCanonicalization(), text, None)
+    check_pass(ConvLayoutAssignment(), text, None)
 
 
 def _layouts(text: str) -> list[str]:
     module = parse_module(text)
-    ConvCanonicalization().run(module)
+    ConvLayoutAssignment().run(module)
     return [i.conv for i in module.entry.instructions if i.conv is not None]
 
 
@@ -78,14 +78,14 @@ def test_every_layout_becomes_nchw_with_the_same_values():
 
     for text in ODD:
         assert [d == ConvDims.nchw(len(d.input_spatial)) for d in _layouts(text)] == [True], text
-        check_pass(ConvCanonicalization(), text, _printed_after(text), rtol=1e-5)
+        check_pass(ConvLayoutAssignment(), text, _printed_after(text), rtol=1e-5)
 
 
 def _printed_after(text: str) -> str:
     from aotc.ir.text import print_module
 
     module = parse_module(text)
-    ConvCanonicalization().run(module)
+    ConvLayoutAssignment().run(module)
     return print_module(module)
 
 
@@ -142,3 +142,17 @@ def test_channels_last_layers_compile_to_gemm_kernels(tmp_path):
     got = LoadedModel(compiled).run(args)[0]
     expected = evaluate(parse_module(NHWC_LAYERS), args)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_wide_channels_last_stays_channels_last():
+    """Output rows of 16 or more: the direct kernel's layout, the kernel's dims put in
+    [spatial, in, out] order; narrower rows go NCHW (test_channels_last_becomes_nchw)."""
+    from aotc.ir import ConvDims
+
+    wide = NHWC.replace("f32[2,7,6,3]", "f32[2,7,20,3]").replace("f32[2,6,5,5]", "f32[2,6,19,5]")
+    assert _layouts(wide) == [ConvDims.nhwc(2)]
+    check_pass(ConvLayoutAssignment(), wide, None)
+    swapped = wide.replace("dim_labels=b01f_01io->b01f", "dim_labels=b01f_01oi->b01f")
+    swapped = swapped.replace("f32[2,2,3,5]", "f32[2,2,5,3]")
+    assert _layouts(swapped) == [ConvDims.nhwc(2)]
+    check_pass(ConvLayoutAssignment(), swapped, _printed_after(swapped), rtol=1e-5)

@@ -31,7 +31,7 @@ from .context import EmitContext
 from .conv import plan_convolution
 from .dot import plan_dot
 from .elemental import Gen, element_pointer, make_generator, memory_generator
-from .gemm import WORKSPACE_ALIGNMENT, use_packed
+from .gemm import aligned, use_packed
 from .lltypes import store_element
 from .tiles import GEMM_DTYPES
 from .views import View, fused_view, memory_view
@@ -63,7 +63,7 @@ class _Kernel:
     @property
     def value_bytes(self) -> list[int]:
         """Workspace bytes for each contraction's values (0: in the output buffer)."""
-        sizes = [_align(c.array_shape.nbytes) for c in self.contractions]
+        sizes = [aligned(c.array_shape.nbytes) for c in self.contractions]
         if self.last_in_place:
             sizes[-1] = 0
         return sizes
@@ -222,6 +222,3 @@ def _workspace_slice(ctx: EmitContext, size: int) -> Slice:
     assert workspace is not None and size <= workspace.size, "workspace sized before emission"
     return Slice(BufferKind.ARENA, 0, workspace.offset, size)
 
-
-def _align(size: int) -> int:
-    return -(-size // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT

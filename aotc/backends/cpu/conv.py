@@ -25,6 +25,7 @@ from ...buffers import Slice
 from ...ir import Instruction, Op
 from .accumulate import MacAccumulator
 from .context import EmitContext
+from .direct_conv import DirectConvPlan, plan_direct
 from .elemental import Gen, Rule, delinearize
 from .gemm import (
     GemmPlan,
@@ -97,7 +98,9 @@ CONV_RULES: dict[Op, Rule] = {Op.CONVOLUTION: convolution_rule}
 # -- GEMM plans (contraction.py) ---------------------------------------------------
 
 
-def plan_convolution(target, conv: Instruction, views) -> GemmPlan | DepthwisePlan | None:
+def plan_convolution(
+    target, conv: Instruction, views
+) -> GemmPlan | DepthwisePlan | DirectConvPlan | None:
     """A convolution whose output is [batch, feature, spatial...] (NCHW-like) as GEMMs.
 
     Per image and feature group: C[Cout_g, pixels] = weights[Cout_g, Cin_g * taps]
@@ -111,7 +114,7 @@ def plan_convolution(target, conv: Instruction, views) -> GemmPlan | DepthwisePl
         return None
     geometry = _Geometry(conv)
     if not geometry.nchw_output:
-        return None
+        return plan_direct(target, conv, views)
     if geometry.work == 0:
         return None
     lhs_view, rhs_view = views
@@ -137,7 +140,7 @@ def plan_convolution(target, conv: Instruction, views) -> GemmPlan | DepthwisePl
     batch = (g.batch, g.groups)
     return GemmPlan(
         config, batch, g.cout_g, pixels, g.k, pixels, weights, columns, c_offset, out_index,
-        layouts=(weights_layout, None),
+        layouts=(weights_layout, None), operands=(1, 0),
     )  # fmt: skip
 
 

@@ -67,11 +67,11 @@ class Blocking:
 
     @property
     def a_bytes(self) -> int:
-        return _align(self.mb * self.kc * self.config.itemsize)
+        return aligned(self.mb * self.kc * self.config.itemsize)
 
     @property
     def b_bytes(self) -> int:
-        return _align(self.kc * self.nb * self.config.itemsize)
+        return aligned(self.kc * self.nb * self.config.itemsize)
 
     @property
     def workspace_bytes(self) -> int:
@@ -121,7 +121,7 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def _align(size: int) -> int:
+def aligned(size: int) -> int:
     return _round_up(size, WORKSPACE_ALIGNMENT)
 
 
@@ -246,9 +246,18 @@ def packed_key(kernel: Instruction, contraction: int, side: int) -> tuple:
     return ("packed", id(kernel), contraction, side)
 
 
+class Prepackable:
+    """A plan that reads GEMM-style operands, which prepack.py may pack at compile time.
+
+    It has `config`, `layouts` and `packed` (per side: A, B), `operands` (the
+    contraction operand that each side reads), `can_pack(side)` and
+    `packed_shape(side)`; `PackedPanels` reads the copies.
+    """
+
+
 def use_packed(planned, slices: dict, kernel: Instruction, contraction: int):
     """`planned` reading the pre-packed copies of its operands that `slices` holds."""
-    if not isinstance(planned, GemmPlan):
+    if not isinstance(planned, Prepackable):
         return planned
     found = tuple(slices.get(packed_key(kernel, contraction, side)) for side in (0, 1))
     return planned if found == (None, None) else replace(planned, packed=found)
@@ -417,7 +426,7 @@ class Split:
         if self.packed[0 if self.mode == "m" else 1]:
             return 0
         width = blocks.mr if self.mode == "m" else blocks.nr
-        return _align(self.per * width * blocks.kc * blocks.config.itemsize)
+        return aligned(self.per * width * blocks.kc * blocks.config.itemsize)
 
     @property
     def workspace_bytes(self) -> int:
@@ -509,7 +518,7 @@ OperandFactory = Callable[[EmitContext, list, list[ir.Value]], Panels]
 
 
 @dataclass
-class GemmPlan:
+class GemmPlan(Prepackable):
     """A contraction as a batch of GEMMs; what dot.py and conv.py plan.
 
     C of batch element `index` starts `c_offset(ctx, index)` elements into
@@ -532,6 +541,8 @@ class GemmPlan:
     layouts: tuple[StridedLayout | None, StridedLayout | None] = (None, None)
     # where prepack.py put pre-packed copies of the operands in the weights (A's, B's)
     packed: tuple[Slice | None, Slice | None] = (None, None)
+    # the contraction operands that A and B are (a convolution's A is its kernel)
+    operands: tuple[int, int] = (0, 1)
 
     @property
     def kind(self) -> str:

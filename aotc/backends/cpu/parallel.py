@@ -41,18 +41,32 @@ def parallel_loop_nest(
 ) -> Iterator[list[ir.Value]]:
     """`loop_nest(dims)` whose leading dims are shared out to the threads when the nest
     does at least MIN_PARALLEL_ELEMENTS elements of `work` (default: its own size)."""
+    with parallel_loop_nest_passing(ctx, dims, (), name, work) as (index, _):
+        yield index
+
+
+@contextmanager
+def parallel_loop_nest_passing(
+    ctx: EmitContext,
+    dims: Sequence[int],
+    values: Sequence[ir.Value],
+    name: str = "i",
+    work: int | None = None,
+) -> Iterator[tuple[list[ir.Value], list[ir.Value]]]:
+    """`parallel_loop_nest` that yields (index, `values` as seen in the body): i64s of
+    the kernel that the body uses."""
     split = _outer_dims(dims)
     outer = math.prod(dims[:split])
     if (work if work is not None else math.prod(dims)) < MIN_PARALLEL_ELEMENTS or outer < 2:
         with loop_nest(ctx.builder, dims, name) as index:
-            yield index
+            yield index, list(values)
         return
-    with parallel_chunks(ctx, outer, name) as (begin, end, _):
+    with parallel_chunks(ctx, outer, name, values) as (begin, end, passed):
         b = ctx.builder
         with for_range(b, b.sub(end, begin), f"{name}.chunk") as offset:
             position = delinearize(b, b.add(begin, offset, flags=["nuw", "nsw"]), dims[:split])
             with loop_nest(b, dims[split:], name) as inner:
-                yield [*position, *inner]
+                yield [*position, *inner], passed
 
 
 @contextmanager

@@ -24,15 +24,12 @@ from ...buffers import BufferKind, BufferPlan, Slice
 from ...buffers.liveness import array_indices
 from ...ir import Instruction, Op
 from .contraction import contraction_plans
-from .gemm import WORKSPACE_ALIGNMENT, GemmPlan, PackedShape, StridedLayout, packed_key
+from .gemm import WORKSPACE_ALIGNMENT, PackedShape, Prepackable, StridedLayout, packed_key
 
 # ops a fusion body reads a parameter through on the way to a contraction operand that
 # is a view of it (as views.fused_view follows them)
 VIEW_OPS = frozenset({Op.TRANSPOSE, Op.BROADCAST, Op.RESHAPE, Op.BITCAST})
 
-# the operand of a contraction that GEMM side A, B reads (dot.py, conv.py: a convolution
-# multiplies the kernel by the image's columns)
-SIDE_OPERANDS = {Op.DOT: (0, 1), Op.CONVOLUTION: (1, 0)}
 # the slice of a constant dropped from the blob: nothing may read it (program.py refuses to)
 DROPPED = Slice(BufferKind.CONSTANT, -1, 0, 0)
 
@@ -41,13 +38,15 @@ FramePath = tuple[tuple[str, int], ...]  # a frame: the (control instruction, co
 
 @dataclass(frozen=True)
 class _Request:
-    """Operand `side` (0: A, 1: B) of contraction `number` of `kernel`, in frame `path`."""
+    """Operand `side` (0: A, 1: B) of contraction `number` of `kernel`, in frame `path`:
+    the contraction's operand number `operand`."""
 
     path: FramePath
     kernel: Instruction
     contraction: Instruction
     number: int
     side: int
+    operand: int
     layout: StridedLayout
     shape: PackedShape
     dtype: np.dtype
@@ -124,12 +123,12 @@ def _requests(target, plan: BufferPlan) -> Iterator[_Request]:
             if found is None:
                 continue
             for number, (contraction, planned) in enumerate(zip(*found)):
-                if not isinstance(planned, GemmPlan):
+                if not isinstance(planned, Prepackable):
                     continue
                 for side in (0, 1):
                     if planned.can_pack(side) and planned.packed[side] is None:
                         yield _Request(path, instr, contraction, number, side,
-                                       planned.layouts[side], planned.packed_shape(side),
+                                       planned.operands[side], planned.layouts[side], planned.packed_shape(side),
                                        planned.config.dtype.numpy)  # fmt: skip
 
 
@@ -137,7 +136,7 @@ def _packed_reads(path: FramePath, requests: list[_Request]) -> set[tuple[int, i
     """(id(kernel), id(contraction), operand number) of the contraction operands read
     pre-packed in frame `path`."""
     return {
-        (id(r.kernel), id(r.contraction), SIDE_OPERANDS[r.contraction.op][r.side])
+        (id(r.kernel), id(r.contraction), r.operand)
         for r in requests
         if r.path == path
     }

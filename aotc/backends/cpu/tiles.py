@@ -118,36 +118,55 @@ def micro_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, nr: int) -> ir.Func
         return function
     kc, a_ptr, b_ptr, c_ptr, ldc, accumulate, rows, cols = function.args
     ty = cfg.element
-    vectors = nr // cfg.lanes
-    tail = nr % cfg.lanes  # nr below one vector (N < W): a narrower last vector
-    widths = [cfg.lanes] * vectors + ([tail] if tail else [])
-    vec_types = [ir.VectorType(ty, w) for w in widths]
-    slots = [[entry_slot(b, t) for t in vec_types] for _ in range(mr)]
-    for row in slots:
-        for slot, t in zip(row, vec_types):
-            b.store(ir.Constant(t, None), slot)
+    tile = Tile(b, cfg, mr, nr)
     with for_range(b, kc, "k") as k:
         b_row = b.gep(b_ptr, [b.mul(k, i64(nr))], source_etype=ty)
-        b_vecs = []
-        offset = 0
-        for t in vec_types:
-            p = b.gep(b_row, [i64(offset)], source_etype=ty)
-            b_vecs.append(b.load(p, typ=t, align=cfg.itemsize))
-            offset += t.count
         a_row = b.gep(a_ptr, [b.mul(k, i64(mr))], source_etype=ty)
-        for i in range(mr):
-            a_value = b.load(b.gep(a_row, [i64(i)], source_etype=ty), typ=ty)
-            for slot, b_vec, t in zip(slots[i], b_vecs, vec_types):
-                acc = b.load(slot, typ=t)
-                b.store(mul_add(ctx, b, cfg, splat(b, a_value, t), b_vec, acc), slot)
+        tile.add_products(ctx, b_row, [b.gep(a_row, [i64(i)], source_etype=ty) for i in range(mr)])
     full = b.and_(b.icmp_unsigned("==", rows, i64(mr)), b.icmp_unsigned("==", cols, i64(nr)))
     with b.if_else(full) as (then, otherwise):
         with then:
-            _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate)
+            tile.store(ctx, c_ptr, ldc, accumulate)
         with otherwise:
-            _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate, rows, cols)
+            tile.store(ctx, c_ptr, ldc, accumulate, rows, cols)
     b.ret_void()
     return function
+
+
+class Tile:
+    """An MR x NR tile of accumulators in vector registers (stack slots that LLVM
+    promotes), zeroed at the builder's position; NR below one vector (N < W) makes
+    a narrower last vector."""
+
+    def __init__(self, b: ir.IRBuilder, cfg: GemmConfig, mr: int, nr: int):
+        self.b, self.cfg = b, cfg
+        vectors, tail = divmod(nr, cfg.lanes)
+        widths = [cfg.lanes] * vectors + ([tail] if tail else [])
+        self.types = [ir.VectorType(cfg.element, w) for w in widths]
+        self.slots = [[entry_slot(b, t) for t in self.types] for _ in range(mr)]
+        for row in self.slots:
+            for slot, t in zip(row, self.types):
+                b.store(ir.Constant(t, None), slot)
+
+    def add_products(self, ctx, b_row: ir.Value, a_pointers: list[ir.Value]) -> None:
+        """Tile += outer product of row i's A value (at a_pointers[i]) and B's NR values
+        (at b_row)."""
+        b, cfg = self.b, self.cfg
+        b_vecs, offset = [], 0
+        for t in self.types:
+            p = b.gep(b_row, [i64(offset)], source_etype=cfg.element)
+            b_vecs.append(b.load(p, typ=t, align=cfg.itemsize))
+            offset += t.count
+        for slots, pointer in zip(self.slots, a_pointers):
+            a_value = b.load(pointer, typ=cfg.element)
+            for slot, b_vec, t in zip(slots, b_vecs, self.types):
+                acc = b.load(slot, typ=t)
+                b.store(mul_add(ctx, b, cfg, splat(b, a_value, t), b_vec, acc), slot)
+
+    def store(self, ctx, c_ptr, ldc, accumulate, rows=None, cols=None) -> None:
+        """Store (or add) the tile to C; only `rows` x `cols` of it when given."""
+        _store_tile(ctx, self.b, self.cfg, self.slots, self.types, c_ptr, ldc, accumulate,
+                    rows, cols)  # fmt: skip
 
 
 def _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate, rows=None, cols=None):
