@@ -335,6 +335,18 @@ DIRECT_CONVS = [
 ]
 
 
+def _bias_residual_relu(window, dims: ConvDims, out):
+    """A fusion body: relu(conv(p0, p1) + bias p2 along the output feature + p3)."""
+
+    def body(fb, p):
+        y = fb.convolution(p[0], p[1], window, dims)
+        y = fb.binary(Op.ADD, y, fb.broadcast(p[2], (dims.output_feature,), out))
+        y = fb.binary(Op.ADD, y, p[3])
+        return fb.binary(Op.MAXIMUM, y, fb.broadcast(fb.scalar(0.0, F32), (), out))
+
+    return body
+
+
 def _direct_reference(x, w, stride, low, high, dilation):
     """NHWC x HWIO -> NHWC through the NCHW reference."""
     out = _conv_reference(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), stride, low,
@@ -383,13 +395,7 @@ def test_direct_convolution_epilogue_on_threads(compile_module, fuse, rng, targe
     r = b.parameter(3, Shape(F32, out))
     window = Window.make((3, 3), (2, 2), (1, 1), (1, 1))
 
-    def bias_residual_relu(fb, p):
-        y = fb.convolution(p[0], p[1], window, ConvDims.nhwc(2))
-        y = fb.binary(Op.ADD, y, fb.broadcast(p[2], (3,), out))
-        y = fb.binary(Op.ADD, y, p[3])
-        return fb.binary(Op.MAXIMUM, y, fb.broadcast(fb.scalar(0.0, F32), (), out))
-
-    fused = fuse(b, [x, w, bias, r], bias_residual_relu)
+    fused = fuse(b, [x, w, bias, r], _bias_residual_relu(window, ConvDims.nhwc(2), out))
     b.build(b.tuple([fused]), entry=True)
     args = [_normal(rng, xs), _normal(rng, ws), _normal(rng, (40,)), _normal(rng, out)]
     compiled = compile_module(module, target=target)
@@ -411,12 +417,6 @@ def test_convolution_epilogues(compile_module, fuse, rng, target):
     out = (2, 16, 11, 13)
     window = Window.make((3, 3), (1, 1), (1, 1), (1, 1))
 
-    def bias_residual_relu(fb, p):
-        y = fb.convolution(p[0], p[1], window, ConvDims.nchw(2))
-        y = fb.binary(Op.ADD, y, fb.broadcast(p[2], (1,), out))
-        y = fb.binary(Op.ADD, y, p[3])
-        return fb.binary(Op.MAXIMUM, y, fb.broadcast(fb.scalar(0.0, F32), (), out))
-
     def depthwise_relu6(fb, p):
         y = fb.convolution(p[0], p[1], window, ConvDims.nchw(2), 8)
         zero = fb.broadcast(fb.scalar(0.0, F32), (), (2, 8, 11, 13))
@@ -424,7 +424,10 @@ def test_convolution_epilogues(compile_module, fuse, rng, target):
         return fb.binary(Op.MINIMUM, fb.binary(Op.MAXIMUM, y, zero), six)
 
     staged = b.unary(Op.ABS, r)
-    fused = [fuse(b, [x, w, bias, staged], bias_residual_relu), fuse(b, [x, dw], depthwise_relu6)]
+    fused = [
+        fuse(b, [x, w, bias, staged], _bias_residual_relu(window, ConvDims.nchw(2), out)),
+        fuse(b, [x, dw], depthwise_relu6),
+    ]
     b.build(b.tuple([b.unary(Op.NEGATE, fused[0]), fused[1]]), entry=True)
     args = [_normal(rng, (2, 8, 11, 13)), _normal(rng, (16, 8, 3, 3)), _normal(rng, (16,)),
             _normal(rng, out), _normal(rng, (8, 1, 3, 3)) * 3]  # fmt: skip
