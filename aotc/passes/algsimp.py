@@ -139,10 +139,16 @@ def transpose_toward_operands(b: InsertingBuilder, instr: Instruction):
         return None
     perm = instr.dimensions
     operands = [b.transpose(o, perm) if o.shape.rank else o for o in x.operands]
+    return _permuted(b, x, operands, perm)
+
+
+def _permuted(b: InsertingBuilder, x: Instruction, operands, perm) -> Instruction:
+    """`x`'s op over `operands`, its shape (and a pool's window) permuted as
+    transpose(x, perm) permutes x's dims."""
     if x.op is Op.REDUCE_WINDOW:
         window = Window(*(tuple(field[p] for p in perm) for field in astuple(x.window)))
         return b.reduce_window(*operands, window, x.called[0])
-    shape = Shape(x.shape.dtype, instr.shape.dims)
+    shape = Shape(x.shape.dtype, tuple(x.shape.dims[p] for p in perm))
     return b.add(x.op, operands, shape, direction=x.direction)
 
 
@@ -178,13 +184,7 @@ def transpose_toward_users(b: InsertingBuilder, instr: Instruction):
             operands.append(o.operands[0])
         else:
             operands.append(b.transpose(o, inverse) if o.shape.rank else o)
-    if instr.op is Op.REDUCE_WINDOW:
-        window = Window(*(tuple(field[i] for i in inverse) for field in astuple(instr.window)))
-        inner = b.reduce_window(*operands, window, instr.called[0])
-    else:
-        dims = [instr.shape.dims[i] for i in inverse]
-        inner = b.add(instr.op, operands, Shape(instr.shape.dtype, dims), direction=instr.direction)
-    return b.transpose(inner, perm)
+    return b.transpose(_permuted(b, instr, operands, inverse), perm)
 
 
 def _common_transpose(instr: Instruction):

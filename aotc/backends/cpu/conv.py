@@ -34,6 +34,7 @@ from .gemm import (
     StridedPanels,
     emit_region,
     split_index,
+    strided_layout,
 )
 from .im2col import IMAGE_FIELDS, ImagePanels
 from .lltypes import I1, i64, register_type
@@ -193,12 +194,9 @@ def _weights_layout(g: _Geometry, view) -> StridedLayout | None:
     if view is None:
         return None
     dims = g.dims
-    k_dims = (dims.kernel_input_feature, *dims.kernel_spatial)
-    k_stride = merged_stride([g.rhs.dims[d] for d in k_dims], [view.strides[d] for d in k_dims])
-    if k_stride is None:
-        return None
     m_stride = view.strides[dims.kernel_output_feature]
-    return StridedLayout(view.where, ((1, g.cout_g * m_stride),), m_stride, k_stride)
+    k_dims = (dims.kernel_input_feature, *dims.kernel_spatial)
+    return strided_layout(view, dims.kernel_output_feature, k_dims, ((1, g.cout_g * m_stride),))
 
 
 def _weights_factory(g: _Geometry, layout: StridedLayout | None):

@@ -9,15 +9,16 @@ micro-kernel here reads its A values straight from the image: tile row i, tap
 t, input channel c is at a + i*lda + offsets[t] + c, with lda and MR fixed when
 it is emitted (x86 addressing takes them as displacements), so nothing is
 packed or copied per tile.  B is the kernel as NR-column panels over K = (taps,
-Cin), pre-packed into the weights (prepack.py) or packed once per call.  All of
-K is summed in registers, so each output element is stored once, and the
-epilogue runs on the tile just stored.  A row's last MR-short tile is a kernel
-of its own height: no padded rows, no reads past the image.
+Cin), pre-packed into the weights (prepack.py) or packed once per call.  A
+row's last MR-short tile is a kernel of its own height: no padded rows, no
+reads past the image.
 
 Padding is a zero border around a copy of the image in the workspace; without
 padding the image is read in place when its channels are contiguous.  Loops:
 blocks of output channels whose panels fit L2 outermost, then output rows (or
-flat tiles) shared out to the threads, then tiles, then the block's panels.
+runs of flat tiles) shared out to the threads; in a row, per B panel, blocks of
+input channels whose B slice fits L1 (the tiles add to C after the first), over
+the row's tiles; then the epilogue on the row's channels of the block.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
-from ...buffers import BufferKind, Slice
+from ...buffers import Slice
 from ...ir import Instruction
 from .context import EmitContext
 from .elemental import Gen
@@ -40,6 +41,7 @@ from .gemm import (
     aligned,
     emit_region,
     split_index,
+    strided_layout,
 )
 from .lltypes import I1, I64, PTR, i64
 from .loops import for_range, loop_nest
@@ -108,13 +110,9 @@ def channels_last_image(conv: Instruction) -> Image | None:
         return None
     lhs, rhs, out = conv.operands[0].shape, conv.operands[1].shape, conv.array_shape
 
-    def pair(values):  # 1-D: a window of height 1
+    def pair(values, height=1):  # 1-D: a window of height 1, no padding there
         values = tuple(values)
-        return values if spatial == 2 else (1, *values)
-
-    def pads(values):
-        values = tuple(values)
-        return values if spatial == 2 else (0, *values)
+        return values if spatial == 2 else (height, *values)
 
     in_spatial = pair(lhs.dims[d] for d in dims.input_spatial)
     out_spatial = pair(out.dims[d] for d in dims.output_spatial)
@@ -129,8 +127,8 @@ def channels_last_image(conv: Instruction) -> Image | None:
         kernel=pair(window.size),
         stride=pair(window.stride),
         dilation=pair(window.rhs_dilation),
-        pad_low=pads(window.pad_low),
-        pad_high=pads(window.pad_high),
+        pad_low=pair(window.pad_low, 0),
+        pad_high=pair(window.pad_high, 0),
     )
 
 
@@ -188,10 +186,7 @@ def _weights_layout(conv: Instruction, view: View | None) -> StridedLayout | Non
         return None
     dims = conv.conv
     k_dims = (*dims.kernel_spatial, dims.kernel_input_feature)
-    k_stride = merged_stride([view.dims[d] for d in k_dims], [view.strides[d] for d in k_dims])
-    if k_stride is None:
-        return None
-    return StridedLayout(view.where, (), view.strides[dims.kernel_output_feature], k_stride)
+    return strided_layout(view, dims.kernel_output_feature, k_dims)
 
 
 @dataclass
@@ -209,10 +204,6 @@ class DirectConvPlan(Prepackable):
     packed: tuple[Slice | None, Slice | None] = (None, None)
     operands: tuple[int, int] = field(default=(0, 1))  # A: the image, B: the kernel
     kind = "direct"
-
-    def can_pack(self, side: int) -> bool:
-        layout = self.layouts[side]
-        return side == 1 and layout is not None and layout.where.kind is BufferKind.CONSTANT
 
     def packed_shape(self, side: int) -> PackedShape:
         """B as one K slice of NR-wide panels."""
@@ -236,7 +227,7 @@ class DirectConvPlan(Prepackable):
         return self._panel_bytes + aligned(images * self.config.itemsize)
 
     @property
-    def _strides(self) -> tuple[int, int]:
+    def source_strides(self) -> tuple[int, int]:
         """Elements between rows and between columns of the image the tiles read."""
         if self.view is None:
             return self.image.padded[1] * self.image.channels, self.image.channels
@@ -250,7 +241,7 @@ class DirectConvPlan(Prepackable):
         if self.packed[1] is None:
             self._pack_weights(ctx, sources[1], ctx.slice_pointer(workspace))
         if self.view is None:
-            self._copy_images(ctx, sources[0].gen, self._copies(ctx, workspace))
+            self._copy_images(ctx, sources[0].gen, self.copies(ctx, workspace))
         panels = -(-image.cout // self.nr)
         fitting = max(self.config.blocks.l2 // (image.k * self.nr * self.config.itemsize), 1)
         per_block = -(-panels // -(-panels // fitting))  # balanced blocks
@@ -264,7 +255,7 @@ class DirectConvPlan(Prepackable):
                 b = ctx.builder
                 (first,) = passed
                 count = smaller(b, i64(per_block), b.sub(i64(panels), first))
-                tiles = _Tiles(self, ctx, sources, c, workspace, epilogue, index[0], (first, count))
+                tiles = _Tiles(self, ctx, c, workspace, epilogue, index[0], (first, count))
                 if self.flat:
                     tiles.flat_run(index[1])
                 else:
@@ -301,7 +292,7 @@ class DirectConvPlan(Prepackable):
 
         return element
 
-    def _copies(self, ctx, workspace: Slice) -> ir.Value:
+    def copies(self, ctx, workspace: Slice) -> ir.Value:
         """Where the padded images are: after B's panels."""
         return ctx.byte_pointer(ctx.slice_pointer(workspace), self._panel_bytes)
 
@@ -347,7 +338,7 @@ class DirectConvPlan(Prepackable):
     def tap_offsets(self) -> list[int]:
         """Each tap's offset from a tile row's first input element, in elements."""
         image = self.image
-        rows, cols = self._strides
+        rows, cols = self.source_strides
         return [kh * image.dilation[0] * rows + kw * image.dilation[1] * cols
                 for kh in range(image.kernel[0]) for kw in range(image.kernel[1])]  # fmt: skip
 
@@ -356,7 +347,7 @@ class _Tiles:
     """The tiles of one unit of work (an output row, or a flat tile) of one image, for
     a range of B panels (first, count)."""
 
-    def __init__(self, plan: DirectConvPlan, ctx, sources, c: Slice, workspace, epilogue,
+    def __init__(self, plan: DirectConvPlan, ctx, c: Slice, workspace, epilogue,
                  image_index, panels):  # fmt: skip
         self.plan, self.ctx, self.epilogue = plan, ctx, epilogue
         self.image_index, self.panels = image_index, panels
@@ -373,7 +364,7 @@ class _Tiles:
         else:
             height, width = image.padded
             size = height * width * image.channels
-            copies = plan._copies(ctx, workspace)
+            copies = plan.copies(ctx, workspace)
             self.source = b.gep(copies, [b.mul(image_index, i64(size))], source_etype=ty)
         first_pixel = b.mul(image_index, i64(image.pixels * image.cout))
         self.out = b.gep(ctx.slice_pointer(c), [first_pixel], source_etype=ty)
@@ -383,24 +374,25 @@ class _Tiles:
         """Output row `oh`."""
         plan, b = self.plan, self.ctx.builder
         image = plan.image
-        rows, cols = plan._strides
+        rows, cols = plan.source_strides
         line = b.mul(oh, i64(image.stride[0] * rows))
         self._run(line, image.stride[1] * cols, b.mul(oh, i64(image.out_width)), image.out_width)
 
     def flat_run(self, u) -> None:
         """Flat unit `u`: `run` pixels (the last unit fewer)."""
         plan, b = self.plan, self.ctx.builder
-        _, lda = plan._strides
+        _, lda = plan.source_strides
         p0 = b.mul(u, i64(plan.run))
+        start = b.mul(p0, i64(lda))
         full, rest = divmod(plan.image.pixels, plan.run)
         if not rest:
-            self._run(b.mul(p0, i64(lda)), lda, p0, plan.run)
+            self._run(start, lda, p0, plan.run)
             return
         with b.if_else(b.icmp_unsigned("<", u, i64(full))) as (whole, last):
             with whole:
-                self._run(b.mul(p0, i64(lda)), lda, p0, plan.run)
+                self._run(start, lda, p0, plan.run)
             with last:
-                self._run(b.mul(p0, i64(lda)), lda, p0, rest)
+                self._run(start, lda, p0, rest)
 
     def _run(self, start, lda: int, p0, length: int) -> None:
         """`length` pixels from pixel `p0` of the image, pixel i's inputs at `start` +

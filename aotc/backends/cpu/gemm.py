@@ -47,6 +47,7 @@ from .lltypes import I8, I64, PTR, i64
 from .loops import branch_value, for_range, if_then, loop_nest
 from .parallel import parallel_chunks
 from .tiles import FEWER_ACCUMULATORS_COST, GemmConfig, micro_kernel, smaller, strided_packer
+from .views import merged_stride
 
 WORKSPACE_ALIGNMENT = 64
 
@@ -219,6 +220,16 @@ class StridedLayout:
     k_stride: int
 
 
+def strided_layout(view, p_dim: int, k_dims, batch=()) -> StridedLayout | None:
+    """`view` read as a matrix with p along dim `p_dim` and k along `k_dims` merged
+    (row-major), batch elements `batch` apart; None when those dims do not merge into
+    one stride."""
+    k_stride = merged_stride([view.dims[d] for d in k_dims], [view.strides[d] for d in k_dims])
+    if k_stride is None:
+        return None
+    return StridedLayout(view.where, tuple(batch), view.strides[p_dim], k_stride)
+
+
 @dataclass(frozen=True)
 class PackedShape:
     """A pre-packed operand of a GEMM plan: for each of its batch elements (the GEMM
@@ -250,9 +261,14 @@ class Prepackable:
     """A plan that reads GEMM-style operands, which prepack.py may pack at compile time.
 
     It has `config`, `layouts` and `packed` (per side: A, B), `operands` (the
-    contraction operand that each side reads), `can_pack(side)` and
-    `packed_shape(side)`; `PackedPanels` reads the copies.
+    contraction operand that each side reads) and `packed_shape(side)`;
+    `PackedPanels` reads the copies.
     """
+
+    def can_pack(self, side: int) -> bool:
+        """Whether operand `side` (0: A, 1: B) is a constant that may be pre-packed."""
+        layout = self.layouts[side]
+        return layout is not None and layout.where.kind is BufferKind.CONSTANT
 
 
 def use_packed(planned, slices: dict, kernel: Instruction, contraction: int):
@@ -575,9 +591,7 @@ class GemmPlan(Prepackable):
         return 0 if self.gemv else sum(self.blocks.region_bytes(self.is_packed))
 
     def can_pack(self, side: int) -> bool:
-        """Whether operand `side` (0: A, 1: B) is a constant that may be pre-packed."""
-        layout = self.layouts[side]
-        return self.gemv is None and layout is not None and layout.where.kind is BufferKind.CONSTANT
+        return self.gemv is None and super().can_pack(side)
 
     def packed_shape(self, side: int) -> PackedShape:
         """How operand `side` is pre-packed: for the serial blocking, whose kc and tile
