@@ -241,14 +241,15 @@ CONVS = [
 ]
 
 
-# (M, N) -> (MR, NR) on AVX-512: the tile that pads M and N least, 8-row tiles 4% dearer
-# per multiply-add when they hold fewer accumulators (8 x 32)
+# (M, N) -> (MR, NR, edge columns) on AVX-512: the tile that costs least (8-row tiles
+# 4% dearer per multiply-add when they hold fewer accumulators), N's columns past its
+# last whole panel taken by the edge kernel where that beats a zero-padded tile
 AVX512_TILES = {
-    (64, 3136): (8, 48),  # 64 channels at 56 x 56: 8 x 48 pads nothing in M
-    (256, 49): (12, 32),  # 49 pixels: 48 wide would pad N to 96
-    (136, 49): (8, 32),  # 12 rows would pad M to 144
-    (16, 1450): (8, 48),
-    (5, 7): (5, 16),  # cut down to the product
+    (64, 3136): (8, 48, 16),  # 64 channels at 56 x 56: 8 rows pad nothing in M
+    (256, 49): (8, 48, 1),  # 49 pixels: one 48-wide panel and a 1-column edge
+    (512, 196): (12, 32, 4),
+    (16, 1450): (8, 48, 10),
+    (5, 7): (5, 16, 0),  # cut down to the product: one tile beats 7 column vectors
 }
 
 
@@ -256,10 +257,44 @@ AVX512_TILES = {
 def test_blocking_picks_the_tile_that_pads_least(shape, tile):
     config = gemm_config(parse_target("x86_64:skylake-avx512"), F32)
     blocks = blocking(config, *shape, 64)
-    assert (blocks.mr, blocks.nr) == tile
+    assert (blocks.mr, blocks.nr, blocks.edge) == tile
     assert blocks.kc == 64 and blocks.nb % blocks.nr == 0 and blocks.mb % blocks.mr == 0
     avx2 = blocking(gemm_config(parse_target("x86_64:x86-64-v3"), F32), *shape, 64)
     assert (avx2.mr, avx2.nr) == (min(6, shape[0]), min(16, -(-shape[1] // 8) * 8))
+
+
+# (M, N, K) whose last columns take the edge kernel on every target: one column (its
+# k split over 8 accumulators, K not a multiple of 8, or below it), a few, all of N;
+# K past one slice (the edge accumulates) and M past whole row panels (partial rows)
+EDGE_SHAPES = [(20, 49, 700), (37, 196, 130), (64, 20, 33), (9, 17, 5)]
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_dot_edge_columns(compile_module, fuse, rng, target):
+    """The GEMM's last columns by the edge kernel, a fused relu over them."""
+    config = gemm_config(parse_target(target), F32)
+    assert all(blocking(config, *shape).edge for shape in EDGE_SHAPES)
+    assert any(blocking(config, *shape).k > blocking(config, *shape).kc for shape in EDGE_SHAPES)
+    module = Module("edges")
+    b = ComputationBuilder(module, "main")
+    outputs, args = [], []
+    for i, (m, n, k) in enumerate(EDGE_SHAPES):
+        x = b.parameter(2 * i, Shape(F32, (m, k)))
+        y = b.parameter(2 * i + 1, Shape(F32, (k, n)))
+
+        def relu(fb, p, m=m, n=n):
+            zeros = fb.broadcast(fb.scalar(0.0, F32), (), (m, n))
+            return fb.binary(Op.MAXIMUM, _dot(fb, p[0], p[1]), zeros)
+
+        outputs.append(fuse(b, [x, y], relu, name=f"relu{i}"))
+        args += [_normal(rng, (m, k)), _normal(rng, (k, n))]
+    b.build(b.tuple(outputs), entry=True)
+    compiled = compile_module(module, target=target)
+    got = compiled.run(*args)
+    for i, shape in enumerate(EDGE_SHAPES):
+        want = np.maximum(args[2 * i].astype(np.float64) @ args[2 * i + 1], 0)
+        _close(got[i], want, str(shape))
+    assert [_kind(compiled, target, o) for o in outputs] == ["gemm"] * len(EDGE_SHAPES)
 
 
 @pytest.mark.parametrize("target", ALL_TARGETS)

@@ -196,7 +196,7 @@ def test_split_results_do_not_depend_on_the_thread_count(
     module = Module("psplit")
     b = ComputationBuilder(module, "main")
     w = [_normal(rng, s) for s in [(300, 256), (256, 300), (9, 64, 72), (64, 32, 3, 3)]]
-    shapes = [(384, 300), (300, 1024), (9, 48, 64), (1, 32, 28, 28)]
+    shapes = [(384, 300), (300, 2048), (9, 48, 64), (1, 32, 28, 28)]
     x = [b.parameter(i, Shape(F32, s)) for i, s in enumerate(shapes)]
     window = Window.make((3, 3), (1, 1), (1, 1), (1, 1))
     outputs = [

@@ -166,7 +166,7 @@ def test_contractions_do_not_depend_on_the_thread_count(
         ([(2, 16, 20, 20), (32, 8, 3, 3)], lambda p: _conv(b, *p, pad=1, groups=2)),
         ([(2, 32, 40, 40), (32, 1, 3, 3)], lambda p: _conv(b, *p, pad=1, groups=32)),
         ([(384, 300), (300, 256)], lambda p: _dot(b, *p)),  # B blocks packed in parallel
-        ([(256, 300), (300, 1024)], lambda p: _dot(b, *p)),  # A blocks packed in parallel
+        ([(256, 300), (300, 2048)], lambda p: _dot(b, *p)),  # A blocks packed in parallel
     ]  # fmt: skip
     outputs, args, count = [], [], 0
     for shapes, make in specs:

@@ -46,7 +46,15 @@ from .gemv import GEMV_UNROLL, emit_gemv
 from .lltypes import I8, I64, PTR, i64
 from .loops import branch_value, for_range, if_then, loop_nest
 from .parallel import parallel_chunks
-from .tiles import FEWER_ACCUMULATORS_COST, GemmConfig, micro_kernel, smaller, strided_packer
+from .tiles import (
+    FEWER_ACCUMULATORS_COST,
+    GemmConfig,
+    edge_columns,
+    edge_kernel,
+    micro_kernel,
+    smaller,
+    strided_packer,
+)
 from .views import merged_stride
 
 WORKSPACE_ALIGNMENT = 64
@@ -65,6 +73,11 @@ class Blocking:
     kc: int
     mb: int
     nb: int
+
+    @property
+    def edge(self) -> int:
+        """N's last columns past whole NR panels that the edge kernel takes (0: none)."""
+        return edge_columns(self.config, self.mr, self.nr, self.n)
 
     @property
     def a_bytes(self) -> int:
@@ -102,11 +115,13 @@ def _tile(config: GemmConfig, rows: int, vectors: int, m: int, n: int) -> tuple[
 
 
 def _padded_cost(config: GemmConfig, tile: tuple[int, int], m: int, n: int) -> float:
-    """Multiply-adds of the M x N product padded to whole tiles, weighted by the tile's
-    efficiency."""
+    """Multiply-adds of the M x N product padded to whole tiles (or with the edge
+    kernel's column vectors), weighted by the tile's efficiency."""
     mr, nr = tile
     rows, vectors = config.blocks.tiles[0]
-    cost = _round_up(m, mr) * _round_up(n, nr)
+    edge = edge_columns(config, mr, nr, n)
+    edge_lanes = edge * -(-mr // config.lanes) * config.lanes / mr  # per row of C
+    cost = _round_up(m, mr) * (_round_up(n - edge, nr) + edge_lanes)
     full = min(rows, m) * min(vectors, -(-n // config.lanes))
     return cost if mr * -(-nr // config.lanes) >= full else cost * FEWER_ACCUMULATORS_COST
 
@@ -329,7 +344,8 @@ def _multiply(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epil
     _, kc = _block(b, ki, blocks.kc, blocks.k)
     accumulate = b.icmp_unsigned("!=", ki, i64(0))
     row_panels = b.udiv(b.add(mb, i64(blocks.mr - 1)), i64(blocks.mr))
-    col_panels = b.udiv(b.add(nb, i64(blocks.nr - 1)), i64(blocks.nr))
+    edge = blocks.edge  # then the last block's columns past whole panels go to the edge kernel
+    col_panels = b.udiv(b.add(nb, i64(0 if edge else blocks.nr - 1)), i64(blocks.nr))
     with for_range(b, row_panels, "ir") as ir_:
         i0 = b.mul(ir_, i64(blocks.mr))
         rows = smaller(b, i64(blocks.mr), b.sub(mb, i0))
@@ -342,6 +358,13 @@ def _multiply(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epil
             c_tile = b.gep(c_row, [b.add(n0, j0)], source_etype=ty)
             args = [kc, a_panel, b_panel, c_tile, i64(ldc), accumulate, rows, cols]
             b.call(kernel, args)
+        if edge:
+            j0 = b.mul(col_panels, i64(blocks.nr))
+            with if_then(b, b.icmp_unsigned("<", j0, nb)):
+                b_panel = b.gep(packed_b, [b.mul(j0, kc)], source_etype=ty)
+                c_tile = b.gep(c_row, [b.add(n0, j0)], source_etype=ty)
+                edge_fn = edge_kernel(ctx, blocks.config, blocks.mr, edge, blocks.nr)
+                b.call(edge_fn, [kc, a_panel, b_panel, c_tile, i64(ldc), accumulate, rows])
         if epilogue is not None:
             last = b.icmp_unsigned("==", ki, i64(k_slices - 1))
             with if_then(b, last):

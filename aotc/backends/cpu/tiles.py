@@ -133,6 +133,80 @@ def micro_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, nr: int) -> ir.Func
     return function
 
 
+EDGE_IN_FLIGHT = 8  # multiply-adds in flight: 4 cycles of latency x 2 per cycle
+
+
+def edge_columns(cfg: GemmConfig, mr: int, nr: int, n: int) -> int:
+    """Columns of N past its last whole NR panel that `edge_kernel` takes (0: none, the
+    last panel is a padded tile): when its column vectors need fewer multiply-adds per
+    k than a tile and no more registers than the target's preferred tile."""
+    cols = n % nr
+    per_column = -(-mr // cfg.lanes)  # vectors over the MR rows
+    rows, vectors = cfg.blocks.tiles[0]
+    fits = cols * per_column <= rows * vectors
+    cheaper = cols * per_column < mr * -(-nr // cfg.lanes)
+    return cols if fits and cheaper else 0
+
+
+def edge_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, cols: int, nr: int) -> ir.Function:
+    """`kernel(kc, a, b, c, ldc, accumulate, rows)`: C[:rows, :cols] (+)= A panel x the
+    first `cols` columns of a B panel NR wide.
+
+    The last few columns of N: each is one accumulator over the tile's MR rows (A's
+    packed k-step is MR contiguous values) times B's value broadcast, so they cost
+    `cols` multiply-adds per k instead of a whole zero-padded MR x NR tile's.
+    """
+    name = f"{ctx.prefix}.gemm.edge.{cfg.dtype.text}.{mr}x{cols}.{nr}"
+    function, b = shared_function(ctx, name, [I64, PTR, PTR, PTR, I64, I1, I64])
+    if b is None:
+        return function
+    kc, a_ptr, b_ptr, c_ptr, ldc, accumulate, rows = function.args
+    ty = cfg.element
+    vec = ir.VectorType(ty, mr)
+    # few columns: k split over several accumulators per column, so that the chains
+    # of dependent multiply-adds overlap
+    chains = max(min(-(-EDGE_IN_FLIGHT // cols), EDGE_IN_FLIGHT), 1)
+    slots = [[entry_slot(b, vec) for _ in range(cols)] for _ in range(chains)]
+    for chain in slots:
+        for slot in chain:
+            b.store(ir.Constant(vec, None), slot)
+
+    def step(k, chain):
+        a_col = b.load(b.gep(a_ptr, [b.mul(k, i64(mr))], source_etype=ty), typ=vec,
+                       align=cfg.itemsize)  # fmt: skip
+        b_row = b.gep(b_ptr, [b.mul(k, i64(nr))], source_etype=ty)
+        for j, slot in enumerate(chain):
+            value = b.load(b.gep(b_row, [i64(j)], source_etype=ty), typ=ty)
+            b.store(mul_add(ctx, b, cfg, a_col, splat(b, value, vec), b.load(slot, typ=vec)), slot)
+
+    rounds = b.udiv(kc, i64(chains))
+    with for_range(b, rounds, "k") as r:
+        for c, chain in enumerate(slots):
+            step(b.add(b.mul(r, i64(chains)), i64(c)), chain)
+    with for_range(b, b.sub(kc, b.mul(rounds, i64(chains))), "kt") as t:
+        step(b.add(b.mul(rounds, i64(chains)), t), slots[0])
+    columns = []
+    for j in range(cols):
+        total = b.load(slots[0][j], typ=vec)
+        for chain in slots[1:]:
+            total = b.fadd(total, b.load(chain[j], typ=vec))
+        columns.append(total)
+    with b.if_else(accumulate) as (add, replace):
+        for branch, adding in ((add, True), (replace, False)):
+            with branch:
+                for i in range(mr):
+                    with if_then(b, b.icmp_unsigned("<", i64(i), rows)):
+                        c_row = b.gep(c_ptr, [b.mul(i64(i), ldc)], source_etype=ty)
+                        for j, column in enumerate(columns):
+                            p = b.gep(c_row, [i64(j)], source_etype=ty)
+                            value = b.extract_element(column, ir.Constant(I32, i))
+                            if adding:
+                                value = b.fadd(b.load(p, typ=ty), value)
+                            b.store(value, p)
+    b.ret_void()
+    return function
+
+
 class Tile:
     """An MR x NR tile of accumulators in vector registers (stack slots that LLVM
     promotes), zeroed at the builder's position; NR below one vector (N < W) makes
