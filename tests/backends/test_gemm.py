@@ -16,7 +16,7 @@ import pytest
 from aotc.backends.cpu import emit_object, parse_target
 from aotc.backends.cpu.contraction import contraction_kind
 from aotc.backends.cpu.gemm import blocking
-from aotc.backends.cpu.tiles import gemm_config
+from aotc.backends.cpu.tiles import edge_form, gemm_config
 from aotc.buffers import assign_buffers
 from aotc.ir import ComputationBuilder, ConvDims, DotDims, DType, Module, Op, Shape, Window
 
@@ -264,17 +264,21 @@ def test_blocking_picks_the_tile_that_pads_least(shape, tile):
 
 
 # (M, N, K) whose last columns take the edge kernel on every target: one column (its
-# k split over 8 accumulators, K not a multiple of 8, or below it), a few, all of N;
-# K past one slice (the edge accumulates) and M past whole row panels (partial rows)
-EDGE_SHAPES = [(20, 49, 700), (37, 196, 130), (64, 20, 33), (9, 17, 5)]
+# k split over 8 accumulators, K not a multiple of 8, or below it), a few, all of N,
+# and (with AVX) enough for a narrower tile; K past one slice (the edge accumulates)
+# and M past whole row panels (partial rows)
+EDGE_SHAPES = [(20, 49, 700), (37, 196, 130), (64, 20, 33), (9, 17, 5), (30, 119, 50)]
 
 
 @pytest.mark.parametrize("target", ALL_TARGETS)
 def test_dot_edge_columns(compile_module, fuse, rng, target):
     """The GEMM's last columns by the edge kernel, a fused relu over them."""
     config = gemm_config(parse_target(target), F32)
-    assert all(blocking(config, *shape).edge for shape in EDGE_SHAPES)
-    assert any(blocking(config, *shape).k > blocking(config, *shape).kc for shape in EDGE_SHAPES)
+    blocks = [blocking(config, *shape) for shape in EDGE_SHAPES]
+    assert all(block.edge for block in blocks)
+    assert any(block.k > block.kc for block in blocks)
+    forms = {edge_form(config, block.mr, block.edge) for block in blocks}
+    assert forms == ({"columns"} if config.lanes == 4 else {"columns", "tile"})
     module = Module("edges")
     b = ComputationBuilder(module, "main")
     outputs, args = [], []

@@ -50,6 +50,7 @@ from .tiles import (
     FEWER_ACCUMULATORS_COST,
     GemmConfig,
     edge_columns,
+    edge_cost,
     edge_kernel,
     micro_kernel,
     smaller,
@@ -120,7 +121,7 @@ def _padded_cost(config: GemmConfig, tile: tuple[int, int], m: int, n: int) -> f
     mr, nr = tile
     rows, vectors = config.blocks.tiles[0]
     edge = edge_columns(config, mr, nr, n)
-    edge_lanes = edge * -(-mr // config.lanes) * config.lanes / mr  # per row of C
+    edge_lanes = edge_cost(config, mr, edge) * config.lanes / mr if edge else 0  # per row of C
     cost = _round_up(m, mr) * (_round_up(n - edge, nr) + edge_lanes)
     full = min(rows, m) * min(vectors, -(-n // config.lanes))
     return cost if mr * -(-nr // config.lanes) >= full else cost * FEWER_ACCUMULATORS_COST

@@ -11,6 +11,7 @@ masked stores.  The packer lays a strided matrix out as such panels.
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -117,12 +118,8 @@ def micro_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, nr: int) -> ir.Func
     if b is None:
         return function
     kc, a_ptr, b_ptr, c_ptr, ldc, accumulate, rows, cols = function.args
-    ty = cfg.element
     tile = Tile(b, cfg, mr, nr)
-    with for_range(b, kc, "k") as k:
-        b_row = b.gep(b_ptr, [b.mul(k, i64(nr))], source_etype=ty)
-        a_row = b.gep(a_ptr, [b.mul(k, i64(mr))], source_etype=ty)
-        tile.add_products(ctx, b_row, [b.gep(a_row, [i64(i)], source_etype=ty) for i in range(mr)])
+    tile.add_panels(ctx, kc, a_ptr, b_ptr, nr)
     full = b.and_(b.icmp_unsigned("==", rows, i64(mr)), b.icmp_unsigned("==", cols, i64(nr)))
     with b.if_else(full) as (then, otherwise):
         with then:
@@ -138,29 +135,57 @@ EDGE_IN_FLIGHT = 8  # multiply-adds in flight: 4 cycles of latency x 2 per cycle
 
 def edge_columns(cfg: GemmConfig, mr: int, nr: int, n: int) -> int:
     """Columns of N past its last whole NR panel that `edge_kernel` takes (0: none, the
-    last panel is a padded tile): when its column vectors need fewer multiply-adds per
-    k than a tile and no more registers than the target's preferred tile."""
+    last panel is a zero-padded tile): when that costs fewer multiply-adds per k."""
     cols = n % nr
+    return cols if cols and edge_cost(cfg, mr, cols) < mr * -(-nr // cfg.lanes) else 0
+
+
+def edge_cost(cfg: GemmConfig, mr: int, cols: int) -> float:
+    """Vector multiply-adds per k of `edge_kernel`'s cheaper form."""
+    return min(_column_cost(cfg, mr, cols), mr * -(-cols // cfg.lanes))
+
+
+def edge_form(cfg: GemmConfig, mr: int, cols: int) -> str:
+    """"columns" or "tile": which form `edge_kernel` takes (see there)."""
+    return "columns" if _column_cost(cfg, mr, cols) <= edge_cost(cfg, mr, cols) else "tile"
+
+
+def _column_cost(cfg: GemmConfig, mr: int, cols: int) -> float:
+    """Column vectors' multiply-adds per k; infinite past the registers of the target's
+    preferred tile."""
     per_column = -(-mr // cfg.lanes)  # vectors over the MR rows
     rows, vectors = cfg.blocks.tiles[0]
-    fits = cols * per_column <= rows * vectors
-    cheaper = cols * per_column < mr * -(-nr // cfg.lanes)
-    return cols if fits and cheaper else 0
+    return cols * per_column if cols * per_column <= rows * vectors else math.inf
 
 
 def edge_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, cols: int, nr: int) -> ir.Function:
     """`kernel(kc, a, b, c, ldc, accumulate, rows)`: C[:rows, :cols] (+)= A panel x the
-    first `cols` columns of a B panel NR wide.
+    first `cols` columns of a B panel NR wide, in the cheaper of two forms.
 
-    The last few columns of N: each is one accumulator over the tile's MR rows (A's
-    packed k-step is MR contiguous values) times B's value broadcast, so they cost
-    `cols` multiply-adds per k instead of a whole zero-padded MR x NR tile's.
+    - Column vectors: each column is one accumulator over the tile's MR rows (A's
+      packed k-step is MR contiguous values) times B's value broadcast, `cols`
+      multiply-adds per k (few columns: 1 against a whole tile's MR x NR / W).
+    - A narrower tile: MR rows of just enough vectors for `cols` (16 columns of a
+      48-wide panel: one vector per row, where columns would take 16 half vectors).
     """
     name = f"{ctx.prefix}.gemm.edge.{cfg.dtype.text}.{mr}x{cols}.{nr}"
     function, b = shared_function(ctx, name, [I64, PTR, PTR, PTR, I64, I1, I64])
     if b is None:
         return function
-    kc, a_ptr, b_ptr, c_ptr, ldc, accumulate, rows = function.args
+    if edge_form(cfg, mr, cols) == "columns":
+        _column_edge(ctx, b, cfg, mr, cols, nr, function.args)
+    else:
+        kc, a_ptr, b_ptr, c_ptr, ldc, accumulate, rows = function.args
+        tile = Tile(b, cfg, mr, min(-(-cols // cfg.lanes) * cfg.lanes, nr))
+        tile.add_panels(ctx, kc, a_ptr, b_ptr, nr)
+        tile.store(ctx, c_ptr, ldc, accumulate, rows, i64(cols))
+    b.ret_void()
+    return function
+
+
+def _column_edge(ctx, b: ir.IRBuilder, cfg: GemmConfig, mr: int, cols: int, nr: int, args):
+    """The column-vector form of `edge_kernel`."""
+    kc, a_ptr, b_ptr, c_ptr, ldc, accumulate, rows = args
     ty = cfg.element
     vec = ir.VectorType(ty, mr)
     # few columns: k split over several accumulators per column, so that the chains
@@ -203,8 +228,6 @@ def edge_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, cols: int, nr: int) 
                             if adding:
                                 value = b.fadd(b.load(p, typ=ty), value)
                             b.store(value, p)
-    b.ret_void()
-    return function
 
 
 class Tile:
@@ -236,6 +259,15 @@ class Tile:
             for slot, b_vec, t in zip(slots, b_vecs, self.types):
                 acc = b.load(slot, typ=t)
                 b.store(mul_add(ctx, b, cfg, splat(b, a_value, t), b_vec, acc), slot)
+
+    def add_panels(self, ctx, kc, a_ptr, b_ptr, b_stride: int) -> None:
+        """Tile += packed A panel (MR values per k) x B panel (rows `b_stride` apart)."""
+        b, ty, mr = self.b, self.cfg.element, len(self.slots)
+        with for_range(b, kc, "k") as k:
+            b_row = b.gep(b_ptr, [b.mul(k, i64(b_stride))], source_etype=ty)
+            a_row = b.gep(a_ptr, [b.mul(k, i64(mr))], source_etype=ty)
+            self.add_products(ctx, b_row, [b.gep(a_row, [i64(i)], source_etype=ty)
+                                           for i in range(mr)])  # fmt: skip
 
     def store(self, ctx, c_ptr, ldc, accumulate, rows=None, cols=None) -> None:
         """Store (or add) the tile to C; only `rows` x `cols` of it when given."""
