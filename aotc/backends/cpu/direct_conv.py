@@ -483,10 +483,6 @@ def direct_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, nr: int, lda: int)
             a_col = b.gep(a_tap, [ch], source_etype=ty)
             rows = [b.gep(a_col, [i64(i * lda)], source_etype=ty) for i in range(mr)]
             tile.add_products(ctx, b_row, rows)
-    with b.if_else(b.icmp_unsigned("==", cols, i64(nr))) as (then, otherwise):
-        with then:
-            tile.store(ctx, c_ptr, ldc, accumulate)
-        with otherwise:
-            tile.store(ctx, c_ptr, ldc, accumulate, i64(mr), cols)
+    tile.store_clipped(ctx, c_ptr, ldc, accumulate, i64(mr), cols)
     b.ret_void()
     return function

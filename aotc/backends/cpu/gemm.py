@@ -52,6 +52,7 @@ from .tiles import (
     edge_columns,
     edge_cost,
     edge_kernel,
+    fuses_edge,
     micro_kernel,
     smaller,
     strided_packer,
@@ -347,6 +348,12 @@ def _multiply(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epil
     row_panels = b.udiv(b.add(mb, i64(blocks.mr - 1)), i64(blocks.mr))
     edge = blocks.edge  # then the last block's columns past whole panels go to the edge kernel
     col_panels = b.udiv(b.add(nb, i64(0 if edge else blocks.nr - 1)), i64(blocks.nr))
+    has_edge = b.icmp_unsigned("<", b.mul(col_panels, i64(blocks.nr)), nb)
+    # or with the last whole panel's call (then the loop leaves that one out)
+    fused = has_edge if edge and fuses_edge(blocks.config, blocks.mr, blocks.nr, edge) else None
+    if fused is not None:
+        fused = b.and_(fused, b.icmp_unsigned("!=", col_panels, i64(0)))
+        col_panels = b.sub(col_panels, b.zext(fused, I64))
     with for_range(b, row_panels, "ir") as ir_:
         i0 = b.mul(ir_, i64(blocks.mr))
         rows = smaller(b, i64(blocks.mr), b.sub(mb, i0))
@@ -361,11 +368,24 @@ def _multiply(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epil
             b.call(kernel, args)
         if edge:
             j0 = b.mul(col_panels, i64(blocks.nr))
-            with if_then(b, b.icmp_unsigned("<", j0, nb)):
-                b_panel = b.gep(packed_b, [b.mul(j0, kc)], source_etype=ty)
-                c_tile = b.gep(c_row, [b.add(n0, j0)], source_etype=ty)
-                edge_fn = edge_kernel(ctx, blocks.config, blocks.mr, edge, blocks.nr)
-                b.call(edge_fn, [kc, a_panel, b_panel, c_tile, i64(ldc), accumulate, rows])
+            b_panel = b.gep(packed_b, [b.mul(j0, kc)], source_etype=ty)
+            c_tile = b.gep(c_row, [b.add(n0, j0)], source_etype=ty)
+            args = [kc, a_panel, b_panel, c_tile, i64(ldc), accumulate, rows]
+
+            def alone():
+                with if_then(b, has_edge):
+                    b.call(edge_kernel(ctx, blocks.config, blocks.mr, edge, blocks.nr), args)
+
+            if fused is None:
+                alone()
+            else:
+                with b.if_else(fused) as (whole, otherwise):
+                    with whole:
+                        extra = micro_kernel(ctx, blocks.config, blocks.mr, blocks.nr, edge)
+                        edge_panel = b.gep(b_panel, [b.mul(i64(blocks.nr), kc)], source_etype=ty)
+                        b.call(extra, [*args, i64(blocks.nr), edge_panel])
+                    with otherwise:
+                        alone()
         if epilogue is not None:
             last = b.icmp_unsigned("==", ki, i64(k_slices - 1))
             with if_then(b, last):

@@ -38,18 +38,19 @@ class Blocks:
     l1: int
     l2: int
     l3: int
+    registers: int  # vector registers of the target
 
 
 BLOCKING = {
     # AVX-512: 24 zmm accumulators of 32, as 12 x 2 or (for M = 8k, e.g. 64 channels)
     # 8 x 3 vectors, which loads fewer values per multiply-add; 8 x 2 for small N
-    512: Blocks(((12, 2), (8, 3), (8, 2)), 18 * 1024, 720 * 1024, 4 * 2**20),
+    512: Blocks(((12, 2), (8, 3), (8, 2)), 18 * 1024, 720 * 1024, 4 * 2**20, 32),
     # AVX2: 12 ymm accumulators of 16
-    256: Blocks(((6, 2),), 12 * 1024, 160 * 1024, 2 * 2**20),
+    256: Blocks(((6, 2),), 12 * 1024, 160 * 1024, 2 * 2**20, 16),
     # SSE: 8 xmm accumulators (no FMA: the products need temporaries)
-    128: Blocks(((4, 2),), 8 * 1024, 128 * 1024, 2 * 2**20),
+    128: Blocks(((4, 2),), 8 * 1024, 128 * 1024, 2 * 2**20, 16),
 }
-NEON_BLOCKING = Blocks(((8, 2),), 16 * 1024, 256 * 1024, 2 * 2**20)  # 32 vector registers
+NEON_BLOCKING = Blocks(((8, 2),), 16 * 1024, 256 * 1024, 2 * 2**20, 32)
 # cost per multiply-add of a tile with fewer accumulators than the preferred one (an
 # 8 x 2 AVX-512 tile: 131 against 145 GFLOP/s for 12 x 2 in the micro-kernel alone, but
 # whole models, where it pads M less, run best with less)
@@ -107,25 +108,28 @@ def shared_function(ctx: EmitContext, name: str, args: list[ir.Type]):
     return function, ir.IRBuilder(function.append_basic_block("entry"))
 
 
-def micro_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, nr: int) -> ir.Function:
-    """`kernel(kc, a, b, c, ldc, accumulate, rows, cols)`: C tile (+)= A panel x B panel.
+def micro_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, nr: int, extra: int = 0):
+    """`kernel(kc, a, b, c, ldc, accumulate, rows, cols[, b_extra])`: C tile (+)= A panel
+    x B panel.
 
     Only rows x cols of the MR x NR tile are stored (masked when partial); with
-    `accumulate` the tile is added to C, else it replaces it.
+    `accumulate` the tile is added to C, else it replaces it.  With `extra` columns,
+    also the first `extra` of the B panel at `b_extra` into the C columns right of
+    the tile, as `edge_kernel`'s column vectors: N's edge at the cost of `extra`
+    multiply-adds per k in the last whole panel's call (see `fuses_edge`).
     """
-    name = f"{ctx.prefix}.gemm.kernel.{cfg.dtype.text}.{mr}x{nr}"
-    function, b = shared_function(ctx, name, [I64, PTR, PTR, PTR, I64, I1, I64, I64])
+    name = f"{ctx.prefix}.gemm.kernel.{cfg.dtype.text}.{mr}x{nr}" + (f"+{extra}" if extra else "")
+    args = [I64, PTR, PTR, PTR, I64, I1, I64, I64] + ([PTR] if extra else [])
+    function, b = shared_function(ctx, name, args)
     if b is None:
         return function
-    kc, a_ptr, b_ptr, c_ptr, ldc, accumulate, rows, cols = function.args
-    tile = Tile(b, cfg, mr, nr)
-    tile.add_panels(ctx, kc, a_ptr, b_ptr, nr)
-    full = b.and_(b.icmp_unsigned("==", rows, i64(mr)), b.icmp_unsigned("==", cols, i64(nr)))
-    with b.if_else(full) as (then, otherwise):
-        with then:
-            tile.store(ctx, c_ptr, ldc, accumulate)
-        with otherwise:
-            tile.store(ctx, c_ptr, ldc, accumulate, rows, cols)
+    kc, a_ptr, b_ptr, c_ptr, ldc, accumulate, rows, cols = function.args[:8]
+    tile = Tile(b, cfg, mr, nr, extra)
+    tile.add_panels(ctx, kc, a_ptr, b_ptr, nr, *function.args[8:])
+    tile.store_clipped(ctx, c_ptr, ldc, accumulate, rows, cols)
+    if extra:
+        c_extra = b.gep(c_ptr, [i64(nr)], source_etype=cfg.element)
+        _store_columns(b, cfg, tile.column_values(), c_extra, ldc, accumulate, rows)
     b.ret_void()
     return function
 
@@ -140,13 +144,23 @@ def edge_columns(cfg: GemmConfig, mr: int, nr: int, n: int) -> int:
     return cols if cols and edge_cost(cfg, mr, cols) < mr * -(-nr // cfg.lanes) else 0
 
 
+def fuses_edge(cfg: GemmConfig, mr: int, nr: int, cols: int) -> bool:
+    """Whether N's edge columns go with the last whole panel's micro-kernel call (as
+    its `extra` columns) rather than a call of their own: column vectors that fit in
+    the registers beside the tile's (a 1-column edge cost resnet50 2% on its own, at
+    one half-width multiply-add per two loads)."""
+    vectors = -(-nr // cfg.lanes)
+    in_use = mr * vectors + cols * -(-mr // cfg.lanes) + vectors + 3  # B, A, a broadcast
+    return edge_form(cfg, mr, cols) == "columns" and in_use <= cfg.blocks.registers
+
+
 def edge_cost(cfg: GemmConfig, mr: int, cols: int) -> float:
     """Vector multiply-adds per k of `edge_kernel`'s cheaper form."""
     return min(_column_cost(cfg, mr, cols), mr * -(-cols // cfg.lanes))
 
 
 def edge_form(cfg: GemmConfig, mr: int, cols: int) -> str:
-    """"columns" or "tile": which form `edge_kernel` takes (see there)."""
+    """ "columns" or "tile": which form `edge_kernel` takes (see there)."""
     return "columns" if _column_cost(cfg, mr, cols) <= edge_cost(cfg, mr, cols) else "tile"
 
 
@@ -216,10 +230,16 @@ def _column_edge(ctx, b: ir.IRBuilder, cfg: GemmConfig, mr: int, cols: int, nr: 
         for chain in slots[1:]:
             total = b.fadd(total, b.load(chain[j], typ=vec))
         columns.append(total)
+    _store_columns(b, cfg, columns, c_ptr, ldc, accumulate, rows)
+
+
+def _store_columns(b: ir.IRBuilder, cfg: GemmConfig, columns, c_ptr, ldc, accumulate, rows):
+    """Store (or add) column vectors (lane i: row i) to C's first columns, `rows` rows."""
+    ty = cfg.element
     with b.if_else(accumulate) as (add, replace):
         for branch, adding in ((add, True), (replace, False)):
             with branch:
-                for i in range(mr):
+                for i in range(columns[0].type.count):
                     with if_then(b, b.icmp_unsigned("<", i64(i), rows)):
                         c_row = b.gep(c_ptr, [b.mul(i64(i), ldc)], source_etype=ty)
                         for j, column in enumerate(columns):
@@ -235,7 +255,7 @@ class Tile:
     promotes), zeroed at the builder's position; NR below one vector (N < W) makes
     a narrower last vector."""
 
-    def __init__(self, b: ir.IRBuilder, cfg: GemmConfig, mr: int, nr: int):
+    def __init__(self, b: ir.IRBuilder, cfg: GemmConfig, mr: int, nr: int, extra: int = 0):
         self.b, self.cfg = b, cfg
         vectors, tail = divmod(nr, cfg.lanes)
         widths = [cfg.lanes] * vectors + ([tail] if tail else [])
@@ -244,6 +264,11 @@ class Tile:
         for row in self.slots:
             for slot, t in zip(row, self.types):
                 b.store(ir.Constant(t, None), slot)
+        # `extra` column vectors over the MR rows (micro_kernel's edge columns)
+        self.column_type = ir.VectorType(cfg.element, mr)
+        self.columns = [entry_slot(b, self.column_type) for _ in range(extra)]
+        for slot in self.columns:
+            b.store(ir.Constant(self.column_type, None), slot)
 
     def add_products(self, ctx, b_row: ir.Value, a_pointers: list[ir.Value]) -> None:
         """Tile += outer product of row i's A value (at a_pointers[i]) and B's NR values
@@ -260,14 +285,37 @@ class Tile:
                 acc = b.load(slot, typ=t)
                 b.store(mul_add(ctx, b, cfg, splat(b, a_value, t), b_vec, acc), slot)
 
-    def add_panels(self, ctx, kc, a_ptr, b_ptr, b_stride: int) -> None:
-        """Tile += packed A panel (MR values per k) x B panel (rows `b_stride` apart)."""
-        b, ty, mr = self.b, self.cfg.element, len(self.slots)
+    def add_panels(self, ctx, kc, a_ptr, b_ptr, b_stride: int, b_extra=None) -> None:
+        """Tile += packed A panel (MR values per k) x B panel (rows `b_stride` apart);
+        the column vectors += A x the first columns of the B panel at `b_extra`."""
+        b, cfg, mr = self.b, self.cfg, len(self.slots)
+        ty = cfg.element
         with for_range(b, kc, "k") as k:
             b_row = b.gep(b_ptr, [b.mul(k, i64(b_stride))], source_etype=ty)
             a_row = b.gep(a_ptr, [b.mul(k, i64(mr))], source_etype=ty)
             self.add_products(ctx, b_row, [b.gep(a_row, [i64(i)], source_etype=ty)
                                            for i in range(mr)])  # fmt: skip
+            if self.columns:
+                a_column = b.load(a_row, typ=self.column_type, align=cfg.itemsize)
+                extra_row = b.gep(b_extra, [b.mul(k, i64(b_stride))], source_etype=ty)
+                for j, slot in enumerate(self.columns):
+                    value = b.load(b.gep(extra_row, [i64(j)], source_etype=ty), typ=ty)
+                    product = mul_add(ctx, b, cfg, a_column, splat(b, value, self.column_type),
+                                      b.load(slot, typ=self.column_type))  # fmt: skip
+                    b.store(product, slot)
+
+    def column_values(self) -> list[ir.Value]:
+        return [self.b.load(slot, typ=self.column_type) for slot in self.columns]
+
+    def store_clipped(self, ctx, c_ptr, ldc, accumulate, rows, cols) -> None:
+        """Store (or add) rows x cols of the tile: all of it without masks when whole."""
+        b, mr, nr = self.b, len(self.slots), sum(t.count for t in self.types)
+        full = b.and_(b.icmp_unsigned("==", rows, i64(mr)), b.icmp_unsigned("==", cols, i64(nr)))
+        with b.if_else(full) as (then, otherwise):
+            with then:
+                self.store(ctx, c_ptr, ldc, accumulate)
+            with otherwise:
+                self.store(ctx, c_ptr, ldc, accumulate, rows, cols)
 
     def store(self, ctx, c_ptr, ldc, accumulate, rows=None, cols=None) -> None:
         """Store (or add) the tile to C; only `rows` x `cols` of it when given."""
