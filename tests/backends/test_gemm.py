@@ -44,6 +44,18 @@ def _dot(b, x, y, lhs_contracting=(1,), rhs_contracting=(0,), lhs_batch=(), rhs_
     return b.dot(x, y, DotDims(lhs_batch, rhs_batch, lhs_contracting, rhs_contracting))
 
 
+def _matrix_pairs(b, rng, shapes):
+    """Parameters x [M, K] and y [K, N] per (M, N, K) of `shapes`, and random values
+    for them in parameter order."""
+    pairs, args = [], []
+    for i, (m, n, k) in enumerate(shapes):
+        pairs.append(
+            (b.parameter(2 * i, Shape(F32, (m, k))), b.parameter(2 * i + 1, Shape(F32, (k, n))))
+        )
+        args += [_normal(rng, (m, k)), _normal(rng, (k, n))]
+    return pairs, args
+
+
 # -- dot -------------------------------------------------------------------------
 
 # (M, N, K) -> the path expected: M == 1 or N == 1 without packing, else the GEMM
@@ -64,12 +76,8 @@ DOT_SHAPES = {
 def test_dot_shapes(compile_module, rng, target):
     module = Module("dots")
     b = ComputationBuilder(module, "main")
-    outputs, args = [], []
-    for i, (m, n, k) in enumerate(DOT_SHAPES):
-        x = b.parameter(2 * i, Shape(F32, (m, k)))
-        y = b.parameter(2 * i + 1, Shape(F32, (k, n)))
-        outputs.append(_dot(b, x, y))
-        args += [_normal(rng, (m, k)), _normal(rng, (k, n))]
+    pairs, args = _matrix_pairs(b, rng, DOT_SHAPES)
+    outputs = [_dot(b, x, y) for x, y in pairs]
     b.build(b.tuple(outputs), entry=True)
     compiled = compile_module(module, target=target)
     got = compiled.run(*args)
@@ -287,17 +295,15 @@ def test_dot_edge_columns(compile_module, fuse, rng, target):
         assert any(fused) == (target == "x86_64:x86-64-v2")
     module = Module("edges")
     b = ComputationBuilder(module, "main")
-    outputs, args = [], []
-    for i, (m, n, k) in enumerate(EDGE_SHAPES):
-        x = b.parameter(2 * i, Shape(F32, (m, k)))
-        y = b.parameter(2 * i + 1, Shape(F32, (k, n)))
+    pairs, args = _matrix_pairs(b, rng, EDGE_SHAPES)
+    outputs = []
+    for i, ((m, n, _), (x, y)) in enumerate(zip(EDGE_SHAPES, pairs)):
 
         def relu(fb, p, m=m, n=n):
             zeros = fb.broadcast(fb.scalar(0.0, F32), (), (m, n))
             return fb.binary(Op.MAXIMUM, _dot(fb, p[0], p[1]), zeros)
 
         outputs.append(fuse(b, [x, y], relu, name=f"relu{i}"))
-        args += [_normal(rng, (m, k)), _normal(rng, (k, n))]
     b.build(b.tuple(outputs), entry=True)
     compiled = compile_module(module, target=target)
     got = compiled.run(*args)
