@@ -15,7 +15,8 @@ from test_row_fusion import REDUCERS
 
 from aotc.backends.cpu import emit_object, parse_target
 from aotc.backends.cpu.contraction import _analyze
-from aotc.backends.cpu.gemm import MIN_SHARED_PACKING
+from aotc.backends.cpu.gemm import MAX_IMBALANCE, MIN_SHARED_PACKING, _imbalance, gemm_split
+from aotc.backends.cpu.tiles import gemm_config
 from aotc.buffers import assign_buffers
 from aotc.ir import ComputationBuilder, ConvDims, DotDims, DType, Module, Op, Shape, Window
 from aotc.ir.evaluate import evaluate
@@ -23,8 +24,11 @@ from aotc.ir.text import parse_module
 from aotc.passes.pipeline import make_pipeline
 
 # big enough that the softmax rows and the elementwise chain run as parallel loops
-MODEL = """HloModule par
-""" + REDUCERS + """
+MODEL = (
+    """HloModule par
+"""
+    + REDUCERS
+    + """
 ENTRY %main (x: f32[96,300], y: f32[96,300]) -> (f32[96,300], f32[96,300]) {
   %x = f32[96,300]{1,0} parameter(0)
   %y = f32[96,300]{1,0} parameter(1)
@@ -42,6 +46,7 @@ ENTRY %main (x: f32[96,300], y: f32[96,300]) -> (f32[96,300], f32[96,300]) {
   %chain = f32[96,300]{1,0} multiply(f32[96,300]{1,0} %t, f32[96,300]{1,0} %y)
   ROOT %out = (f32[96,300]{1,0}, f32[96,300]{1,0}) tuple(%soft, %chain)
 }"""
+)
 
 PROTOTYPES = """
 int par_run(void *, void *, void *, void *, void *);
@@ -145,9 +150,22 @@ def _conv_bias_relu(pad):
     return body
 
 
-def test_contractions_do_not_depend_on_the_thread_count(
-    compile_module, fuse, same_across_threads
-):
+def test_splits_share_out_evenly():
+    """Over the longer dimension unless its parts share out unevenly: 128 channels of
+    784 pixels split over M (17 column panels in parts of 4 would run 12 on one thread
+    and 5 on the other); 3136 pixels stay split over N."""
+    config = gemm_config(parse_target("x86_64:skylake-avx512"), DType.F32)
+    assert _imbalance(17, 4) > MAX_IMBALANCE and _imbalance(16, 1) == 1.0
+    assert gemm_split(config, (), 128, 784, 1152).mode == "m"
+    assert gemm_split(config, (), 64, 3136, 576).mode == "n"
+    for m, n, k in [(128, 784, 1152), (64, 3136, 576), (256, 196, 2304), (512, 49, 4608)]:
+        split = gemm_split(config, (), m, n, k)
+        width = split.blocks.mr if split.mode == "m" else split.blocks.nr
+        panels = -(-(m if split.mode == "m" else n) // width)
+        assert _imbalance(panels, split.per) <= MAX_IMBALANCE, (m, n, k)
+
+
+def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, same_across_threads):
     """GEMMs (split over M and N blocks, batched), gemvs and depthwise convolutions big
     enough to share out, some with fused epilogues: bitwise equal at 1, 2 and 3 threads
     and close to numpy (float64)."""
@@ -162,7 +180,7 @@ def test_contractions_do_not_depend_on_the_thread_count(
         ([(3001, 500), (500, 1)], lambda p: _dot(b, *p)),  # gemv.dot
         ([(1, 64, 7, 7), (128, 64, 3, 3), (128,)],  # ResNet's last stage: N = 49
          lambda p: fuse(b, p, _conv_bias_relu(1))),
-        ([(1, 32, 28, 28), (64, 32, 3, 3), (64,)], lambda p: fuse(b, p, _conv_bias_relu(1))),
+        ([(1, 32, 56, 56), (64, 32, 3, 3), (64,)], lambda p: fuse(b, p, _conv_bias_relu(1))),
         ([(2, 16, 20, 20), (32, 8, 3, 3)], lambda p: _conv(b, *p, pad=1, groups=2)),
         ([(2, 32, 40, 40), (32, 1, 3, 3)], lambda p: _conv(b, *p, pad=1, groups=32)),
         ([(384, 300), (300, 256)], lambda p: _dot(b, *p)),  # B blocks packed in parallel

@@ -31,6 +31,7 @@ so results are bitwise the same for any thread count.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -439,6 +440,9 @@ MIN_PIECE_WORK = 1 << 17
 # N parts of fewer B panels would reuse each A micro-panel (from L1) too little: parts of
 # one panel made a 64 x 512 x 784 GEMM 20% slower on one thread
 MIN_PART_COLUMN_PANELS = 4
+# a split whose busiest thread (at 2 or 4 threads) gets more than this over an even share
+# gives way to the other dimension's, if that one shares out better
+MAX_IMBALANCE = 1.25
 # shared blocks of fewer elements are packed by the calling thread, without a dispatch
 MIN_SHARED_PACKING = 1 << 16
 # a parallel GEMM's A block takes 1/L3_SHARERS of the L3 budget (threads share L3)
@@ -506,16 +510,36 @@ def gemm_split(config: GemmConfig, batch: tuple[int, ...], m: int, n: int, k: in
     if count >= MIN_BATCH_PARTS:
         return Split("batch", blocks, min(count, MAX_PARTS), grid=batch)
     rows, cols = -(-m // mr), -(-n // nr)
-    if rows >= cols:
-        per = -(-rows // MAX_PARTS)
-        per = min(per, max(blocks.mb // mr, 1))
-        mode, parts = "m", -(-rows // per)
-    else:
-        per = min(max(-(-cols // MAX_PARTS), MIN_PART_COLUMN_PANELS), max(blocks.nb // nr, 1))
-        mode, parts = "n", -(-cols // per)
+    by_rows = min(-(-rows // MAX_PARTS), max(blocks.mb // mr, 1))
+    by_cols = min(max(-(-cols // MAX_PARTS), MIN_PART_COLUMN_PANELS), max(blocks.nb // nr, 1))
+    splits = [("m", rows, by_rows), ("n", cols, by_cols)]
+    if cols > rows:
+        splits.reverse()
+    # the longer dimension, unless its parts share out unevenly and the other's do not
+    # (a 784-pixel convolution over N: 17 panels in parts of 4 ran 12 on one thread and
+    # 5 on the other)
+    if _imbalance(*splits[0][1:]) > MAX_IMBALANCE:
+        splits.sort(key=lambda split: _imbalance(*split[1:]))
+    mode, panels, per = splits[0]
+    parts = -(-panels // per)
     if parts < 2:
         return None
     return Split(mode, blocks, parts, per=per)
+
+
+def _imbalance(panels: int, per: int) -> float:
+    """The busiest thread's share of the panels over an even share, at 2 and 4 threads,
+    for parts of `per` panels run as the runtime deals them out (contiguous chunks of
+    parts, the first ones a part longer)."""
+    parts = -(-panels // per)
+    sizes = [min(per, panels - p * per) for p in range(parts)]
+    worst = 1.0
+    for threads in (2, 4):
+        chunks = min(threads, parts)
+        edges = [i * (parts // chunks) + min(i, parts % chunks) for i in range(chunks + 1)]
+        busiest = max(sum(sizes[a:b]) for a, b in itertools.pairwise(edges))
+        worst = max(worst, busiest * threads / panels)
+    return worst
 
 
 def gemv_split(config: GemmConfig, batch: tuple[int, ...], count: int, k: int):
