@@ -108,7 +108,9 @@ def shared_function(ctx: EmitContext, name: str, args: list[ir.Type]):
     return function, ir.IRBuilder(function.append_basic_block("entry"))
 
 
-def micro_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, nr: int, extra: int = 0):
+def micro_kernel(
+    ctx: EmitContext, cfg: GemmConfig, mr: int, nr: int, extra: int = 0
+) -> ir.Function:
     """`kernel(kc, a, b, c, ldc, accumulate, rows, cols[, b_extra])`: C tile (+)= A panel
     x B panel.
 
@@ -160,7 +162,7 @@ def edge_cost(cfg: GemmConfig, mr: int, cols: int) -> float:
 
 
 def edge_form(cfg: GemmConfig, mr: int, cols: int) -> str:
-    """ "columns" or "tile": which form `edge_kernel` takes (see there)."""
+    """Which form `edge_kernel` takes: "columns" or "tile" (see there)."""
     return "columns" if _column_cost(cfg, mr, cols) <= edge_cost(cfg, mr, cols) else "tile"
 
 
