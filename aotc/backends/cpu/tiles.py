@@ -213,12 +213,10 @@ def _column_edge(ctx, b: ir.IRBuilder, cfg: GemmConfig, mr: int, cols: int, nr: 
             b.store(ir.Constant(vec, None), slot)
 
     def step(k, chain):
-        a_col = b.load(b.gep(a_ptr, [b.mul(k, i64(mr))], source_etype=ty), typ=vec,
-                       align=cfg.itemsize)  # fmt: skip
-        b_row = b.gep(b_ptr, [b.mul(k, i64(nr))], source_etype=ty)
-        for j, slot in enumerate(chain):
-            value = b.load(b.gep(b_row, [i64(j)], source_etype=ty), typ=ty)
-            b.store(mul_add(ctx, b, cfg, a_col, splat(b, value, vec), b.load(slot, typ=vec)), slot)
+        a_row = b.gep(a_ptr, [b.mul(k, i64(mr))], source_etype=ty)
+        _add_column_products(
+            ctx, b, cfg, chain, a_row, b.gep(b_ptr, [b.mul(k, i64(nr))], source_etype=ty)
+        )
 
     rounds = b.udiv(kc, i64(chains))
     with for_range(b, rounds, "k") as r:
@@ -233,6 +231,16 @@ def _column_edge(ctx, b: ir.IRBuilder, cfg: GemmConfig, mr: int, cols: int, nr: 
             total = b.fadd(total, b.load(chain[j], typ=vec))
         columns.append(total)
     _store_columns(b, cfg, columns, c_ptr, ldc, accumulate, rows)
+
+
+def _add_column_products(ctx, b: ir.IRBuilder, cfg: GemmConfig, slots, a_row, b_row) -> None:
+    """Column vector j (a slot, lane i: row i) += A's k-step (the MR values at `a_row`)
+    x B's value j (at `b_row`)."""
+    vec = slots[0].allocated_type
+    a_column = b.load(a_row, typ=vec, align=cfg.itemsize)
+    for j, slot in enumerate(slots):
+        value = b.load(b.gep(b_row, [i64(j)], source_etype=cfg.element), typ=cfg.element)
+        b.store(mul_add(ctx, b, cfg, a_column, splat(b, value, vec), b.load(slot, typ=vec)), slot)
 
 
 def _store_columns(b: ir.IRBuilder, cfg: GemmConfig, columns, c_ptr, ldc, accumulate, rows):
@@ -298,13 +306,8 @@ class Tile:
             self.add_products(ctx, b_row, [b.gep(a_row, [i64(i)], source_etype=ty)
                                            for i in range(mr)])  # fmt: skip
             if self.columns:
-                a_column = b.load(a_row, typ=self.column_type, align=cfg.itemsize)
                 extra_row = b.gep(b_extra, [b.mul(k, i64(b_stride))], source_etype=ty)
-                for j, slot in enumerate(self.columns):
-                    value = b.load(b.gep(extra_row, [i64(j)], source_etype=ty), typ=ty)
-                    product = mul_add(ctx, b, cfg, a_column, splat(b, value, self.column_type),
-                                      b.load(slot, typ=self.column_type))  # fmt: skip
-                    b.store(product, slot)
+                _add_column_products(ctx, b, cfg, self.columns, a_row, extra_row)
 
     def column_values(self) -> list[ir.Value]:
         return [self.b.load(slot, typ=self.column_type) for slot in self.columns]
