@@ -60,7 +60,6 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
     from .inline import CallInlining
     from .scalefold import ScaleFolding
     from .transpose_fold import TransposeFolding
-    from .winograd import Winograd
 
     passes: list[Pass] = [CallInlining()]  # backends take no `call`
     if opt_level >= 1:
@@ -69,7 +68,6 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
         # are canonical first, so that their weights' transposes fold
         passes += [ConvLayoutAssignment(), DeadCodeElimination(), ConstantFolding()]
         passes += [ScaleFolding(), ConstantFolding()]
-        passes += [Winograd(), ConstantFolding()]  # after scale folding: final weights
         passes += [AlgebraicSimplifier(), TransposeFolding()]
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
     if opt_level >= 2:

@@ -23,6 +23,7 @@ from llvmlite import ir
 
 from ...buffers import Slice
 from ...ir import Instruction, Op
+from . import winograd
 from .accumulate import MacAccumulator
 from .context import EmitContext
 from .direct_conv import DirectConvPlan, plan_direct
@@ -101,7 +102,7 @@ CONV_RULES: dict[Op, Rule] = {Op.CONVOLUTION: convolution_rule}
 
 def plan_convolution(
     target, conv: Instruction, views
-) -> GemmPlan | DepthwisePlan | DirectConvPlan | None:
+) -> GemmPlan | DepthwisePlan | DirectConvPlan | winograd.WinogradPlan | None:
     """A convolution whose output is [batch, feature, spatial...] (NCHW-like) as GEMMs.
 
     Per image and feature group: C[Cout_g, pixels] = weights[Cout_g, Cin_g * taps]
@@ -124,6 +125,8 @@ def plan_convolution(
     lhs_view, rhs_view = affine(lhs_view), affine(rhs_view)
     g = geometry
     weights_layout = _weights_layout(g, rhs_view)
+    if winograd.eligible(g, lhs_view, weights_layout):
+        return winograd.plan_winograd(config, g, lhs_view, weights_layout)
     weights = _weights_factory(g, weights_layout)
     columns = _columns_factory(g, lhs_view)
     pixels = g.pixels

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+import numpy as np
 from llvmlite import ir
 
 from ...buffers import BufferKind, Slice
@@ -259,6 +260,7 @@ class PackedShape:
     width: int
     batch: tuple[int, ...]
     extents: tuple[int, ...]
+    transform: str = ""  # what the values went through before packing ("": none)
 
     @property
     def padded(self) -> int:
@@ -267,6 +269,25 @@ class PackedShape:
     @property
     def elements(self) -> int:
         return math.prod(self.extents) * self.padded * self.k
+
+
+def pack_operand(values: np.ndarray, layout: StridedLayout, shape: PackedShape) -> np.ndarray:
+    """The panels `PackedPanels` reads of each batch element of an operand whose buffer
+    holds `values`: per K slice of kc, the count x kc matrix (zero rows up to `padded`)
+    as panels of `width` rows, panel-major, then k, then the row in the panel."""
+    strides = dict(layout.batch)
+    rows = np.arange(shape.count)[:, None] * layout.p_stride
+    depth = np.arange(shape.k)[None, :] * layout.k_stride
+    out = []
+    for element in itertools.product(*(range(e) for e in shape.extents)):
+        start = sum(i * strides[d] for i, d in zip(element, shape.batch))
+        matrix = np.zeros((shape.padded, shape.k), values.dtype)
+        matrix[: shape.count] = values[start + rows + depth]
+        for k0 in range(0, shape.k, shape.kc):
+            block = matrix[:, k0 : k0 + shape.kc]
+            panels = block.reshape(-1, shape.width, block.shape[1]).transpose(0, 2, 1)
+            out.append(panels.ravel())
+    return np.concatenate(out)
 
 
 def packed_key(kernel: Instruction, contraction: int, side: int) -> tuple:
@@ -287,6 +308,10 @@ class Prepackable:
         """Whether operand `side` (0: A, 1: B) is a constant that may be pre-packed."""
         layout = self.layouts[side]
         return layout is not None and layout.where.kind is BufferKind.CONSTANT
+
+    def pack_constant(self, side: int, values: np.ndarray) -> np.ndarray:
+        """The pre-packed copy of operand `side`, whose constant's elements are `values`."""
+        return pack_operand(values, self.layouts[side], self.packed_shape(side))
 
 
 def use_packed(planned, slices: dict, kernel: Instruction, contraction: int):

@@ -14,7 +14,6 @@ object does not carry those weights twice.
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -50,6 +49,7 @@ class _Request:
     layout: StridedLayout
     shape: PackedShape
     dtype: np.dtype
+    planned: Prepackable  # packs the values (`pack_constant`)
 
 
 def prepack(target, plan: BufferPlan) -> BufferPlan:
@@ -73,7 +73,7 @@ def prepack(target, plan: BufferPlan) -> BufferPlan:
         key = (r.layout, r.shape)
         if key not in copies:
             values = _elements(plan.weights, r.layout.where, r.dtype)
-            data = pack_operand(values, r.layout, r.shape).tobytes()
+            data = r.planned.pack_constant(r.side, values).tobytes()
             copies[key] = Slice(BufferKind.CONSTANT, 0, _append(blob, data), len(data))
     final = plan.mapped(_relocation(regions, moved))
     weights = bytes(blob)
@@ -83,25 +83,6 @@ def prepack(target, plan: BufferPlan) -> BufferPlan:
             if r.path == path:
                 frame.slices[packed_key(r.kernel, r.number, r.side)] = copies[(r.layout, r.shape)]
     return final
-
-
-def pack_operand(values: np.ndarray, layout: StridedLayout, shape: PackedShape) -> np.ndarray:
-    """The panels `PackedPanels` reads of each batch element of an operand whose buffer
-    holds `values`: per K slice of kc, the count x kc matrix (zero rows up to `padded`)
-    as panels of `width` rows, panel-major, then k, then the row in the panel."""
-    strides = dict(layout.batch)
-    rows = np.arange(shape.count)[:, None] * layout.p_stride
-    depth = np.arange(shape.k)[None, :] * layout.k_stride
-    out = []
-    for element in itertools.product(*(range(e) for e in shape.extents)):
-        start = sum(i * strides[d] for i, d in zip(element, shape.batch))
-        matrix = np.zeros((shape.padded, shape.k), values.dtype)
-        matrix[: shape.count] = values[start + rows + depth]
-        for k0 in range(0, shape.k, shape.kc):
-            block = matrix[:, k0 : k0 + shape.kc]
-            panels = block.reshape(-1, shape.width, block.shape[1]).transpose(0, 2, 1)
-            out.append(panels.ravel())
-    return np.concatenate(out)
 
 
 # -- which operands ---------------------------------------------------------------
@@ -129,17 +110,13 @@ def _requests(target, plan: BufferPlan) -> Iterator[_Request]:
                     if planned.can_pack(side) and planned.packed[side] is None:
                         yield _Request(path, instr, contraction, number, side,
                                        planned.operands[side], planned.layouts[side], planned.packed_shape(side),
-                                       planned.config.dtype.numpy)  # fmt: skip
+                                       planned.config.dtype.numpy, planned)  # fmt: skip
 
 
 def _packed_reads(path: FramePath, requests: list[_Request]) -> set[tuple[int, int, int]]:
     """(id(kernel), id(contraction), operand number) of the contraction operands read
     pre-packed in frame `path`."""
-    return {
-        (id(r.kernel), id(r.contraction), r.operand)
-        for r in requests
-        if r.path == path
-    }
+    return {(id(r.kernel), id(r.contraction), r.operand) for r in requests if r.path == path}
 
 
 def _plain_reads(frame: BufferPlan, packed: set) -> Iterator[Slice]:

@@ -348,24 +348,26 @@ def _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate, rows=None
                                     value = b.fadd(b.load(p, typ=t, align=cfg.itemsize), value)
                                 b.store(value, p, align=cfg.itemsize)
                             else:
-                                _masked_store(ctx, b, cfg, value, p, offset, cols, adding)
+                                masked_store(ctx, b, cfg, value, p, offset, cols, adding)
                             offset += t.count
 
 
-def _masked_store(ctx, b, cfg, value, pointer, first: int, cols, adding: bool) -> None:
+def masked_store(ctx, b, cfg, value, pointer, first: int, cols, adding: bool) -> None:
     """Store lanes first + l < cols of `value` (added to what is there when `adding`)."""
     t = value.type
-    i32 = ir.IntType(32)
     lanes = ir.Constant(ir.VectorType(I64, t.count), [first + lane for lane in range(t.count)])
     mask = b.icmp_unsigned("<", lanes, splat(b, cols, ir.VectorType(I64, t.count)))
-    suffix = f"v{t.count}{'f32' if cfg.dtype is DType.F32 else 'f64'}.p0"
-    align = ir.Constant(i32, cfg.itemsize)
     if adding:
-        load = ctx.declare(f"llvm.masked.load.{suffix}", t, [pointer, align, mask, value])
-        old = b.call(load, [pointer, align, mask, ir.Constant(t, None)])
-        value = b.fadd(old, value)
-    store = ctx.declare(f"llvm.masked.store.{suffix}", VOID, [value, pointer, align, mask])
-    b.call(store, [value, pointer, align, mask])
+        value = b.fadd(masked_load(ctx, b, cfg, pointer, mask), value)
+    store_lanes(ctx, b, cfg, value, pointer, mask)
+
+
+def store_lanes(ctx, b, cfg, value, pointer, mask) -> None:
+    """Store the lanes of `value` where `mask` holds (the others are not touched)."""
+    t = value.type
+    align = ir.Constant(I32, cfg.itemsize)
+    name = f"llvm.masked.store.v{t.count}{_type_tag(cfg)}.p0"
+    b.call(ctx.declare(name, VOID, [value, pointer, align, mask]), [value, pointer, align, mask])
 
 
 def smaller(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:

@@ -1,0 +1,155 @@
+"""Winograd F(2x2, 3x3) convolutions (backends/cpu/winograd.py).
+
+The channel and size thresholds are patched down so that small convolutions take
+the Winograd plan (checked through `contraction_kind`); values are compared with the
+evaluator (rtol 1e-5 and atol 1e-5 of the largest magnitude: the transforms
+reassociate the sums, measured error about 2e-7 of it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aotc.backends.cpu import parse_target, winograd
+from aotc.backends.cpu.contraction import contraction_kind
+from aotc.ir import ComputationBuilder, ConvDims, DType, Module, Op, Shape, Window
+from aotc.ir.evaluate import evaluate
+
+F32 = DType.F32
+HOST = parse_target("host")
+# generic x86-64 (SSE), and AVX2 where this machine runs it (its 8 lanes once read
+# past a masked load's mask: the (1, 4, 8, 9) case)
+TARGETS = ["host", "x86_64:x86-64-v2"] + (
+    ["x86_64:x86-64-v3"] if HOST.arch == "x86_64" and HOST.vector_bits >= 256 else []
+)
+
+
+@pytest.fixture(autouse=True)
+def small_thresholds(monkeypatch):
+    monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)
+    monkeypatch.setattr(winograd, "MIN_OUTPUT_SIZE", 1)
+
+
+def _conv(b, x, w, low=(1, 1), high=(1, 1), stride=(1, 1), dilation=(1, 1), groups=1):
+    window = Window.make(w.shape.dims[2:], stride, low, high, rhs_dilation=dilation)
+    return b.convolution(x, w, window, ConvDims.nchw(2), groups)
+
+
+def _module(x_dims, w_values, **conv):
+    module = Module("wino")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.from_numpy(w_values.dtype), x_dims))
+    b.build(_conv(b, x, b.constant(w_values), **conv), entry=True)
+    return module
+
+
+def _kinds(compiled) -> list[str]:
+    plan = compiled.plan
+    return [k for k in (contraction_kind(HOST, plan, i) for i in plan.schedule) if k]
+
+
+def _close(got, want):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
+
+
+# x dims, Cout, pad low, pad high: even and odd output sizes, asymmetric and no padding,
+# more outputs than inputs, two images, many tile columns (several vectors and panels),
+# Cin past one K slice, a row of 5 tiles (one past an AVX2 vector's lower half)
+CASES = [
+    ((1, 4, 8, 8), 4, (1, 1), (1, 1)),
+    ((1, 5, 9, 7), 6, (1, 1), (1, 1)),
+    ((1, 4, 10, 11), 4, (0, 2), (1, 0)),
+    ((1, 6, 7, 9), 4, (0, 0), (0, 0)),
+    ((1, 4, 6, 6), 9, (2, 2), (2, 2)),
+    ((2, 3, 40, 37), 5, (1, 1), (1, 1)),
+    ((1, 16, 70, 70), 8, (1, 1), (1, 1)),
+    ((1, 700, 6, 9), 13, (1, 1), (1, 1)),
+    ((1, 4, 8, 9), 4, (1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("x_dims, cout, low, high", CASES)
+def test_same_values_as_the_convolution(compile_module, target, x_dims, cout, low, high):
+    rng = np.random.default_rng(1)
+    w = rng.uniform(-1, 1, (cout, x_dims[1], 3, 3)).astype(np.float32)
+    module = _module(x_dims, w, low=low, high=high)
+    compiled = compile_module(module, target=target)
+    assert _kinds(compiled) == ["winograd"]
+    x = rng.uniform(-2, 2, x_dims).astype(np.float32)
+    (got,) = compiled.run(x)
+    _close(got, np.asarray(evaluate(module, [x])))
+
+
+def test_epilogue_and_threads(compile_module, fuse, same_across_threads):
+    """Bias, residual and ReLU fused after a Winograd convolution big enough to share
+    out its transforms and GEMMs: bitwise the same at 1, 2 and 3 threads."""
+    rng = np.random.default_rng(2)
+    x_dims, cout = (1, 32, 30, 30), 32
+    w = rng.uniform(-1, 1, (cout, 32, 3, 3)).astype(np.float32)
+    module = Module("m")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(F32, x_dims))
+    bias = b.parameter(1, Shape(F32, (cout,)))
+
+    def body(fb, p):
+        y = fb.binary(Op.ADD, _conv(fb, p[0], p[1]), fb.broadcast(p[2], (1,), x_dims))
+        y = fb.binary(Op.ADD, y, p[0])
+        return fb.binary(Op.MAXIMUM, y, fb.broadcast(fb.scalar(0.0, F32), (), x_dims))
+
+    b.build(b.tuple([fuse(b, [x, b.constant(w), bias], body)]), entry=True)
+    compiled = compile_module(module)
+    assert _kinds(compiled) == ["winograd"]
+    args = [
+        rng.uniform(-2, 2, x_dims).astype(np.float32),
+        rng.standard_normal(cout).astype(np.float32),
+    ]
+    (got,) = same_across_threads(compiled, args)
+    _close(got, np.asarray(evaluate(module, args)[0]))
+
+
+# not Winograd: stride 2, a 5x5 window, two groups, dilation, f64, cropping
+OTHERS = [
+    ((4, 4, 3, 3), {"stride": (2, 2)}),
+    ((4, 4, 5, 5), {}),
+    ((4, 2, 3, 3), {"groups": 2}),
+    ((4, 4, 3, 3), {"dilation": (2, 2)}),
+    ((4, 4, 3, 3), {"low": (-1, 0)}),
+]
+
+
+@pytest.mark.parametrize("w_dims, conv", OTHERS)
+def test_other_convolutions_take_other_plans(compile_module, w_dims, conv):
+    w = np.random.default_rng(3).uniform(-1, 1, w_dims).astype(np.float32)
+    assert _kinds(compile_module(_module((1, 4, 9, 9), w, **conv))) not in ([], ["winograd"])
+
+
+def test_only_constant_f32_kernels(compile_module):
+    module = Module("m")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(F32, (1, 4, 9, 9)))
+    b.build(_conv(b, x, b.parameter(1, Shape(F32, (4, 4, 3, 3)))), entry=True)
+    assert _kinds(compile_module(module)) == ["gemm"]
+    w = np.random.default_rng(4).uniform(-1, 1, (4, 4, 3, 3))
+    assert _kinds(compile_module(_module((1, 4, 9, 9), w))) == ["gemm"]  # f64
+
+
+def test_thresholds_keep_small_convolutions_on_im2col(compile_module, monkeypatch):
+    monkeypatch.setattr(winograd, "MIN_CHANNELS", 64)
+    monkeypatch.setattr(winograd, "MIN_OUTPUT_SIZE", 8)
+    w = np.zeros((64, 64, 3, 3), np.float32)
+    assert _kinds(compile_module(_module((1, 64, 8, 8), w))) == ["winograd"]
+    assert _kinds(compile_module(_module((1, 64, 7, 7), w))) == ["gemm"]
+    assert _kinds(compile_module(_module((1, 32, 8, 8), w[:, :32]))) == ["gemm"]
+
+
+def test_the_transforms_compute_a_correlation():
+    """Y = A^T [(G g G^T) . (B^T d B)] A is the 2x2 valid correlation of a 4x4 tile."""
+    rng = np.random.default_rng(5)
+    d, g = rng.standard_normal((4, 4)), rng.standard_normal((1, 1, 3, 3))
+    u = winograd.transformed_kernel(g).reshape(4, 4)
+    b_t, a_t = np.array(winograd.B_T), np.array(winograd.A_T)
+    y = a_t @ (u * (b_t @ d @ b_t.T)) @ a_t.T
+    want = [[np.sum(d[i : i + 3, j : j + 3] * g[0, 0]) for j in range(2)] for i in range(2)]
+    np.testing.assert_allclose(y, want, rtol=1e-12)
