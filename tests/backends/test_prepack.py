@@ -113,7 +113,8 @@ CONVS = [
     ((2, 16, 7, 5), (12, 16, 1, 1), (1, 1), (0, 0), 1),
     ((1, 3, 17, 19), (5, 3, 3, 3), (2, 2), (1, 1), 1),
     ((2, 6, 7, 7), (4, 3, 3, 3), (1, 1), (1, 1), 2),
-    ((1, 64, 9, 9), (20, 64, 3, 3), (1, 1), (1, 1), 1),
+    ((1, 64, 9, 9), (12, 64, 3, 3), (1, 1), (1, 1), 1),  # im2col: 12 outputs, K = 576
+    ((1, 16, 10, 10), (16, 16, 3, 3), (1, 1), (1, 1), 1),  # Winograd: U packed
 ]
 
 
@@ -147,7 +148,8 @@ def test_convolutions(compile_module, fuse, rng):
         _close(got[2 * i + 1], np.maximum(expected + biases[i][:, None, None], 0), "fused")
         assert _packed(compiled, outputs[2 * i]) == (True, False)
         assert _packed(compiled, outputs[2 * i + 1]) == (True, False)
-    assert _plan(compiled, outputs[-1]).blocks.kc < 64 * 9  # several K slices
+    assert _plan(compiled, outputs[7]).blocks.kc < 64 * 9  # several K slices
+    assert _plan(compiled, outputs[-1]).kind == "winograd"
     section = _weights_section(compiled)
     assert not any(w.tobytes()[:256] in section for w in weights)  # originals dropped
     assert all(bias.tobytes() in section for bias in biases)
@@ -196,7 +198,8 @@ def test_split_results_do_not_depend_on_the_thread_count(compile_module, fuse, s
     w = [_normal(rng, s) for s in [(300, 256), (256, 300), (9, 64, 72), (64, 32, 3, 3)]]
     shapes = [(384, 300), (300, 2048), (9, 48, 64), (1, 32, 56, 56)]
     x = [b.parameter(i, Shape(F32, s)) for i, s in enumerate(shapes)]
-    window = Window.make((3, 3), (1, 1), (1, 1), (1, 1))
+    # dilated: im2col (a 3x3 stride-1 one would be Winograd)
+    window = Window.make((3, 3), (1, 1), (2, 2), (2, 2), rhs_dilation=(2, 2))
     outputs = [
         _dot(b, x[0], b.constant(w[0])),
         _dot(b, b.constant(w[1]), x[1]),
@@ -214,7 +217,7 @@ def test_split_results_do_not_depend_on_the_thread_count(compile_module, fuse, s
         args[0].astype(np.float64) @ w[0],
         w[1].astype(np.float64) @ args[1],
         np.einsum("bmk,bkn->bmn", args[2].astype(np.float64), w[2]),
-        _conv_reference(args[3], w[3], (1, 1), (1, 1), (1, 1), (1, 1), 1),
+        _conv_reference(args[3], w[3], (1, 1), (2, 2), (2, 2), (2, 2), 1),
     ]
     for k, (got, want) in enumerate(zip(results, expected)):
         _close(got, want, f"output {k}")

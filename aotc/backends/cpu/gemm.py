@@ -309,6 +309,10 @@ class Prepackable:
         layout = self.layouts[side]
         return layout is not None and layout.where.kind is BufferKind.CONSTANT
 
+    @property
+    def is_packed(self) -> tuple[bool, bool]:
+        return self.packed[0] is not None, self.packed[1] is not None
+
     def pack_constant(self, side: int, values: np.ndarray) -> np.ndarray:
         """The pre-packed copy of operand `side`, whose constant's elements are `values`."""
         return pack_operand(values, self.layouts[side], self.packed_shape(side))
@@ -661,10 +665,6 @@ class GemmPlan(Prepackable):
     @property
     def blocks(self) -> Blocking:
         return blocking(self.config, self.m, self.n, self.k)
-
-    @property
-    def is_packed(self) -> tuple[bool, bool]:
-        return self.packed[0] is not None, self.packed[1] is not None
 
     @property
     def split(self) -> Split | None:
