@@ -57,7 +57,7 @@ class _Kernel:
     """A kernel's contractions (in body order; the last one runs with the epilogue)."""
 
     contractions: list[Instruction]
-    plans: list  # GemmPlan or conv.DepthwisePlan, one per contraction
+    plans: list  # one per contraction: GemmPlan, or conv.py's other plans
     last_in_place: bool  # the last contraction's values go to the output buffer itself
 
     @property
@@ -87,8 +87,8 @@ def workspace_bytes(target, plan: BufferPlan) -> int:
 
 
 def contraction_kind(target, plan: BufferPlan, instr: Instruction) -> str | None:
-    """How `instr` is emitted: "gemm", "gemv.axpy", "gemv.dot", "depthwise" (the last
-    contraction's), or None (by the element rules)."""
+    """How `instr` is emitted: "gemm", "gemv.axpy", "gemv.dot", "depthwise", "direct",
+    "winograd" (the last contraction's), or None (by the element rules)."""
     kernel = _analyze(target, plan, instr)
     return None if kernel is None else kernel.plans[-1].kind
 
