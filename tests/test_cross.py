@@ -140,12 +140,15 @@ def example_inputs(path: Path, seed: int) -> list[np.ndarray]:
     ]
 
 
-def check_example(cc: str, build: Path, name: str, tmp_path: Path, seed: int) -> None:
-    """Link the example `name` from `build`, run it, compare with onnxruntime."""
+def check_example(cc: str, build: Path, name: str, tmp_path: Path, seed: int,
+                  path: Path | None = None) -> None:  # fmt: skip
+    """Link the example `name` (or the model at `path`) from `build`, run it, compare
+    with onnxruntime."""
     from test_e2e import ATOL, RTOL  # the host's end-to-end tolerances
 
-    inputs = example_inputs(MODELS[name], seed)
-    expected = reference(MODELS[name], inputs)
+    path = path or MODELS[name]
+    inputs = example_inputs(path, seed)
+    expected = reference(path, inputs)
     program = build_program(cc, build, name, tmp_path / f"{name}_driver")
     raw = run_program(program, inputs, [e.nbytes for e in expected], tmp_path / name)
     for got, want in zip(raw, expected):
@@ -318,6 +321,44 @@ def test_aarch64_artifacts(aarch64_build, tmp_path):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_aarch64_examples_match_onnxruntime(name, aarch64_build, tmp_path):
     check_example(CROSS_CC, aarch64_build, name, tmp_path, seed=11)
+
+
+def _winograd_model(path: Path) -> Path:
+    """Conv 16 -> 16 channels, 3x3, pad 1, on 13x11 (odd sizes), + bias, ReLU."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    weights = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+               for n, s in (("w", (16, 16, 3, 3)), ("b", (16,)))]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]  # fmt: skip
+    dims = [1, 16, 13, 11]
+    graph = helper.make_graph(nodes, "wino", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)], weights)  # fmt: skip
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), path
+    )
+    return path
+
+
+@pytest.mark.parametrize("target", [
+    pytest.param(AARCH64, marks=needs_aarch64),
+    pytest.param("x86_64:x86-64-v2", marks=needs_x86_host),
+])  # fmt: skip
+def test_winograd_convolutions_run_on_other_targets(target, tmp_path):
+    """NEON's and SSE's Winograd transforms (masked loads and stores, shuffles) match
+    onnxruntime."""
+    from aotc.backends.cpu.contraction import contraction_kind
+
+    path = _winograd_model(tmp_path / "wino.onnx")
+    compiled = compile_model(path, CompileOptions(target=target))
+    plan = compiled.plan
+    assert "winograd" in [contraction_kind(compiled.target, plan, i) for i in plan.schedule]
+    build = tmp_path / "build"
+    result = run_cli("compile", path, "-o", build, "--target", target, "-q")
+    assert result.returncode == 0, result.stderr
+    cc = CROSS_CC if target == AARCH64 else c_compiler()
+    check_example(cc, build, "wino", tmp_path, seed=5, path=path)
 
 
 @needs_aarch64
