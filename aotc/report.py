@@ -70,11 +70,14 @@ def flops(instr: Instruction) -> int:
     return 0
 
 
-def kernel_table(rows: list[KernelInfo]) -> str:
-    """Plain-text table of kernels, with a total line."""
-    lines = [f"{'kernel':<32} {'read B':>12} {'written B':>12} {'FLOPs':>14}  ops"]
+def kernel_table(rows: list[KernelInfo], how: dict[str, str] | None = None) -> str:
+    """Plain-text table of kernels, with a total line; `how` (kernel name -> the
+    backend's form of it, e.g. "winograd") tags the kernels it names."""
+    lines = [f"{'kernel':<32} {'read B':>12} {'written B':>12} {'FLOPs':>14}  ops [how]"]
     for r in rows:
         ops = ",".join(dict.fromkeys(r.ops))
+        if how and r.name in how:
+            ops += f" [{how[r.name]}]"
         name = r.name[:32]
         lines.append(
             f"{name:<32} {r.bytes_read:>12,} {r.bytes_written:>12,} {r.flops:>14,}  {ops}"

@@ -152,6 +152,7 @@ def test_inspect_prints_hlo_kernels_and_plan_and_draws_it(tmp_path):
     out = result.stdout
     assert "ENTRY %main" in out and "fusion(" in out
     assert "kernels," in out and "FLOPs" in out
+    assert "convolution,broadcast,add" in out and "[gemm]" in out  # how each conv runs
     arena_lines = [line for line in out.splitlines() if line.strip().startswith("arena[")]
     assert arena_lines, out
     root = ET.parse(svg).getroot()
