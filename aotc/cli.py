@@ -190,7 +190,7 @@ def _inspect(args) -> None:
 
     compiled = compile_model(args.model, _options(args))
     print(print_module(compiled.module, elide_constants_over=16))
-    print(report.kernel_table(report.kernels(compiled.plan), _kernel_forms(compiled)))
+    print(report.kernel_table(report.kernels(compiled.plan), compiled.kernel_forms()))
     print()
     print(compiled.plan.to_text(), end="")
     if args.memory_plan is not None:
@@ -199,19 +199,6 @@ def _inspect(args) -> None:
             args.memory_plan.write_text(svg)
         except OSError as e:
             raise AotcError(f"cannot write {args.memory_plan}: {e.strerror or e}") from None
-
-
-def _kernel_forms(compiled) -> dict[str, str]:
-    """How the CPU backend emits each dot and convolution kernel: "gemm", "winograd", ..."""
-    from .backends.cpu import CpuTarget
-    from .backends.cpu.contraction import contraction_kind
-
-    if not isinstance(compiled.target, CpuTarget):
-        return {}
-    kinds = {
-        i.name: contraction_kind(compiled.target, compiled.plan, i) for i in compiled.plan.schedule
-    }
-    return {name: kind for name, kind in kinds.items() if kind}
 
 
 def summary(compiled, paths, seconds: float) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from . import artifacts
-from .backends.cpu import CpuTarget, emit_object, parse_target
+from .backends.cpu import CpuTarget, contraction_kind, emit_object, parse_target
 from .backends.cuda import (
     CudaProgram,
     CudaTarget,
@@ -77,6 +77,14 @@ class CompiledModel:
             # the file name only: a header must not depend on where the build ran
             self.stats, self.target, Path(self.source).name, cuda=self.cuda,
         )  # fmt: skip
+
+    def kernel_forms(self) -> dict[str, str]:
+        """Kernel name -> how the CPU backend emits that dot or convolution kernel
+        ("gemm", "winograd", "depthwise", ...); empty for other targets."""
+        if not isinstance(self.target, CpuTarget):
+            return {}
+        kinds = {i.name: contraction_kind(self.target, self.plan, i) for i in self.plan.schedule}
+        return {name: kind for name, kind in kinds.items() if kind}
 
     def load(self):
         """Link a shared object and return a callable `LoadedModel` (cffi)."""

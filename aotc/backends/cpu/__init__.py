@@ -10,9 +10,14 @@ with the model name:
 Both return 0, or 1 (computing nothing) when scratch is not 64-byte aligned;
 scratch == NULL uses NAME_static_arena, which makes such calls non-reentrant.
 NAME_weights holds the constants in a read-only section.  See program.py.
+`contraction_kind` says how a dot or convolution kernel is emitted ("gemm",
+"winograd", ...).
 """
 
 from .codegen import emit_llvm_ir, emit_object
+from .contraction import contraction_kind
 from .target import CpuTarget, TargetError, parse_target
 
-__all__ = ["CpuTarget", "TargetError", "emit_llvm_ir", "emit_object", "parse_target"]
+__all__ = [
+    "CpuTarget", "TargetError", "contraction_kind", "emit_llvm_ir", "emit_object", "parse_target",
+]  # fmt: skip

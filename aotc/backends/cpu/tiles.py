@@ -354,12 +354,16 @@ def _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate, rows=None
 
 def masked_store(ctx, b, cfg, value, pointer, first: int, cols, adding: bool) -> None:
     """Store lanes first + l < cols of `value` (added to what is there when `adding`)."""
-    t = value.type
-    lanes = ir.Constant(ir.VectorType(I64, t.count), [first + lane for lane in range(t.count)])
-    mask = b.icmp_unsigned("<", lanes, splat(b, cols, ir.VectorType(I64, t.count)))
+    mask = lanes_below(b, cols, value.type.count, first)
     if adding:
         value = b.fadd(masked_load(ctx, b, cfg, pointer, mask), value)
     store_lanes(ctx, b, cfg, value, pointer, mask)
+
+
+def lanes_below(b: ir.IRBuilder, count: ir.Value, width: int, first: int = 0) -> ir.Value:
+    """<width x i1>: lane l is set where first + l < count (an i64; none when negative)."""
+    lanes = ir.Constant(ir.VectorType(I64, width), [first + lane for lane in range(width)])
+    return b.icmp_signed("<", lanes, splat(b, count, lanes.type))
 
 
 def store_lanes(ctx, b, cfg, value, pointer, mask) -> None:

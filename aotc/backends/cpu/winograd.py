@@ -20,6 +20,7 @@ an infinity, as in every Winograd implementation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -41,7 +42,7 @@ from .gemm import (
 from .lltypes import I1, I32, i64
 from .loops import for_range, if_then
 from .parallel import parallel_loop_nest_passing
-from .tiles import GemmConfig, i32_lanes, masked_load, masked_store, splat
+from .tiles import GemmConfig, i32_lanes, lanes_below, masked_load, masked_store, splat
 
 # The saved multiply-adds pay for the transforms (V and M take 4x the image's and the
 # output's memory) with enough channels on both sides and tiles enough for the GEMMs'
@@ -115,7 +116,7 @@ def plan_winograd(config: GemmConfig, g, image_view, weights_layout) -> Winograd
                                                    dims.input_spatial[0]))  # fmt: skip
     geometry = WinogradGeometry(g.batch, g.cin_g, g.cout, *g.in_spatial, *g.out_spatial,
                                 *g.window.pad_low, strides)  # fmt: skip
-    return WinogradPlan(config, geometry, layouts=(weights_layout, None))
+    return WinogradPlan(config, geometry, g.output_index, layouts=(weights_layout, None))
 
 
 def transformed_kernel(kernel: np.ndarray) -> np.ndarray:
@@ -133,6 +134,8 @@ class WinogradPlan(Prepackable):
 
     config: GemmConfig
     geometry: WinogradGeometry
+    # (builder, image, channel, pixel) -> the convolution's output index (conv.py's)
+    output_index: Callable[[ir.IRBuilder, ir.Value, ir.Value, ir.Value], list[ir.Value]]
     layouts: tuple[StridedLayout | None, None] = (None, None)
     packed: tuple[Slice | None, None] = (None, None)
     operands: tuple[int, int] = (1, 0)
@@ -306,18 +309,14 @@ class WinogradPlan(Prepackable):
             if epilogue is not None:  # on the plane just computed
 
                 def element(row, pixel):
-                    epilogue(self._output_index(ctx, n, row, pixel))
+                    epilogue(self.output_index(ctx.builder, n, row, pixel))
 
                 emit_region(ctx, channel, 1, i64(0), pixels, element)
 
     def _load(self, ctx, pointer, count) -> ir.Value:
         """`lanes` values from `pointer`, only the first `count` of them (the rest zero)."""
-        cfg = self.config
         b = ctx.builder
-        index = ir.Constant(ir.VectorType(ir.IntType(64), cfg.lanes), list(range(cfg.lanes)))
-        return masked_load(
-            ctx, b, cfg, pointer, b.icmp_signed("<", index, splat(b, count, index.type))
-        )
+        return masked_load(ctx, b, self.config, pointer, lanes_below(b, count, self.config.lanes))
 
     def _store_interleaved(self, ctx, line, column, even, odd) -> None:
         """Columns column + 2t (`even`) and column + 2t + 1 (`odd`) of an output row,
@@ -332,14 +331,7 @@ class WinogradPlan(Prepackable):
             start = b.add(column, i64(half * lanes))
             at = b.gep(line, [start], source_etype=cfg.element)
             left = b.sub(i64(self.geometry.out_width), start)  # negative past the row's end
-            left = b.select(b.icmp_signed("<", left, i64(0)), i64(0), left)
             masked_store(ctx, b, cfg, value, at, 0, left, False)
-
-    def _output_index(self, ctx, n, channel, pixel) -> list[ir.Value]:
-        b = ctx.builder
-        width = self.geometry.out_width
-        row = b.udiv(pixel, i64(width))
-        return [n, channel, row, b.sub(pixel, b.mul(row, i64(width)))]
 
 
 def _lanes(b: ir.IRBuilder, vector, which) -> ir.Value:
