@@ -324,17 +324,17 @@ def test_aarch64_examples_match_onnxruntime(name, aarch64_build, tmp_path):
 
 
 def _winograd_model(path: Path) -> Path:
-    """Conv 16 -> 16 channels, 3x3, pad 1, on 13x11 (odd sizes), + bias, ReLU."""
+    """Conv 16 -> 64 channels, 3x3, pad 1, on 13x11 (odd sizes), + bias, ReLU."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(4)
-    weights = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
-               for n, s in (("w", (16, 16, 3, 3)), ("b", (16,)))]  # fmt: skip
+    # weights scaled by 1/sqrt(fan-in) as a trained model's, so outputs are about 1
+    weights = [numpy_helper.from_array((rng.standard_normal(s) / 12).astype(np.float32), n)
+               for n, s in (("w", (64, 16, 3, 3)), ("b", (64,)))]  # fmt: skip
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"])]  # fmt: skip
-    dims = [1, 16, 13, 11]
-    graph = helper.make_graph(nodes, "wino", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)], weights)  # fmt: skip
+    graph = helper.make_graph(nodes, "wino", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 13, 11])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 13, 11])], weights)  # fmt: skip
     onnx.save(
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), path
     )

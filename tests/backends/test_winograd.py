@@ -28,6 +28,7 @@ TARGETS = ["host", "x86_64:x86-64-v2"] + (
 @pytest.fixture(autouse=True)
 def small_thresholds(monkeypatch):
     monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)
+    monkeypatch.setattr(winograd, "MIN_OUTPUT_CHANNELS", 1)
     monkeypatch.setattr(winograd, "MIN_OUTPUT_SIZE", 1)
 
 
@@ -137,11 +138,13 @@ def test_only_constant_f32_kernels(compile_module):
 
 def test_thresholds_keep_small_convolutions_on_im2col(compile_module, monkeypatch):
     monkeypatch.setattr(winograd, "MIN_CHANNELS", 16)
+    monkeypatch.setattr(winograd, "MIN_OUTPUT_CHANNELS", 64)
     monkeypatch.setattr(winograd, "MIN_OUTPUT_SIZE", 8)
-    w = np.zeros((16, 16, 3, 3), np.float32)
+    w = np.zeros((64, 16, 3, 3), np.float32)
     assert _kinds(compile_module(_module((1, 16, 8, 8), w))) == ["winograd"]
     assert _kinds(compile_module(_module((1, 16, 7, 7), w))) == ["gemm"]
     assert _kinds(compile_module(_module((1, 8, 8, 8), w[:, :8]))) == ["gemm"]
+    assert _kinds(compile_module(_module((1, 16, 8, 8), w[:63]))) == ["gemm"]
 
 
 def test_the_transforms_compute_a_correlation():

@@ -50,8 +50,12 @@ from .tiles import GemmConfig, i32_lanes, lanes_below, masked_load, masked_store
 # AVX-512 thread): 64 channels at 56x56 0.79, 128 at 28x28 0.68, 256 at 14x14 0.37,
 # 64 -> 256 at 13x13 0.64, 128 -> 32 at 56x56 0.81, 16 -> 64 at 55x55 0.73-0.97
 # (SqueezeNet 1.1 at 16 channels and up: 0.84 of the time, at 32 and up 0.96); at 7x7
-# slower (4x4 tiles are too few for the GEMMs): 256 channels 1.02-1.13, 512 1.08
+# slower (4x4 tiles are too few for the GEMMs): 256 channels 1.02-1.13, 512 1.08.
+# Few output channels reuse each packed V panel too little (once per MR of them):
+# DenseNet-121, whose 3x3 layers are 128 -> 32, ran 0.88-0.90 of the time with them
+# on im2col.
 MIN_CHANNELS = 16
+MIN_OUTPUT_CHANNELS = 64
 MIN_OUTPUT_SIZE = 8
 
 B_T = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
@@ -93,7 +97,8 @@ class WinogradGeometry:
 def eligible(g, image_view, weights_layout) -> bool:
     """An f32 2-D convolution with a constant 3x3 kernel at stride 1 (no dilation, one
     group, padding not negative) over an image in memory with unit column stride,
-    MIN_CHANNELS on both sides and outputs of at least MIN_OUTPUT_SIZE both ways."""
+    at least MIN_CHANNELS in, MIN_OUTPUT_CHANNELS out, and outputs of at least
+    MIN_OUTPUT_SIZE both ways."""
     w = g.window
     if g.out.dtype is not DType.F32 or len(g.out_spatial) != 2 or g.groups != 1:
         return False
@@ -106,7 +111,8 @@ def eligible(g, image_view, weights_layout) -> bool:
         return False
     if image_view is None or image_view.strides[g.dims.input_spatial[1]] != 1:
         return False
-    return min(g.cin_g, g.cout) >= MIN_CHANNELS and min(g.out_spatial) >= MIN_OUTPUT_SIZE
+    channels = g.cin_g >= MIN_CHANNELS and g.cout >= MIN_OUTPUT_CHANNELS
+    return channels and min(g.out_spatial) >= MIN_OUTPUT_SIZE
 
 
 def plan_winograd(config: GemmConfig, g, image_view, weights_layout) -> WinogradPlan:
