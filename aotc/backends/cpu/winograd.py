@@ -48,12 +48,12 @@ from .tiles import GemmConfig, i32_lanes, lanes_below, masked_load, masked_store
 # output's memory) with enough channels on both sides and tiles enough for the GEMMs'
 # N.  Two-layer chains of 3x3 convolutions + ReLU, time against im2col + GEMM (one
 # AVX-512 thread): 64 channels at 56x56 0.79, 128 at 28x28 0.68, 256 at 14x14 0.37,
-# 64 -> 256 at 13x13 0.64, 128 -> 32 at 56x56 0.81, 16 -> 64 at 55x55 0.73-0.97
-# (SqueezeNet 1.1 at 16 channels and up: 0.84 of the time, at 32 and up 0.96); at 7x7
-# slower (4x4 tiles are too few for the GEMMs): 256 channels 1.02-1.13, 512 1.08.
-# Few output channels reuse each packed V panel too little (once per MR of them):
-# DenseNet-121, whose 3x3 layers are 128 -> 32, ran 0.88-0.90 of the time with them
-# on im2col.
+# 64 -> 256 at 13x13 0.64, 128 <-> 32 at 56x56 0.81 (both ways in turn), 16 -> 64 at
+# 55x55 0.73-0.97 (SqueezeNet 1.1 at 16 channels and up: 0.84 of the time, at 32 and
+# up 0.96); at 7x7 slower (4x4 tiles are too few for the GEMMs): 256 channels
+# 1.02-1.13, 512 1.08.  Few output channels reuse each packed V panel too little
+# (once per MR of them): DenseNet-121, whose 3x3 layers are 128 -> 32, ran 0.88-0.90
+# of the time with them on im2col.
 MIN_CHANNELS = 16
 MIN_OUTPUT_CHANNELS = 64
 MIN_OUTPUT_SIZE = 8
