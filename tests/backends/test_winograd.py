@@ -1,9 +1,10 @@
-"""Winograd F(2x2, 3x3) convolutions (backends/cpu/winograd.py).
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (backends/cpu/winograd.py).
 
 The channel and size thresholds are patched down so that small convolutions take
-the Winograd plan (checked through `contraction_kind`); values are compared with the
-evaluator (rtol 1e-5 and atol 1e-5 of the largest magnitude: the transforms
-reassociate the sums, measured error about 2e-7 of it).
+the Winograd plan (checked through `contraction_kind`), with each transform in turn;
+values are compared with the evaluator (rtol 1e-5 and atol 1e-5 of the largest
+magnitude: the transforms reassociate the sums, measured error about 2e-7 of it for
+F2, 2e-6 for F4).
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ TARGETS = ["host", "x86_64:x86-64-v2"] + (
 )
 
 
-@pytest.fixture(autouse=True)
-def small_thresholds(monkeypatch):
+@pytest.fixture(autouse=True, params=["F2", "F4"])
+def transform(request, monkeypatch):
+    """Small thresholds, and every convolution on one transform."""
     monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)
     monkeypatch.setattr(winograd, "MIN_OUTPUT_CHANNELS", 1)
     monkeypatch.setattr(winograd, "MIN_OUTPUT_SIZE", 1)
+    monkeypatch.setattr(winograd, "MIN_F4_TILES", 1 if request.param == "F4" else 10**9)
+    return getattr(winograd, request.param)
 
 
 def _conv(b, x, w, low=(1, 1), high=(1, 1), stride=(1, 1), dilation=(1, 1), groups=1):
@@ -147,12 +151,14 @@ def test_thresholds_keep_small_convolutions_on_im2col(compile_module, monkeypatc
     assert _kinds(compile_module(_module((1, 16, 8, 8), w[:63]))) == ["gemm"]
 
 
-def test_the_transforms_compute_a_correlation():
-    """Y = A^T [(G g G^T) . (B^T d B)] A is the 2x2 valid correlation of a 4x4 tile."""
+def test_the_transforms_compute_a_correlation(transform):
+    """Y = A^T [(G g G^T) . (B^T d B)] A is the m x m valid correlation of an
+    (m + 2)^2 tile."""
     rng = np.random.default_rng(5)
-    d, g = rng.standard_normal((4, 4)), rng.standard_normal((1, 1, 3, 3))
-    u = winograd.transformed_kernel(g).reshape(4, 4)
-    b_t, a_t = np.array(winograd.B_T), np.array(winograd.A_T)
+    m, alpha = transform.m, transform.alpha
+    d, g = rng.standard_normal((alpha, alpha)), rng.standard_normal((1, 1, 3, 3))
+    u = winograd.transformed_kernel(g, transform).reshape(alpha, alpha)
+    b_t, a_t = np.array(transform.b_t), np.array(transform.a_t)
     y = a_t @ (u * (b_t @ d @ b_t.T)) @ a_t.T
-    want = [[np.sum(d[i : i + 3, j : j + 3] * g[0, 0]) for j in range(2)] for i in range(2)]
+    want = [[np.sum(d[i : i + 3, j : j + 3] * g[0, 0]) for j in range(m)] for i in range(m)]
     np.testing.assert_allclose(y, want, rtol=1e-12)

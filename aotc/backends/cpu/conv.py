@@ -12,7 +12,7 @@ packed straight from the image (im2col.py; through the input's generator
 for other layouts, 3-D windows or base dilation), or, for 1x1 stride-1
 windows, the image itself as a strided matrix; depthwise convolutions (one
 input channel per group) are a direct loop instead, and 3x3 stride-1 ones with a
-constant kernel and channels enough Winograd F(2x2, 3x3) (winograd.py).
+constant kernel and channels enough Winograd F(2x2, 3x3) or F(4x4, 3x3) (winograd.py).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def plan_convolution(
     x columns[Cin_g * taps, pixels].  The columns are packed straight from the
     image (implicit im2col) or, for 1x1 stride-1 windows, are the image itself;
     depthwise convolutions run as a direct loop instead, and the 3x3 stride-1 ones that
-    `winograd.eligible` takes as Winograd F(2x2, 3x3).
+    `winograd.eligible` takes as Winograd.
     """
     shape = conv.array_shape
     config = gemm_config(target, shape.dtype)

@@ -1,20 +1,24 @@
-"""Winograd F(2x2, 3x3): 3x3 stride-1 convolutions with 2.25x fewer multiply-adds.
+"""Winograd F(m x m, 3x3): 3x3 stride-1 convolutions with fewer multiply-adds.
 
-Per 2x2 output tile, the 4x4 input tile d and the 3x3 kernel g:
-Y = A^T [(G g G^T) . (B^T d B)] A.  Per image, one kernel runs three steps, the
-first and last shared out over channels, the middle one over its GEMMs:
+Per m x m output tile, the (m + 2)^2 input tile d and the 3x3 kernel g:
+Y = A^T [(G g G^T) . (B^T d B)] A.  F(2x2, 3x3) (`F2`) does 2.25x fewer
+multiply-adds than the direct sum, F(4x4, 3x3) (`F4`) 4x fewer; F4 runs where its
+tiles are enough for the GEMMs.  With P = (m + 2)^2 phases, per image, one kernel
+runs three steps, the first and last shared out over channels, the middle one over
+its GEMMs:
 
-- V = B^T d B of every tile: [16][Cin][tiles] in the workspace, vectorized over a
-  tile row (the tiles' even and odd input columns de-interleaved from two loads);
-- M = U V: 16 GEMMs [Cout, Cin] x [Cin, tiles] (gemm.py) into [16][Cout][tiles],
+- V = B^T d B of every tile: [P][Cin][tiles] in the workspace, vectorized over a
+  tile row (the tiles' input columns de-interleaved from m loads);
+- M = U V: P GEMMs [Cout, Cin] x [Cin, tiles] (gemm.py) into [P][Cout][tiles],
   U = G g G^T computed and packed at compile time (`pack_constant`, via prepack.py);
-- Y = A^T M A: per output channel and tile row, the four output phases from 16
-  vectors of M, interleaved into the convolution's two output rows, then the
+- Y = A^T M A: per output channel and tile row, the m x m output phases from P
+  vectors of M, interleaved into the convolution's m output rows, then the
   epilogue on the finished plane.
 
 Only constant kernels qualify (U is computed when compiling).  The transforms
-reassociate the sums (their matrices hold 0, +-1 and 1/2, so f32 rounding stays
-close to the direct sum); an infinite input gives NaN where the direct sum gives
+reassociate the sums; F2's matrices hold 0, +-1 and 1/2, so its f32 rounding stays
+close to the direct sum, F4's entries up to 8 give about 7x that (still some 1e-6
+of the outputs' magnitude).  An infinite input gives NaN where the direct sum gives
 an infinity, as in every Winograd implementation.
 """
 
@@ -42,28 +46,76 @@ from .gemm import (
 from .lltypes import I1, I32, i64
 from .loops import for_range, if_then
 from .parallel import parallel_loop_nest_passing
-from .tiles import GemmConfig, i32_lanes, lanes_below, masked_load, masked_store, splat
+from .tiles import (
+    GemmConfig,
+    i32_lanes,
+    lanes_below,
+    masked_load,
+    masked_store,
+    mul_add,
+    splat,
+)
 
-# The saved multiply-adds pay for the transforms (V and M take 4x the image's and the
-# output's memory) with enough channels on both sides and tiles enough for the GEMMs'
-# N.  Two-layer chains of 3x3 convolutions + ReLU, time against im2col + GEMM (one
-# AVX-512 thread): 64 channels at 56x56 0.79, 128 at 28x28 0.68, 256 at 14x14 0.37,
+# The saved multiply-adds pay for the transforms (with F2, V and M take 4x the image's
+# and the output's memory) with enough channels on both sides and tiles enough for the
+# GEMMs' N.  F2's thresholds, from two-layer chains of 3x3 convolutions + ReLU, time
+# against im2col + GEMM (one AVX-512 thread): 64 channels at 56x56 0.79, 128 at 28x28 0.68, 256 at 14x14 0.37,
 # 64 -> 256 at 13x13 0.64, 128 <-> 32 at 56x56 0.81 (both ways in turn), 16 -> 64 at
 # 55x55 0.73-0.97 (SqueezeNet 1.1 at 16 channels and up: 0.84 of the time, at 32 and
 # up 0.96); at 7x7 slower (4x4 tiles are too few for the GEMMs): 256 channels
 # 1.02-1.13, 512 1.08.  Few output channels reuse each packed V panel too little
 # (once per MR of them): DenseNet-121, whose 3x3 layers are 128 -> 32, ran 0.88-0.90
-# of the time with them on im2col.
+# of the time with them on im2col (and no faster with F4).
 MIN_CHANNELS = 16
 MIN_OUTPUT_CHANNELS = 64
 MIN_OUTPUT_SIZE = 8
+# F4 against F2, the same chains: 64 channels at 56x56 (196 F4 tiles) 0.69-0.76, 128
+# at 28x28 (49) 0.87-0.90, 256 at 14x14 (16, a quarter of them padding) 1.37-1.5;
+# VGG-19 0.62-0.70, ResNet-50 0.955-0.97.
+MIN_F4_TILES = 36
 
-B_T = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
-G = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
-A_T = ((1, 1, 1, 0), (0, 1, -1, -1))
-PHASES = 16  # the 4x4 transformed values per tile
 # U's place until prepack.py packs it (the GEMMs are sized for a pre-packed A throughout)
 NOT_YET_PACKED = Slice(BufferKind.CONSTANT, -1, 0, 0)
+
+
+@dataclass(frozen=True)
+class Transform:
+    """F(m x m, 3x3): an m x m output tile from an (m + 2)^2 input tile, its matrices
+    B^T (input), G (kernel) and A^T (output) from the interpolation points."""
+
+    m: int
+    b_t: tuple[tuple[float, ...], ...]
+    g: tuple[tuple[float, ...], ...]
+    a_t: tuple[tuple[float, ...], ...]
+
+    @property
+    def alpha(self) -> int:
+        """The input tile's side."""
+        return self.m + 2
+
+    @property
+    def phases(self) -> int:
+        """Transformed values per tile: the GEMMs' count."""
+        return self.alpha * self.alpha
+
+
+# points 0, 1, -1 (and infinity): 2.25x fewer multiply-adds, entries 0, +-1 and 1/2
+F2 = Transform(
+    2,
+    b_t=((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1)),
+    g=((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0)),
+    a_t=((1, 1, 1, 0), (0, 1, -1, -1)),
+)
+# points 0, +-1, +-2 (and infinity): 4x fewer, entries up to 8 (about 7x F2's rounding
+# error: 2-3e-6 of the output's magnitude at 64-256 channels, in numpy's f32)
+F4 = Transform(
+    4,
+    b_t=((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0),
+         (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1)),
+    g=((1 / 4, 0, 0), (-1 / 6, -1 / 6, -1 / 6), (-1 / 6, 1 / 6, -1 / 6),
+       (1 / 24, 1 / 12, 1 / 6), (1 / 24, -1 / 12, 1 / 6), (0, 0, 1)),
+    a_t=((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1)),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -80,14 +132,15 @@ class WinogradGeometry:
     top: int  # padding above and left of the image
     left: int
     image_strides: tuple[int, int, int]  # batch, channel, row
+    transform: Transform
 
     @property
     def tile_rows(self) -> int:
-        return -(-self.out_height // 2)
+        return -(-self.out_height // self.transform.m)
 
     @property
     def tile_columns(self) -> int:
-        return -(-self.out_width // 2)
+        return -(-self.out_width // self.transform.m)
 
     @property
     def tiles(self) -> int:
@@ -121,21 +174,27 @@ def plan_winograd(config: GemmConfig, g, image_view, weights_layout) -> Winograd
     strides = tuple(image_view.strides[d] for d in (dims.input_batch, dims.input_feature,
                                                    dims.input_spatial[0]))  # fmt: skip
     geometry = WinogradGeometry(g.batch, g.cin_g, g.cout, *g.in_spatial, *g.out_spatial,
-                                *g.window.pad_low, strides)  # fmt: skip
+                                *g.window.pad_low, strides, choose_transform(g.out_spatial))  # fmt: skip
     return WinogradPlan(config, geometry, g.output_index, layouts=(weights_layout, None))
 
 
-def transformed_kernel(kernel: np.ndarray) -> np.ndarray:
-    """U = G g G^T of a [Cout, Cin, 3, 3] kernel: [16, Cout, Cin] (rounded once, from
-    float64 sums)."""
-    g = np.array(G)
+def choose_transform(out_spatial) -> Transform:
+    """F4 where its tiles are enough columns for the GEMMs, else F2."""
+    tiles = [-(-size // F4.m) for size in out_spatial]
+    return F4 if tiles[0] * tiles[1] >= MIN_F4_TILES else F2
+
+
+def transformed_kernel(kernel: np.ndarray, transform: Transform) -> np.ndarray:
+    """U = G g G^T of a [Cout, Cin, 3, 3] kernel: [phases, Cout, Cin] (rounded once,
+    from float64 sums)."""
+    g = np.array(transform.g, np.float64)
     u = np.einsum("ar,bs,oirs->aboi", g, g, kernel.astype(np.float64))
-    return u.reshape(PHASES, *kernel.shape[:2]).astype(kernel.dtype)
+    return u.reshape(transform.phases, *kernel.shape[:2]).astype(kernel.dtype)
 
 
 @dataclass
 class WinogradPlan(Prepackable):
-    """A convolution as Winograd F(2x2, 3x3); what conv.py plans for the shapes it pays
+    """A convolution as Winograd F(m x m, 3x3); what conv.py plans for the shapes it pays
     on.  Operand A (the kernel, convolution operand 1) is always pre-packed, as U."""
 
     config: GemmConfig
@@ -161,18 +220,18 @@ class WinogradPlan(Prepackable):
         depth = np.arange(g.cin * 9)[None, :] * layout.k_stride
         kernel = values[rows + depth].reshape(g.cout, g.cin, 3, 3)
         return pack_operand(
-            transformed_kernel(kernel).ravel(), self._u_layout(), self.packed_shape(0)
+            transformed_kernel(kernel, g.transform).ravel(), self._u_layout(), self.packed_shape(0)
         )
 
     @property
     def _v_bytes(self) -> int:
         g = self.geometry
-        return aligned(PHASES * g.cin * g.tiles * self.config.itemsize)
+        return aligned(g.transform.phases * g.cin * g.tiles * self.config.itemsize)
 
     @property
     def _m_bytes(self) -> int:
         g = self.geometry
-        return aligned(PHASES * g.cout * g.tiles * self.config.itemsize)
+        return aligned(g.transform.phases * g.cout * g.tiles * self.config.itemsize)
 
     @property
     def workspace_bytes(self) -> int:
@@ -180,12 +239,12 @@ class WinogradPlan(Prepackable):
         return self._v_bytes + self._m_bytes + self._gemm().workspace_bytes
 
     def _u_layout(self) -> StridedLayout:
-        """U as [16][Cout][Cin] (where it came from: the kernel's constant)."""
+        """U as [P][Cout][Cin] (where it came from: the kernel's constant)."""
         g = self.geometry
         return StridedLayout(self.layouts[0].where, ((0, g.cout * g.cin),), g.cin, 1)
 
     def _gemm(self, v: Slice | None = None) -> GemmPlan:
-        """M[p] = U[p] V[p] for the 16 phases p, V read from the slice `v`: [16][Cin][tiles],
+        """M[p] = U[p] V[p] for the P phases p, V read from the slice `v`: [P][Cin][tiles],
         packed block by block as any strided B (V written as packed panels in place took
         longer: its stores scatter)."""
         g = self.geometry
@@ -202,7 +261,7 @@ class WinogradPlan(Prepackable):
         def c_offset(ctx, index):
             return ctx.builder.mul(index[0], i64(g.cout * g.tiles))
 
-        return GemmPlan(self.config, (PHASES,), g.cout, g.tiles, g.cin, g.tiles, unpacked,
+        return GemmPlan(self.config, (g.transform.phases,), g.cout, g.tiles, g.cin, g.tiles, unpacked,
                         columns, c_offset, out_index=None, layouts=(self._u_layout(), None),
                         packed=(self.packed[0] or NOT_YET_PACKED, None))  # fmt: skip
 
@@ -226,8 +285,9 @@ class WinogradPlan(Prepackable):
     def _input_transform(self, ctx: EmitContext, image, number, v: Slice) -> None:
         """V of image `number`, over (channel, tile row)."""
         g, cfg = self.geometry, self.config
+        t = g.transform
         blocks = -(-g.tile_columns // cfg.lanes)
-        work = g.cin * g.tiles * PHASES * 4
+        work = g.cin * g.tiles * t.phases * 4
         dims = [g.cin, g.tile_rows]
         with parallel_loop_nest_passing(ctx, dims, [number], "vin", work) as ((channel, row), (n,)):
             b = ctx.builder
@@ -235,8 +295,8 @@ class WinogradPlan(Prepackable):
             offset = b.add(b.mul(n, i64(batch_stride)), b.mul(channel, i64(channel_stride)))
             plane = image.pointer(ctx, offset)
             lines = []
-            for r in range(4):
-                at = b.add(b.sub(b.mul(row, i64(2)), i64(g.top)), i64(r))
+            for r in range(t.alpha):
+                at = b.add(b.sub(b.mul(row, i64(t.m)), i64(g.top)), i64(r))
                 inside = b.and_(b.icmp_signed(">=", at, i64(0)),
                                 b.icmp_signed("<", at, i64(g.height)))  # fmt: skip
                 line = b.gep(plane, [b.mul(at, i64(row_stride))], source_etype=cfg.element)
@@ -246,37 +306,37 @@ class WinogradPlan(Prepackable):
             with for_range(b, blocks, "vblock") as block:
                 first = b.mul(block, i64(cfg.lanes))
                 count = b.sub(i64(g.tile_columns), first)
-                column = b.sub(b.mul(first, i64(2)), i64(g.left))
+                column = b.sub(b.mul(first, i64(t.m)), i64(g.left))
                 d = [self._tile_columns(ctx, line, inside, column) for line, inside in lines]
-                for a, by_column in enumerate(_apply(b, B_T, d)):  # B^T d: [a][s]
-                    for s, value in enumerate(_apply(b, B_T, by_column)):
-                        phase = (4 * a + s) * g.cin * g.tiles
+                for a, by_column in enumerate(self._apply(ctx, t.b_t, d)):  # B^T d: [a][s]
+                    for s, value in enumerate(self._apply(ctx, t.b_t, by_column)):
+                        phase = (t.alpha * a + s) * g.cin * g.tiles
                         at = b.gep(out, [b.add(first, i64(phase))], source_etype=cfg.element)
                         masked_store(ctx, b, cfg, value, at, 0, count, False)
 
     def _tile_columns(self, ctx, line, inside, column) -> list[ir.Value]:
-        """Input columns column + 2t + s (s = 0..3) for the tiles t of a vector, zero
-        outside the image or the row not `inside`."""
+        """Input columns column + m*t + s (s = 0..alpha-1) for the tiles t of a vector,
+        zero outside the image or the row not `inside`: s < m de-interleaved from m
+        vectors at `column`, the last two from m vectors at column + m."""
         g, cfg = self.geometry, self.config
-        b = ctx.builder
-        lanes = cfg.lanes
-        offsets = i32_lanes(range(2 * lanes))
+        m, b, lanes = g.transform.m, ctx.builder, cfg.lanes
+        i32_vector = ir.VectorType(I32, lanes)
         out = []
-        for shift in (0, 2):
+        for shift, phases in ((0, m), (m, 2)):
             start = b.add(column, i64(shift))
-            # 32-bit lanes: the row's columns fit, and the mask legalizes as the load's
-            positions = b.add(splat(b, b.trunc(start, I32), offsets.type), offsets)
-            valid = b.and_(b.icmp_signed(">=", positions, splat(b, ir.Constant(I32, 0), offsets.type)),
-                           b.icmp_signed("<", positions, splat(b, ir.Constant(I32, g.width), offsets.type)))  # fmt: skip
-            valid = b.and_(valid, splat(b, inside, ir.VectorType(I1, 2 * lanes)))
-            pointer = b.gep(line, [start], source_etype=cfg.element)
-            # two vectors, de-interleaved into the even and odd columns (one masked load
-            # of both came out wrong on AVX2: its upper lanes read past the mask)
-            halves = [_lanes(b, valid, range(h * lanes, (h + 1) * lanes)) for h in (0, 1)]
-            low, high = (masked_load(ctx, b, cfg, b.gep(pointer, [i64(h * lanes)], source_etype=cfg.element), mask)
-                         for h, mask in enumerate(halves))  # fmt: skip
-            for parity in (0, 1):
-                out.append(b.shuffle_vector(low, high, i32_lanes(range(parity, 2 * lanes, 2))))
+            vectors = []
+            for h in range(m):  # one masked load each (one load of all came out wrong on
+                # AVX2: its upper lanes read past the mask)
+                at = b.add(start, i64(h * lanes))
+                # 32-bit lanes: the row's columns fit, and the mask legalizes as the load's
+                positions = b.add(splat(b, b.trunc(at, I32), i32_vector), i32_lanes(range(lanes)))
+                valid = b.and_(b.icmp_signed(">=", positions, ir.Constant(i32_vector, 0)),
+                               b.icmp_signed("<", positions, ir.Constant(i32_vector, g.width)))  # fmt: skip
+                valid = b.and_(valid, splat(b, inside, ir.VectorType(I1, lanes)))
+                pointer = b.gep(line, [at], source_etype=cfg.element)
+                vectors.append(masked_load(ctx, b, cfg, pointer, valid))
+            row = _concatenate(b, vectors)
+            out += [_lanes(b, row, range(s, m * lanes, m)) for s in range(phases)]
         return out
 
     # -- Y = A^T M A ----------------------------------------------------------------
@@ -284,10 +344,11 @@ class WinogradPlan(Prepackable):
     def _output_transform(self, ctx: EmitContext, m: Slice, c: Slice, number, epilogue) -> None:
         """Y of image `number` and its epilogue, over output channels."""
         g, cfg = self.geometry, self.config
+        t = g.transform
         lanes = cfg.lanes
         blocks = -(-g.tile_columns // lanes)
         pixels = g.out_height * g.out_width
-        work = g.cout * g.tiles * PHASES * 4
+        work = g.cout * g.tiles * t.phases * 4
         with parallel_loop_nest_passing(ctx, [g.cout], [number], "vout", work) as (
             (channel,),
             (n,),
@@ -302,16 +363,16 @@ class WinogradPlan(Prepackable):
                 count = b.sub(i64(g.tile_columns), first)
                 tile = b.add(b.mul(row, i64(g.tile_columns)), first)
                 values = []
-                for p in range(PHASES):
+                for p in range(t.phases):
                     at = b.gep(phases, [b.add(i64(p * g.cout * g.tiles), tile)], source_etype=ty)
                     values.append(self._load(ctx, at, count))
-                by_row = _apply(b, A_T, [values[4 * a : 4 * a + 4] for a in range(4)])
-                for half, by_column in enumerate(by_row):
-                    out_row = b.add(b.mul(row, i64(2)), i64(half))
-                    even, odd = _apply(b, A_T, by_column)
+                rows = [values[t.alpha * a : t.alpha * (a + 1)] for a in range(t.alpha)]
+                for i, by_column in enumerate(self._apply(ctx, t.a_t, rows)):
+                    out_row = b.add(b.mul(row, i64(t.m)), i64(i))
                     with if_then(b, b.icmp_unsigned("<", out_row, i64(g.out_height))):
                         line = b.gep(plane, [b.mul(out_row, i64(g.out_width))], source_etype=ty)
-                        self._store_interleaved(ctx, line, b.mul(first, i64(2)), even, odd)
+                        outputs = self._apply(ctx, t.a_t, by_column)
+                        self._store_interleaved(ctx, line, b.mul(first, i64(t.m)), outputs)
             if epilogue is not None:  # on the plane just computed
 
                 def element(row, pixel):
@@ -324,20 +385,35 @@ class WinogradPlan(Prepackable):
         b = ctx.builder
         return masked_load(ctx, b, self.config, pointer, lanes_below(b, count, self.config.lanes))
 
-    def _store_interleaved(self, ctx, line, column, even, odd) -> None:
-        """Columns column + 2t (`even`) and column + 2t + 1 (`odd`) of an output row,
-        those inside the row."""
+    def _store_interleaved(self, ctx, line, column, outputs) -> None:
+        """Columns column + m*t + j (`outputs[j]`, j < m) of an output row, those inside
+        the row."""
         cfg = self.config
         b = ctx.builder
         lanes = cfg.lanes
-        for half in range(2):
-            order = [i + lanes * parity for i in range(half * lanes // 2, (half + 1) * lanes // 2)
-                     for parity in (0, 1)]  # fmt: skip
-            value = b.shuffle_vector(even, odd, i32_lanes(order))
-            start = b.add(column, i64(half * lanes))
+        row = _interleave(b, outputs)
+        for h in range(len(outputs)):
+            start = b.add(column, i64(h * lanes))
             at = b.gep(line, [start], source_etype=cfg.element)
             left = b.sub(i64(self.geometry.out_width), start)  # negative past the row's end
+            value = _lanes(b, row, range(h * lanes, (h + 1) * lanes))
             masked_store(ctx, b, cfg, value, at, 0, left, False)
+
+    def _apply(self, ctx, matrix, values: list) -> list:
+        """matrix x values (lists of vectors, or of lists of them): +-1 entries as adds and
+        subtracts (the added terms first, so that no negation is needed), others as
+        multiply-adds."""
+        b, cfg = ctx.builder, self.config
+        out = []
+        for coefficients in matrix:
+            terms = sorted(((c, v) for c, v in zip(coefficients, values) if c), key=lambda t: -t[0])
+            (first, total), *rest = terms
+            if first != 1:
+                total = _scale(b, total, first)
+            for c, value in rest:
+                total = _add(ctx, b, cfg, total, value, c)
+            out.append(total)
+        return out
 
 
 def _lanes(b: ir.IRBuilder, vector, which) -> ir.Value:
@@ -345,28 +421,36 @@ def _lanes(b: ir.IRBuilder, vector, which) -> ir.Value:
     return b.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined), i32_lanes(which))
 
 
-def _apply(b: ir.IRBuilder, matrix, values: list) -> list:
-    """matrix x values (lists of vectors, or of lists of them), its 0/+-1 entries as
-    adds and subtracts (the added terms first, so that no negation is needed)."""
-    out = []
-    for coefficients in matrix:
-        terms = sorted(((-c, v) for c, v in zip(coefficients, values) if c), key=lambda t: t[0])
-        (first_sign, total), *rest = terms
-        if first_sign > 0:
-            total = _negate(b, total)
-        for sign, value in rest:
-            total = _add(b, total, value, -sign)
-        out.append(total)
-    return out
+def _concatenate(b: ir.IRBuilder, vectors: list) -> ir.Value:
+    """One vector of `vectors` (2^k of one type) end to end."""
+    while len(vectors) > 1:
+        width = 2 * vectors[0].type.count
+        vectors = [b.shuffle_vector(x, y, i32_lanes(range(width)))
+                   for x, y in zip(vectors[::2], vectors[1::2])]  # fmt: skip
+    return vectors[0]
 
 
-def _add(b, total, value, coefficient):
-    if isinstance(total, list):
-        return [_add(b, t, v, coefficient) for t, v in zip(total, value)]
-    return b.fadd(total, value) if coefficient == 1 else b.fsub(total, value)
+def _interleave(b: ir.IRBuilder, vectors: list) -> ir.Value:
+    """One vector of lane 0 of each of `vectors` (2^k of one type), then lane 1 of
+    each, ...: the interleave of the even-numbered ones with that of the odd."""
+    if len(vectors) == 1:
+        return vectors[0]
+    x, y = _interleave(b, vectors[::2]), _interleave(b, vectors[1::2])
+    width = x.type.count
+    return b.shuffle_vector(x, y, i32_lanes(i // 2 + (i % 2) * width for i in range(2 * width)))
 
 
-def _negate(b, value):
+def _scale(b, value, factor):
     if isinstance(value, list):
-        return [_negate(b, v) for v in value]
-    return b.fneg(value)
+        return [_scale(b, v, factor) for v in value]
+    return b.fmul(value, ir.Constant(value.type, [float(factor)] * value.type.count))
+
+
+def _add(ctx, b, cfg, total, value, coefficient):
+    """total + coefficient * value."""
+    if isinstance(total, list):
+        return [_add(ctx, b, cfg, t, v, coefficient) for t, v in zip(total, value)]
+    if coefficient in (1, -1):
+        return b.fadd(total, value) if coefficient == 1 else b.fsub(total, value)
+    factor = ir.Constant(value.type, [float(coefficient)] * value.type.count)
+    return mul_add(ctx, b, cfg, value, factor, total)
