@@ -56,16 +56,16 @@ from .tiles import (
     splat,
 )
 
-# The saved multiply-adds pay for the transforms (with F2, V and M take 4x the image's
-# and the output's memory) with enough channels on both sides and tiles enough for the
-# GEMMs' N.  F2's thresholds, from two-layer chains of 3x3 convolutions + ReLU, time
-# against im2col + GEMM (one AVX-512 thread): 64 channels at 56x56 0.79, 128 at 28x28 0.68, 256 at 14x14 0.37,
-# 64 -> 256 at 13x13 0.64, 128 <-> 32 at 56x56 0.81 (both ways in turn), 16 -> 64 at
-# 55x55 0.73-0.97 (SqueezeNet 1.1 at 16 channels and up: 0.84 of the time, at 32 and
-# up 0.96); at 7x7 slower (4x4 tiles are too few for the GEMMs): 256 channels
-# 1.02-1.13, 512 1.08.  Few output channels reuse each packed V panel too little
-# (once per MR of them): DenseNet-121, whose 3x3 layers are 128 -> 32, ran 0.88-0.90
-# of the time with them on im2col (and no faster with F4).
+# The saved multiply-adds pay for the transforms (with F2, V and M take 4x the image's and
+# the output's memory) with enough channels on both sides and tiles enough for the GEMMs'
+# N.  F2's thresholds, from two-layer chains of 3x3 convolutions + ReLU, time against
+# im2col + GEMM (one AVX-512 thread): 64 channels at 56x56 0.79, 128 at 28x28 0.68, 256 at
+# 14x14 0.37, 64 -> 256 at 13x13 0.64, 128 <-> 32 at 56x56 0.81 (both ways in turn), 16 ->
+# 64 at 55x55 0.73-0.97 (SqueezeNet 1.1 at 16 channels and up: 0.84 of the time, at 32 and
+# up 0.96); at 7x7 slower (4x4 tiles are too few for the GEMMs): 256 channels 1.02-1.13,
+# 512 1.08.  Few output channels reuse each packed V panel too little (once per MR of
+# them): DenseNet-121, whose 3x3 layers are 128 -> 32, ran 0.88-0.90 of the time with them
+# on im2col (and no faster with F4).
 MIN_CHANNELS = 16
 MIN_OUTPUT_CHANNELS = 64
 MIN_OUTPUT_SIZE = 8
@@ -173,8 +173,9 @@ def plan_winograd(config: GemmConfig, g, image_view, weights_layout) -> Winograd
     dims = g.dims
     strides = tuple(image_view.strides[d] for d in (dims.input_batch, dims.input_feature,
                                                    dims.input_spatial[0]))  # fmt: skip
+    transform = choose_transform(g.out_spatial)
     geometry = WinogradGeometry(g.batch, g.cin_g, g.cout, *g.in_spatial, *g.out_spatial,
-                                *g.window.pad_low, strides, choose_transform(g.out_spatial))  # fmt: skip
+                                *g.window.pad_low, strides, transform)  # fmt: skip
     return WinogradPlan(config, geometry, g.output_index, layouts=(weights_layout, None))
 
 
@@ -261,7 +262,8 @@ class WinogradPlan(Prepackable):
         def c_offset(ctx, index):
             return ctx.builder.mul(index[0], i64(g.cout * g.tiles))
 
-        return GemmPlan(self.config, (g.transform.phases,), g.cout, g.tiles, g.cin, g.tiles, unpacked,
+        phases = (g.transform.phases,)
+        return GemmPlan(self.config, phases, g.cout, g.tiles, g.cin, g.tiles, unpacked,
                         columns, c_offset, out_index=None, layouts=(self._u_layout(), None),
                         packed=(self.packed[0] or NOT_YET_PACKED, None))  # fmt: skip
 
@@ -330,8 +332,9 @@ class WinogradPlan(Prepackable):
                 at = b.add(start, i64(h * lanes))
                 # 32-bit lanes: the row's columns fit, and the mask legalizes as the load's
                 positions = b.add(splat(b, b.trunc(at, I32), i32_vector), i32_lanes(range(lanes)))
-                valid = b.and_(b.icmp_signed(">=", positions, ir.Constant(i32_vector, 0)),
-                               b.icmp_signed("<", positions, ir.Constant(i32_vector, g.width)))  # fmt: skip
+                zero, width = (ir.Constant(i32_vector, v) for v in (0, g.width))
+                valid = b.and_(b.icmp_signed(">=", positions, zero),
+                               b.icmp_signed("<", positions, width))  # fmt: skip
                 valid = b.and_(valid, splat(b, inside, ir.VectorType(I1, lanes)))
                 pointer = b.gep(line, [at], source_etype=cfg.element)
                 vectors.append(masked_load(ctx, b, cfg, pointer, valid))
