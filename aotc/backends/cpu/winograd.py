@@ -322,17 +322,16 @@ class WinogradPlan(Prepackable):
         vectors at `column`, the last two from m vectors at column + m."""
         g, cfg = self.geometry, self.config
         m, b, lanes = g.transform.m, ctx.builder, cfg.lanes
+        # 32-bit lanes: the row's columns fit, and the mask legalizes as the load's
         i32_vector = ir.VectorType(I32, lanes)
+        zero, width = (ir.Constant(i32_vector, v) for v in (0, g.width))
         out = []
         for shift, phases in ((0, m), (m, 2)):
             start = b.add(column, i64(shift))
-            vectors = []
-            for h in range(m):  # one masked load each (one load of all came out wrong on
-                # AVX2: its upper lanes read past the mask)
+            vectors = []  # one masked load each (one load of two vectors' worth came out
+            for h in range(m):  # wrong on AVX2: its upper lanes read past the mask)
                 at = b.add(start, i64(h * lanes))
-                # 32-bit lanes: the row's columns fit, and the mask legalizes as the load's
                 positions = b.add(splat(b, b.trunc(at, I32), i32_vector), i32_lanes(range(lanes)))
-                zero, width = (ir.Constant(i32_vector, v) for v in (0, g.width))
                 valid = b.and_(b.icmp_signed(">=", positions, zero),
                                b.icmp_signed("<", positions, width))  # fmt: skip
                 valid = b.and_(valid, splat(b, inside, ir.VectorType(I1, lanes)))
@@ -403,13 +402,14 @@ class WinogradPlan(Prepackable):
             masked_store(ctx, b, cfg, value, at, 0, left, False)
 
     def _apply(self, ctx, matrix, values: list) -> list:
-        """matrix x values (lists of vectors, or of lists of them): +-1 entries as adds and
-        subtracts (the added terms first, so that no negation is needed), others as
-        multiply-adds."""
+        """matrix x values (lists of vectors, or of lists of them): a term of coefficient
+        1 first where a row has one (no multiply, no negation), then the other +-1 terms
+        as adds and subtracts, the rest as multiply-adds."""
         b, cfg = ctx.builder, self.config
         out = []
         for coefficients in matrix:
-            terms = sorted(((c, v) for c, v in zip(coefficients, values) if c), key=lambda t: -t[0])
+            terms = sorted(((c, v) for c, v in zip(coefficients, values) if c),
+                           key=lambda t: (t[0] != 1, -t[0]))  # fmt: skip
             (first, total), *rest = terms
             if first != 1:
                 total = _scale(b, total, first)
@@ -444,6 +444,7 @@ def _interleave(b: ir.IRBuilder, vectors: list) -> ir.Value:
 
 
 def _scale(b, value, factor):
+    """value * factor."""
     if isinstance(value, list):
         return [_scale(b, v, factor) for v in value]
     return b.fmul(value, ir.Constant(value.type, [float(factor)] * value.type.count))
