@@ -75,7 +75,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     compile_cmd.add_argument(
         "-O", dest="opt_level", type=int, default=2, choices=range(4), metavar="{0..3}",
-        help="optimization level (default 2)",
+        help="optimization level (default 2; below 2, no Winograd convolutions)",
     )  # fmt: skip
     compile_cmd.add_argument(
         "--dump-hlo", type=Path, metavar="DIR", help="write the module after every pass"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -101,7 +101,10 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     options = options or CompileOptions()
     started = time.perf_counter()
     cuda_target = is_cuda_target(options.target)
-    target = parse_cuda_target(options.target) if cuda_target else parse_target(options.target)
+    if cuda_target:
+        target = parse_cuda_target(options.target)
+    else:  # below -O2, convolutions sum directly (closest to a reference's rounding)
+        target = replace(parse_target(options.target), winograd=options.opt_level >= 2)
     module, source = _import(model, options)
     name = _model_name(options.name, source, module)
     module.name = name

@@ -162,3 +162,23 @@ def test_the_transforms_compute_a_correlation(transform):
     y = a_t @ (u * (b_t @ d @ b_t.T)) @ a_t.T
     want = [[np.sum(d[i : i + 3, j : j + 3] * g[0, 0]) for j in range(m)] for i in range(m)]
     np.testing.assert_allclose(y, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("level, forms", [(2, {"winograd"}), (1, {"gemm"}), (0, {"gemm"})])
+def test_below_O2_convolutions_sum_directly(level, forms):
+    """-O2 and up take Winograd where it pays; -O1 and -O0 do not (sums rounded as the
+    direct ones are)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from aotc.driver import CompileOptions, compile_model
+
+    w = np.random.default_rng(6).uniform(-1, 1, (64, 16, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [node], "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 22])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 24, 22])],
+        [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    compiled = compile_model(model, CompileOptions(opt_level=level))
+    assert set(compiled.kernel_forms().values()) - {""} == forms

@@ -127,7 +127,7 @@ def plan_convolution(
     lhs_view, rhs_view = affine(lhs_view), affine(rhs_view)
     g = geometry
     weights_layout = _weights_layout(g, rhs_view)
-    if winograd.eligible(g, lhs_view, weights_layout):
+    if target.winograd and winograd.eligible(g, lhs_view, weights_layout):
         return winograd.plan_winograd(config, g, lhs_view, weights_layout)
     weights = _weights_factory(g, weights_layout)
     columns = _columns_factory(g, lhs_view)

@@ -71,6 +71,9 @@ class CpuTarget:
     triple: str
     cpu: str
     features: str = ""
+    # Winograd convolutions allowed (fewer multiply-adds; their sums round apart from the
+    # direct ones, some 1e-6 of the outputs' magnitude): what -O2 and up compile
+    winograd: bool = True
 
     @property
     def arch(self) -> str:
