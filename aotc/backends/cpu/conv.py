@@ -42,7 +42,7 @@ from .im2col import IMAGE_FIELDS, ImagePanels
 from .lltypes import I1, i64, register_type
 from .loops import branch_value, for_range, if_then, loop_nest
 from .parallel import parallel_loop_nest
-from .tiles import gemm_config, i32_lanes, masked_load, splat
+from .tiles import gemm_config, masked_load, pick_lanes, splat
 from .views import affine, merged_stride
 from .window import all_of, tap_position
 
@@ -453,8 +453,7 @@ class DepthwisePlan:
         x = masked_load(ctx, b, config, start, mask)
         if stride == 1:
             return x
-        picks = i32_lanes(j * stride for j in range(width))
-        return b.shuffle_vector(x, x, picks)
+        return pick_lanes(b, x, (j * stride for j in range(width)))
 
     def _column_row(self, ctx, ty, row, plane_in, oh, weights, out_height: int) -> None:
         """One output row.  Where every tap is inside the image (all but the rows and

@@ -26,6 +26,7 @@ from .tiles import (
     lanes,
     masked_gather,
     masked_load,
+    pick_lanes,
     shared_function,
     smaller,
     splat,
@@ -267,8 +268,7 @@ def _row_segments(ctx, b, cfg: GemmConfig, channel, spot, mask, geometry, segmen
             off = ir.Constant(lanes_in.type, None)
             wide_mask = b.shuffle_vector(lanes_in, off, i32_lanes(spread))
             loaded = masked_load(ctx, b, cfg, base, wide_mask)
-            undefined = ir.Constant(loaded.type, None)
-            run = b.shuffle_vector(loaded, undefined, i32_lanes(range(0, 2 * width, 2)))
+            run = pick_lanes(b, loaded, range(0, 2 * width, 2))
         result = b.select(lanes_in, run, result)
     return result
 

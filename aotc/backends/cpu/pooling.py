@@ -55,6 +55,7 @@ from .tiles import (
     i32_lanes,
     masked_gather,
     masked_load,
+    pick_lanes,
     splat,
     vector_gep,
 )
@@ -435,8 +436,7 @@ def _load_tap(ctx, p: _Pooling, cfg: GemmConfig, line, ow0, shift: int, mask, in
         else:
             x = masked_load(ctx, b, cfg, pointer, _bits(used))
         if w.sw > 1:
-            picks = i32_lanes(l * w.sw for l in range(lanes))
-            x = b.shuffle_vector(x, ir.Constant(x.type, ir.Undefined), picks)
+            x = pick_lanes(b, x, (l * w.sw for l in range(lanes)))
     else:
         pointer = b.gep(line, [b.mul(start, i64(w.w_stride))], source_etype=ty)
         offsets = i32_lanes(l * w.sw * w.w_stride for l in range(lanes))

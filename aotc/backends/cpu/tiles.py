@@ -523,6 +523,11 @@ def lanes(width: int) -> ir.Constant:
     return i32_lanes(range(width))
 
 
+def pick_lanes(b: ir.IRBuilder, vector: ir.Value, which) -> ir.Value:
+    """A vector of the lanes `which` of `vector` (in that order)."""
+    return b.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined), i32_lanes(which))
+
+
 def i32_lanes(values) -> ir.Constant:
     """A constant i32 vector of `values` (lane indices, shuffle masks)."""
     values = list(values)

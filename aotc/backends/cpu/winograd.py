@@ -53,6 +53,7 @@ from .tiles import (
     masked_load,
     masked_store,
     mul_add,
+    pick_lanes,
     splat,
 )
 
@@ -338,7 +339,7 @@ class WinogradPlan(Prepackable):
                 pointer = b.gep(line, [at], source_etype=cfg.element)
                 vectors.append(masked_load(ctx, b, cfg, pointer, valid))
             row = _concatenate(b, vectors)
-            out += [_lanes(b, row, range(s, m * lanes, m)) for s in range(phases)]
+            out += [pick_lanes(b, row, range(s, m * lanes, m)) for s in range(phases)]
         return out
 
     # -- Y = A^T M A ----------------------------------------------------------------
@@ -398,7 +399,7 @@ class WinogradPlan(Prepackable):
             start = b.add(column, i64(h * lanes))
             at = b.gep(line, [start], source_etype=cfg.element)
             left = b.sub(i64(self.geometry.out_width), start)  # negative past the row's end
-            value = _lanes(b, row, range(h * lanes, (h + 1) * lanes))
+            value = pick_lanes(b, row, range(h * lanes, (h + 1) * lanes))
             masked_store(ctx, b, cfg, value, at, 0, left, False)
 
     def _apply(self, ctx, matrix, values: list) -> list:
@@ -417,11 +418,6 @@ class WinogradPlan(Prepackable):
                 total = _add(ctx, b, cfg, total, value, c)
             out.append(total)
         return out
-
-
-def _lanes(b: ir.IRBuilder, vector, which) -> ir.Value:
-    """The lanes `which` of `vector`."""
-    return b.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined), i32_lanes(which))
 
 
 def _concatenate(b: ir.IRBuilder, vectors: list) -> ir.Value:
