@@ -141,11 +141,10 @@ def example_inputs(path: Path, seed: int) -> list[np.ndarray]:
 
 
 def check_example(cc: str, build: Path, name: str, tmp_path: Path, seed: int,
-                  path: Path | None = None, atol_of_max: float | None = None) -> None:  # fmt: skip
+                  path: Path | None = None) -> None:  # fmt: skip
     """Link the example `name` (or the model at `path`) from `build`, run it, compare
-    with onnxruntime (at the host's end-to-end tolerances, or with `atol_of_max`, an
-    absolute tolerance of that fraction of the output's largest magnitude)."""
-    from test_e2e import ATOL, RTOL
+    with onnxruntime."""
+    from test_e2e import ATOL, RTOL  # the host's end-to-end tolerances
 
     path = path or MODELS[name]
     inputs = example_inputs(path, seed)
@@ -154,8 +153,7 @@ def check_example(cc: str, build: Path, name: str, tmp_path: Path, seed: int,
     raw = run_program(program, inputs, [e.nbytes for e in expected], tmp_path / name)
     for got, want in zip(raw, expected):
         got = np.frombuffer(got, want.dtype).reshape(want.shape)
-        atol = ATOL if atol_of_max is None else atol_of_max * np.max(np.abs(want))
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=atol)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
 def compile_examples(build: Path, target: str) -> None:
@@ -354,8 +352,8 @@ def _winograd_model(path: Path) -> Path:
 ])  # fmt: skip
 def test_winograd_convolutions_run_on_other_targets(target, tmp_path):
     """NEON's and SSE's Winograd transforms (masked loads and stores, shuffles), both
-    F(4x4, 3x3) and F(2x2, 3x3), match onnxruntime to 1e-5 of the output's magnitude
-    (the transforms' rounding)."""
+    F(4x4, 3x3) and F(2x2, 3x3), match onnxruntime at the host's end-to-end
+    tolerances."""
     path = _winograd_model(tmp_path / "wino.onnx")
     compiled = compile_model(path, CompileOptions(target=target))
     assert list(compiled.kernel_forms().values()).count("winograd") == 2
@@ -363,7 +361,7 @@ def test_winograd_convolutions_run_on_other_targets(target, tmp_path):
     result = run_cli("compile", path, "-o", build, "--target", target, "-q")
     assert result.returncode == 0, result.stderr
     cc = CROSS_CC if target == AARCH64 else c_compiler()
-    check_example(cc, build, "wino", tmp_path, seed=5, path=path, atol_of_max=1e-5)
+    check_example(cc, build, "wino", tmp_path, seed=5, path=path)
 
 
 @needs_aarch64
