@@ -18,10 +18,13 @@ extern "C" {
 typedef void (*aotc_loop_fn)(void *ctx, int64_t begin, int64_t end);
 
 /*
- * Runs fn over [0, n) split into contiguous chunks, one per thread, and returns when all
- * chunks are done.  The calling thread runs a chunk itself.  With one thread (the
- * default), or when the pool is already busy (a nested call, or another thread's loop),
- * it calls fn(ctx, 0, n) inline.
+ * Runs fn over [0, n) and returns when all of it is done.  Each thread owns a
+ * contiguous share (about n / threads) and runs it in pieces from the front; a thread
+ * that is done takes pieces from the back of the largest share left.  So fn sees
+ * pieces [begin, end), several per thread, in no fixed order across threads.  The
+ * calling thread takes part.  With one thread (the default), or when the pool is
+ * already busy (a nested call, or another thread's loop), it calls fn(ctx, 0, n)
+ * inline.
  */
 void aotc_parallel_for(int64_t n, aotc_loop_fn fn, void *ctx);
 

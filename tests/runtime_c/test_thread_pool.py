@@ -6,6 +6,7 @@ exactly the ones that go into every libNAME.a.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -83,6 +84,33 @@ static void barrier_body(void *p, int64_t begin, int64_t end) {
     pthread_mutex_unlock(&b->lock);
 }
 
+/* The caller's first piece waits until another thread has run a piece of the caller's
+ * share: passes only if threads that are done take over a slow thread's work. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    pthread_t caller;
+    int64_t share_end;
+    int stolen, timed_out;
+} steal_ctx;
+
+static void steal_body(void *p, int64_t begin, int64_t end) {
+    steal_ctx *s = (steal_ctx *)p;
+    struct timespec deadline;
+    (void)end;
+    pthread_mutex_lock(&s->lock);
+    if (pthread_equal(pthread_self(), s->caller)) {
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 20;
+        while (begin == 0 && !s->stolen && !s->timed_out)
+            if (pthread_cond_timedwait(&s->cv, &s->lock, &deadline) != 0) s->timed_out = 1;
+    } else if (begin < s->share_end) {
+        s->stolen = 1;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 static void nested_body(void *p, int64_t begin, int64_t end) {
     sum_ctx inner = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
     for (int64_t i = begin; i < end; i++)
@@ -118,6 +146,13 @@ int main(void) {
         aotc_parallel_for(4, barrier_body, &b);
         printf("concurrent chunks: %d%s\n", b.arrived, b.timed_out ? " (timed out)" : "");
         failures += b.timed_out;
+    }
+    {
+        /* four threads share [0, 64): the caller's share is [0, 16) */
+        steal_ctx s = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, pthread_self(), 16, 0, 0};
+        aotc_parallel_for(64, steal_body, &s);
+        printf("caller's share taken over: %d%s\n", s.stolen, s.timed_out ? " (timed out)" : "");
+        failures += !s.stolen;
     }
     {
         sum_ctx outer = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
@@ -177,9 +212,12 @@ def test_thread_pool(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("default threads=1 calls=1 ")  # one thread: one inline call
-    assert lines[1].startswith("four threads=4 calls=4 ")
+    # each of the four threads' shares is run in about 8 pieces
+    four = re.fullmatch(r"four threads=4 calls=(\d+) .*", lines[1])
+    assert four and 4 <= int(four.group(1)) <= 4 * 9, lines[1]
     assert lines[2].startswith("tiny threads=4 calls=3 ")
     assert "concurrent chunks: 4" in lines
+    assert "caller's share taken over: 1" in lines
     assert "burst wrong=0" in lines
     assert lines[-1] == "failures=0"
 

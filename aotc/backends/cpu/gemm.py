@@ -558,8 +558,8 @@ def gemm_split(config: GemmConfig, batch: tuple[int, ...], m: int, n: int, k: in
 
 def _imbalance(panels: int, per: int) -> float:
     """The busiest thread's share of the panels over an even share, at 2 and 4 threads,
-    for parts of `per` panels run as the runtime deals them out (runtime_c's chunk_begin:
-    contiguous chunks of parts, the first ones a part longer)."""
+    for parts of `per` panels run as the runtime shares them out to threads of equal
+    speed (runtime_c's chunk_begin: contiguous shares, the first ones a part longer)."""
     parts = -(-panels // per)
     sizes = [min(per, panels - p * per) for p in range(parts)]
     worst = 1.0
