@@ -190,13 +190,14 @@ def test_direct_convolutions(compile_module, fuse, rng):
 
 def test_split_results_do_not_depend_on_the_thread_count(compile_module, fuse, same_across_threads):
     """Pre-packed operands in GEMMs shared out to threads (over M with B shared, over N
-    with A shared, whole GEMMs of a batch): bitwise equal at 1, 2 and 3 threads, close to
-    numpy, and the shared operand's packing region is gone."""
+    with A shared, whole GEMMs of a batch; over M with several N blocks and K slices, A's
+    rows packed at the first N block for all of them): bitwise equal at 1, 2 and 3
+    threads, close to numpy, and the shared operand's packing region is gone."""
     rng = np.random.default_rng(7)
     module = Module("psplit")
     b = ComputationBuilder(module, "main")
-    w = [_normal(rng, s) for s in [(300, 256), (256, 300), (9, 64, 72), (64, 32, 3, 3)]]
-    shapes = [(384, 300), (300, 2048), (9, 48, 64), (1, 32, 56, 56)]
+    w = [_normal(rng, s) for s in [(300, 256), (256, 300), (9, 64, 72), (64, 32, 3, 3), (784, 512)]]
+    shapes = [(384, 300), (300, 2048), (9, 48, 64), (1, 32, 56, 56), (64, 784)]
     x = [b.parameter(i, Shape(F32, s)) for i, s in enumerate(shapes)]
     # dilated: im2col (a 3x3 stride-1 one would be Winograd)
     window = Window.make((3, 3), (1, 1), (2, 2), (2, 2), rhs_dilation=(2, 2))
@@ -205,12 +206,15 @@ def test_split_results_do_not_depend_on_the_thread_count(compile_module, fuse, s
         _dot(b, b.constant(w[1]), x[1]),
         _dot(b, x[2], b.constant(w[2]), (2,), (1,), (0,)),
         b.convolution(x[3], b.constant(w[3]), window, ConvDims.nchw(2)),
+        _dot(b, x[4], b.constant(w[4])),  # an MLP layer at batch 64
     ]
     b.build(b.tuple(outputs), entry=True)
     compiled = compile_module(module)
     splits = [_plan(compiled, out).split for out in outputs]
-    assert [s.mode for s in splits] == ["m", "n", "batch", "n"]
-    assert [s.shared_bytes for s in splits] == [0, 0, 0, 0]
+    assert [s.mode for s in splits] == ["m", "n", "batch", "n", "m"]
+    assert [s.shared_bytes for s in splits] == [0, 0, 0, 0, 0]
+    last = splits[-1].blocks
+    assert last.nb < last.n and last.kc < last.k
     args = [_normal(rng, s) for s in shapes]
     results = same_across_threads(compiled, args)
     expected = [
@@ -218,6 +222,7 @@ def test_split_results_do_not_depend_on_the_thread_count(compile_module, fuse, s
         w[1].astype(np.float64) @ args[1],
         np.einsum("bmk,bkn->bmn", args[2].astype(np.float64), w[2]),
         _conv_reference(args[3], w[3], (1, 1), (2, 2), (2, 2), (2, 2), 1),
+        args[4].astype(np.float64) @ w[4],
     ]
     for k, (got, want) in enumerate(zip(results, expected)):
         _close(got, want, f"output {k}")

@@ -776,8 +776,10 @@ class GemmPlan(Prepackable):
         return lambda ctx, batch: self.operand(side, ctx, sources, batch)
 
     def _parts(self, ctx, sources, c, workspace, epilogue, split, values) -> None:
-        """Parts of `per` panels of the split dim (all of it), each packed into the
-        region of its chunk then multiplied by the shared block (K slice `ki`)."""
+        """Parts of `per` panels of the split dim (all of it), each packed into its own
+        region then multiplied by the shared block (K slice `ki`).  By rows with B
+        pre-packed, a part packs its rows at the first N block only: the other blocks
+        of the K slice reuse them (a 64 x 512 x 784 GEMM spent 5% packing A twice)."""
         blocks = split.blocks
         batches = len(self.batch)
         by_rows = split.mode == "m"
@@ -786,6 +788,7 @@ class GemmPlan(Prepackable):
         shared_width = blocks.nr if by_rows else blocks.mr
         total = blocks.m if by_rows else blocks.n
         step = split.per * width
+        packs_once = by_rows and split.packed[1] and not split.packed[0] and blocks.nb < blocks.n
 
         def unit(index, part, passed):
             b = ctx.builder
@@ -797,12 +800,18 @@ class GemmPlan(Prepackable):
             if split.packed[shared_side]:
                 operand = self.operand(shared_side, ctx, sources, batch)
                 shared = operand.pack(ctx, blocks, None, s0, extent, k0, kc, shared_width)
-            offset = b.add(i64(split.shared_bytes), b.mul(part, i64(split.part_bytes)))
+            # the part's own region (not its piece's): what it packs outlives the piece
+            offset = b.add(i64(split.shared_bytes), b.mul(index[0], i64(split.part_bytes)))
             own_region = b.gep(start, [offset], source_etype=I8)
             p0 = b.mul(index[0], i64(step))
             count = smaller(b, i64(step), b.sub(i64(total), p0))
             operand = self.operand(own_side, ctx, sources, batch)
-            own = operand.pack(ctx, blocks, own_region, p0, count, k0, kc, width)
+            if packs_once:
+                with if_then(b, b.icmp_unsigned("==", s0, i64(0))):
+                    operand.pack(ctx, blocks, own_region, p0, count, k0, kc, width)
+                own = own_region
+            else:
+                own = operand.pack(ctx, blocks, own_region, p0, count, k0, kc, width)
             if by_rows:
                 block = (p0, count, s0, extent)
                 _multiply(ctx, blocks, own, shared, c_batch, self.ldc, block, ki, region)
