@@ -213,8 +213,10 @@ def summary(compiled, paths, seconds: float) -> str:
             lines.append(f"  {kind} {spec.name}: {spec.dtype.text}[{dims}]")
     lines += [
         f"  kernels       {s.kernel_count}",
-        f"  arena         {s.arena_bytes:,} bytes "
-        f"(lower bound {s.lower_bound:,}, naive {s.naive_total:,})",
+        (
+            f"  arena         {s.arena_bytes:,} bytes "
+            f"(lower bound {s.lower_bound:,}, naive {s.naive_total:,})"
+        ),
     ]
     if s.workspace_bytes:  # scratch beyond the arena: GEMM packing buffers
         lines.append(f"  workspace     {s.workspace_bytes:,} bytes")

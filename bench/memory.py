@@ -19,11 +19,11 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from models import LIGHT_MODELS, light_model, mlp, model_inputs, transformer_layer  # noqa: E402
+from models import LIGHT_MODELS, light_model, mlp, model_inputs, transformer_layer
 
-import aotc  # noqa: E402
-from aotc.buffers.assign import _plan  # noqa: E402
-from aotc.buffers.schedule import topological  # noqa: E402
+import aotc
+from aotc.buffers.assign import _plan
+from aotc.buffers.schedule import topological
 
 MODELS = {
     **{name: (lambda name=name: light_model(name)) for name in LIGHT_MODELS},
@@ -60,8 +60,10 @@ def measure(name: str) -> dict:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| model | kernels -O0 | kernels -O2 | arena B | lower bound B | topo-order lower B "
-        "| naive B | arena/lower | max rel err vs ORT | compile s |",
+        (
+            "| model | kernels -O0 | kernels -O2 | arena B | lower bound B | topo-order lower B "
+            "| naive B | arena/lower | max rel err vs ORT | compile s |"
+        ),
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:

@@ -11,6 +11,7 @@ bench/run.py times.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +95,7 @@ def mlp(sizes: tuple[int, ...] = (784, 512, 512, 10), batch: int = 1, seed: int 
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
     current = "x"
-    for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
         w = rng.normal(0, np.sqrt(2 / n_in), (n_in, n_out)).astype(np.float32)
         b = rng.uniform(-0.1, 0.1, n_out).astype(np.float32)
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]

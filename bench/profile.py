@@ -20,7 +20,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from run import compile_model  # noqa: E402
+from run import compile_model
 
 
 def main(argv: list[str] | None = None) -> int:

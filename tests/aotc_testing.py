@@ -19,7 +19,7 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`aotc ARGS` in a subprocess (the installed entry point's module)."""
     return subprocess.run(
         [sys.executable, "-m", "aotc.cli", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=600,
+        cwd=cwd, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
 
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "frontends"))
-from onnx_cases import CASES, expected_outputs  # noqa: E402
+from onnx_cases import CASES, expected_outputs
 
-import aotc.backend  # noqa: E402
+import aotc.backend
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -4,7 +4,14 @@ Imports nothing else from aotc except the leaf `aotc.errors`.
 """
 
 from .attrs import (
-    ConvDims, DotDims, FusionKind, GatherDims, PaddingConfig, ScatterDims, SliceSpec, Window,
+    ConvDims,
+    DotDims,
+    FusionKind,
+    GatherDims,
+    PaddingConfig,
+    ScatterDims,
+    SliceSpec,
+    Window,
 )  # fmt: skip
 from .builder import ComputationBuilder, comparator, replacer, scalar_reducer
 from .module import Computation, Instruction, Module
@@ -12,8 +19,26 @@ from .ops import OP_DEFS, Direction, Op, Trait
 from .types import DType, Shape, TupleShape
 
 __all__ = [
-    "ComputationBuilder", "Computation", "ConvDims", "Direction", "DotDims", "DType",
-    "FusionKind", "GatherDims", "Instruction", "Module", "Op", "OP_DEFS", "PaddingConfig",
-    "ScatterDims", "Shape", "SliceSpec", "Trait", "TupleShape", "Window", "comparator",
-    "replacer", "scalar_reducer",
+    "OP_DEFS",
+    "Computation",
+    "ComputationBuilder",
+    "ConvDims",
+    "DType",
+    "Direction",
+    "DotDims",
+    "FusionKind",
+    "GatherDims",
+    "Instruction",
+    "Module",
+    "Op",
+    "PaddingConfig",
+    "ScatterDims",
+    "Shape",
+    "SliceSpec",
+    "Trait",
+    "TupleShape",
+    "Window",
+    "comparator",
+    "replacer",
+    "scalar_reducer",
 ]  # fmt: skip

@@ -18,7 +18,14 @@ import numpy as np
 
 from ..errors import ModelError, ShapeError, UnsupportedError
 from .attrs import (
-    ConvDims, DotDims, FusionKind, GatherDims, PaddingConfig, ScatterDims, SliceSpec, Window,
+    ConvDims,
+    DotDims,
+    FusionKind,
+    GatherDims,
+    PaddingConfig,
+    ScatterDims,
+    SliceSpec,
+    Window,
 )  # fmt: skip
 from .module import Computation, Instruction, Module
 from .ops import Direction, Op

@@ -6,8 +6,17 @@ import numpy as np
 import pytest
 
 from aotc.ir import (
-    Computation, ComputationBuilder, Direction, DType, Module, Op, ScatterDims, Shape, comparator,
-    replacer, scalar_reducer,
+    Computation,
+    ComputationBuilder,
+    Direction,
+    DType,
+    Module,
+    Op,
+    ScatterDims,
+    Shape,
+    comparator,
+    replacer,
+    scalar_reducer,
 )  # fmt: skip
 from aotc.ir.types import cast_array
 

@@ -24,9 +24,29 @@ from google.protobuf.message import DecodeError
 from ...errors import AotcError, ModelError, UnsupportedError
 from ...ir import ComputationBuilder, Instruction, Module
 from . import (
-    activation, attention, casts, constants, control, detection, elementwise, indexing, linalg,
-    loss, ml, nn, norm, quantize, recurrent, reduce, resize, sampling, selection, sequence,
-    shape_ops, signal, text_features,
+    activation,
+    attention,
+    casts,
+    constants,
+    control,
+    detection,
+    elementwise,
+    indexing,
+    linalg,
+    loss,
+    ml,
+    nn,
+    norm,
+    quantize,
+    recurrent,
+    reduce,
+    resize,
+    sampling,
+    selection,
+    sequence,
+    shape_ops,
+    signal,
+    text_features,
 )  # fmt: skip
 from .boundary import ModelBoundary
 from .dtypes import tensor_to_array

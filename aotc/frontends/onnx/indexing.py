@@ -18,8 +18,19 @@ import numpy as np
 
 from ...errors import ModelError, ShapeError, UnsupportedError
 from ...ir import (
-    Computation, ComputationBuilder, Direction, DType, GatherDims, Instruction, Module, Op,
-    ScatterDims, Shape, Window, replacer, scalar_reducer,
+    Computation,
+    ComputationBuilder,
+    Direction,
+    DType,
+    GatherDims,
+    Instruction,
+    Module,
+    Op,
+    ScatterDims,
+    Shape,
+    Window,
+    replacer,
+    scalar_reducer,
 )  # fmt: skip
 from .dtypes import to_dtype
 from .helpers import REDUCE_INIT, full, full_like, normalize_axis

@@ -16,7 +16,15 @@ import numpy as np
 
 from ...errors import ModelError, ShapeError
 from ...ir import (
-    Computation, ComputationBuilder, ConvDims, Direction, DType, Instruction, Op, Shape, Window,
+    Computation,
+    ComputationBuilder,
+    ConvDims,
+    Direction,
+    DType,
+    Instruction,
+    Op,
+    Shape,
+    Window,
     scalar_reducer,
 )  # fmt: skip
 from .helpers import element_count, full_like, lowest, reduce

@@ -14,7 +14,14 @@ import numpy as np
 
 from ...errors import ShapeError
 from ...ir import (
-    ComputationBuilder, Direction, DType, GatherDims, Instruction, Op, comparator, scalar_reducer,
+    ComputationBuilder,
+    Direction,
+    DType,
+    GatherDims,
+    Instruction,
+    Op,
+    comparator,
+    scalar_reducer,
 )  # fmt: skip
 from .helpers import full, normalize_axis
 from .indexing import INDEX, cumulative, iota
