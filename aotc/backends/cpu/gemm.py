@@ -800,8 +800,11 @@ class GemmPlan(Prepackable):
             if split.packed[shared_side]:
                 operand = self.operand(shared_side, ctx, sources, batch)
                 shared = operand.pack(ctx, blocks, None, s0, extent, k0, kc, shared_width)
-            # the part's own region (not its piece's): what it packs outlives the piece
-            offset = b.add(i64(split.shared_bytes), b.mul(index[0], i64(split.part_bytes)))
+            # the region of the running piece's first part, which a thread's next parts
+            # reuse while it is in cache; or when packed once, the part's own: what it
+            # packs must outlive the piece
+            slot = index[0] if packs_once else part
+            offset = b.add(i64(split.shared_bytes), b.mul(slot, i64(split.part_bytes)))
             own_region = b.gep(start, [offset], source_etype=I8)
             p0 = b.mul(index[0], i64(step))
             count = smaller(b, i64(step), b.sub(i64(total), p0))
