@@ -77,12 +77,12 @@ static int64_t chunk_begin(int64_t n, int64_t k, int64_t i) {
     return i * (n / k) + (i < rest ? i : rest);
 }
 
-/* The next piece for thread `self`: from the front of its own share, else from the
- * back of the largest share left.  0 when nothing is left.  Mutex held. */
+/* The next piece for thread `self` (< shares): from the front of its own share, else
+ * from the back of the largest share left.  0 when nothing is left.  Mutex held. */
 static int take_piece_locked(int self, int64_t *begin, int64_t *end) {
     int victim = -1;
     int64_t most = 0;
-    if (self < pool.shares && pool.next[self] < pool.end[self]) {
+    if (pool.next[self] < pool.end[self]) {
         *begin = pool.next[self];
         *end = pool.end[self] - *begin > pool.piece ? *begin + pool.piece : pool.end[self];
         pool.next[self] = *end;
@@ -109,7 +109,7 @@ static void run_pieces_locked(int self) {
         aotc_loop_fn fn = pool.fn;
         void *ctx = pool.ctx;
         pthread_mutex_unlock(&pool.mutex);
-        fn(ctx, begin, end);
+        fn(ctx, begin, end, self);
         pthread_mutex_lock(&pool.mutex);
         if (__atomic_sub_fetch(&pool.remaining, end - begin, __ATOMIC_RELEASE) == 0)
             pthread_cond_signal(&pool.done);
@@ -167,7 +167,8 @@ static void *worker_main(void *arg) {
             pthread_cond_wait(&pool.work, &pool.mutex);
         if (self->stop) break;
         self->seen = pool.generation;
-        run_pieces_locked(self->index);
+        /* a job of fewer iterations than threads has fewer slots: the rest sit it out */
+        if (self->index < pool.shares) run_pieces_locked(self->index);
     }
     pthread_mutex_unlock(&pool.mutex);
     return NULL;
@@ -195,7 +196,7 @@ void aotc_parallel_for(int64_t n, aotc_loop_fn fn, void *ctx) {
     threads = pool.num_threads;
     if (threads <= 1 || n == 1 || pool.busy) {
         pthread_mutex_unlock(&pool.mutex);
-        fn(ctx, 0, n);
+        fn(ctx, 0, n, 0);
         return;
     }
     start_workers_locked(threads - 1);

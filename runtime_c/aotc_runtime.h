@@ -14,17 +14,20 @@
 extern "C" {
 #endif
 
-/* A body of a parallel loop: runs iterations [begin, end) with the caller's context. */
-typedef void (*aotc_loop_fn)(void *ctx, int64_t begin, int64_t end);
+/* A body of a parallel loop: runs iterations [begin, end) with the caller's context.
+ * `slot` tells the threads of one loop apart: 0 <= slot < min(threads, n), and no two
+ * pieces of a loop run at once with the same slot, so a body may keep scratch per slot
+ * (a thread then reuses its own, still in its cache, from piece to piece). */
+typedef void (*aotc_loop_fn)(void *ctx, int64_t begin, int64_t end, int64_t slot);
 
 /*
  * Runs fn over [0, n) and returns when all of it is done.  Each thread owns a
  * contiguous share (about n / threads) and runs it in pieces from the front; a thread
  * that is done takes pieces from the back of the largest share left.  So fn sees
  * pieces [begin, end), several per thread, in no fixed order across threads.  The
- * calling thread takes part.  With one thread (the default), or when the pool is
- * already busy (a nested call, or another thread's loop), it calls fn(ctx, 0, n)
- * inline.
+ * calling thread takes part, as slot 0.  With one thread (the default), or when the
+ * pool is already busy (a nested call, or another thread's loop), it calls
+ * fn(ctx, 0, n, 0) inline.
  */
 void aotc_parallel_for(int64_t n, aotc_loop_fn fn, void *ctx);
 

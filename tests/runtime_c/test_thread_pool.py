@@ -32,14 +32,32 @@ DRIVER = r"""
 static int64_t *data;
 static unsigned char *visits;
 
-typedef struct { pthread_mutex_t lock; int64_t sum; int calls; } sum_ctx;
+/* n: the loop's length (0: not checked); users: the loop's pieces running with each
+ * slot right now */
+typedef struct { pthread_mutex_t lock; int64_t sum; int calls; int64_t n; int users[256]; } sum_ctx;
 
-static void sum_body(void *p, int64_t begin, int64_t end) {
+/* Pieces whose slot was out of range, or held by another piece of the same loop. */
+static int bad_slots;
+
+static void sum_body(void *p, int64_t begin, int64_t end, int64_t slot) {
     sum_ctx *ctx = (sum_ctx *)p;
     int64_t s = 0;
+    int64_t slots = aotc_get_num_threads();
+    int shared = 0;
+    if (ctx->n > 0 && ctx->n < slots) slots = ctx->n;
+    if (slot < 0 || slot >= slots || slot >= 256) {
+        __atomic_add_fetch(&bad_slots, 1, __ATOMIC_RELAXED);
+        slot = -1;
+    } else {
+        shared = __atomic_add_fetch(&ctx->users[slot], 1, __ATOMIC_ACQ_REL) != 1;
+    }
     for (int64_t i = begin; i < end; i++) {
         s += data[i];
         visits[i]++;
+    }
+    if (slot >= 0) {
+        shared |= __atomic_sub_fetch(&ctx->users[slot], 1, __ATOMIC_ACQ_REL) != 0;
+        if (shared) __atomic_add_fetch(&bad_slots, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_lock(&ctx->lock);
     ctx->sum += s;
@@ -49,7 +67,7 @@ static void sum_body(void *p, int64_t begin, int64_t end) {
 
 /* Sums data[0, n) with the pool; checks each index is visited exactly once. */
 static int check_sum(int64_t n, const char *label) {
-    sum_ctx ctx = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+    sum_ctx ctx = {PTHREAD_MUTEX_INITIALIZER, 0, 0, n, {0}};
     int64_t expected = 0;
     for (int64_t i = 0; i < n; i++) { expected += data[i]; visits[i] = 0; }
     aotc_parallel_for(n, sum_body, &ctx);
@@ -71,10 +89,10 @@ typedef struct {
     int arrived, want, timed_out;
 } barrier_ctx;
 
-static void barrier_body(void *p, int64_t begin, int64_t end) {
+static void barrier_body(void *p, int64_t begin, int64_t end, int64_t slot) {
     barrier_ctx *b = (barrier_ctx *)p;
     struct timespec deadline;
-    (void)begin; (void)end;
+    (void)begin; (void)end; (void)slot;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += 20;
     pthread_mutex_lock(&b->lock);
@@ -94,10 +112,10 @@ typedef struct {
     int stolen, timed_out;
 } steal_ctx;
 
-static void steal_body(void *p, int64_t begin, int64_t end) {
+static void steal_body(void *p, int64_t begin, int64_t end, int64_t slot) {
     steal_ctx *s = (steal_ctx *)p;
     struct timespec deadline;
-    (void)end;
+    (void)end; (void)slot;
     pthread_mutex_lock(&s->lock);
     if (pthread_equal(pthread_self(), s->caller)) {
         clock_gettime(CLOCK_REALTIME, &deadline);
@@ -111,17 +129,18 @@ static void steal_body(void *p, int64_t begin, int64_t end) {
     pthread_mutex_unlock(&s->lock);
 }
 
-static void nested_body(void *p, int64_t begin, int64_t end) {
-    sum_ctx inner = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+static void nested_body(void *p, int64_t begin, int64_t end, int64_t slot) {
+    sum_ctx inner = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 1000, {0}};
     for (int64_t i = begin; i < end; i++)
         aotc_parallel_for(1000, sum_body, &inner);  /* the pool is busy: runs inline */
+    (void)slot;
     pthread_mutex_lock(&((sum_ctx *)p)->lock);
     ((sum_ctx *)p)->sum += inner.sum;
     pthread_mutex_unlock(&((sum_ctx *)p)->lock);
 }
 
 static void *app_thread(void *arg) {
-    sum_ctx ctx = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+    sum_ctx ctx = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 100000, {0}};
     int i;
     (void)arg;
     for (i = 0; i < 50; i++) aotc_parallel_for(100000, sum_body, &ctx);
@@ -155,7 +174,7 @@ int main(void) {
         failures += !s.stolen;
     }
     {
-        sum_ctx outer = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+        sum_ctx outer = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, {0}};
         for (int64_t i = 0; i < 1000; i++) data[i] = 1;
         aotc_parallel_for(8, nested_body, &outer);
         printf("nested sum=%lld\n", (long long)outer.sum);
@@ -176,7 +195,7 @@ int main(void) {
         int64_t wrong = 0;
         for (int64_t i = 0; i < 64; i++) data[i] = i;
         for (int r = 0; r < 20000; r++) {
-            sum_ctx ctx = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+            sum_ctx ctx = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 64, {0}};
             aotc_parallel_for(64, sum_body, &ctx);
             wrong += ctx.sum != 64 * 63 / 2;
         }
@@ -191,6 +210,8 @@ int main(void) {
     printf("auto threads=%d\n", aotc_get_num_threads());
     failures += aotc_get_num_threads() < 1;
     aotc_set_num_threads(1);
+    printf("bad slots=%d\n", bad_slots);
+    failures += bad_slots != 0;
     printf("failures=%d\n", failures);
     return failures != 0;
 }
@@ -218,6 +239,8 @@ def test_thread_pool(tmp_path):
     assert lines[2].startswith("tiny threads=4 calls=3 ")
     assert "concurrent chunks: 4" in lines
     assert "caller's share taken over: 1" in lines
+    # every piece ran with a slot below min(threads, n) that no other piece held then
+    assert "bad slots=0" in lines
     assert "burst wrong=0" in lines
     assert lines[-1] == "failures=0"
 

@@ -459,8 +459,9 @@ def emit_region(ctx: EmitContext, m0, rows, n0, cols, body: Callable) -> None:
 # dispatch costs microseconds
 MIN_PARALLEL_WORK = 1 << 20
 # work goes in this many contiguous parts at most; a thread runs whole parts, packing
-# into the workspace region of its first one: the workspace is fixed at compile time and
-# right for any thread count (beyond MAX_PARTS threads, some idle)
+# into the workspace region of its slot (the runtime's slots are below the part count):
+# the workspace is fixed at compile time and right for any thread count (beyond
+# MAX_PARTS threads, some idle)
 MAX_PARTS = 16
 # batches of at least this many GEMMs are shared out a whole GEMM at a time
 MIN_BATCH_PARTS = 8
@@ -485,10 +486,10 @@ class Split:
     the same order as on one thread).
 
     mode "batch": whole GEMMs (or gemv pieces of `per` outputs) of the `grid` of units
-    in `parts`, each part's GEMM packing into a region of its own.  "m": per K slice
+    in `parts`, each thread's GEMMs packing into a region of its own.  "m": per K slice
     and N block, B's block is packed once (its panels in parallel) into the shared
-    region, then `parts` of `per` A row panels each pack their rows into their region
-    and multiply.  "n": the same with the roles of A and B swapped: A's block is
+    region, then `parts` of `per` A row panels each pack their rows into their
+    thread's region and multiply.  "n": the same with the roles of A and B swapped: A's block is
     shared, parts of `per` B column panels (over all of N).  A pre-packed operand
     (`packed`: A's, B's) needs no region: a shared one is not packed at all.
     """
@@ -587,16 +588,16 @@ def gemv_split(config: GemmConfig, batch: tuple[int, ...], count: int, k: int):
 
 
 def share_out(ctx: EmitContext, grid, parts: int, unit: Callable, values=()) -> None:
-    """`unit(index, part, values)` for each index of `grid`, run by the threads in
-    `parts` contiguous parts; `part` is the first part of the running chunk (its
-    region); `values` (i64s of the kernel) as seen in the body."""
+    """`unit(index, slot, values)` for each index of `grid`, run by the threads in
+    `parts` contiguous parts; `slot` is the running thread's (below `parts`: the
+    region it packs into); `values` (i64s of the kernel) as seen in the body."""
     items = math.prod(grid)
-    with parallel_chunks(ctx, parts, "part", values) as (begin, end, passed):
+    with parallel_chunks(ctx, parts, "part", values) as (begin, end, slot, passed):
         b = ctx.builder
         first = b.udiv(b.mul(begin, i64(items)), i64(parts))
         last = b.udiv(b.mul(end, i64(items)), i64(parts))
         with for_range(b, b.sub(last, first), "unit") as t:
-            unit(delinearize(b, b.add(first, t), grid), begin, passed)
+            unit(delinearize(b, b.add(first, t), grid), slot, passed)
 
 
 def share_packing(ctx, blocks: Blocking, operand, dst_values, width: int, total: int) -> None:
@@ -612,7 +613,7 @@ def share_packing(ctx, blocks: Blocking, operand, dst_values, width: int, total:
     per = -(-panels // MAX_PARTS)
     parts = -(-panels // per)
 
-    def unit(index, part, values):
+    def unit(index, slot, values):
         b = ctx.builder
         *batch, dst, p0, count, k0, kc = values
         first = b.mul(index[0], i64(per * width))
@@ -727,12 +728,12 @@ class GemmPlan(Prepackable):
         """Whole GEMMs (gemv pieces) of the batch in parallel, a region per part."""
         batches = len(self.batch)
 
-        def unit(index, part, _):
+        def unit(index, slot, _):
             b = ctx.builder
             batch = index[:batches]
             a, b_operand, c_batch, region = self._operands(ctx, sources, c, epilogue, batch)
             if self.gemv is None:
-                offset = b.mul(part, i64(split.part_bytes))
+                offset = b.mul(slot, i64(split.part_bytes))
                 pointer = b.gep(ctx.slice_pointer(workspace), [offset], source_etype=I8)
                 emit_gemm(ctx, split.blocks, a, b_operand, c_batch, self.ldc, pointer, region)
                 return
@@ -790,7 +791,7 @@ class GemmPlan(Prepackable):
         step = split.per * width
         packs_once = by_rows and split.packed[1] and not split.packed[0] and blocks.nb < blocks.n
 
-        def unit(index, part, passed):
+        def unit(index, slot, passed):
             b = ctx.builder
             batch, (s0, extent, ki) = passed[:batches], passed[batches:]
             _, _, c_batch, region = self._operands(ctx, sources, c, epilogue, batch)
@@ -800,11 +801,11 @@ class GemmPlan(Prepackable):
             if split.packed[shared_side]:
                 operand = self.operand(shared_side, ctx, sources, batch)
                 shared = operand.pack(ctx, blocks, None, s0, extent, k0, kc, shared_width)
-            # the region of the running piece's first part, which a thread's next parts
-            # reuse while it is in cache; or when packed once, the part's own: what it
-            # packs must outlive the piece
-            slot = index[0] if packs_once else part
-            offset = b.add(i64(split.shared_bytes), b.mul(slot, i64(split.part_bytes)))
+            # the running thread's region, which its next parts reuse while it is in
+            # cache; or when packed once, the part's own: what it packs must outlive
+            # the piece
+            region_index = index[0] if packs_once else slot
+            offset = b.add(i64(split.shared_bytes), b.mul(region_index, i64(split.part_bytes)))
             own_region = b.gep(start, [offset], source_etype=I8)
             p0 = b.mul(index[0], i64(step))
             count = smaller(b, i64(step), b.sub(i64(total), p0))

@@ -5,7 +5,9 @@ enough, the nest's body moves into an internal function
 `body(args, begin, end)`, args pointing at the kernel's three pointers, and
 the kernel calls `aotc_parallel_for(n, body, args)`: the runtime runs
 chunks [begin, end) of the n outer iterations on its threads, or inline
-when the model runs on one thread.  Rules emit into the body exactly as into
+when the model runs on one thread.  `body(args, begin, end, slot)`: the
+slot (below min(threads, n)) tells the threads of one loop apart, for
+scratch kept per thread.  Rules emit into the body exactly as into
 a kernel: the context is rebound to the body's builder and pointers.
 `parallel_chunks` is the general form (gemm.py shares out GEMMs with it):
 any code run on chunks of a range, kernel values passed along as i64s.
@@ -31,7 +33,7 @@ MIN_PARALLEL_ELEMENTS = 1 << 14
 # split off enough leading iterations that chunks balance over the threads
 MIN_OUTER_ITERATIONS = 64
 
-BODY_TYPE = ir.FunctionType(VOID, [PTR, I64, I64])
+BODY_TYPE = ir.FunctionType(VOID, [PTR, I64, I64, I64])
 PARALLEL_FOR_TYPE = ir.FunctionType(VOID, [I64, PTR, PTR])
 
 
@@ -61,7 +63,7 @@ def parallel_loop_nest_passing(
         with loop_nest(ctx.builder, dims, name) as index:
             yield index, list(values)
         return
-    with parallel_chunks(ctx, outer, name, values) as (begin, end, passed):
+    with parallel_chunks(ctx, outer, name, values) as (begin, end, _, passed):
         b = ctx.builder
         with for_range(b, b.sub(end, begin), f"{name}.chunk") as offset:
             position = delinearize(b, b.add(begin, offset, flags=["nuw", "nsw"]), dims[:split])
@@ -74,19 +76,19 @@ def parallel_chunks(
     ctx: EmitContext, n: int, name: str = "i", values: Sequence[ir.Value] = ()
 ) -> Iterator[tuple]:
     """Code run on chunks [begin, end) of range(n) by the threads: yields (begin, end,
-    `values` as seen there: i64s of the kernel passed along) inside a new body
-    function, the context bound to it until the block ends."""
+    the running thread's slot, `values` as seen there: i64s of the kernel passed
+    along) inside a new body function, the context bound to it until the block ends."""
     kernel_builder, kernel_pointers = ctx.builder, ctx.kernel_pointers
     function = kernel_builder.function
     body = ir.Function(ctx.module, BODY_TYPE, ctx.module.get_unique_name(f"{function.name}.body"))
     body.linkage = "internal"
     body.attributes.add("nounwind")
     b = ir.IRBuilder(body.append_basic_block("entry"))
-    args, begin, end = body.args
+    args, begin, end, slot = body.args
     count = len(kernel_pointers)
     ctx.bind(b, [_load_pointer(b, args, k) for k in range(count)])
     passed = [b.ptrtoint(_load_pointer(b, args, count + k), I64) for k in range(len(values))]
-    yield begin, end, passed
+    yield begin, end, slot, passed
     ctx.builder.ret_void()
 
     ctx.bind(kernel_builder, kernel_pointers)
