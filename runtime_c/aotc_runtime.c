@@ -14,7 +14,7 @@
  * (a GEMM part keeps its rows or columns, and their cache lines, on one core from one
  * K slice to the next), and a thread slowed down (a busy neighbour on a shared
  * machine, a late wake-up) does not make the others wait for it: on a 2-vCPU VM the
- * caller of static halves spent 14% of ResNet-50's run waiting.
+ * caller of static halves spent 6-14% of ResNet-50's run waiting.
  *
  * Waiting spins for a short while before it sleeps: a model runs its parallel loops
  * back to back, and waking a sleeping thread costs tens to hundreds of microseconds
@@ -42,7 +42,7 @@
 
 typedef struct aotc_worker {
     pthread_t thread;
-    int index; /* its share of a job: 1, 2, ... (the caller's is 0) */
+    int index; /* its slot, and its share of a job: 1, 2, ... (the caller's is 0) */
     int stop; /* set (under the pool mutex) to make this worker exit */
     uint64_t seen; /* the last job generation this worker looked at */
 } aotc_worker;

@@ -489,8 +489,8 @@ class Split:
     in `parts`, each thread's GEMMs packing into a region of its own.  "m": per K slice
     and N block, B's block is packed once (its panels in parallel) into the shared
     region, then `parts` of `per` A row panels each pack their rows into their
-    thread's region and multiply.  "n": the same with the roles of A and B swapped: A's block is
-    shared, parts of `per` B column panels (over all of N).  A pre-packed operand
+    thread's region and multiply.  "n": the same with the roles of A and B swapped:
+    A's block is shared, parts of `per` B column panels (over all of N).  A pre-packed operand
     (`packed`: A's, B's) needs no region: a shared one is not packed at all.
     """
 
@@ -725,7 +725,7 @@ class GemmPlan(Prepackable):
             self._emit_split(ctx, sources, c, workspace, epilogue, split, index)
 
     def _emit_batch_split(self, ctx, sources, c, workspace, epilogue, split: Split) -> None:
-        """Whole GEMMs (gemv pieces) of the batch in parallel, a region per part."""
+        """Whole GEMMs (gemv pieces) of the batch in parallel, a region per thread."""
         batches = len(self.batch)
 
         def unit(index, slot, _):
@@ -777,10 +777,11 @@ class GemmPlan(Prepackable):
         return lambda ctx, batch: self.operand(side, ctx, sources, batch)
 
     def _parts(self, ctx, sources, c, workspace, epilogue, split, values) -> None:
-        """Parts of `per` panels of the split dim (all of it), each packed into its own
-        region then multiplied by the shared block (K slice `ki`).  By rows with B
-        pre-packed, a part packs its rows at the first N block only: the other blocks
-        of the K slice reuse them (a 64 x 512 x 784 GEMM spent 5% packing A twice)."""
+        """Parts of `per` panels of the split dim (all of it), each packed into its
+        thread's region then multiplied by the shared block (K slice `ki`).  By rows
+        with B pre-packed, a part packs its rows at the first N block only, into a
+        region of its own: the other blocks of the K slice reuse them (a 64 x 512 x 784
+        GEMM spent 5% packing A twice)."""
         blocks = split.blocks
         batches = len(self.batch)
         by_rows = split.mode == "m"

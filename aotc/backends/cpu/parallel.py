@@ -2,12 +2,12 @@
 
 A kernel is `kernel(inputs, outputs, arena)`.  When its loop nest is big
 enough, the nest's body moves into an internal function
-`body(args, begin, end)`, args pointing at the kernel's three pointers, and
-the kernel calls `aotc_parallel_for(n, body, args)`: the runtime runs
-chunks [begin, end) of the n outer iterations on its threads, or inline
-when the model runs on one thread.  `body(args, begin, end, slot)`: the
-slot (below min(threads, n)) tells the threads of one loop apart, for
-scratch kept per thread.  Rules emit into the body exactly as into
+`body(args, begin, end, slot)`, args pointing at the kernel's three
+pointers, and the kernel calls `aotc_parallel_for(n, body, args)`: the
+runtime runs chunks [begin, end) of the n outer iterations on its threads,
+or inline when the model runs on one thread.  The slot (below
+min(threads, n)) tells the threads of one loop apart, for scratch kept per
+thread.  Rules emit into the body exactly as into
 a kernel: the context is rebound to the body's builder and pointers.
 `parallel_chunks` is the general form (gemm.py shares out GEMMs with it):
 any code run on chunks of a range, kernel values passed along as i64s.
