@@ -331,7 +331,12 @@ def test_convolutions(compile_module, rng, target):
         expected = _conv_reference(args[2 * i], args[2 * i + 1], stride, low, high,
                                    dilation, groups)  # fmt: skip
         _close(got[i], expected, str(CONVS[i][:2]))
-    assert [_kind(compiled, target, o) for o in outputs] == [c[-1] for c in CONVS]
+    # "gemm" cases whose tiles waste little run on image planes (plane_conv.py) instead;
+    # which ones depends on the target's tile width, but both paths are covered
+    kinds = [_kind(compiled, target, o) for o in outputs]
+    expected = [c[-1] for c in CONVS]
+    assert [k if k != "planes" else "gemm" for k in kinds] == expected
+    assert {"gemm", "planes"} <= set(kinds)
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -132,8 +132,8 @@ def _dot(b, x, y, batch=()):
     return b.dot(x, y, DotDims(batch, batch, (contracting,), (len(batch),)))
 
 
-def _conv(b, x, w, pad, groups=1):
-    window = Window.make(w.shape.dims[2:], (1, 1), (pad, pad), (pad, pad))
+def _conv(b, x, w, pad, groups=1, stride=1):
+    window = Window.make(w.shape.dims[2:], (stride, stride), (pad, pad), (pad, pad))
     return b.convolution(x, w, window, ConvDims.nchw(2), groups)
 
 
@@ -166,8 +166,8 @@ def test_splits_share_out_evenly():
 
 
 def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, same_across_threads):
-    """GEMMs (split over M and N blocks, batched), gemvs and depthwise convolutions big
-    enough to share out, some with fused epilogues: bitwise equal at 1, 2 and 3 threads
+    """GEMMs (split over M and N blocks, batched), gemvs, depthwise convolutions and
+    convolutions on image planes big enough to share out, some with fused epilogues: bitwise equal at 1, 2 and 3 threads
     and close to numpy (float64)."""
     rng = np.random.default_rng(5)
     module = Module("pdot")
@@ -185,6 +185,7 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, sa
         ([(2, 32, 40, 40), (32, 1, 3, 3)], lambda p: _conv(b, *p, pad=1, groups=32)),
         ([(384, 300), (300, 256)], lambda p: _dot(b, *p)),  # B blocks packed in parallel
         ([(256, 300), (300, 2048)], lambda p: _dot(b, *p)),  # A blocks packed in parallel
+        ([(2, 24, 57, 57), (40, 24, 3, 3)], lambda p: _conv(b, *p, pad=1, stride=2)),
     ]  # fmt: skip
     outputs, args, count = [], [], 0
     for shapes, make in specs:
@@ -198,11 +199,12 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, sa
     modes = []
     for out in outputs:  # each of them shared out, not left on the calling thread
         plan = _analyze(target, compiled.plan, out).plans[-1]
-        modes.append("depthwise" if plan.kind == "depthwise" else plan.split.mode)
-    assert modes == ["m", "m", "batch", "batch", "batch", "m", "n", "n", "depthwise", "m", "n"]
-    for out in outputs[-2:]:
+        modes.append(plan.kind if plan.kind in ("depthwise", "planes") else plan.split.mode)
+    expected_modes = ["m", "m", "batch", "batch", "batch", "m", "planes", "n", "depthwise", "m", "n"]
+    assert modes == [*expected_modes, "planes"]
+    for out in outputs[-3:-1]:
         blocks = _analyze(target, compiled.plan, out).plans[-1].split.blocks
-        shared = blocks.nb if out is outputs[-2] else blocks.mb
+        shared = blocks.nb if out is outputs[-3] else blocks.mb
         assert shared * blocks.kc >= MIN_SHARED_PACKING
     flat = [a for group in args for a in group]
     results = same_across_threads(compiled, flat)
@@ -218,7 +220,8 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, sa
         expected.append(np.maximum(conv + bias[None, :, None, None], 0))
     expected.append(_conv_reference(*args[7], (1, 1), (1, 1), (1, 1), (1, 1), 2))
     expected.append(_conv_reference(*args[8], (1, 1), (1, 1), (1, 1), (1, 1), 32))
-    expected += [x.astype(np.float64) @ y for x, y in args[9:]]
+    expected += [x.astype(np.float64) @ y for x, y in args[9:11]]
+    expected.append(_conv_reference(*args[11], (2, 2), (1, 1), (1, 1), (1, 1), 1))
     for k, (got, want) in enumerate(zip(results, expected)):
         _close(got, want, f"output {k}")
 

@@ -42,6 +42,7 @@ from .im2col import IMAGE_FIELDS, ImagePanels
 from .lltypes import I1, i64, register_type
 from .loops import branch_value, for_range, if_then, loop_nest
 from .parallel import parallel_loop_nest
+from .plane_conv import PlaneConvPlan, plan_planes
 from .tiles import gemm_config, masked_load, pick_lanes, splat
 from .views import affine, merged_stride
 from .window import all_of, tap_position
@@ -130,6 +131,9 @@ def plan_convolution(
     if target.winograd and winograd.eligible(g, lhs_view, weights_layout):
         return winograd.plan_winograd(config, g, lhs_view, weights_layout)
     weights = _weights_factory(g, weights_layout)
+    planar = plan_planes(config, g, lhs_view, weights_layout, weights)
+    if planar is not None:
+        return planar
     columns = _columns_factory(g, lhs_view)
     pixels = g.pixels
 

@@ -1,0 +1,493 @@
+"""Direct convolution of NCHW images on the GEMM's register tiles, no im2col.
+
+The GEMM of a convolution (conv.py) is C[Cout, pixels] = weights[Cout, Cin*taps]
+x columns[Cin*taps, pixels]; im2col packs the columns, a copy of the image per
+tap.  Here the micro-kernel reads them from the image itself: the image is
+copied once with its padding (and, for stride s, split into s x s phase planes,
+plane (py, px) holding padded rows s*i + py, columns s*j + px), so that tap
+(ky, kx) of output pixel (y, x) is element (y + ky//s)*Wq + x + kx//s of plane
+(ky % s, kx % s), Wq the planes' width.  Over the "grid" q = y*Wq + x, every
+tap's column row is then the plane read from a constant offset: an NR-pixel
+tile of the grid loads NR contiguous values per (channel, tap), whatever the
+stride, and its A values (MR output channels) come from the weights packed as
+for the GEMM (prepack.py).  Grid columns x >= Wo are not output pixels: the
+tiles compute them, and their stores skip them.  A stride-1 convolution without
+padding reads an image that is in memory row after row in place.
+
+Loops, per image: the planes (in parallel over channels), then runs of tiles
+shared out to the threads; in a run, per block of input channels (the A panel
+in L1, the run's planes in L2), per A panel, the run's tiles (adding to C after
+the first block); then the epilogue on the run's pixels, which are contiguous.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...buffers import Slice
+from .context import EmitContext
+from .gemm import PackedShape, Prepackable, StridedLayout, aligned, blocking, emit_region
+from .lltypes import I1, I64, PTR, i64
+from .loops import for_range, if_then
+from .parallel import parallel_loop_nest_passing
+from .tiles import (
+    GemmConfig,
+    Tile,
+    lanes_below,
+    masked_load,
+    mul_add,
+    shared_function,
+    smaller,
+    splat,
+    store_lanes,
+)
+
+# Work on grid columns that are no pixels (past the rows' ends, the last tile's rest)
+# against the pixels' own, at most.  Relative to im2col + GEMM, one thread: DenseNet-121's
+# 3x3 128 -> 32 at 56x56 (4% waste) 0.89 of the time, at 28x28 (10%) 0.95, at 14x14
+# (22%) 1.04; ResNet-50's 1x1 at 7x7 and 14x14 (grids of 49 and 196 in tiles of 48)
+# 1.14-1.7.
+MAX_WASTE = 1.12
+# grid pixels of a unit of work: a few tiles, whose C (all output channels) stays in L2
+# across the channel blocks
+RUN_C_BYTES = 192 * 1024
+# and the image's runs are at least this many (where it has the tiles), so that the
+# threads share them out evenly
+MIN_UNITS = 8
+
+
+@dataclass(frozen=True)
+class Planes:
+    """One 2-D convolution's geometry in plane terms."""
+
+    batch: int
+    channels: int
+    height: int
+    width: int
+    cout: int
+    out_height: int
+    out_width: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    pad_low: tuple[int, int]
+    pad_high: tuple[int, int]
+
+    @property
+    def taps(self) -> int:
+        return self.kernel[0] * self.kernel[1]
+
+    @property
+    def k(self) -> int:
+        return self.channels * self.taps
+
+    @property
+    def pixels(self) -> int:
+        return self.out_height * self.out_width
+
+    @property
+    def phases(self) -> list[tuple[int, int]]:
+        """The phase planes some tap reads, in order."""
+        used = {(ky % self.stride[0], kx % self.stride[1])
+                for ky in range(self.kernel[0]) for kx in range(self.kernel[1])}  # fmt: skip
+        return sorted(used)
+
+    @property
+    def plane_shape(self) -> tuple[int, int]:
+        """(Hq, Wq): rows and columns of a phase plane of the padded image."""
+        padded = [n + lo + hi for n, lo, hi in zip((self.height, self.width), self.pad_low,
+                                                  self.pad_high)]  # fmt: skip
+        return -(-padded[0] // self.stride[0]), -(-padded[1] // self.stride[1])
+
+    @property
+    def plane_size(self) -> int:
+        rows, cols = self.plane_shape
+        return rows * cols
+
+    @property
+    def channel_size(self) -> int:
+        """Elements of one input channel's planes."""
+        return len(self.phases) * self.plane_size
+
+    @property
+    def grid(self) -> int:
+        """Grid positions up to the last output pixel (the last row's junk left out)."""
+        return (self.out_height - 1) * self.plane_shape[1] + self.out_width
+
+    def tap_offsets(self) -> list[int]:
+        """Each tap's offset, in elements, from a channel's planes to its column row."""
+        cols = self.plane_shape[1]
+        phases = self.phases
+        sh, sw = self.stride
+        return [phases.index((ky % sh, kx % sw)) * self.plane_size + (ky // sh) * cols + kx // sw
+                for ky in range(self.kernel[0]) for kx in range(self.kernel[1])]  # fmt: skip
+
+    @property
+    def in_place(self) -> bool:
+        """The planes are the image itself: stride 1, no padding."""
+        return self.stride == (1, 1) and not any((*self.pad_low, *self.pad_high))
+
+
+def plan_planes(config: GemmConfig, g, view, weights_layout, weights) -> PlaneConvPlan | None:
+    """The plane plan of conv.py's geometry `g` over an image in memory (`view`), when
+    its tiles waste little: at most MAX_WASTE of the pixels' work in grid columns past
+    the rows' ends and in the last tile.  `weights(ctx, sources, index)` gives the
+    kernel's GEMM panels (conv.py's factory), for a kernel not pre-packed."""
+    planes = planes_of(g)
+    if planes is None or view is None:
+        return None
+    blocks = blocking(config, planes.cout, planes.grid, planes.k)
+    if -(-planes.grid // blocks.nr) * blocks.nr > MAX_WASTE * planes.pixels:
+        return None
+    dims = g.dims
+    strides = tuple(view.strides[d] for d in (dims.input_batch, dims.input_feature,
+                                              *dims.input_spatial))  # fmt: skip
+    return PlaneConvPlan(config, planes, strides, g.output_index, blocks.mr, blocks.nr,
+                         layouts=(weights_layout, None),
+                         weights=lambda ctx, sources: weights(ctx, sources, (None, i64(0))))
+
+
+def planes_of(g) -> Planes | None:
+    """The `Planes` of conv.py's geometry `g`: a 2-D convolution of one group without
+    dilation and with padding not negative; None otherwise."""
+    w = g.window
+    if len(g.out_spatial) != 2 or g.groups != 1:
+        return None
+    if any(d != 1 for d in (*w.lhs_dilation, *w.rhs_dilation)):
+        return None
+    if min(*w.pad_low, *w.pad_high) < 0:
+        return None
+    return Planes(g.batch, g.cin_g, *g.in_spatial, g.cout, *g.out_spatial, tuple(w.size),
+                  tuple(w.stride), tuple(w.pad_low), tuple(w.pad_high))  # fmt: skip
+
+
+@dataclass
+class PlaneConvPlan(Prepackable):
+    """How one NCHW convolution runs directly on its image planes (module docstring).
+    A is the kernel (convolution operand 1), B the image."""
+
+    config: GemmConfig
+    planes: Planes
+    image_strides: tuple[int, int, int, int]  # batch, channel, row, column (elements)
+    # (builder, image, channel, pixel) -> the convolution's output index (conv.py's)
+    output_index: object
+    mr: int
+    nr: int
+    layouts: tuple[StridedLayout | None, None] = (None, None)
+    packed: tuple[Slice | None, None] = (None, None)
+    operands: tuple[int, int] = (1, 0)
+    weights: object = None  # (ctx, sources) -> Panels of the kernel, when not pre-packed
+    kind = "planes"
+
+    def can_pack(self, side: int) -> bool:
+        return side == 0 and super().can_pack(side)
+
+    @property
+    def block(self) -> int:
+        """Input channels per block: the A panel (MR x block*taps) fits L1."""
+        p, size = self.planes, self.config.itemsize
+        fitting = max(self.config.blocks.l1 // (self.mr * p.taps * size), 1)
+        blocks = -(-p.channels // fitting)
+        return -(-p.channels // blocks)
+
+    @property
+    def kc(self) -> int:
+        return self.block * self.planes.taps
+
+    def packed_shape(self, side: int) -> PackedShape:
+        p = self.planes
+        return PackedShape(p.cout, p.k, self.kc, self.mr, (), ())
+
+    @property
+    def reads_in_place(self) -> bool:
+        """The image is read where it is: in-place planes and rows back to back."""
+        p = self.planes
+        _, channel, row, column = self.image_strides
+        rows_contiguous = row == p.width and column == 1
+        return p.in_place and rows_contiguous and channel == p.height * p.width
+
+    @property
+    def _panel_bytes(self) -> int:
+        if self.packed[0] is not None:
+            return 0
+        return aligned(self.packed_shape(0).elements * self.config.itemsize)
+
+    @property
+    def _plane_bytes(self) -> int:
+        if self.reads_in_place:
+            return 0
+        return aligned(self.planes.channels * self.planes.channel_size * self.config.itemsize)
+
+    @property
+    def workspace_bytes(self) -> int:
+        """A's panels (unless pre-packed), then one image's planes (unless in place)."""
+        return self._panel_bytes + self._plane_bytes
+
+    @property
+    def run(self) -> int:
+        """Grid positions per unit of work: whole tiles, C of all channels in L2."""
+        p, size = self.planes, self.config.itemsize
+        total = -(-p.grid // self.nr)
+        tiles = min(RUN_C_BYTES // (p.cout * self.nr * size), -(-total // MIN_UNITS))
+        return max(tiles, 1) * self.nr
+
+    def emit(self, ctx: EmitContext, sources, c: Slice, workspace: Slice, epilogue) -> None:
+        p, ty = self.planes, self.config.element
+        b = ctx.builder
+        start = ctx.slice_pointer(workspace)
+        if self.packed[0] is not None:
+            weights = ctx.slice_pointer(self.packed[0])
+        else:
+            weights = start
+            self._pack_weights(ctx, sources, weights)
+        planes = ctx.byte_pointer(start, self._panel_bytes)
+        units = -(-p.grid // self.run)
+        work = p.pixels * p.cout * p.k
+        with for_range(b, p.batch, "image") as n:
+            image = sources[0].view.pointer(ctx, b.mul(n, i64(self.image_strides[0])))
+            if self.reads_in_place:
+                source = image
+            else:
+                self._copy_planes(ctx, image, planes)
+                source = planes
+            values = [n, b.ptrtoint(source, I64), b.ptrtoint(weights, I64)]
+            with parallel_loop_nest_passing(ctx, [units], values, "run", work) as (index, passed):
+                b = ctx.builder
+                n, source, weights = passed
+                self._run(ctx, c, index[0], n, b.inttoptr(source, PTR), b.inttoptr(weights, PTR),
+                          epilogue)  # fmt: skip
+            b = ctx.builder
+
+    def _pack_weights(self, ctx, sources, dst) -> None:
+        """A as the pre-packed copy would be: block by block of kc, panels of MR."""
+        p = self.planes
+        operand = self.weights(ctx, sources)
+        padded = self.packed_shape(0).padded
+        blocks = _PackBlocks(self.config, self.kc)
+        for k0 in range(0, p.k, self.kc):
+            kc = min(self.kc, p.k - k0)
+            at = ctx.builder.gep(dst, [i64(k0 * padded)], source_etype=self.config.element)
+            operand.pack(ctx, blocks, at, i64(0), i64(p.cout), i64(k0), i64(kc), self.mr)
+
+    def _copy_planes(self, ctx, image, planes) -> None:
+        """The image's phase planes, padding zero, over (channel, phase, plane row)."""
+        p, ty = self.planes, self.config.element
+        _, channel_stride, row_stride, column_stride = self.image_strides
+        rows, cols = p.plane_shape
+        sh, sw = p.stride
+        (top, left) = p.pad_low
+        zero = ir.Constant(ty, 0)
+        phases = p.phases
+        work = p.channels * p.channel_size
+        dims = [p.channels, len(phases), rows]
+        values = [ctx.builder.ptrtoint(image, I64), ctx.builder.ptrtoint(planes, I64)]
+        with parallel_loop_nest_passing(ctx, dims, values, "plane", work) as (index, passed):
+            b = ctx.builder
+            channel, phase, i = index
+            image, planes = (b.inttoptr(v, PTR) for v in passed)
+            phase_y = _select(b, phase, [py for py, _ in phases])
+            phase_x = _select(b, phase, [px for _, px in phases])
+            plane = b.add(b.mul(channel, i64(p.channel_size)), b.mul(phase, i64(p.plane_size)))
+            out = b.gep(planes, [b.add(plane, b.mul(i, i64(cols)))], source_etype=ty)
+            y = b.sub(b.add(b.mul(i, i64(sh)), phase_y), i64(top))
+            inside = b.icmp_unsigned("<", y, i64(p.height))
+            src_row = b.gep(image, [b.add(b.mul(channel, i64(channel_stride)),
+                                          b.mul(y, i64(row_stride)))], source_etype=ty)  # fmt: skip
+            # columns j whose x = sw*j + phase_x - left is in [0, width): [first, last)
+            shifted = b.sub(i64(left), phase_x)
+            first = _clamp(b, _ceil_div(b, shifted, sw), cols)
+            last = _clamp(b, _ceil_div(b, b.add(shifted, i64(p.width)), sw), cols)
+            last = b.select(inside, last, first)
+            with for_range(b, first, "zl") as j:
+                b.store(zero, b.gep(out, [j], source_etype=ty))
+            with for_range(b, b.sub(last, first), "cp") as t:
+                j = b.add(first, t)
+                x = b.sub(b.add(b.mul(j, i64(sw)), phase_x), i64(left))
+                value = b.load(b.gep(src_row, [b.mul(x, i64(column_stride))], source_etype=ty), typ=ty)
+                b.store(value, b.gep(out, [j], source_etype=ty))
+            with for_range(b, b.sub(i64(cols), last), "zr") as t:
+                b.store(zero, b.gep(out, [b.add(last, t)], source_etype=ty))
+
+    def _run(self, ctx, c: Slice, unit, n, source, weights, epilogue) -> None:
+        """Unit `unit` of image `n`: its tiles, block by block of input channels and A
+        panel by A panel, then its epilogue."""
+        p, ty, b = self.planes, self.config.element, ctx.builder
+        q0 = b.mul(unit, i64(self.run))
+        q1 = smaller(b, b.add(q0, i64(self.run)), i64(p.grid))
+        tiles = b.udiv(b.add(b.sub(q1, q0), i64(self.nr - 1)), i64(self.nr))
+        out = b.gep(ctx.slice_pointer(c), [b.mul(n, i64(p.cout * p.pixels))], source_etype=ty)
+        padded = self.packed_shape(0).padded
+        panels = -(-p.cout // self.mr)
+        with for_range(b, -(-p.channels // self.block), "cblock") as cb:
+            c0 = b.mul(cb, i64(self.block))
+            channels = smaller(b, i64(self.block), b.sub(i64(p.channels), c0))
+            kc = b.mul(channels, i64(p.taps))
+            accumulate = b.icmp_unsigned("!=", cb, i64(0))
+            block_a = b.gep(weights, [b.mul(c0, i64(p.taps * padded))], source_etype=ty)
+            block_b = b.gep(source, [b.mul(c0, i64(self._channel_stride))], source_etype=ty)
+            with for_range(b, panels, "apanel") as ip:
+                m0 = b.mul(ip, i64(self.mr))
+                rows = smaller(b, i64(self.mr), b.sub(i64(p.cout), m0))
+                a_panel = b.gep(block_a, [b.mul(m0, kc)], source_etype=ty)
+                c_rows = b.gep(out, [b.mul(m0, i64(p.pixels))], source_etype=ty)
+                with for_range(b, tiles, "tile") as t:
+                    q = b.add(q0, b.mul(t, i64(self.nr)))
+                    cols = smaller(b, i64(self.nr), b.sub(q1, q))
+                    whole = b.icmp_unsigned("==", cols, i64(self.nr))
+                    args = [a_panel, b.gep(block_b, [q], source_etype=ty), channels, c_rows,
+                            q, accumulate, rows, cols]  # fmt: skip
+                    with b.if_else(whole) as (full, partial):
+                        with full:
+                            b.call(self._kernel(ctx, masked=False), args)
+                        with partial:
+                            b.call(self._kernel(ctx, masked=True), args)
+        if epilogue is not None:
+            first, end = self._pixel(b, q0), self._pixel(b, q1)
+            emit_region(ctx, i64(0), i64(p.cout), first, b.sub(end, first),
+                        lambda m, pixel: epilogue(self.output_index(b, n, m, pixel)))  # fmt: skip
+
+    @property
+    def _channel_stride(self) -> int:
+        """Elements between the planes of consecutive input channels."""
+        if self.reads_in_place:
+            return self.image_strides[1]
+        return self.planes.channel_size
+
+    def _pixel(self, b, q) -> ir.Value:
+        """The first output pixel at grid position q or after."""
+        p = self.planes
+        cols = p.plane_shape[1]
+        row = b.udiv(q, i64(cols))
+        x = smaller(b, b.sub(q, b.mul(row, i64(cols))), i64(p.out_width))
+        return b.add(b.mul(row, i64(p.out_width)), x)
+
+    def _kernel(self, ctx, masked: bool) -> ir.Function:
+        return plane_kernel(ctx, self.config, self.mr, self.nr, self._channel_stride,
+                            tuple(self.planes.tap_offsets()), self.planes.plane_shape[1],
+                            self.planes.out_width, self.planes.pixels, masked)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _PackBlocks:
+    """What `Panels.pack` reads of a blocking: the config and kc."""
+
+    config: GemmConfig
+    kc: int
+
+
+def _select(b, index, values: list[int]) -> ir.Value:
+    """values[index] for a small constant list."""
+    result = i64(values[0])
+    for k, value in enumerate(values[1:], 1):
+        result = b.select(b.icmp_unsigned("==", index, i64(k)), i64(value), result)
+    return result
+
+
+def _ceil_div(b, x, d: int) -> ir.Value:
+    """ceil(x / d) of a signed i64 and a positive constant."""
+    return b.sdiv(b.add(x, i64(d - 1)), i64(d)) if d != 1 else x
+
+
+def _clamp(b, x, high: int) -> ir.Value:
+    """x clamped into [0, high]."""
+    x = b.select(b.icmp_signed("<", x, i64(0)), i64(0), x)
+    return smaller(b, x, i64(high))
+
+
+def plane_kernel(ctx, cfg: GemmConfig, mr: int, nr: int, channel_stride: int, offsets,
+                 grid_width: int, out_width: int, ldc: int, masked: bool) -> ir.Function:  # fmt: skip
+    """`kernel(a, b, channels, c, q, accumulate, rows, cols)`: the tile at grid position
+    q (+)= A x B.
+
+    A holds MR values per k = (channel, tap), k ascending; B's NR values of (channel,
+    tap) are at b + channel*channel_stride + offsets[tap].  The tile's grid column j
+    is output pixel (row, x) = divmod(q + j, grid_width), stored at c[i*ldc + row *
+    out_width + x] for rows i < `rows`, columns j < `cols` and x < out_width.
+    `masked`: B's values past `cols` are not loaded (they may be past the image)."""
+    table = "_".join(map(str, offsets))
+    name = (f"{ctx.prefix}.conv.planes.{cfg.dtype.text}.{mr}x{nr}.{channel_stride}."
+            f"{grid_width}.{out_width}.{ldc}.{'m' if masked else 'f'}.{table}")  # fmt: skip
+    if len(name) > 200:
+        name = f"{name[:160]}.{hash(table) & 0xFFFFFFFF:x}"
+    function, b = shared_function(ctx, name, [PTR, PTR, I64, PTR, I64, I1, I64, I64])
+    if b is None:
+        return function
+    a_ptr, b_ptr, channels, c_ptr, q, accumulate, rows, cols = function.args
+    ty = cfg.element
+    tile = Tile(b, cfg, mr, nr)
+    masks = []
+    offset = 0
+    for t in tile.types:
+        masks.append(lanes_below(b, cols, t.count, offset) if masked else None)
+        offset += t.count
+    taps = len(offsets)
+    with for_range(b, channels, "ch") as ch:
+        base = b.gep(b_ptr, [b.mul(ch, i64(channel_stride))], source_etype=ty)
+        a_channel = b.gep(a_ptr, [b.mul(ch, i64(taps * mr))], source_etype=ty)
+        for tap, tap_offset in enumerate(offsets):
+            row = b.gep(base, [i64(tap_offset)], source_etype=ty)
+            b_vecs, lane = [], 0
+            for t, mask in zip(tile.types, masks):
+                at = b.gep(row, [i64(lane)], source_etype=ty)
+                if mask is None:
+                    b_vecs.append(b.load(at, typ=t, align=cfg.itemsize))
+                else:
+                    b_vecs.append(masked_load(ctx, b, cfg, at, mask))
+                lane += t.count
+            a_row = b.gep(a_channel, [i64(tap * mr)], source_etype=ty)
+            for i, slots in enumerate(tile.slots):
+                a_value = b.load(b.gep(a_row, [i64(i)], source_etype=ty), typ=ty)
+                for slot, b_vec, t in zip(slots, b_vecs, tile.types):
+                    acc = b.load(slot, typ=t)
+                    b.store(mul_add(ctx, b, cfg, splat(b, a_value, t), b_vec, acc), slot)
+    _store_grid_tile(ctx, b, cfg, tile, c_ptr, q, accumulate, rows, cols, grid_width, out_width,
+                     ldc)  # fmt: skip
+    b.ret_void()
+    return function
+
+
+def _store_grid_tile(ctx, b, cfg, tile: Tile, c_ptr, q, accumulate, rows, cols, grid_width: int,
+                     out_width: int, ldc: int) -> None:  # fmt: skip
+    """Store (or add) the tile's grid columns that are output pixels: per vector, one
+    masked store per output row it touches."""
+    ty = cfg.element
+    if grid_width == out_width:  # no junk columns: the grid is the pixels
+        tile.store_clipped(ctx, b.gep(c_ptr, [q], source_etype=ty), i64(ldc), accumulate, rows,
+                           cols)  # fmt: skip
+        return
+    junk = grid_width - out_width
+    segments = []  # per vector: [(mask, pointer offset)] for each output row it touches
+    lane = 0
+    for t in tile.types:
+        start = b.add(q, i64(lane))
+        row = b.udiv(start, i64(grid_width))
+        x0 = b.sub(start, b.mul(row, i64(grid_width)))
+        touched = (t.count - 1 + grid_width - 1) // grid_width + 1
+        in_tile = lanes_below(b, cols, t.count, lane)
+        lane_x = b.add(ir.Constant(ir.VectorType(I64, t.count), list(range(t.count))),
+                       splat(b, x0, ir.VectorType(I64, t.count)))  # fmt: skip
+        parts = []
+        for s in range(touched):
+            # lanes on output row row + s: x0 + l - s*grid_width in [0, out_width)
+            x = b.sub(lane_x, splat(b, i64(s * grid_width), lane_x.type))
+            on_row = b.icmp_unsigned("<", x, splat(b, i64(out_width), lane_x.type))
+            mask = b.and_(on_row, in_tile)
+            shift = b.sub(start, b.mul(b.add(row, i64(s)), i64(junk)))
+            parts.append((mask, shift))
+        segments.append(parts)
+        lane += t.count
+    with b.if_else(accumulate) as (add, replace):
+        for branch, adding in ((add, True), (replace, False)):
+            with branch:
+                for i, slots in enumerate(tile.slots):
+                    with if_then(b, b.icmp_unsigned("<", i64(i), rows)):
+                        c_row = b.gep(c_ptr, [i64(i * ldc)], source_etype=ty)
+                        for slot, t, parts in zip(slots, tile.types, segments):
+                            value = b.load(slot, typ=t)
+                            for mask, shift in parts:
+                                at = b.gep(c_row, [shift], source_etype=ty)
+                                stored = value
+                                if adding:
+                                    stored = b.fadd(masked_load(ctx, b, cfg, at, mask), value)
+                                store_lanes(ctx, b, cfg, stored, at, mask)

@@ -1,0 +1,135 @@
+"""Convolutions on image planes (plane_conv.py): the plane geometry, which shapes take
+the path, and results against numpy in float64 (rtol 1e-4, atol 1e-4 of the largest
+magnitude) on every target, with constant (pre-packed) and input kernels, fused bias and
+relu, batches, strides, asymmetric padding and several input-channel blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from test_gemm import ALL_TARGETS, _close, _conv_reference
+
+from aotc.backends.cpu import parse_target
+from aotc.backends.cpu.gemm import blocking
+from aotc.backends.cpu.plane_conv import MAX_WASTE, Planes
+from aotc.backends.cpu.tiles import gemm_config
+from aotc.driver import CompileOptions, compile_model
+from aotc.ir import DType
+
+
+def _planes(x, w, stride, pad_low, pad_high) -> Planes:
+    (n, c, h, wd), (o, _, kh, kw) = x, w
+    out = [(size + lo + hi - k) // s + 1
+           for size, lo, hi, k, s in zip((h, wd), pad_low, pad_high, (kh, kw), stride)]  # fmt: skip
+    return Planes(n, c, h, wd, o, *out, (kh, kw), stride, pad_low, pad_high)
+
+
+@pytest.mark.parametrize(
+    "x, w, stride, pad_low, pad_high",
+    [
+        ((1, 2, 9, 11), (1, 2, 3, 3), (2, 2), (1, 1), (1, 1)),
+        ((1, 3, 20, 17), (1, 3, 7, 7), (2, 2), (3, 3), (2, 3)),
+        ((1, 2, 10, 12), (1, 2, 3, 5), (1, 2), (0, 2), (1, 0)),
+        ((1, 2, 13, 13), (1, 2, 1, 1), (3, 3), (0, 0), (0, 0)),
+        ((1, 2, 6, 7), (1, 2, 3, 2), (1, 1), (0, 0), (0, 0)),
+    ],
+)
+def test_every_tap_reads_its_padded_pixel(x, w, stride, pad_low, pad_high):
+    """The planes built as the module docstring says, read at channel * channel_size +
+    tap offset + grid position, hold the padded image's value under every tap of every
+    output pixel."""
+    p = _planes(x, w, stride, pad_low, pad_high)
+    image = np.arange(np.prod(x), dtype=np.float64).reshape(x)[0] + 1
+    padded = np.pad(image, [(0, 0), (pad_low[0], pad_high[0]), (pad_low[1], pad_high[1])])
+    rows, cols = p.plane_shape
+    sh, sw = stride
+    planes = np.zeros((p.channels, len(p.phases), rows, cols))
+    for k, (py, px) in enumerate(p.phases):
+        phase = padded[:, py::sh, px::sw]
+        planes[:, k, : phase.shape[1], : phase.shape[2]] = phase
+    flat = planes.reshape(p.channels, -1)
+    assert flat.shape[1] == p.channel_size
+    offsets = p.tap_offsets()
+    for c in range(p.channels):
+        for y in range(p.out_height):
+            for xo in range(p.out_width):
+                q = y * cols + xo
+                assert q < p.grid
+                for t, (ky, kx) in enumerate(np.ndindex(*p.kernel)):
+                    want = padded[c, sh * y + ky, sw * xo + kx]
+                    assert flat[c, offsets[t] + q] == want, (c, y, xo, ky, kx)
+    # the last pixel's reads stay inside its channel's planes
+    assert p.grid - 1 + max(offsets) < p.channel_size
+
+
+def test_wasteful_grids_stay_on_the_gemm():
+    """A 7x7 image's grid of 49 pixels would take two 48-pixel tiles on AVX-512; 56x56
+    wastes 1%."""
+    config = gemm_config(parse_target("x86_64:skylake-avx512"), DType.F32)
+    for x, w, takes in [((1, 512, 7, 7), (2048, 512, 1, 1), False),
+                        ((1, 256, 56, 56), (64, 256, 1, 1), True)]:  # fmt: skip
+        p = _planes(x, w, (1, 1), (0, 0), (0, 0))
+        nr = blocking(config, p.cout, p.grid, p.k).nr
+        assert (-(-p.grid // nr) * nr <= MAX_WASTE * p.pixels) == takes
+
+
+# (input, kernel, stride, pads [top, left, bottom, right]): in place (stride 1, no
+# padding), padded, strided, a 7x7 stem-like window, channels past one block (3x3 x 130
+# channels is more than an L1 A panel holds), output channels not a multiple of MR
+CASES = [
+    ((2, 40, 16, 24), (20, 40, 1, 1), (1, 1), (0, 0, 0, 0)),
+    ((1, 130, 30, 30), (44, 130, 3, 3), (1, 1), (1, 1, 1, 1)),
+    ((2, 16, 33, 31), (24, 16, 3, 3), (2, 2), (1, 1, 1, 1)),
+    ((1, 3, 64, 128), (16, 3, 7, 7), (2, 2), (3, 3, 3, 3)),
+    ((1, 12, 40, 70), (9, 12, 3, 5), (1, 2), (0, 2, 1, 0)),
+    ((1, 24, 48, 48), (32, 24, 1, 1), (2, 2), (0, 0, 0, 0)),
+]
+
+
+def _conv_model(x, w, stride, pads, weights, bias):
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)]
+    initializers = [numpy_helper.from_array(bias, "b")]
+    if weights is None:
+        inputs.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, w))
+    else:
+        initializers.append(numpy_helper.from_array(weights, "w"))
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=list(stride), pads=list(pads),
+                         kernel_shape=list(w[2:])),
+        helper.make_node("Relu", ["y"], ["z"]),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "planes", inputs, [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        initializers,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+@pytest.mark.parametrize("constant", [True, False], ids=["packed", "input"])
+def test_plane_convolutions(target, constant):
+    if target == "x86_64:x86-64-v3" and not _host_has("avx2"):
+        pytest.skip("the host has no AVX2")
+    rng = np.random.default_rng(11)
+    for x, w, stride, pads in CASES:
+        xv = rng.standard_normal(x).astype(np.float32)
+        wv = rng.standard_normal(w).astype(np.float32)
+        bias = rng.standard_normal(w[0]).astype(np.float32)
+        model = _conv_model(x, w, stride, pads, wv if constant else None, bias)
+        compiled = compile_model(model, CompileOptions(target=target))
+        assert set(compiled.kernel_forms().values()) == {"planes"}, (x, w)
+        feeds = {"x": xv} if constant else {"x": xv, "w": wv}
+        got = compiled.load()(**feeds)
+        got = got[0] if isinstance(got, (list, tuple)) else got
+        conv = _conv_reference(xv, wv, stride, pads[:2], pads[2:], (1, 1), 1)
+        want = np.maximum(conv + bias[None, :, None, None], 0)
+        _close(got, want, f"{target} {x} {w} {stride} {pads}")
+
+
+def _host_has(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return flag in f.read().split()
+    except OSError:
+        return False
