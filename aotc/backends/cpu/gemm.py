@@ -44,7 +44,7 @@ from ...buffers import BufferKind, Slice
 from ...ir import Instruction
 from .context import EmitContext
 from .elemental import delinearize, linearize
-from .gemv import GEMV_UNROLL, emit_gemv
+from .gemv import GEMV_UNROLL, emit_gemv, emit_packed_gemv, packed_width
 from .lltypes import I8, I64, PTR, i64
 from .loops import branch_value, for_range, if_then, loop_nest
 from .parallel import parallel_chunks
@@ -685,17 +685,28 @@ class GemmPlan(Prepackable):
         return 0 if self.gemv else sum(self.blocks.region_bytes(self.is_packed))
 
     def can_pack(self, side: int) -> bool:
-        return self.gemv is None and super().can_pack(side)
+        """GEMM operands, and an axpy gemv's matrix (as panels of outputs)."""
+        if self.gemv is None:
+            return super().can_pack(side)
+        return self.gemv == "axpy" and side == self._matrix_side and super().can_pack(side)
+
+    @property
+    def _matrix_side(self) -> int:
+        """The operand that is the matrix of a gemv (the other is the vector)."""
+        return 1 if self.m == 1 else 0
 
     def packed_shape(self, side: int) -> PackedShape:
         """How operand `side` is pre-packed: for the serial blocking, whose kc and tile
         sizes the split's blocking shares."""
-        blocks = self.blocks
         layout = self.layouts[side]
         batch = tuple(d for d, stride in layout.batch if stride and self.batch[d] > 1)
-        width = blocks.mr if side == 0 else blocks.nr
         count = self.m if side == 0 else self.n
         extents = tuple(self.batch[d] for d in batch)
+        if self.gemv is not None:  # one K slice of panels of outputs
+            width = packed_width(self.config, count)
+            return PackedShape(count, self.k, self.k, width, batch, extents)
+        blocks = self.blocks
+        width = blocks.mr if side == 0 else blocks.nr
         return PackedShape(count, self.k, blocks.kc, width, batch, extents)
 
     def operand(self, side: int, ctx: EmitContext, sources: list, index) -> Panels:
@@ -857,15 +868,25 @@ class GemmPlan(Prepackable):
         vector, matrix = (a, b_operand) if self.m == 1 else (b_operand, a)
         b = ctx.builder
         ty = self.config.element
-        matrix = StridedPanels(
-            b.gep(matrix.base, [b.mul(i0, i64(matrix.p_stride))], source_etype=ty),
-            matrix.p_stride,
-            matrix.k_stride,
-        )
         out = b.gep(c, [i0], source_etype=ty)
-        emit_gemv(ctx, self.config, self.gemv, count, self.k, vector, matrix, out)
+        if isinstance(matrix, PackedPanels):  # i0 starts a panel (pieces are whole panels)
+            panels = b.gep(matrix.base, [b.mul(i0, i64(self.k))], source_etype=ty)
+            emit_packed_gemv(ctx, self.config, matrix.width, count, self.k, vector, panels, out)
+        else:
+            self._strided_gemv(ctx, vector, matrix, out, i0, count)
         if region is not None:
             if self.m == 1:
                 region(i64(0), 1, i0, count)
             else:
                 region(i0, count, i64(0), 1)
+
+    def _strided_gemv(self, ctx, vector, matrix, out, i0, count) -> None:
+        """Outputs from i0 on of the gemv reading the matrix where it is."""
+        b = ctx.builder
+        ty = self.config.element
+        matrix = StridedPanels(
+            b.gep(matrix.base, [b.mul(i0, i64(matrix.p_stride))], source_etype=ty),
+            matrix.p_stride,
+            matrix.k_stride,
+        )
+        emit_gemv(ctx, self.config, self.gemv, count, self.k, vector, matrix, out)

@@ -16,7 +16,15 @@ from llvmlite import ir
 from .context import EmitContext
 from .lltypes import I64, PTR, i64
 from .loops import for_range
-from .tiles import GemmConfig, entry_slot, mul_add, shared_function, splat
+from .tiles import (
+    GemmConfig,
+    entry_slot,
+    lanes_below,
+    mul_add,
+    shared_function,
+    splat,
+    store_lanes,
+)
 
 if TYPE_CHECKING:
     from .gemm import StridedPanels
@@ -55,6 +63,67 @@ def emit_gemv(
     count = i64(count) if isinstance(count, int) else count
     args = [count, i64(depth), vector.base, i64(vector.k_stride), matrix.base, i64(stride)]
     ctx.builder.call(function, [*args, out])
+
+
+def packed_width(cfg: GemmConfig, count: int) -> int:
+    """Outputs per panel of a pre-packed axpy matrix: GEMV_UNROLL vectors, fewer for
+    fewer outputs."""
+    return min(cfg.lanes * GEMV_UNROLL, -(-count // cfg.lanes) * cfg.lanes)
+
+
+def emit_packed_gemv(ctx, cfg: GemmConfig, width: int, count, depth: int, vector, panels, out):
+    """out[i] = sum_k vector[k] matrix[i, k] for i < count, the matrix pre-packed as
+    panels of `width` outputs (prepack.py: per panel, k by k, its `width` values)."""
+    function = _packed_axpy_function(ctx, cfg, width)
+    count = i64(count) if isinstance(count, int) else count
+    args = [count, i64(depth), vector.base, i64(vector.k_stride), panels, out]
+    ctx.builder.call(function, args)
+
+
+def _packed_axpy_function(ctx: EmitContext, cfg: GemmConfig, width: int) -> ir.Function:
+    """`gemv(count, depth, x, x_stride, panels, y)`: per panel, its `width` outputs in
+    registers over all of k, read as one contiguous stream (a row-major matrix read
+    `width` columns at a time strides by its row length, a power of two for the usual
+    widths, which maps the rows onto a few cache sets); even and odd k into separate
+    accumulators, added at the end; the last panel's outputs past `count` not stored."""
+    name = f"{ctx.prefix}.gemv.packed.{cfg.dtype.text}.{width}"
+    function, b = shared_function(ctx, name, [I64, I64, PTR, I64, PTR, PTR])
+    if b is None:
+        return function
+    count, depth, x, x_stride, panels, y = function.args
+    ty = cfg.element
+    vec = ir.VectorType(ty, cfg.lanes)
+    vectors = width // cfg.lanes
+    blocks = b.udiv(b.add(count, i64(width - 1)), i64(width))
+    with for_range(b, blocks, "panel") as block:
+        i0 = b.mul(block, i64(width))
+        panel = b.gep(panels, [b.mul(i0, depth)], source_etype=ty)
+        accs = [[entry_slot(b, vec) for _ in range(vectors)] for _ in range(2)]
+        for acc in (a for pair in accs for a in pair):
+            b.store(ir.Constant(vec, None), acc)
+
+        def step(k, sums):
+            xs = splat(b, b.load(b.gep(x, [b.mul(k, x_stride)], source_etype=ty), typ=ty), vec)
+            row = b.gep(panel, [b.mul(k, i64(width))], source_etype=ty)
+            for v, acc in enumerate(sums):
+                p = b.gep(row, [i64(v * cfg.lanes)], source_etype=ty)
+                value = b.load(p, typ=vec, align=cfg.itemsize)
+                b.store(mul_add(ctx, b, cfg, xs, value, b.load(acc)), acc)
+
+        pairs = b.udiv(depth, i64(2))
+        with for_range(b, pairs, "k2") as k2:
+            k = b.mul(k2, i64(2))
+            step(k, accs[0])
+            step(b.add(k, i64(1)), accs[1])
+        with for_range(b, b.sub(depth, b.mul(pairs, i64(2))), "klast") as t:
+            step(b.add(b.mul(pairs, i64(2)), t), accs[0])
+        left = b.sub(count, i0)
+        for v in range(vectors):
+            total = b.fadd(b.load(accs[0][v]), b.load(accs[1][v]))
+            p = b.gep(y, [b.add(i0, i64(v * cfg.lanes))], source_etype=ty)
+            store_lanes(ctx, b, cfg, total, p, lanes_below(b, left, cfg.lanes, v * cfg.lanes))
+    b.ret_void()
+    return function
 
 
 def _gemv_function(ctx: EmitContext, cfg: GemmConfig, kind: str) -> ir.Function:
