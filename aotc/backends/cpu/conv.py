@@ -104,7 +104,7 @@ CONV_RULES: dict[Op, Rule] = {Op.CONVOLUTION: convolution_rule}
 
 def plan_convolution(
     target, conv: Instruction, views
-) -> GemmPlan | DepthwisePlan | DirectConvPlan | winograd.WinogradPlan | None:
+) -> GemmPlan | DepthwisePlan | DirectConvPlan | PlaneConvPlan | winograd.WinogradPlan | None:
     """A convolution whose output is [batch, feature, spatial...] (NCHW-like) as GEMMs.
 
     Per image and feature group: C[Cout_g, pixels] = weights[Cout_g, Cin_g * taps]

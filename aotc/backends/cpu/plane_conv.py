@@ -143,9 +143,16 @@ def plan_planes(config: GemmConfig, g, view, weights_layout, weights) -> PlaneCo
     dims = g.dims
     strides = tuple(view.strides[d] for d in (dims.input_batch, dims.input_feature,
                                               *dims.input_spatial))  # fmt: skip
-    return PlaneConvPlan(config, planes, strides, g.output_index, blocks.mr, blocks.nr,
-                         layouts=(weights_layout, None),
-                         weights=lambda ctx, sources: weights(ctx, sources, (None, i64(0))))
+    return PlaneConvPlan(
+        config,
+        planes,
+        strides,
+        g.output_index,
+        blocks.mr,
+        blocks.nr,
+        layouts=(weights_layout, None),
+        weights=lambda ctx, sources: weights(ctx, sources, (None, i64(0))),
+    )
 
 
 def planes_of(g) -> Planes | None:
@@ -233,7 +240,7 @@ class PlaneConvPlan(Prepackable):
         return max(tiles, 1) * self.nr
 
     def emit(self, ctx: EmitContext, sources, c: Slice, workspace: Slice, epilogue) -> None:
-        p, ty = self.planes, self.config.element
+        p = self.planes
         b = ctx.builder
         start = ctx.slice_pointer(workspace)
         if self.packed[0] is not None:
@@ -304,7 +311,9 @@ class PlaneConvPlan(Prepackable):
             with for_range(b, b.sub(last, first), "cp") as t:
                 j = b.add(first, t)
                 x = b.sub(b.add(b.mul(j, i64(sw)), phase_x), i64(left))
-                value = b.load(b.gep(src_row, [b.mul(x, i64(column_stride))], source_etype=ty), typ=ty)
+                value = b.load(
+                    b.gep(src_row, [b.mul(x, i64(column_stride))], source_etype=ty), typ=ty
+                )
                 b.store(value, b.gep(out, [j], source_etype=ty))
             with for_range(b, b.sub(i64(cols), last), "zr") as t:
                 b.store(zero, b.gep(out, [b.add(last, t)], source_etype=ty))
