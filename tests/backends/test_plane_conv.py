@@ -22,7 +22,7 @@ def _planes(x, w, stride, pad_low, pad_high) -> Planes:
     (n, c, h, wd), (o, _, kh, kw) = x, w
     out = [(size + lo + hi - k) // s + 1
            for size, lo, hi, k, s in zip((h, wd), pad_low, pad_high, (kh, kw), stride)]  # fmt: skip
-    return Planes(n, c, h, wd, o, *out, (kh, kw), stride, pad_low, pad_high)
+    return Planes(n, h, wd, c, *out, o, (kh, kw), stride, (1, 1), pad_low, pad_high)
 
 
 @pytest.mark.parametrize(

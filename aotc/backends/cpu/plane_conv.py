@@ -28,6 +28,7 @@ from llvmlite import ir
 
 from ...buffers import Slice
 from .context import EmitContext
+from .direct_conv import Image
 from .gemm import PackedShape, Prepackable, StridedLayout, aligned, blocking, emit_region
 from .lltypes import I1, I64, PTR, i64
 from .loops import for_range, if_then
@@ -59,32 +60,8 @@ MIN_UNITS = 8
 
 
 @dataclass(frozen=True)
-class Planes:
-    """One 2-D convolution's geometry in plane terms."""
-
-    batch: int
-    channels: int
-    height: int
-    width: int
-    cout: int
-    out_height: int
-    out_width: int
-    kernel: tuple[int, int]
-    stride: tuple[int, int]
-    pad_low: tuple[int, int]
-    pad_high: tuple[int, int]
-
-    @property
-    def taps(self) -> int:
-        return self.kernel[0] * self.kernel[1]
-
-    @property
-    def k(self) -> int:
-        return self.channels * self.taps
-
-    @property
-    def pixels(self) -> int:
-        return self.out_height * self.out_width
+class Planes(Image):
+    """One 2-D convolution (direct_conv.py's terms, no dilation) in plane terms."""
 
     @property
     def phases(self) -> list[tuple[int, int]]:
@@ -96,9 +73,8 @@ class Planes:
     @property
     def plane_shape(self) -> tuple[int, int]:
         """(Hq, Wq): rows and columns of a phase plane of the padded image."""
-        padded = [n + lo + hi for n, lo, hi in zip((self.height, self.width), self.pad_low,
-                                                  self.pad_high)]  # fmt: skip
-        return -(-padded[0] // self.stride[0]), -(-padded[1] // self.stride[1])
+        rows, cols = self.padded
+        return -(-rows // self.stride[0]), -(-cols // self.stride[1])
 
     @property
     def plane_size(self) -> int:
@@ -165,8 +141,10 @@ def planes_of(g) -> Planes | None:
         return None
     if min(*w.pad_low, *w.pad_high) < 0:
         return None
-    return Planes(g.batch, g.cin_g, *g.in_spatial, g.cout, *g.out_spatial, tuple(w.size),
-                  tuple(w.stride), tuple(w.pad_low), tuple(w.pad_high))  # fmt: skip
+    (height, width), (out_height, out_width) = g.in_spatial, g.out_spatial
+    return Planes(g.batch, height, width, g.cin_g, out_height, out_width, g.cout,
+                  tuple(w.size), tuple(w.stride), (1, 1), tuple(w.pad_low),
+                  tuple(w.pad_high))  # fmt: skip
 
 
 @dataclass
