@@ -9,6 +9,8 @@ at run time unnoticed.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from test_gemm import _close, _conv_reference
@@ -106,6 +108,10 @@ def test_dots(compile_module, rng):
     for name, g, e, out, case in zip(DOTS, got, expected, outputs, DOTS.values()):
         _close(g, e, name)
         assert _packed(compiled, out) == ((True, False) if case[4] else (False, True)), name
+    # micro-kernels that prefetch A where it is pre-packed weights, and others for the rest
+    kernels = set(re.findall(rb"gemm\.kernel\.[a-z0-9x+.]+", compiled.obj))
+    assert any(k.endswith(b".stream") for k in kernels)
+    assert any(not k.endswith(b".stream") for k in kernels)
 
 
 # x dims, w dims, stride, pad, groups: 1x1, 3x3 padded and strided, grouped, K > kc

@@ -354,7 +354,9 @@ def emit_gemm(
             with for_range(b, -(-blocks.n // blocks.nb), "nblock") as ni:
                 n0, nb = _block(b, ni, blocks.nb, blocks.n)
                 packed_b = b_operand.pack(ctx, blocks, region_b, n0, nb, k0, kc, blocks.nr)
-                _multiply(ctx, blocks, packed_a, packed_b, c, ldc, (m0, mb, n0, nb), ki, epilogue)
+                block = (m0, mb, n0, nb)
+                streams = isinstance(a, PackedPanels)
+                _multiply(ctx, blocks, packed_a, packed_b, c, ldc, block, ki, epilogue, streams)
 
 
 def _regions(ctx, blocks: Blocking, a, b_operand, workspace):
@@ -365,12 +367,14 @@ def _regions(ctx, blocks: Blocking, a, b_operand, workspace):
     return workspace, ctx.byte_pointer(workspace, a_bytes)
 
 
-def _multiply(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epilogue) -> None:
+def _multiply(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epilogue,
+              streams_a: bool) -> None:  # fmt: skip
     """The packed A block times the packed B block of K slice `ki` into C's `block`
-    (m0, rows, n0, cols), tile by tile; the epilogue on each sliver after the last slice."""
+    (m0, rows, n0, cols), tile by tile; the epilogue on each sliver after the last slice.
+    `streams_a`: A is pre-packed (`micro_kernel` prefetches it)."""
     b = ctx.builder
     ty = blocks.config.element
-    kernel = micro_kernel(ctx, blocks.config, blocks.mr, blocks.nr)
+    kernel = micro_kernel(ctx, blocks.config, blocks.mr, blocks.nr, streams_a=streams_a)
     k_slices = -(-blocks.k // blocks.kc)
     m0, mb, n0, nb = block
     _, kc = _block(b, ki, blocks.kc, blocks.k)
@@ -411,7 +415,8 @@ def _multiply(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epil
             else:
                 with b.if_else(fused) as (whole, otherwise):
                     with whole:
-                        extra = micro_kernel(ctx, blocks.config, blocks.mr, blocks.nr, edge)
+                        extra = micro_kernel(ctx, blocks.config, blocks.mr, blocks.nr, edge,
+                                             streams_a)  # fmt: skip
                         edge_panel = b.gep(b_panel, [b.mul(i64(blocks.nr), kc)], source_etype=ty)
                         b.call(extra, [*args, i64(blocks.nr), edge_panel])
                     with otherwise:
@@ -830,10 +835,12 @@ class GemmPlan(Prepackable):
                 own = operand.pack(ctx, blocks, own_region, p0, count, k0, kc, width)
             if by_rows:
                 block = (p0, count, s0, extent)
-                _multiply(ctx, blocks, own, shared, c_batch, self.ldc, block, ki, region)
+                _multiply(ctx, blocks, own, shared, c_batch, self.ldc, block, ki, region,
+                          split.packed[0])  # fmt: skip
             else:
                 block = (s0, extent, p0, count)
-                _multiply(ctx, blocks, shared, own, c_batch, self.ldc, block, ki, region)
+                _multiply(ctx, blocks, shared, own, c_batch, self.ldc, block, ki, region,
+                          split.packed[0])  # fmt: skip
 
         share_out(ctx, (split.parts,), split.parts, unit, values)
 
