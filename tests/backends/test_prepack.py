@@ -242,18 +242,19 @@ def test_gemv_matrices_are_packed_as_panels_of_outputs(compile_module, same_acro
     rng = np.random.default_rng(8)
     module = Module("pgemv")
     b = ComputationBuilder(module, "main")
-    w = [_normal(rng, s) for s in [(700, 2003), (513, 10), (3, 200, 300)]]
-    shapes = [(1, 700), (1, 513), (3, 1, 200)]
+    w = [_normal(rng, s) for s in [(700, 2003), (513, 10), (3, 200, 300), (300, 257)]]
+    shapes = [(1, 700), (1, 513), (3, 1, 200), (300, 1)]
     x = [b.parameter(i, Shape(F32, s)) for i, s in enumerate(shapes)]
     outputs = [
         _dot(b, x[0], b.constant(w[0])),
         _dot(b, x[1], b.constant(w[1])),
         _dot(b, x[2], b.constant(w[2]), (2,), (1,), (0,)),
+        _dot(b, b.constant(w[3]), x[3], (0,), (0,)),  # N = 1: the matrix is A, transposed
     ]
     b.build(b.tuple(outputs), entry=True)
     compiled = compile_module(module)
-    assert [_plan(compiled, out).kind for out in outputs] == ["gemv.axpy"] * 3
-    assert [_packed(compiled, out) for out in outputs] == [(False, True)] * 3
+    assert [_plan(compiled, out).kind for out in outputs] == ["gemv.axpy"] * 4
+    assert [_packed(compiled, out) for out in outputs] == [(False, True)] * 3 + [(True, False)]
     assert _plan(compiled, outputs[0]).split is not None
     args = [_normal(rng, s) for s in shapes]
     results = same_across_threads(compiled, args)
@@ -261,6 +262,7 @@ def test_gemv_matrices_are_packed_as_panels_of_outputs(compile_module, same_acro
         args[0].astype(np.float64) @ w[0],
         args[1].astype(np.float64) @ w[1],
         np.einsum("bmk,bkn->bmn", args[2].astype(np.float64), w[2]),
+        w[3].T.astype(np.float64) @ args[3],
     ]
     for k, (got, want) in enumerate(zip(results, expected)):
         _close(got, want, f"output {k}")
