@@ -133,3 +133,22 @@ def _host_has(flag: str) -> bool:
             return flag in f.read().split()
     except OSError:
         return False
+
+
+def test_plane_convolutions_in_float64():
+    """Doubles take the same path (8-lane vectors on AVX-512), to rounding (1e-12)."""
+    rng = np.random.default_rng(12)
+    for x, w, stride, pads in [CASES[2], CASES[3]]:
+        inputs = [helper.make_tensor_value_info("x", TensorProto.DOUBLE, x),
+                  helper.make_tensor_value_info("w", TensorProto.DOUBLE, w)]  # fmt: skip
+        node = helper.make_node("Conv", ["x", "w"], ["y"], strides=list(stride), pads=list(pads))
+        output = helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)
+        graph = helper.make_graph([node], "planes64", inputs, [output])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+        compiled = compile_model(model)
+        assert set(compiled.kernel_forms().values()) == {"planes"}, (x, w)
+        xv, wv = rng.standard_normal(x), rng.standard_normal(w)
+        got = compiled.load()(x=xv, w=wv)
+        got = got[0] if isinstance(got, (list, tuple)) else got
+        want = _conv_reference(xv, wv, stride, pads[:2], pads[2:], (1, 1), 1)
+        _close(got, want, f"{x} {w}", rtol=1e-12)
