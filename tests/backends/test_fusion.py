@@ -72,3 +72,35 @@ def test_fused_reduce_of_elementwise(check, fuse, rng):
     from aotc.ir.types import bf16_round
 
     check(module, [bf16_round(xv)], rtol=1.6e-2, atol=1e-3)
+
+
+def test_per_channel_operands_leave_the_pixels_one_loop(check, fuse, rng):
+    """A batch norm + relu over NCHW (per-channel operands broadcast along dim 1, a
+    scalar zero): the loop runs over (batch, channel) then the pixels as one merged,
+    vectorizable loop (37 pixels: a vector tail); broadcasting along a pixel dim keeps
+    the nest.  Against the evaluator."""
+    from aotc.backends.cpu.program import _broadcast_inner
+
+    module = Module("bn")
+    b = ComputationBuilder(module, "main")
+    dims = (2, 5, 37, 3)
+    x = b.parameter(0, Shape(DType.F32, dims))
+    scale = b.parameter(1, Shape(DType.F32, (5,)))
+    shift = b.parameter(2, Shape(DType.F32, (5,)))
+    row = b.parameter(3, Shape(DType.F32, (37,)))
+
+    def batch_norm_relu(f, p):
+        y = f.binary(Op.MULTIPLY, p[0], f.broadcast(p[1], [1], dims))
+        y = f.binary(Op.ADD, y, f.broadcast(p[2], [1], dims))
+        return f.binary(Op.MAXIMUM, y, f.broadcast(f.scalar(0.0, DType.F32), [], dims))
+
+    def by_row(f, p):
+        return f.binary(Op.MULTIPLY, p[0], f.broadcast(p[1], [2], dims))
+
+    per_channel = fuse(b, [x, scale, shift], batch_norm_relu, name="bnr")
+    per_row = fuse(b, [x, row], by_row, name="rows")
+    b.build(b.tuple([per_channel, per_row]), entry=True)
+    assert _broadcast_inner(per_channel) == 2
+    assert _broadcast_inner(per_row) is None
+    args = [rng.standard_normal(s).astype(np.float32) for s in (dims, (5,), (5,), (37,))]
+    check(module, args, rtol=1e-6, atol=1e-6)

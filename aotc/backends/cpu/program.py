@@ -37,6 +37,7 @@ from .elemental import (
     make_generator,
     memory_generator,
 )
+from .gemm import split_index
 from .lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from .loops import if_then
 from .parallel import parallel_loop_nest
@@ -209,9 +210,20 @@ def _store_loop(
     """One loop nest over the (shared) output dims, storing each output's element."""
     dims = outputs[0][0].dims
     flat = _reads_only_its_own_element(instr) and len(dims) > 1
-    with parallel_loop_nest(ctx, [math.prod(dims)] if flat else dims) as index:
+    # or the dims from `inner` on as one loop, over which operands broadcast along
+    # leading dims (a batch norm's per-channel scale) stay put
+    inner = None if flat else _broadcast_inner(instr)
+    if flat:
+        loop = [math.prod(dims)]
+    elif inner is not None:
+        loop = [*dims[:inner], math.prod(dims[inner:])]
+    else:
+        loop = list(dims)
+    with parallel_loop_nest(ctx, loop) as index:
         if flat:  # one loop over the linear position: row-major index (0, ..., 0, linear)
             index = [i64(0)] * (len(dims) - 1) + index
+        elif inner is not None:
+            index = [*index[:inner], *split_index(ctx.builder, index[inner], dims[inner:])]
         values = gen(index)
         if len(outputs) == 1 and not isinstance(values, tuple):
             values = (values,)
@@ -236,6 +248,35 @@ def _reads_only_its_own_element(instr: Instruction) -> bool:
         if any(o.shape.rank and o.shape.dims != dims for o in member.operands):
             return False
     return dims is not None
+
+
+def _broadcast_inner(instr: Instruction) -> int | None:
+    """For a kernel elementwise over its output dims but for operands broadcast along
+    some of them in order (per-channel parameters of an NCHW batch norm): the first dim
+    past every broadcast operand's last kept dim, when two or more dims follow it (their
+    loop, merged, then vectorizes with those operands loop-invariant); else None."""
+    dims = instr.shape.dims if isinstance(instr.shape, Shape) else None
+    if dims is None or instr.op is not Op.FUSION:
+        return None
+    inner = 0
+    for member in instr.called[0].instructions:
+        if member.op in (Op.PARAMETER, Op.TUPLE) or (
+            member.op is Op.CONSTANT and member.shape.size == 1
+        ):
+            continue
+        if member.shape.dims != dims:
+            return None
+        if member.op is Op.BROADCAST:
+            kept = list(member.dimensions)
+            source = member.operands[0].op
+            if source not in (Op.PARAMETER, Op.CONSTANT) or kept != sorted(kept):
+                return None
+            inner = max(inner, kept[-1] + 1 if kept else 0)
+        elif not member.op.is_elementwise or any(
+            o.shape.rank and o.shape.dims != dims for o in member.operands
+        ):
+            return None
+    return inner if len(dims) - inner >= 2 else None
 
 
 def _bind_buffers(ctx: EmitContext, b: ir.IRBuilder, function, weights) -> None:
