@@ -78,8 +78,8 @@ def test_per_channel_operands_leave_the_pixels_one_loop(check, fuse, rng):
     """A batch norm + relu over NCHW (per-channel operands broadcast along dim 1, a
     scalar zero): the loop runs over (batch, channel) then the pixels as one merged,
     vectorizable loop (37 pixels: a vector tail); broadcasting along a pixel dim keeps
-    the nest.  Against the evaluator."""
-    from aotc.backends.cpu.program import _broadcast_inner
+    the nest; with scalars only, one loop over all.  Against the evaluator."""
+    from aotc.backends.cpu.program import _elementwise_from
 
     module = Module("bn")
     b = ComputationBuilder(module, "main")
@@ -97,10 +97,13 @@ def test_per_channel_operands_leave_the_pixels_one_loop(check, fuse, rng):
     def by_row(f, p):
         return f.binary(Op.MULTIPLY, p[0], f.broadcast(p[1], [2], dims))
 
+    def relu(f, p):
+        return f.binary(Op.MAXIMUM, p[0], f.broadcast(f.scalar(0.0, DType.F32), [], dims))
+
     per_channel = fuse(b, [x, scale, shift], batch_norm_relu, name="bnr")
     per_row = fuse(b, [x, row], by_row, name="rows")
-    b.build(b.tuple([per_channel, per_row]), entry=True)
-    assert _broadcast_inner(per_channel) == 2
-    assert _broadcast_inner(per_row) is None
+    flat = fuse(b, [x], relu, name="relu")
+    b.build(b.tuple([per_channel, per_row, flat]), entry=True)
+    assert [_elementwise_from(out) for out in (per_channel, per_row, flat)] == [2, 3, 0]
     args = [rng.standard_normal(s).astype(np.float32) for s in (dims, (5,), (5,), (37,))]
     check(module, args, rtol=1e-6, atol=1e-6)

@@ -209,10 +209,9 @@ def _store_loop(
 ) -> None:
     """One loop nest over the (shared) output dims, storing each output's element."""
     dims = outputs[0][0].dims
-    flat = _reads_only_its_own_element(instr) and len(dims) > 1
-    # or the dims from `inner` on as one loop, over which operands broadcast along
-    # leading dims (a batch norm's per-channel scale) stay put
-    inner = None if flat else _broadcast_inner(instr)
+    start = _elementwise_from(instr)
+    flat = start == 0 and len(dims) > 1
+    inner = start if start and len(dims) - start >= 2 else None  # merged from `inner` on
     if flat:
         loop = [math.prod(dims)]
     elif inner is not None:
@@ -232,34 +231,20 @@ def _store_loop(
             store_element(ctx.builder, shape.dtype, value, pointer)
 
 
-def _reads_only_its_own_element(instr: Instruction) -> bool:
-    """Whether every value `instr` computes (fused or not) is elementwise over arrays of
-    its own dims (or scalars): then a single loop over the linear position serves, which
-    LLVM vectorizes whatever the dims (a nest over e.g. 64x7x7 would not)."""
+def _elementwise_from(instr: Instruction) -> int | None:
+    """The first output dim from which on `instr` (fused or not) reads every operand at
+    its own element: 0 when it is elementwise over its output dims throughout (scalars
+    aside), then one loop over the linear position serves, which LLVM vectorizes
+    whatever the dims (a nest over e.g. 64x7x7 would not); else the dim past the last
+    one that an operand broadcast along leading dims keeps (per-channel parameters of an
+    NCHW batch norm), the dims after it then one loop with those operands invariant in
+    it; None when neither holds."""
     dims = instr.shape.dims if isinstance(instr.shape, Shape) else None
-    members = instr.called[0].instructions if instr.op is Op.FUSION else [instr]
-    for member in members:
-        if member.op in (Op.PARAMETER, Op.TUPLE) or (
-            member.op is Op.CONSTANT and member.shape.size == 1
-        ):
-            continue
-        if not member.op.is_elementwise or member.shape.dims != dims:
-            return False
-        if any(o.shape.rank and o.shape.dims != dims for o in member.operands):
-            return False
-    return dims is not None
-
-
-def _broadcast_inner(instr: Instruction) -> int | None:
-    """For a kernel elementwise over its output dims but for operands broadcast along
-    some of them in order (per-channel parameters of an NCHW batch norm): the first dim
-    past every broadcast operand's last kept dim, when two or more dims follow it (their
-    loop, merged, then vectorizes with those operands loop-invariant); else None."""
-    dims = instr.shape.dims if isinstance(instr.shape, Shape) else None
-    if dims is None or instr.op is not Op.FUSION:
+    if dims is None:
         return None
-    inner = 0
-    for member in instr.called[0].instructions:
+    members = instr.called[0].instructions if instr.op is Op.FUSION else [instr]
+    start = 0
+    for member in members:
         if member.op in (Op.PARAMETER, Op.TUPLE) or (
             member.op is Op.CONSTANT and member.shape.size == 1
         ):
@@ -271,12 +256,12 @@ def _broadcast_inner(instr: Instruction) -> int | None:
             source = member.operands[0].op
             if source not in (Op.PARAMETER, Op.CONSTANT) or kept != sorted(kept):
                 return None
-            inner = max(inner, kept[-1] + 1 if kept else 0)
+            start = max(start, kept[-1] + 1 if kept else 0)
         elif not member.op.is_elementwise or any(
             o.shape.rank and o.shape.dims != dims for o in member.operands
         ):
             return None
-    return inner if len(dims) - inner >= 2 else None
+    return start
 
 
 def _bind_buffers(ctx: EmitContext, b: ir.IRBuilder, function, weights) -> None:
