@@ -167,8 +167,8 @@ def test_splits_share_out_evenly():
 
 def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, same_across_threads):
     """GEMMs (split over M and N blocks, batched), gemvs, depthwise convolutions and
-    convolutions on image planes big enough to share out, some with fused epilogues: bitwise equal at 1, 2 and 3 threads
-    and close to numpy (float64)."""
+    convolutions on image planes big enough to share out, some with fused epilogues:
+    bitwise equal at 1, 2 and 3 threads and close to numpy (float64)."""
     rng = np.random.default_rng(5)
     module = Module("pdot")
     b = ComputationBuilder(module, "main")
@@ -200,8 +200,8 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, sa
     for out in outputs:  # each of them shared out, not left on the calling thread
         plan = _analyze(target, compiled.plan, out).plans[-1]
         modes.append(plan.kind if plan.kind in ("depthwise", "planes") else plan.split.mode)
-    expected_modes = ["m", "m", "batch", "batch", "batch", "m", "planes", "n", "depthwise", "m", "n"]
-    assert modes == [*expected_modes, "planes"]
+    assert modes == ["m", "m", "batch", "batch", "batch", "m", "planes", "n", "depthwise", "m",
+                     "n", "planes"]  # fmt: skip
     for out in outputs[-3:-1]:
         blocks = _analyze(target, compiled.plan, out).plans[-1].split.blocks
         shared = blocks.nb if out is outputs[-3] else blocks.mb

@@ -28,14 +28,13 @@ from . import winograd
 from .accumulate import MacAccumulator
 from .context import EmitContext
 from .direct_conv import DirectConvPlan, plan_direct
-from .elemental import Gen, Rule, delinearize
+from .elemental import Gen, Rule, delinearize, split_index
 from .gemm import (
     GemmPlan,
     GeneratedPanels,
     StridedLayout,
     StridedPanels,
     emit_region,
-    split_index,
     strided_layout,
 )
 from .im2col import IMAGE_FIELDS, ImagePanels

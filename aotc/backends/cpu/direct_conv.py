@@ -30,7 +30,7 @@ from llvmlite import ir
 from ...buffers import Slice
 from ...ir import Instruction
 from .context import EmitContext
-from .elemental import Gen
+from .elemental import Gen, split_index
 from .gemm import (
     Blocking,
     GeneratedPanels,
@@ -40,7 +40,6 @@ from .gemm import (
     StridedPanels,
     aligned,
     emit_region,
-    split_index,
     strided_layout,
 )
 from .lltypes import I1, I64, PTR, i64

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from ...ir import Instruction, Op
 from .accumulate import MacAccumulator
 from .context import EmitContext
-from .elemental import Gen, Rule, delinearize, linearize
-from .gemm import GemmPlan, GeneratedPanels, StridedLayout, StridedPanels, split_index
+from .elemental import Gen, Rule, delinearize, linearize, split_index
+from .gemm import GemmPlan, GeneratedPanels, StridedLayout, StridedPanels
 from .gemv import gemv_kind
 from .lltypes import i64
 from .loops import loop_nest

@@ -105,7 +105,8 @@ def linearize(b: ir.IRBuilder, index: Sequence[ir.Value], dims: Sequence[int]) -
 
 
 def delinearize(b: ir.IRBuilder, linear: ir.Value, dims: Sequence[int]) -> list[ir.Value]:
-    """Inverse of `linearize`."""
+    """Inverse of `linearize` (any linear position; `split_index` for one in range,
+    whose addresses fold back to it)."""
     index = []
     for extent in reversed(dims):
         if extent == 1:
@@ -114,6 +115,20 @@ def delinearize(b: ir.IRBuilder, linear: ir.Value, dims: Sequence[int]) -> list[
         index.append(b.urem(linear, i64(extent)))
         linear = b.udiv(linear, i64(extent))
     return index[::-1]
+
+
+def split_index(b: ir.IRBuilder, linear: ir.Value, extents) -> list[ir.Value]:
+    """The row-major multi-index of `linear` (known to be in range): quotients by
+    division, remainders by subtraction and no wrap of the outermost dim, so that
+    address arithmetic on it folds back to `linear` (the loop vectorizer then sees
+    the unit stride of an epilogue loop)."""
+    index = []
+    for extent in reversed(extents[1:]):
+        quotient = b.udiv(linear, i64(extent)) if extent != 1 else linear
+        index.append(b.sub(linear, b.mul(quotient, i64(extent))) if extent != 1 else i64(0))
+        linear = quotient
+    index.append(linear)
+    return index[::-1] if extents else []
 
 
 def element_pointer(ctx: EmitContext, base: ir.Value, shape: Shape, index) -> ir.Value:

@@ -435,20 +435,6 @@ def _block(b: ir.IRBuilder, index: ir.Value, size: int, total: int):
     return start, smaller(b, i64(size), b.sub(i64(total), start))
 
 
-def split_index(b: ir.IRBuilder, linear: ir.Value, extents) -> list[ir.Value]:
-    """The row-major multi-index of `linear` (known to be in range): quotients by
-    division, remainders by subtraction and no wrap of the outermost dim, so that
-    address arithmetic on it folds back to `linear` (the loop vectorizer then sees
-    the unit stride of an epilogue loop)."""
-    index = []
-    for extent in reversed(extents[1:]):
-        quotient = b.udiv(linear, i64(extent)) if extent != 1 else linear
-        index.append(b.sub(linear, b.mul(quotient, i64(extent))) if extent != 1 else i64(0))
-        linear = quotient
-    index.append(linear)
-    return index[::-1] if extents else []
-
-
 def emit_region(ctx: EmitContext, m0, rows, n0, cols, body: Callable) -> None:
     """`body(m, n)` for the rows x cols block of C at (m0, n0), n innermost."""
     b = ctx.builder

@@ -29,7 +29,15 @@ from llvmlite import ir
 from ...buffers import Slice
 from .context import EmitContext
 from .direct_conv import Image
-from .gemm import PackedShape, Prepackable, StridedLayout, aligned, blocking, emit_region
+from .gemm import (
+    Blocking,
+    PackedShape,
+    Prepackable,
+    StridedLayout,
+    aligned,
+    blocking,
+    emit_region,
+)
 from .lltypes import I1, I64, PTR, i64
 from .loops import for_range, if_then
 from .parallel import parallel_loop_nest_passing
@@ -38,7 +46,6 @@ from .tiles import (
     Tile,
     lanes_below,
     masked_load,
-    mul_add,
     shared_function,
     smaller,
     splat,
@@ -249,7 +256,8 @@ class PlaneConvPlan(Prepackable):
         p = self.planes
         operand = self.weights(ctx, sources)
         padded = self.packed_shape(0).padded
-        blocks = _PackBlocks(self.config, self.kc)
+        blocks = Blocking(self.config, p.cout, p.grid, p.k, self.mr, self.nr, self.kc, p.cout,
+                          self.nr)  # fmt: skip
         for k0 in range(0, p.k, self.kc):
             kc = min(self.kc, p.k - k0)
             at = ctx.builder.gep(dst, [i64(k0 * padded)], source_etype=self.config.element)
@@ -355,14 +363,6 @@ class PlaneConvPlan(Prepackable):
                             self.planes.out_width, self.planes.pixels, masked)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class _PackBlocks:
-    """What `Panels.pack` reads of a blocking: the config and kc."""
-
-    config: GemmConfig
-    kc: int
-
-
 def _select(b, index, values: list[int]) -> ir.Value:
     """values[index] for a small constant list."""
     result = i64(values[0])
@@ -403,31 +403,19 @@ def plane_kernel(ctx, cfg: GemmConfig, mr: int, nr: int, channel_stride: int, of
     a_ptr, b_ptr, channels, c_ptr, q, accumulate, rows, cols = function.args
     ty = cfg.element
     tile = Tile(b, cfg, mr, nr)
-    masks = []
-    offset = 0
-    for t in tile.types:
-        masks.append(lanes_below(b, cols, t.count, offset) if masked else None)
-        offset += t.count
+    masks = None
+    if masked:
+        firsts = [sum(t.count for t in tile.types[:k]) for k in range(len(tile.types))]
+        masks = [lanes_below(b, cols, t.count, first) for t, first in zip(tile.types, firsts)]
     taps = len(offsets)
     with for_range(b, channels, "ch") as ch:
         base = b.gep(b_ptr, [b.mul(ch, i64(channel_stride))], source_etype=ty)
         a_channel = b.gep(a_ptr, [b.mul(ch, i64(taps * mr))], source_etype=ty)
         for tap, tap_offset in enumerate(offsets):
             row = b.gep(base, [i64(tap_offset)], source_etype=ty)
-            b_vecs, lane = [], 0
-            for t, mask in zip(tile.types, masks):
-                at = b.gep(row, [i64(lane)], source_etype=ty)
-                if mask is None:
-                    b_vecs.append(b.load(at, typ=t, align=cfg.itemsize))
-                else:
-                    b_vecs.append(masked_load(ctx, b, cfg, at, mask))
-                lane += t.count
             a_row = b.gep(a_channel, [i64(tap * mr)], source_etype=ty)
-            for i, slots in enumerate(tile.slots):
-                a_value = b.load(b.gep(a_row, [i64(i)], source_etype=ty), typ=ty)
-                for slot, b_vec, t in zip(slots, b_vecs, tile.types):
-                    acc = b.load(slot, typ=t)
-                    b.store(mul_add(ctx, b, cfg, splat(b, a_value, t), b_vec, acc), slot)
+            a_values = [b.gep(a_row, [i64(i)], source_etype=ty) for i in range(mr)]
+            tile.add_products(ctx, row, a_values, masks)
     _store_grid_tile(ctx, b, cfg, tile, c_ptr, q, accumulate, rows, cols, grid_width, out_width,
                      ldc)  # fmt: skip
     b.ret_void()

@@ -36,8 +36,8 @@ from .elemental import (
     element_pointer,
     make_generator,
     memory_generator,
+    split_index,
 )
-from .gemm import split_index
 from .lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from .loops import if_then
 from .parallel import parallel_loop_nest

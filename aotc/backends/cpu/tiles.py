@@ -297,14 +297,17 @@ class Tile:
         for slot in self.columns:
             b.store(ir.Constant(self.column_type, None), slot)
 
-    def add_products(self, ctx, b_row: ir.Value, a_pointers: list[ir.Value]) -> None:
+    def add_products(self, ctx, b_row: ir.Value, a_pointers: list[ir.Value], masks=None) -> None:
         """Tile += outer product of row i's A value (at a_pointers[i]) and B's NR values
-        (at b_row)."""
+        (at b_row; with `masks`, one per vector, only the lanes they hold are loaded)."""
         b, cfg = self.b, self.cfg
         b_vecs, offset = [], 0
-        for t in self.types:
+        for k, t in enumerate(self.types):
             p = b.gep(b_row, [i64(offset)], source_etype=cfg.element)
-            b_vecs.append(b.load(p, typ=t, align=cfg.itemsize))
+            if masks is None:
+                b_vecs.append(b.load(p, typ=t, align=cfg.itemsize))
+            else:
+                b_vecs.append(masked_load(ctx, b, cfg, p, masks[k]))
             offset += t.count
         for slots, pointer in zip(self.slots, a_pointers):
             a_value = b.load(pointer, typ=cfg.element)
