@@ -179,8 +179,9 @@ def _cuda_targets() -> None:
         found = f"{ptxas} ({ptxas_version(ptxas)})"
     except AotcError as error:
         found = _one_line(str(error))
-    print(f"\nNVIDIA GPUs: --target cuda:sm_80,sm_90 (one cubin each, PTX of the newest); "
-          f"architectures: {archs}.\nptxas: {found}")  # fmt: skip
+    print(f"\nNVIDIA GPUs: --target cuda:sm_80,sm_90 (one cubin each, PTX of the newest; "
+          f"+tf32: f32 contractions on TF32 tensor cores); architectures: {archs}."
+          f"\nptxas: {found}")  # fmt: skip
 
 
 def _inspect(args) -> None:

@@ -22,7 +22,8 @@ For each model (default: every one of models.BENCH_MODELS), on GPU 0:
 
 Then the acceptance checks of issue 7: an f32 4096^3 GEMM, aotc's tiled kernel against
 torch.matmul (TF32 off; >= 50% wanted), and elementwise, reduction and row fusions over
-64M floats (>= 70% of peak bandwidth wanted).  Prints the tables and writes them to
+64M floats (>= 70% of peak bandwidth wanted); beside them the tensor-core GEMMs, f16 and
+f32 with `+tf32`, against torch.matmul in f16 and with TF32 on.  Prints the tables and writes them to
 bench/gpu_results.md.  Exits 1 when a model failed or disagreed with the CPU.
 
 `--compile-only` needs no GPU: it compiles every model for `--archs` (default sm_80 and
@@ -336,14 +337,26 @@ def _f32(name: str, dims) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
 
 
+# GEMM cases at 4096^3: (ONNX element type, target options, torch dtype, torch TF32)
+GEMMS = {
+    "gemm_f32": (TensorProto.FLOAT, "", "float32", False),
+    "gemm_f16": (TensorProto.FLOAT16, "", "float16", False),
+    "gemm_tf32": (TensorProto.FLOAT, "+tf32", "float32", True),
+}
+
+
 def acceptance_models(n: int = 4096, rows: int = 8192) -> dict[str, onnx.ModelProto]:
-    """The f32 GEMM and the fusions of the acceptance criteria (inputs, no weights)."""
+    """The GEMMs and the fusions of the acceptance criteria (inputs, no weights)."""
     cols = FUSION_ELEMENTS // rows
     n_ = helper.make_node
     sqrt2 = helper.make_tensor("sqrt2", TensorProto.FLOAT, [], [math.sqrt(2)])
+    gemms = {}
+    for name, (dtype, _, _, _) in GEMMS.items():
+        value = lambda v, dtype=dtype: helper.make_tensor_value_info(v, dtype, [n, n])
+        gemms[name] = _model([n_("MatMul", ["a", "b"], ["c"])], [value("a"), value("b")],
+                             [value("c")])  # fmt: skip
     return {
-        "gemm_f32": _model([n_("MatMul", ["a", "b"], ["c"])],
-                           [_f32("a", [n, n]), _f32("b", [n, n])], [_f32("c", [n, n])]),
+        **gemms,
         "gelu_elementwise": _model([
             n_("Constant", [], ["s"], value=sqrt2), n_("Div", ["x", "s"], ["t"]),
             n_("Erf", ["t"], ["e"]), n_("Mul", ["x", "e"], ["y"])],
@@ -359,37 +372,38 @@ def acceptance_models(n: int = 4096, rows: int = 8192) -> dict[str, onnx.ModelPr
 def measure_acceptance(driver: Driver, args, work: Path, peak_bw: float, lines: list) -> None:
     rng = np.random.default_rng(0)
     models = acceptance_models()
-    selected = [k for k in models if (k == "gemm_f32" and args.gemm) or
-                (k != "gemm_f32" and args.fusions)]  # fmt: skip
+    selected = [k for k in models if (k in GEMMS and args.gemm) or
+                (k not in GEMMS and args.fusions)]  # fmt: skip
     for name in selected:
         model = models[name]
         feeds = [rng.random([d.dim_value for d in i.type.tensor_type.shape.dim],
                             dtype=np.float32) for i in model.graph.input]  # fmt: skip
-        options = CompileOptions(target=f"cuda:sm_{driver.arch}", name=name)
+        options = GEMMS[name][1] if name in GEMMS else ""
+        options = CompileOptions(target=f"cuda:sm_{driver.arch}{options}", name=name)
         gpu = GpuModel(compile_model(model, options), work / name, feeds)
         for k, launch in enumerate(gpu.launches):
             ms = driver.time_ms(lambda k=k, gpu=gpu: gpu.run_kernel(k), args.reps)
-            if name == "gemm_f32":
+            if name in GEMMS:
                 tflops = launch.flops / (ms * 1e-3) / 1e12
                 text = f"| {name} | {launch.kind} | {ms:.3f} | {tflops:.1f} TFLOP/s |"
-                torch_text = _torch_gemm(args)
-                lines.append(text + torch_text)
+                lines.append(text + _torch_gemm(args, *GEMMS[name][2:]))
             else:
                 bandwidth = launch.bytes / (ms * 1e-3)
                 lines.append(f"| {name} | {launch.kind} | {ms:.3f} | {bandwidth / 1e9:.0f} GB/s "
                              f"({100 * bandwidth / peak_bw:.0f}% of peak) | |")  # fmt: skip
 
 
-def _torch_gemm(args) -> str:
+def _torch_gemm(args, dtype: str, tf32: bool) -> str:
     if not args.torch:
         return " |"
     try:
         import torch
     except ImportError:
         return " (no torch) |"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    a, b = (np.random.default_rng(k).random((4096, 4096)).astype(dtype) for k in range(2))
+    ms, _ = torch_ms(lambda x, y: [x @ y], [a, b], args.reps)
     torch.backends.cuda.matmul.allow_tf32 = False
-    a, b = (torch.rand(4096, 4096, device="cuda") for _ in range(2))
-    ms, _ = torch_ms(lambda x, y: [x @ y], [a.cpu().numpy(), b.cpu().numpy()], args.reps)
     return f" torch {ms:.3f} ms, {2 * 4096**3 / (ms * 1e-3) / 1e12:.1f} TFLOP/s |"
 
 

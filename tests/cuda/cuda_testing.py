@@ -161,6 +161,9 @@ def run_driver(program: Path, inputs, outputs_like, workdir: Path, env=None):
 # -- emulation -------------------------------------------------------------------------
 
 
+MMA_KINDS = ("f16", "bf16", "tf32")  # emulator.c's codes for them
+
+
 class EmulatedDevice:
     """The thread grid of emulator.c: kernels for this CPU, run by fake_cuda.c."""
 
@@ -182,6 +185,22 @@ class EmulatedDevice:
     def shuffle_xor(self, ctx, value, lane_mask):
         args = [value, ir.Constant(I32, lane_mask)]
         return ctx.builder.call(ctx.declare("aotc_emu_shfl_xor", I32, args), args)
+
+    def mma(self, ctx, kind, a, b, c):
+        """aotc_emu_mma(kind, a, b, c): the fragments in stack arrays, D written over C."""
+        builder = ctx.builder
+        arrays = []
+        for values in (a, b, c):
+            array = ctx.alloca(ir.ArrayType(values[0].type, len(values)))
+            for k, value in enumerate(values):
+                builder.store(value, builder.gep(array, [i64(0), i64(k)]))
+            arrays.append(array)
+        args = [ir.Constant(I32, MMA_KINDS.index(kind)), *arrays]
+        builder.call(ctx.declare("aotc_emu_mma", VOID, args), args)
+        return [builder.load(builder.gep(arrays[2], [i64(0), i64(k)])) for k in range(len(c))]
+
+    def to_tf32(self, ctx, value):
+        return ctx.builder.call(ctx.declare("aotc_emu_tf32", I32, [value], pure=True), [value])
 
     def shared_array(self, ctx, kernel, offset, size):
         with ctx.builder.goto_entry_block():

@@ -10,6 +10,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@ typedef struct {
     pthread_barrier_t all;
     pthread_barrier_t warps[MAX_BLOCK / WARP];
     int slots[MAX_BLOCK];
+    unsigned mma_a[MAX_BLOCK][4], mma_b[MAX_BLOCK][2]; /* each lane's mma fragments */
     char *shared;
 } block_state;
 
@@ -60,6 +62,67 @@ int aotc_emu_shfl_xor(int value, int lane_mask) {
     int other = b->slots[warp * WARP + (lane ^ lane_mask)];
     pthread_barrier_wait(&b->warps[warp]);
     return other;
+}
+
+/* mma.sync.aligned.m16n8k16 (f16, bf16) and m16n8k8 (tf32), row.col, f32 accumulators:
+ * D = A B + C on one warp's fragments, laid out as PTX defines (aotc/backends/cuda/
+ * mma_gemm.py): lane = 4 g + t, 32-bit words of one (tf32) or two (16-bit) elements,
+ *   A register r: row g + 8 (r % 2), word t + 4 (r / 2)
+ *   B register r: column g, word t + 4 r
+ *   C register r: row g + 8 (r / 2), column 2 t + r % 2 */
+enum { MMA_F16, MMA_BF16, MMA_TF32 };
+
+static float half_to_float(unsigned h) {
+    unsigned exponent = (h >> 10) & 31, mantissa = h & 1023;
+    float v;
+    if (exponent == 0)
+        v = ldexpf((float)mantissa, -24);
+    else if (exponent == 31)
+        v = mantissa ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(mantissa | 1024), (int)exponent - 25);
+    return (h >> 15) ? -v : v;
+}
+
+/* element e of an operand register; tensor cores read TF32 as the top 19 bits */
+static float mma_operand(int kind, unsigned word, int e) {
+    unsigned bits = kind == MMA_TF32 ? word & 0xffffe000u : (word >> (16 * e)) & 0xffffu;
+    float v;
+    if (kind == MMA_F16) return half_to_float(bits);
+    if (kind == MMA_BF16) bits <<= 16;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+void aotc_emu_mma(int kind, const unsigned *a, const unsigned *b, float *c) {
+    block_state *s = emu_block;
+    int warp = emu_tid / WARP, lane = emu_tid % WARP, base = warp * WARP;
+    int per_word = kind == MMA_TF32 ? 1 : 2;
+    memcpy(s->mma_a[emu_tid], a, sizeof s->mma_a[0]);
+    memcpy(s->mma_b[emu_tid], b, sizeof s->mma_b[0]);
+    pthread_barrier_wait(&s->warps[warp]);
+    float d[4];
+    for (int r = 0; r < 4; r++) {
+        int row = lane / 4 + 8 * (r / 2), column = 2 * (lane % 4) + r % 2;
+        float sum = c[r];
+        for (int k = 0; k < 8 * per_word; k++) {
+            int w = k / per_word, e = k % per_word;
+            unsigned aw = s->mma_a[base + 4 * (row % 8) + w % 4][row / 8 + 2 * (w / 4)];
+            unsigned bw = s->mma_b[base + 4 * column + w % 4][w / 4];
+            sum = fmaf(mma_operand(kind, aw, e), mma_operand(kind, bw, e), sum);
+        }
+        d[r] = sum;
+    }
+    pthread_barrier_wait(&s->warps[warp]);
+    memcpy(c, d, sizeof d);
+}
+
+/* cvt.rna.tf32.f32: to the nearest TF32, ties away from zero */
+unsigned aotc_emu_tf32(float x) {
+    unsigned bits;
+    memcpy(&bits, &x, sizeof bits);
+    if (isnan(x)) return 0x7fffffffu;
+    return (bits + 0x1000u) & 0xffffe000u;
 }
 
 static void *run_thread(void *p) {

@@ -28,6 +28,13 @@ def test_parse_one_and_several_architectures():
     assert target.archs == ("sm_80", "sm_90")  # oldest first, once each
     assert target.newest == "sm_90"
     assert "sm_80, sm_90" in target.describe()
+    assert not target.tf32
+
+
+def test_tf32_is_asked_for():
+    target = parse_cuda_target("cuda:sm_80,sm_90+tf32")
+    assert target.archs == ("sm_80", "sm_90") and target.tf32
+    assert "TF32" in target.describe()
 
 
 def test_newest_portable_architecture_gives_the_ptx():
@@ -45,7 +52,7 @@ def test_newest_portable_architecture_gives_the_ptx():
         ("cuda:volta", "not a GPU architecture"),
         ("cuda:sm_999", "cannot generate code for sm_999"),
         ("cuda:sm_90+fast", r"unknown option '\+fast'"),
-        ("cuda:sm_90+tf32", r"\+tf32: TF32 tensor-core kernels are not implemented yet"),
+        ("cuda:sm_90+tf32+fast", r"unknown option '\+fast' \(known: \+tf32"),
     ],
 )
 def test_bad_specs_are_one_line_errors(spec, words):

@@ -62,6 +62,10 @@ def i64(value: int) -> ir.Constant:
     return ir.Constant(I64, int(value))
 
 
+def i32(value: int) -> ir.Constant:
+    return ir.Constant(I32, int(value))
+
+
 def constant(dtype: DType, value) -> ir.Constant:
     """An immediate of `dtype` in its register type (value already of that dtype)."""
     ty = register_type(dtype)

@@ -13,10 +13,16 @@ from typing import Protocol
 from llvmlite import ir
 
 from ..cpu.context import EmitContext, MathLibrary
-from ..cpu.lltypes import F32, I8, I32, PTR, VOID
+from ..cpu.lltypes import F16, F32, I8, I32, PTR, VOID
 from .target import NVPTX_TRIPLE
 
 WARP = 32
+# mma.sync with f32 accumulators, by operand type (see mma_gemm.py for the fragments)
+MMA_INTRINSICS = {
+    "f16": "llvm.nvvm.mma.m16n8k16.row.col.f32.f32",
+    "bf16": "llvm.nvvm.mma.m16n8k16.row.col.bf16",
+    "tf32": "llvm.nvvm.mma.m16n8k8.row.col.tf32",
+}
 
 # LLVM intrinsics the NVPTX back end cannot select (they would become libm calls), by the
 # libm function that computes them: libdevice's __nv_ functions take their place
@@ -61,6 +67,13 @@ class Device(Protocol):
     def shared_array(self, ctx: EmitContext, kernel: str, offset: int, size: int) -> ir.Value:
         """A generic pointer to `size` bytes of the block's shared memory at `offset`."""
 
+    def mma(self, ctx: EmitContext, kind: str, a: list, b: list, c: list) -> list:
+        """D = A B + C on one warp's fragments (mma_gemm.py): A 4 and B 2 i32 registers
+        of `kind` ("f16", "bf16" or "tf32") operands, C and D 4 f32 registers."""
+
+    def to_tf32(self, ctx: EmitContext, value: ir.Value) -> ir.Value:
+        """An f32 rounded to TF32 (nearest, ties away from zero), as i32 bits."""
+
     def define_kernel(self, module: ir.Module, name: str, params: int, block: int) -> ir.Function:
         """A kernel of `params` pointer parameters launched with `block` threads."""
 
@@ -101,6 +114,21 @@ class NvptxDevice:
         array.align = 16
         with ctx.builder.goto_entry_block():
             return ctx.builder.addrspacecast(array, PTR)
+
+    def mma(self, ctx: EmitContext, kind: str, a: list, b: list, c: list) -> list:
+        builder = ctx.builder
+        if kind == "f16":  # the intrinsic takes f16 pairs as <2 x half>
+            pair = ir.VectorType(F16, 2)
+            a, b = ([builder.bitcast(r, pair) for r in regs] for regs in (a, b))
+        args = [*a, *b, *c]
+        function = ctx.declare(MMA_INTRINSICS[kind], ir.LiteralStructType([F32] * 4), args)
+        function.attributes.add("convergent")
+        d = builder.call(function, args)
+        return [builder.extract_value(d, k) for k in range(4)]
+
+    def to_tf32(self, ctx: EmitContext, value: ir.Value) -> ir.Value:
+        function = ctx.declare("llvm.nvvm.f2tf32.rna", I32, [value], pure=True)
+        return ctx.builder.call(function, [value])
 
     def define_kernel(self, module: ir.Module, name: str, params: int, block: int) -> ir.Function:
         function = ir.Function(module, ir.FunctionType(VOID, [PTR] * params), name)

@@ -3,8 +3,8 @@
 A spec names one or more GPU architectures; the kernels are compiled for each
 (one cubin per architecture) and the PTX of the newest is embedded too, for
 GPUs newer than all of them.  The host side (launcher, blobs, weights) is built
-for this machine.  `+tf32` (TF32 tensor cores for f32 contractions) is reserved:
-it is refused until those kernels exist, rather than silently ignored.
+for this machine.  `+tf32` lets f32 contractions run on tensor cores in TF32 (10-bit
+mantissas in the products; off by default, as in PyTorch and cuBLAS).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 # memory per block)
 MIN_ARCH = 80
 _ARCH = re.compile(r"sm_(\d{2,3})a?\Z")
-# +option -> why it is not available yet (none is, so far)
-_RESERVED = {"tf32": "TF32 tensor-core kernels are not implemented yet (f32 kernels are)"}
+# +option -> what it does
+OPTIONS = {"tf32": "f32 contractions on TF32 tensor cores"}
 
 
 class CudaTargetError(AotcError):
@@ -37,6 +37,7 @@ class CudaTarget:
     """GPU architectures (`sm_90`...), oldest first."""
 
     archs: tuple[str, ...]
+    tf32: bool = False  # f32 dot/convolution on TF32 tensor cores (`+tf32`)
 
     @property
     def triple(self) -> str:
@@ -60,7 +61,8 @@ class CudaTarget:
         return True
 
     def describe(self) -> str:
-        return f"CUDA {', '.join(self.archs)} (+PTX {self.newest}), host {self.triple}"
+        tf32 = ", TF32 tensor cores" if self.tf32 else ""
+        return f"CUDA {', '.join(self.archs)} (+PTX {self.newest}){tf32}, host {self.triple}"
 
     __str__ = describe
 
@@ -79,9 +81,11 @@ def parse_cuda_target(spec: str) -> CudaTarget:
     body = spec.strip()[len(PREFIX) :]
     body, *options = body.split("+")
     for option in options:
-        if option in _RESERVED:
-            raise CudaTargetError(f"target '{spec}': +{option}: {_RESERVED[option]}")
-        raise CudaTargetError(f"unknown target '{spec}': unknown option '+{option}'")
+        if option not in OPTIONS:
+            known = ", ".join(f"+{o} ({what})" for o, what in OPTIONS.items())
+            raise CudaTargetError(
+                f"unknown target '{spec}': unknown option '+{option}' (known: {known})"
+            )
     archs = [a.strip() for a in body.split(",") if a.strip()]
     if not archs:
         raise CudaTargetError(f"unknown target '{spec}': name architectures, e.g. cuda:sm_90")
@@ -103,7 +107,7 @@ def parse_cuda_target(spec: str) -> CudaTarget:
                 f"code for {arch} (it knows {', '.join(sorted(known, key=arch_number))})"
             )
     unique = sorted(set(archs), key=lambda a: (arch_number(a), a))
-    return CudaTarget(tuple(unique))
+    return CudaTarget(tuple(unique), tf32="tf32" in options)
 
 
 def known_archs() -> frozenset[str]:

@@ -1,0 +1,199 @@
+"""Contractions seen as batched GEMMs, for the GPU's GEMM kernels.
+
+`gemm_plan(dot or convolution)` views it as C[g, m, n] = sum_k A[g, m, k] * B[g, k, n]
+(`Gemm`): a dot's batch dims, free dims and contracting dims; a convolution as an
+implicit GEMM per feature group (weights [Cout_g, Cin_g * taps] times image columns
+[Cin_g * taps, pixels], the columns read straight from the image, padding and dilation
+holes as zeros).  Operands are read through their element generators, so producers
+fused into the contraction (transposes, converts, scaled weights) need no buffers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...ir import Instruction, Op, Shape
+from ...ir.index_maps import computation_maps, identity
+from ..cpu.elemental import Gen
+from ..cpu.lltypes import I64, i32
+from ..cpu.window import all_of, tap_position
+from .context import GpuContext
+from .elementwise import split_position
+
+# (ctx, batch, row, col) -> element; batch/row/col are i32 values
+Element = Callable[[GpuContext, ir.Value, ir.Value, ir.Value], ir.Value]
+
+
+@dataclass
+class Gemm:
+    """A contraction as `batch` GEMMs of M x K by K x N, read through `a` and `b`."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: Element  # (g, m, k)
+    b: Element  # (g, k, n)
+    a_k_fast: bool  # consecutive k are adjacent in A's memory (else consecutive m)
+    b_n_fast: bool  # consecutive n are adjacent in B's memory (else consecutive k)
+    out_index: Callable[[GpuContext, ir.Value, ir.Value, ir.Value], list]  # (g, m, n)
+
+
+def contraction_of(instr: Instruction) -> Instruction | None:
+    """The dot/convolution a kernel computes as GEMM: itself, or the one in a fusion whose
+    root reads it at the root's own index (an elementwise epilogue)."""
+    if instr.op in (Op.DOT, Op.CONVOLUTION):
+        return instr
+    if instr.op is not Op.FUSION or not isinstance(instr.shape, Shape):
+        return None
+    fused = instr.called[0]
+    found = [i for i in fused.instructions if i.op in (Op.DOT, Op.CONVOLUTION)]
+    if len(found) != 1:
+        return None
+    (contraction,) = found
+    if contraction.array_shape.dims != instr.shape.dims:
+        return None
+    maps = computation_maps(fused).get(id(contraction))
+    if maps != frozenset({identity(instr.shape.rank)}):
+        return None
+    return contraction
+
+
+def zero_of(ty: ir.Type) -> ir.Constant:
+    return ir.Constant(ty, 0 if isinstance(ty, ir.IntType) else 0.0)
+
+
+# -- contractions as GEMMs ---------------------------------------------------------------
+
+
+def gemm_plan(contraction: Instruction):
+    """(shape-only Gemm for sizing, factory(lhs gen, rhs gen) -> Gemm), or None."""
+    if contraction.op is Op.DOT:
+        return _dot_plan(contraction)
+    return _conv_plan(contraction)
+
+
+def _innermost(dims: tuple[int, ...]) -> int | None:
+    live = [d for d, extent in enumerate(dims) if extent != 1]
+    return live[-1] if live else None
+
+
+def _dot_plan(dot: Instruction):
+    d = dot.dot
+    lhs_dims, rhs_dims = dot.operands[0].shape.dims, dot.operands[1].shape.dims
+    lhs_free = [i for i in range(len(lhs_dims)) if i not in d.lhs_batch + d.lhs_contracting]
+    rhs_free = [i for i in range(len(rhs_dims)) if i not in d.rhs_batch + d.rhs_contracting]
+    batch_ext = [lhs_dims[i] for i in d.lhs_batch]
+    m_ext = [lhs_dims[i] for i in lhs_free]
+    n_ext = [rhs_dims[i] for i in rhs_free]
+    k_ext = [lhs_dims[i] for i in d.lhs_contracting]
+    sizes = (math.prod(batch_ext), math.prod(m_ext), math.prod(n_ext), math.prod(k_ext))
+    a_k_fast = _innermost(lhs_dims) in d.lhs_contracting
+    b_n_fast = _innermost(rhs_dims) in rhs_free
+
+    def place(rank, groups):
+        index = [None] * rank
+        for dims, values in groups:
+            for dim, value in zip(dims, values):
+                index[dim] = value
+        return index
+
+    def make(lhs: Gen, rhs: Gen) -> Gemm:
+        def a(ctx, g, m, k):
+            groups = [(d.lhs_batch, split_position(ctx, g, batch_ext)),
+                      (lhs_free, split_position(ctx, m, m_ext)),
+                      (d.lhs_contracting, split_position(ctx, k, k_ext))]  # fmt: skip
+            return lhs(place(len(lhs_dims), groups))
+
+        def b(ctx, g, k, n):
+            groups = [(d.rhs_batch, split_position(ctx, g, batch_ext)),
+                      (rhs_free, split_position(ctx, n, n_ext)),
+                      (d.rhs_contracting, split_position(ctx, k, k_ext))]  # fmt: skip
+            return rhs(place(len(rhs_dims), groups))
+
+        def out_index(ctx, g, m, n):
+            return [*split_position(ctx, g, batch_ext), *split_position(ctx, m, m_ext),
+                    *split_position(ctx, n, n_ext)]  # fmt: skip
+
+        return Gemm(*sizes, a, b, a_k_fast, b_n_fast, out_index)
+
+    return Gemm(*sizes, None, None, a_k_fast, b_n_fast, None), make
+
+
+def _conv_plan(conv: Instruction):
+    """Per feature group: weights [Cout_g, Cin_g*taps] x columns [Cin_g*taps, pixels]."""
+    if conv.batch_group_count != 1:
+        return None
+    dims, window = conv.conv, conv.window
+    lhs_dims, rhs_dims = conv.operands[0].shape.dims, conv.operands[1].shape.dims
+    out_dims = conv.array_shape.dims
+    groups = conv.feature_group_count
+    cin_g = rhs_dims[dims.kernel_input_feature]
+    cout_g = rhs_dims[dims.kernel_output_feature] // groups
+    taps = list(window.size)
+    pixels = [out_dims[dims.output_batch], *(out_dims[d] for d in dims.output_spatial)]
+    in_spatial = [lhs_dims[d] for d in dims.input_spatial]
+    # depth order follows the image's memory: channels outermost for NCHW, innermost NHWC
+    channels_first = dims.input_feature < min(dims.input_spatial, default=dims.input_feature)
+    k_ext = [cin_g, *taps] if channels_first else [*taps, cin_g]
+    sizes = (groups, cout_g, math.prod(pixels), math.prod(k_ext))
+    a_k_fast = _innermost(rhs_dims) != dims.kernel_output_feature
+    b_n_fast = _innermost(lhs_dims) in dims.input_spatial
+
+    def depth(ctx, k):
+        parts = split_position(ctx, k, k_ext)
+        return (parts[0], parts[1:]) if channels_first else (parts[-1], parts[:-1])
+
+    def make(lhs: Gen, rhs: Gen) -> Gemm:
+        def a(ctx, g, m, k):  # the kernel: [g*Cout_g + m, ci, taps]
+            b = ctx.builder
+            channel, tap = depth(ctx, k)
+            index = [None] * len(rhs_dims)
+            out_feature = b.add(b.mul(g, i32(cout_g)), m) if groups > 1 else m
+            index[dims.kernel_output_feature] = b.zext(out_feature, I64)
+            index[dims.kernel_input_feature] = channel
+            for d, value in zip(dims.kernel_spatial, tap):
+                index[d] = value
+            return rhs(index)
+
+        def b_(ctx, g, k, n):  # the image: [batch, g*Cin_g + ci, position of the tap]
+            b = ctx.builder
+            channel, tap = depth(ctx, k)
+            batch, *out = split_position(ctx, n, pixels)
+            index = [None] * len(lhs_dims)
+            index[dims.input_batch] = batch
+            if groups > 1:
+                channel = b.add(b.mul(b.zext(g, I64), ir.Constant(I64, cin_g)), channel)
+            index[dims.input_feature] = channel
+            conditions = []
+            for i, (o, tp) in enumerate(zip(out, tap)):
+                where, inside = tap_position(b, o, tp, in_spatial[i], window, i)
+                conditions += inside
+                # out-of-range taps read position 0 instead (then zeroed)
+                index[dims.input_spatial[i]] = (
+                    where if not inside else b.select(all_of(b, inside), where, ir.Constant(I64, 0))
+                )
+            value = lhs(index)
+            valid = all_of(b, conditions)
+            if valid is None:
+                return value
+            return b.select(valid, value, zero_of(value.type))
+
+        def out_index(ctx, g, m, n):
+            b = ctx.builder
+            batch, *out = split_position(ctx, n, pixels)
+            index = [None] * len(out_dims)
+            index[dims.output_batch] = batch
+            feature = b.add(b.mul(g, i32(cout_g)), m) if groups > 1 else m
+            index[dims.output_feature] = b.zext(feature, I64)
+            for d, value in zip(dims.output_spatial, out):
+                index[d] = value
+            return index
+
+        return Gemm(*sizes, a, b_, a_k_fast, b_n_fast, out_index)
+
+    return Gemm(*sizes, None, None, a_k_fast, b_n_fast, None), make
