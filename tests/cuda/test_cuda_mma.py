@@ -1,14 +1,14 @@
 """Tensor-core GEMMs (mma_gemm.py): f16 and bf16 contractions, and f32 ones with `+tf32`,
-emulated (emulator.c computes mma.sync from PTX's fragment layout) and compared with
-float64 references of the rounded operands; their PTX holds the mma instructions and
-ptxas assembles it for sm_80 and sm_90."""
+emulated (emulator.c computes mma.sync from PTX's fragment layout) and on a GPU where
+there is one, compared with float64 references of the rounded operands; their PTX holds
+the mma instructions and ptxas assembles it for sm_80 and sm_90."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
-from cuda_testing import c_compiler, require_ptxas, run_emulated
+from cuda_testing import c_compiler, has_gpu, require_ptxas, run_emulated, run_on_gpu
 from onnx import TensorProto, helper
 
 from aotc.backends.cuda import contraction
@@ -21,6 +21,13 @@ DTYPES = {F16: DType.F16, BF16: DType.BF16, F32: DType.F32}
 MMA_F16 = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 MMA_BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 MMA_TF32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+ARCHS = "cuda:sm_80,sm_90"
+RUNNERS = [
+    pytest.param(run_emulated, id="emulated"),
+    pytest.param(run_on_gpu, id="gpu", marks=[
+        pytest.mark.gpu, pytest.mark.skipif(not has_gpu(), reason="no NVIDIA GPU with a driver here"),
+    ]),
+]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -52,10 +59,10 @@ def _tf32(values: np.ndarray) -> np.ndarray:
     return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
 
 
-def _run(model, target, inputs, name, tmp_path):
+def _run(runner, model, target, inputs, name, tmp_path):
     compiled = compile_model(model, CompileOptions(target=target, name=name))
     like = [np.zeros(spec.dims, spec.dtype.storage) for spec in compiled.outputs]
-    raw = run_emulated(compiled, inputs, like, tmp_path)
+    raw = runner(compiled, inputs, like, tmp_path)
     got = [from_storage(r, spec.dtype).astype(np.float64) for r, spec in zip(raw, compiled.outputs)]
     return compiled, got
 
@@ -85,7 +92,8 @@ def _gemm_model(dtype: int):
 
 @pytest.mark.parametrize("large", [False, True])
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
-def test_half_precision_gemms_on_tensor_cores(dtype, large, tmp_path, monkeypatch):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_half_precision_gemms_on_tensor_cores(runner, dtype, large, tmp_path, monkeypatch):
     if large:
         monkeypatch.setattr(contraction, "LARGE_BLOCKS", 1)
     rng = np.random.default_rng(11)
@@ -95,7 +103,7 @@ def test_half_precision_gemms_on_tensor_cores(dtype, large, tmp_path, monkeypatc
     kind = DTYPES[dtype]
     xr, wr, br, pr, qr = (_rounded(a, kind) for a in inputs)
     expected = [np.maximum(_rounded(xr @ wr, kind) + br, 0), wr.T @ xr.T, pr @ qr]
-    compiled, got = _run(_gemm_model(dtype), "cuda:sm_90", inputs, "halfmma", tmp_path)
+    compiled, got = _run(runner, _gemm_model(dtype), ARCHS, inputs, "halfmma", tmp_path)
     assert [k.kind for k in compiled.cuda.launches].count("gemm") == 3
     assert (MMA_F16 if dtype == F16 else MMA_BF16) in compiled.cuda.ptx
     # f32 accumulation, then one rounding to the result type (its ulp: 2^-10, 2^-7)
@@ -104,7 +112,8 @@ def test_half_precision_gemms_on_tensor_cores(dtype, large, tmp_path, monkeypatc
         np.testing.assert_allclose(g, _rounded(e, kind), rtol=rtol, atol=rtol, err_msg=name)
 
 
-def test_half_precision_convolution_on_tensor_cores(tmp_path):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_half_precision_convolution_on_tensor_cores(runner, tmp_path):
     """An implicit GEMM: padding, stride, two feature groups; the image read in place."""
     rng = np.random.default_rng(12)
     nodes = [
@@ -114,7 +123,7 @@ def test_half_precision_convolution_on_tensor_cores(tmp_path):
                    [_value("y", [2, 8, 7, 11], F16)])  # fmt: skip
     x = rng.normal(size=(2, 6, 13, 11)).astype(np.float16)
     w = rng.normal(size=(8, 3, 3, 3)).astype(np.float16)
-    compiled, (got,) = _run(model, "cuda:sm_80", [x, w], "convmma", tmp_path)
+    compiled, (got,) = _run(runner, model, ARCHS, [x, w], "convmma", tmp_path)
     assert MMA_F16 in compiled.cuda.ptx
     padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
     expected = np.zeros((2, 8, 7, 11))
@@ -127,7 +136,8 @@ def test_half_precision_convolution_on_tensor_cores(tmp_path):
     np.testing.assert_allclose(got, expected.astype(np.float16), rtol=2e-3, atol=2e-3)
 
 
-def test_tf32_only_when_asked(tmp_path):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_tf32_only_when_asked(runner, tmp_path):
     """f32 MatMul: exact f32 products by default; with +tf32 the products of operands
     rounded to TF32 (the result matches that and differs from the f32 one)."""
     rng = np.random.default_rng(13)
@@ -139,10 +149,10 @@ def test_tf32_only_when_asked(tmp_path):
                    [_value("a", [67, 90]), _value("b", [90, 45])], [_value("c", [67, 45])])  # fmt: skip
     exact = a.astype(np.float64) @ b.astype(np.float64)
     tf32 = _tf32(a) @ _tf32(b)
-    plain, (f32_got,) = _run(model, "cuda:sm_90", [a, b], "f32mm", tmp_path / "f32")
+    plain, (f32_got,) = _run(runner, model, ARCHS, [a, b], "f32mm", tmp_path / "f32")
     assert "mma.sync" not in plain.cuda.ptx
     np.testing.assert_allclose(f32_got, exact, rtol=1e-5, atol=1e-4)
-    fast, (tf32_got,) = _run(model, "cuda:sm_90+tf32", [a, b], "tf32mm", tmp_path / "tf32")
+    fast, (tf32_got,) = _run(runner, model, f"{ARCHS}+tf32", [a, b], "tf32mm", tmp_path / "tf32")
     assert MMA_TF32 in fast.cuda.ptx and "cvt.rna.tf32.f32" in fast.cuda.ptx
     np.testing.assert_allclose(tf32_got, tf32, rtol=1e-5, atol=1e-4)
     assert np.abs(tf32_got - exact).max() > 1e-3  # 10-bit mantissas: visibly coarser
