@@ -238,3 +238,27 @@ def test_a_model_without_inputs(tmp_path):
     nodes = [helper.make_node("Constant", [], ["c"], value=value),
              helper.make_node("Relu", ["c"], ["y"])]  # fmt: skip
     _check(_model(nodes, [], [_value("y", [4])]), "constant", [], tmp_path)
+
+
+@pytest.mark.parametrize(
+    "dims, axis, k, largest, kind",
+    [
+        ([5, 37], -1, 10, 1, "sort"),  # a block per row, 64 wide (27 padding)
+        ([40, 3], 0, 40, 0, "sort"),  # the sorted axis first: rows are columns
+        ([2, 3000], 1, 5, 1, "serial"),  # 4096 wide would not fit in shared memory
+    ],
+)
+def test_top_k_sorts(dims, axis, k, largest, kind, tmp_path):
+    """TopK (a sort of values and positions): ties (few distinct values) in position
+    order, as onnxruntime; the bitonic kernel where rows fit, else the serial one."""
+    rng = np.random.default_rng(6)
+    kk = numpy_helper.from_array(np.array([k], np.int64), "k")
+    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=axis,
+                            largest=largest, sorted=1)  # fmt: skip
+    out = list(dims)
+    out[axis] = k
+    model = _model([node], [_value("x", dims)],
+                   [_value("values", out), _value("indices", out, TensorProto.INT64)], [kk])  # fmt: skip
+    inputs = [rng.integers(-6, 6, size=dims).astype(np.float32)]
+    compiled = _check(model, f"topk{kind}", inputs, tmp_path, rtol=0, atol=0)
+    assert kind in [launch.kind for launch in compiled.cuda.launches]

@@ -28,7 +28,7 @@ class KernelLaunch:
 
     name: str  # the kernel's symbol in the PTX/cubin
     instruction: str  # the instruction it computes
-    kind: str  # elementwise, reduction, row, gemm or serial
+    kind: str  # elementwise, reduction, row, gemm, sort or serial
     grid: int  # blocks (1-D grid)
     block: int  # threads per block (1-D)
     shared_bytes: int  # static shared memory per block

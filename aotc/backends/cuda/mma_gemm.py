@@ -43,12 +43,7 @@ class MmaKind:
 
     name: str  # f16, bf16, tf32 (what Device.mma is asked for)
     dtype: DType  # the operands' element type
-    per_word: int
-
-    @property
-    def depth(self) -> int:
-        """k of one mma: 16 for the 16-bit types, 8 for TF32."""
-        return MMA_WORDS * self.per_word
+    per_word: int  # one mma is 8 words deep: k = 16 for the 16-bit types, 8 for TF32
 
 
 F16_MMA = MmaKind("f16", DType.F16, 2)

@@ -2,7 +2,8 @@
 
 Every instruction of the schedule that computes something becomes one kernel (a
 multi-output fusion whose outputs differ in shape, one per output), chosen in this
-order: sort and scatter run on one thread (serial.py); dots and convolutions, with
+order: sorts a block per row (sort.py) where a row fits in shared memory, and other
+sorts and scatters on one thread (serial.py); dots and convolutions, with
 their fused producers and elementwise epilogue, are tiled shared-memory GEMMs
 (contraction.py); row fusions (softmax, layer norm) take a block per row and
 reductions a warp or block per output (reduction.py); everything else takes one
@@ -33,6 +34,7 @@ from .elementwise import emit_elementwise
 from .kernel import KernelLaunch, output_slices
 from .reduction import emit_reduce, emit_rows
 from .serial import emit_serial
+from .sort import emit_sort
 from .target import CudaTarget
 
 C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -102,7 +104,8 @@ def emit_instruction(ctx: GpuContext, instr: Instruction, name: str) -> list[Ker
     if 0 in (shape.size for shape, _ in outputs):
         return []
     if instr.op in KERNELS:
-        return [emit_serial(ctx, instr, name, outputs)]
+        launch = emit_sort(ctx, instr, name, outputs)
+        return [launch or emit_serial(ctx, instr, name, outputs)]
     for emitter in EMITTERS:
         launch = emitter(ctx, instr, name, outputs)
         if launch is not None:

@@ -1,10 +1,11 @@
-"""Serial kernels: sort and scatter run their CPU kernel code on one GPU thread.
+"""Serial kernels: scatters, and sorts whose rows do not fit in shared memory (sort.py
+takes the others), run their CPU kernel code on one GPU thread.
 
 Their outputs are not elementwise functions of an index (a sorted element depends
 on its whole row, a scattered one on every update), and the CPU kernels are
 correct as they are; one thread keeps their order semantics (repeated scatter
-targets combine in update order).  Slow for big operands: a parallel sort or
-scatter would replace them where that matters.
+targets combine in update order).  Slow for big operands: a parallel scatter (and a
+sort merging rows longer than shared memory) would replace them where that matters.
 """
 
 from __future__ import annotations
