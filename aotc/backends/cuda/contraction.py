@@ -5,7 +5,10 @@ blocks of BM x BN tiles of C (gemm_tiles.py), on one of two kernels:
 
 - tensor cores (mma_gemm.py) when both operands are f16 or both bf16, or both f32 and
   the target asks for TF32 (`cuda:sm_90+tf32`); they accumulate in f32;
-- CUDA cores (simt_gemm.py) otherwise, in f32 (f64 for f64 results).
+- CUDA cores (simt_gemm.py) otherwise, in f32 (f64 for f64 results);
+
+and matrix-vector products (a few rows or columns of C, a deep k) split the depth across
+threads instead (gemv.py).
 
 Finished elements go through the fusion's epilogue (bias, residual, activation) with the
 contraction's value from the registers, then to memory.  Taken for float results when
@@ -22,10 +25,10 @@ from ...ir import DType, Instruction, Op
 from ..cpu import scalar
 from ..cpu.elemental import bind_instructions
 from ..cpu.lltypes import register_type, round_to
-from . import mma_gemm, simt_gemm
+from . import gemv, mma_gemm, simt_gemm
 from .context import GpuContext
 from .elementwise import store_outputs
-from .gemm_plan import Gemm, contraction_of, gemm_plan
+from .gemm_plan import Gemm, contraction_of, gemm_plan, transposed
 from .kernel import begin_kernel, finish_kernel, operand_generators
 
 FLOAT_RESULTS = frozenset({DType.F32, DType.F16, DType.BF16, DType.F64})
@@ -50,15 +53,21 @@ def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
     if plan is None:
         return None
     sizes, make_gemm = plan
-    if sizes.m * sizes.n * sizes.k * sizes.batch < MIN_WORK:
-        return None
-    if sizes.k < MIN_DEPTH or min(sizes.m, sizes.n) < MIN_SIDE:
-        return None  # matrix-vector-like: a thread per output reads coalesced and fills more SMs
-    kind = mma_gemm.mma_kind(contraction, ctx.target)
-    tiling = _tiling(sizes, (mma_gemm.LARGE, mma_gemm.SMALL) if kind else
-                     (simt_gemm.LARGE, simt_gemm.SMALL))  # fmt: skip
-    grid = sizes.batch * _tiles(sizes, tiling)
-    kernel = begin_kernel(ctx, instr, name, tiling.threads, grid, "gemm")
+    vector = _matrix_vector(sizes, out_dtype)
+    if vector:
+        flip = sizes.m > sizes.n
+        grid, threads = gemv.launch(transposed(sizes) if flip else sizes)
+        kernel = begin_kernel(ctx, instr, name, threads, grid, "gemv")
+    else:
+        if sizes.m * sizes.n * sizes.k * sizes.batch < MIN_WORK:
+            return None
+        if sizes.k < MIN_DEPTH or min(sizes.m, sizes.n) < MIN_SIDE:
+            return None  # a thread per output reads coalesced and fills more SMs
+        kind = mma_gemm.mma_kind(contraction, ctx.target)
+        tiling = _tiling(sizes, (mma_gemm.LARGE, mma_gemm.SMALL) if kind else
+                         (simt_gemm.LARGE, simt_gemm.SMALL))  # fmt: skip
+        grid = sizes.batch * _tiles(sizes, tiling)
+        kernel = begin_kernel(ctx, instr, name, tiling.threads, grid, "gemm")
     params = operand_generators(ctx, instr)
     current: dict[str, ir.Value] = {}
     if instr.op is Op.FUSION:
@@ -70,19 +79,29 @@ def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
         lhs, rhs = params
         root = lambda index: current["value"]
     gemm = make_gemm(lhs, rhs)
+    if vector and flip:
+        gemm = transposed(gemm)
 
     def store(g, m, n, value) -> None:
         current["value"] = round_to(ctx.builder, out_dtype, value)
         index = gemm.out_index(ctx, g, m, n)
         store_outputs(ctx, root(index), outputs, index)
 
-    if kind:
+    if vector:
+        gemv.emit_gemv(ctx, kernel, gemm, store)
+    elif kind:
         mma_gemm.emit_tiles(ctx, kernel, gemm, tiling, kind, store)
     else:
         convert = lambda value: scalar.convert(ctx, in_dtype, out_dtype, value)
         simt_gemm.emit_tiles(ctx, kernel, gemm, tiling, register_type(out_dtype), convert,
                              store)  # fmt: skip
     return finish_kernel(ctx, instr, kernel)
+
+
+def _matrix_vector(gemm: Gemm, out_dtype: DType) -> bool:
+    """Few rows or columns of C and a deep k (f32 accumulation: not for f64)."""
+    few = min(gemm.m, gemm.n) <= gemv.MAX_ROWS
+    return few and gemm.k >= gemv.MIN_DEPTH and out_dtype is not DType.F64
 
 
 def _tiles(gemm: Gemm, tiling) -> int:

@@ -43,6 +43,17 @@ class Gemm:
     out_index: Callable[[GpuContext, ir.Value, ir.Value, ir.Value], list]  # (g, m, n)
 
 
+def transposed(gemm: Gemm) -> Gemm:
+    """The same contraction as C^T = B^T A^T: m and n swap roles."""
+    return Gemm(
+        gemm.batch, gemm.n, gemm.m, gemm.k,
+        lambda ctx, g, n, k: gemm.b(ctx, g, k, n),
+        lambda ctx, g, k, m: gemm.a(ctx, g, m, k),
+        not gemm.b_n_fast, not gemm.a_k_fast,
+        lambda ctx, g, n, m: gemm.out_index(ctx, g, m, n),
+    )  # fmt: skip
+
+
 def contraction_of(instr: Instruction) -> Instruction | None:
     """The dot/convolution a kernel computes as GEMM: itself, or the one in a fusion whose
     root reads it at the root's own index (an elementwise epilogue)."""

@@ -94,7 +94,7 @@ class Group:
         ctx, b = self.ctx, self.ctx.builder
         mask = WARP // 2
         while mask >= 1:
-            partial.update([_shuffle(ctx, v, mask) for v in partial.values()])
+            partial.update([shuffle_value(ctx, v, mask) for v in partial.values()])
             mask //= 2
         if self.size == WARP:
             return
@@ -118,14 +118,14 @@ class Group:
         ctx.device.barrier(ctx)  # the arrays may be reused by the next reduction
 
 
-def _shuffle(ctx: GpuContext, value: ir.Value, mask: int) -> ir.Value:
+def shuffle_value(ctx: GpuContext, value: ir.Value, mask: int) -> ir.Value:
     """`value` of lane ^ mask, for any register type (moved as 32-bit pieces)."""
     b = ctx.builder
     ty = value.type
     if ty == F32:
         return b.bitcast(ctx.device.shuffle_xor(ctx, b.bitcast(value, I32), mask), F32)
     if ty == F64:
-        return b.bitcast(_shuffle(ctx, b.bitcast(value, I64), mask), F64)
+        return b.bitcast(shuffle_value(ctx, b.bitcast(value, I64), mask), F64)
     if ty.width == 32:
         return ctx.device.shuffle_xor(ctx, value, mask)
     if ty.width < 32:
