@@ -267,12 +267,15 @@ def test_top_k_sorts(dims, axis, k, largest, kind, tmp_path):
 def test_matrix_vector_products(tmp_path):
     """Few rows of C and a deep k (gemv.py): x @ W with a bias and ReLU (columns split
     across a block's warps), x @ W^T (a warp per column), W @ v (few columns: run
-    transposed), a batched one; depths and column counts that are not multiples of 32."""
+    transposed), a batched one, a padded convolution to 4 channels (weights as the rows);
+    depths and column counts that are not multiples of 32."""
     rng = np.random.default_rng(7)
     w = numpy_helper.from_array(rng.normal(size=(300, 70)).astype(np.float32), "w")
     wt = numpy_helper.from_array(rng.normal(size=(45, 257)).astype(np.float32), "wt")
     bias = numpy_helper.from_array(rng.normal(size=(70,)).astype(np.float32), "bias")
+    kernel = numpy_helper.from_array(rng.normal(size=(4, 16, 3, 3)).astype(np.float32), "k")
     nodes = [
+        helper.make_node("Conv", ["image", "k"], ["features"], pads=[1, 1, 1, 1]),
         helper.make_node("Gemm", ["x", "w", "bias"], ["xw"]),
         helper.make_node("Relu", ["xw"], ["y"]),
         helper.make_node("Gemm", ["u", "wt"], ["z"], transB=1),
@@ -280,11 +283,11 @@ def test_matrix_vector_products(tmp_path):
         helper.make_node("MatMul", ["p", "q"], ["batched"]),
     ]  # fmt: skip
     inputs = [_value("x", [3, 300]), _value("u", [2, 257]), _value("v", [257, 2]),
-              _value("p", [4, 1, 128]), _value("q", [4, 128, 50])]  # fmt: skip
+              _value("p", [4, 1, 128]), _value("q", [4, 128, 50]), _value("image", [1, 16, 9, 9])]  # fmt: skip
     outputs = [_value("y", [3, 70]), _value("z", [2, 45]), _value("column", [45, 2]),
-               _value("batched", [4, 1, 50])]  # fmt: skip
-    model = _model(nodes, inputs, outputs, [w, wt, bias])
+               _value("batched", [4, 1, 50]), _value("features", [1, 4, 9, 9])]  # fmt: skip
+    model = _model(nodes, inputs, outputs, [w, wt, bias, kernel])
     feeds = [rng.normal(size=[d.dim_value for d in i.type.tensor_type.shape.dim])
              .astype(np.float32) for i in inputs]  # fmt: skip
     compiled = _check(model, "gemv", feeds, tmp_path)
-    assert [k.kind for k in compiled.cuda.launches].count("gemv") == 4
+    assert [k.kind for k in compiled.cuda.launches].count("gemv") == 5
