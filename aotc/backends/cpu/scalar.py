@@ -89,7 +89,7 @@ INT_COMPARE = {
 }
 
 
-def _zero(x: ir.Value) -> ir.Constant:
+def zero_like(x: ir.Value) -> ir.Constant:
     return ir.Constant(x.type, 0.0 if x.type in (F32, F64) else 0)
 
 
@@ -118,7 +118,7 @@ def _fsign(ctx: EmitContext, x: ir.Value) -> ir.Value:
     """NaN stays NaN, +-0 stay themselves, else +-1."""
     b = ctx.builder
     unit = ctx.intrinsic("llvm.copysign", [_one(x), x])
-    keep = b.or_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("==", x, _zero(x)))
+    keep = b.or_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("==", x, zero_like(x)))
     return b.select(keep, x, unit)
 
 
@@ -143,7 +143,7 @@ def _iabs(ctx: EmitContext, signed: bool, x: ir.Value) -> ir.Value:
     if not signed:
         return x
     b = ctx.builder
-    return b.select(b.icmp_signed("<", x, _zero(x)), b.neg(x), x)
+    return b.select(b.icmp_signed("<", x, zero_like(x)), b.neg(x), x)
 
 
 def _ineg(ctx: EmitContext, signed: bool, x: ir.Value) -> ir.Value:
@@ -153,7 +153,7 @@ def _ineg(ctx: EmitContext, signed: bool, x: ir.Value) -> ir.Value:
 def _isign(ctx: EmitContext, signed: bool, x: ir.Value) -> ir.Value:
     b = ctx.builder
     if not signed:
-        return b.zext(b.icmp_unsigned("!=", x, _zero(x)), x.type)
+        return b.zext(b.icmp_unsigned("!=", x, zero_like(x)), x.type)
     clipped = ctx.intrinsic("llvm.smin", [x, _one(x)])
     return ctx.intrinsic("llvm.smax", [clipped, ir.Constant(x.type, -1)])
 
@@ -169,7 +169,7 @@ def _clz(ctx: EmitContext, signed: bool, x: ir.Value) -> ir.Value:
 def _idivide(ctx: EmitContext, signed: bool, x: ir.Value, y: ir.Value) -> ir.Value:
     """Truncating; x/0 = -1 (all ones) and INT_MIN/-1 = INT_MIN, never a trap."""
     b = ctx.builder
-    by_zero = b.icmp_unsigned("==", y, _zero(y))
+    by_zero = b.icmp_unsigned("==", y, zero_like(y))
     if signed:
         # dividing by 1 instead of -1 gives INT_MIN/-1 = INT_MIN for free
         unsafe = b.or_(by_zero, _signed_overflow(b, x, y))
@@ -182,7 +182,7 @@ def _idivide(ctx: EmitContext, signed: bool, x: ir.Value, y: ir.Value) -> ir.Val
 def _iremainder(ctx: EmitContext, signed: bool, x: ir.Value, y: ir.Value) -> ir.Value:
     """Sign of the dividend; x%0 = x and INT_MIN%-1 = 0, never a trap."""
     b = ctx.builder
-    by_zero = b.icmp_unsigned("==", y, _zero(y))
+    by_zero = b.icmp_unsigned("==", y, zero_like(y))
     if signed:
         unsafe = b.or_(by_zero, _signed_overflow(b, x, y))
         remainder = b.srem(x, b.select(unsafe, _one(y), y))
@@ -204,11 +204,11 @@ def _make_shift(method: str, sign_fill: bool):
         b = ctx.builder
         width = ir.Constant(y.type, x.type.width)
         too_far = b.icmp_unsigned(">=", y, width)
-        shifted = getattr(b, method)(x, b.select(too_far, _zero(y), y))
+        shifted = getattr(b, method)(x, b.select(too_far, zero_like(y), y))
         if sign_fill:
             fill = b.ashr(x, ir.Constant(x.type, x.type.width - 1))
         else:
-            fill = _zero(x)
+            fill = zero_like(x)
         return b.select(too_far, fill, shifted)
 
     return shift
@@ -232,7 +232,7 @@ def _ipower(ctx: EmitContext, signed: bool, x: ir.Value, y: ir.Value) -> ir.Valu
     if not signed:
         return value
     of_negative = b.zext(b.icmp_signed("==", x, _one(x)), x.type)
-    return b.select(b.icmp_signed("<", y, _zero(y)), of_negative, value)
+    return b.select(b.icmp_signed("<", y, zero_like(y)), of_negative, value)
 
 
 INT_UNARY_SPECIAL = {
@@ -328,8 +328,8 @@ def convert(ctx: EmitContext, src: DType, dst: DType, x: ir.Value) -> ir.Value:
         return x
     if dst is DType.PRED:
         if src.is_float:
-            return b.fcmp_unordered("!=", x, _zero(x))
-        return b.icmp_unsigned("!=", x, _zero(x))
+            return b.fcmp_unordered("!=", x, zero_like(x))
+        return b.icmp_unsigned("!=", x, zero_like(x))
     if dst in HALF_DTYPES and (src is DType.F64 or (src.is_int and src.bits > 24)):
         wide = x if src is DType.F64 else convert(ctx, src, DType.F64, x)
         return round_to(b, dst, _f64_to_f32_odd(ctx, wide))

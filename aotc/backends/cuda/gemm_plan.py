@@ -20,6 +20,7 @@ from ...ir import Instruction, Op, Shape
 from ...ir.index_maps import computation_maps, identity
 from ..cpu.elemental import Gen
 from ..cpu.lltypes import I64, i32
+from ..cpu.scalar import zero_like
 from ..cpu.window import all_of, tap_position
 from .context import GpuContext
 from .elementwise import split_position
@@ -72,10 +73,6 @@ def contraction_of(instr: Instruction) -> Instruction | None:
     if maps != frozenset({identity(instr.shape.rank)}):
         return None
     return contraction
-
-
-def zero_of(ty: ir.Type) -> ir.Constant:
-    return ir.Constant(ty, 0 if isinstance(ty, ir.IntType) else 0.0)
 
 
 # -- contractions as GEMMs ---------------------------------------------------------------
@@ -192,7 +189,7 @@ def _conv_plan(conv: Instruction):
             valid = all_of(b, conditions)
             if valid is None:
                 return value
-            return b.select(valid, value, zero_of(value.type))
+            return b.select(valid, value, zero_like(value))
 
         def out_index(ctx, g, m, n):
             b = ctx.builder

@@ -18,9 +18,10 @@ from llvmlite import ir
 
 from ..cpu.lltypes import i32
 from ..cpu.loops import if_then
+from ..cpu.scalar import zero_like
 from ..cpu.window import all_of
 from .context import GpuContext
-from .gemm_plan import Element, Gemm, zero_of
+from .gemm_plan import Element, Gemm
 
 
 def tile_origin(ctx: GpuContext, gemm: Gemm, bm: int, bn: int):
@@ -52,7 +53,7 @@ def masked(ctx: GpuContext, element: Element, g, row: tuple, depth: tuple) -> ir
     valid = all_of(b, conditions)
     if valid is None:
         return value
-    return b.select(valid, value, zero_of(value.type))
+    return b.select(valid, value, zero_like(value))
 
 
 class TileLoader:

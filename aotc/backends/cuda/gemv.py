@@ -35,8 +35,12 @@ WARPS = BLOCK // WARP
 
 def launch(gemm: Gemm) -> tuple[int, int]:
     """(grid, block) of the kernel for `gemm` (rows in m)."""
-    per_block = WARP if gemm.b_n_fast else WARPS  # columns of a block
-    return gemm.batch * -(-gemm.n // per_block), BLOCK
+    return gemm.batch * -(-gemm.n // _columns(gemm)), BLOCK
+
+
+def _columns(gemm: Gemm) -> int:
+    """Columns of C a block computes: a lane's each, or a warp's each."""
+    return WARP if gemm.b_n_fast else WARPS
 
 
 def emit_gemv(ctx: GpuContext, kernel, gemm: Gemm, store) -> None:
@@ -45,7 +49,7 @@ def emit_gemv(ctx: GpuContext, kernel, gemm: Gemm, store) -> None:
     kernel.cooperative = True  # barriers or warp shuffles
     tid = ctx.device.thread_index(ctx)
     lane, warp = b.urem(tid, i32(WARP)), b.udiv(tid, i32(WARP))
-    per_block = WARP if gemm.b_n_fast else WARPS
+    per_block = _columns(gemm)
     tiles = -(-gemm.n // per_block)
     block = ctx.device.block_index(ctx)
     g = b.udiv(block, i32(tiles))
