@@ -107,6 +107,20 @@ def element_count(dims: Sequence[int], axes: Sequence[int]) -> int:
     return int(np.prod([dims[a] for a in axes], dtype=np.int64))
 
 
+def softmax(
+    b: ComputationBuilder, x: Instruction, axes: Sequence[int], log: bool = False
+) -> Instruction:
+    """exp(x - max) / sum(exp(x - max)) over `axes` (its log with `log`)."""
+    f = Formula(b, x)
+    peak = b.broadcast_to(reduce(b, x, Op.MAXIMUM, axes, keepdims=True), x.shape.dims)
+    shifted = b.binary(Op.SUBTRACT, x, peak)
+    exp = f.f(Op.EXP, shifted)
+    total = b.broadcast_to(reduce(b, exp, Op.ADD, axes, keepdims=True), x.shape.dims)
+    if log:
+        return b.binary(Op.SUBTRACT, shifted, f.f(Op.LOG, total))
+    return b.binary(Op.DIVIDE, exp, total)
+
+
 class Formula:
     """Elementwise arithmetic on one shape, scalars broadcast on the fly."""
 

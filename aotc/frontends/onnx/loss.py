@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from ...errors import ModelError, ShapeError
 from ...ir import ComputationBuilder, Direction, DType, Instruction, Op, Shape
-from .helpers import Formula, full, full_like, reduce
+from .helpers import Formula, full, full_like, reduce, softmax
 from .registry import NodeContext, onnx_op
 
 TRAINING = "ai.onnx.preview.training"
@@ -82,21 +82,12 @@ def negative_log_likelihood_loss(ctx: NodeContext, x, target, weight=None) -> In
     return _nll(ctx, x, target, weight)
 
 
-def _log_softmax(b: ComputationBuilder, x: Instruction, axis: int) -> Instruction:
-    """x - max - log(sum(exp(x - max))) along `axis`."""
-    dims = x.shape.dims
-    peak = b.broadcast_to(reduce(b, x, Op.MAXIMUM, [axis], keepdims=True), dims)
-    shifted = b.binary(Op.SUBTRACT, x, peak)
-    total = reduce(b, b.unary(Op.EXP, shifted), Op.ADD, [axis], keepdims=True)
-    return b.binary(Op.SUBTRACT, shifted, b.broadcast_to(b.unary(Op.LOG, total), dims))
-
-
 @onnx_op("SoftmaxCrossEntropyLoss", since=12)
 def softmax_cross_entropy_loss(ctx: NodeContext, x, target, weight=None) -> list[Instruction]:
     """The NLL loss of log_softmax(x) over the class axis; also returns log_prob."""
     if x.shape.rank < 2:
         raise ShapeError(f"input must be N x C x ..., got {list(x.shape.dims)}")
-    log_prob = _log_softmax(ctx.b, x, 1)
+    log_prob = softmax(ctx.b, x, [1], log=True)
     return [_nll(ctx, log_prob, target, weight), log_prob]
 
 

@@ -26,6 +26,7 @@ from .helpers import (
     normalize_axes,
     normalize_axis,
     reduce,
+    softmax,
 )
 from .registry import NodeContext, onnx_op
 
@@ -128,24 +129,13 @@ onnx_op("ArgMax")(make_arg(Op.MAXIMUM, Direction.GT))
 onnx_op("ArgMin")(make_arg(Op.MINIMUM, Direction.LT))
 
 
-def _softmax(b: ComputationBuilder, x: Instruction, axes: list[int], log: bool) -> Instruction:
-    f = Formula(b, x)
-    peak = b.broadcast_to(reduce(b, x, Op.MAXIMUM, axes, keepdims=True), x.shape.dims)
-    shifted = b.binary(Op.SUBTRACT, x, peak)
-    exp = f.f(Op.EXP, shifted)
-    total = b.broadcast_to(reduce(b, exp, Op.ADD, axes, keepdims=True), x.shape.dims)
-    if log:
-        return b.binary(Op.SUBTRACT, shifted, f.f(Op.LOG, total))
-    return b.binary(Op.DIVIDE, exp, total)
-
-
 def make_softmax(log: bool, coerced_2d: bool):
     def lower(ctx: NodeContext, x: Instruction) -> Instruction:
         axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
         # before opset 13 the input is seen as 2-D [prod(dims[:axis]), prod(dims[axis:])],
         # which is the same as normalizing over every dim from `axis` on
         axes = list(range(axis, x.shape.rank)) if coerced_2d else [axis]
-        return _softmax(ctx.b, x, axes, log)
+        return softmax(ctx.b, x, axes, log)
 
     return lower
 
