@@ -33,7 +33,26 @@ def expected_outputs(case: OnnxCase) -> list[np.ndarray]:
     applies the default momentum as if training, LRN windows over the batch dim)."""
     if case.reference is not None:
         return case.reference(case)
-    return [np.asarray(v) for v in ReferenceEvaluator(case.model).run(None, case.inputs)]
+    return reference_outputs(case.model, case.inputs)
+
+
+def reference_outputs(model: onnx.ModelProto, inputs: dict) -> list[np.ndarray]:
+    return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, inputs)]
+
+
+def onnxruntime_outputs(model: onnx.ModelProto, inputs: dict) -> list[np.ndarray]:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    return [np.asarray(v) for v in session.run(None, inputs)]
+
+
+def ort_reference(case: OnnxCase) -> list[np.ndarray]:
+    """onnxruntime's outputs, for cases onnx.reference does not implement (an OnnxCase's
+    `reference`; graph_case then takes the output types from onnxruntime too)."""
+    return onnxruntime_outputs(case.model, case.inputs)
 
 
 def initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -84,8 +103,11 @@ def graph_model(
     consts: dict[str, np.ndarray],
     outputs: list[str],
     opset: int = DEFAULT_OPSET,
+    domains: dict[str, int] | None = None,
+    reference: Callable[[onnx.ModelProto, dict], list] | None = None,
 ) -> onnx.ModelProto:
-    """A checked model; output types are taken from the reference evaluator's results."""
+    """A checked model importing `opset` and the `domains` (name -> version); output types
+    are taken from the results of `reference` (onnx.reference's evaluator by default)."""
     graph_inputs = [
         helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape
@@ -95,10 +117,10 @@ def graph_model(
     initializers = [numpy_helper.from_array(value, name) for name, value in consts.items()]
     untyped = [onnx.ValueInfoProto(name=name) for name in outputs]
     graph = helper.make_graph(nodes, "case", graph_inputs, untyped, initializers)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION
-    )
-    results = ReferenceEvaluator(model).run(None, inputs)
+    imports = [helper.make_opsetid("", opset)]
+    imports += [helper.make_opsetid(domain, v) for domain, v in (domains or {}).items()]
+    model = helper.make_model(graph, opset_imports=imports, ir_version=IR_VERSION)
+    results = (reference or reference_outputs)(model, inputs)
     del model.graph.output[:]
     for name, value in zip(outputs, results):
         value = np.asarray(value)
@@ -108,9 +130,12 @@ def graph_model(
     return model
 
 
-def graph_case(name, nodes, inputs, consts=None, outputs=("y",), opset=DEFAULT_OPSET, **extra):
+def graph_case(
+    name, nodes, inputs, consts=None, outputs=("y",), opset=DEFAULT_OPSET, domains=None, **extra
+):
+    typing_run = onnxruntime_outputs if extra.get("reference") is ort_reference else None
     try:
-        model = graph_model(nodes, inputs, consts or {}, list(outputs), opset)
+        model = graph_model(nodes, inputs, consts or {}, list(outputs), opset, domains, typing_run)
     except (ValueError, TypeError, onnx.checker.ValidationError) as e:
         e.add_note(f"while building ONNX case {name!r}")
         raise

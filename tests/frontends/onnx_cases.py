@@ -28,6 +28,7 @@ from onnx_case_kit import (
     op_case,
     pos,
 )
+from onnx_cases_ml import ML_FAMILIES
 from onnx_cases_tensor import TENSOR_FAMILIES
 
 __all__ = ["CASES", "OnnxCase", "expected_outputs"]
@@ -550,6 +551,7 @@ def _build() -> list[OnnxCase]:
         _reductions,
         _half,
         *TENSOR_FAMILIES,
+        *ML_FAMILIES,
     ):
         family(cases)
     return cases.cases

@@ -544,23 +544,6 @@ def _resampling(cases: CaseList) -> None:
                        "pads": [2, 1, 1, 0]}, opset=22))  # fmt: skip
 
 
-def _ml_case(name: str, op: str, inputs: dict, attrs: dict, out_elem: int, opset: int):
-    """One ai.onnx.ml node (op_case builds default-domain models only)."""
-    values = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-              for k, v in inputs.items()]  # fmt: skip
-    node = helper.make_node(op, list(inputs), ["y"], domain="ai.onnx.ml", **attrs)
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", opset)]
-
-    def model(shape):
-        output = helper.make_tensor_value_info("y", out_elem, shape)
-        graph = helper.make_graph([node], "case", values, [output])
-        return helper.make_model(graph, opset_imports=opsets, ir_version=10)
-
-    # the full ONNX checker wants the ml output's shape: take it from the reference
-    (expected,) = ReferenceEvaluator(model(None)).run(None, inputs)
-    return OnnxCase(name, model(list(np.shape(expected))), inputs)
-
-
 def _numpy_coerced_hardmax(case: OnnxCase) -> list[np.ndarray]:
     """Hardmax-11 over the input seen as 2-D from axis 1 (onnx.reference runs Hardmax-13)."""
     x = case.inputs["x0"]
@@ -576,9 +559,9 @@ def _numpy_l1_normalization(case: OnnxCase) -> list[np.ndarray]:
     return [x / np.abs(x).sum(axis=-1, keepdims=True)]
 
 
-def _losses_norms_ml(cases: CaseList) -> None:
-    """Normalization, activation, trigonometry and ai.onnx.ml forms the node conformance
-    cases do not reach."""
+def _losses_norms(cases: CaseList) -> None:
+    """Normalization, activation and trigonometry forms the node conformance cases do not
+    reach."""
     ties = ints(2, 3, 4, low=0, high=3).astype(np.float32)
     cases.add(op_case("hardmax_coerced_opset11", "Hardmax", [In(ties)], {"axis": 1}, opset=11,
                       reference=_numpy_coerced_hardmax))  # fmt: skip
@@ -592,27 +575,6 @@ def _losses_norms_ml(cases: CaseList) -> None:
                      np.float32)  # fmt: skip
     for op in ("Asinh", "Sinh", "Cosh", "Asin", "Acos", "Acosh", "Atanh"):
         cases.add(op_case(f"{op.lower()}_edges", op, [In(edges)], rtol=1e-5, atol=0))
-    x = np.array([[0.2, np.nan, 3.0], [-1.0, 0.0, 1.0], [0.5, 0.3, np.nan]], np.float32)
-    tree = {
-        "nodes_featureids": [0, 1, 2, 2], "nodes_truenodeids": [1, 0, 1, 3],
-        "nodes_trueleafs": [0, 1, 1, 1], "nodes_falsenodeids": [2, 1, 3, 2],
-        "nodes_falseleafs": [0, 1, 1, 1], "nodes_missing_value_tracks_true": [1, 0, 0, 1],
-        "nodes_modes": numpy_helper.from_array(np.array([1, 2, 5, 3], np.uint8)),
-        "nodes_splits": numpy_helper.from_array(np.array([0.3, 0.1, 3.0, 0.0], np.float32)),
-        "leaf_targetids": [0, 1, 1, 0], "tree_roots": [0, 3], "n_targets": 2,
-        "leaf_weights": numpy_helper.from_array(np.array([1.5, -2, 3, 4], np.float32)),
-    }  # fmt: skip
-    for aggregate in (0, 3):
-        attrs = tree | {"aggregate_function": aggregate}
-        cases.add(_ml_case(f"tree_ensemble_aggregate{aggregate}", "TreeEnsemble", {"x": x},
-                           attrs, TensorProto.FLOAT, 5))  # fmt: skip
-    codes = np.array([[3, 7, 1], [5, 3, 0]], np.int64)
-    cases.add(_ml_case("label_encoder_int_to_float", "LabelEncoder", {"x": codes},
-                       {"keys_int64s": [3, 5, 1], "values_floats": [0.5, -1.0, 2.0]},
-                       TensorProto.FLOAT, 4))  # fmt: skip
-    cases.add(_ml_case("array_feature_extractor_negative", "ArrayFeatureExtractor",
-                       {"x": f32(2, 5), "i": np.array([[-1, 0], [2, -5]], np.int64)}, {},
-                       TensorProto.FLOAT, 1))  # fmt: skip
 
 
 def _to_float(name: str, source: str) -> NodeProto:
@@ -661,7 +623,6 @@ def _quantization(cases: CaseList) -> None:
 def _raw_qk_reference(case: OnnxCase) -> list[np.ndarray]:
     """onnx.reference's outputs, but qk_matmul_output mode 0 is the raw Q K^T product (as
     the spec and the function body say; the reference softcaps it)."""
-    from onnx.reference import ReferenceEvaluator
 
     outputs = ReferenceEvaluator(case.model).run(None, case.inputs)
     q, k = case.inputs["x0"], case.inputs["x1"]
@@ -780,6 +741,6 @@ def _signal_recurrent(cases: CaseList) -> None:
 
 
 TENSOR_FAMILIES = (
-    _shapes, _constants, _extras, _models, _control, _indexing, _resampling, _losses_norms_ml,
+    _shapes, _constants, _extras, _models, _control, _indexing, _resampling, _losses_norms,
     _quantization, _attention, _text_features, _signal_recurrent,
 )  # fmt: skip
