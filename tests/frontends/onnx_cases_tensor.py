@@ -6,7 +6,18 @@ import ml_dtypes
 import numpy as np
 from onnx import NodeProto, TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from onnx_case_kit import CaseList, Const, In, OnnxCase, f32, graph_case, i64, ints, op_case
+from onnx_case_kit import (
+    CaseList,
+    Const,
+    In,
+    OnnxCase,
+    f32,
+    graph_case,
+    i64,
+    ints,
+    op_case,
+    ort_reference,
+)
 
 
 def _shapes(cases: CaseList) -> None:
@@ -571,6 +582,11 @@ def _losses_norms(cases: CaseList) -> None:
                       reference=_numpy_l1_normalization))  # fmt: skip
     cases.add(op_case("lppool_p3_strides", "LpPool", [In(f32(1, 2, 5, 6))],
                       {"kernel_shape": [2, 3], "p": 3, "strides": [2, 1]}, opset=18))  # fmt: skip
+    # onnx.reference has no GlobalLpPool
+    for name, x, attrs in (("p3", f32(2, 3, 4, 5), {"p": 3}), ("p1_3d", f32(1, 2, 3, 4, 2), {"p": 1}),
+                           ("default_1d", f32(2, 3, 7), {})):  # fmt: skip
+        cases.add(op_case(f"globallppool_{name}", "GlobalLpPool", [In(x)], attrs,
+                          reference=ort_reference))  # fmt: skip
     edges = np.array([0, 1e-30, -1e-6, 0.5, -0.99, 1, 1.5, 30, -85, 89, 4e3, 3e8, -1e30],
                      np.float32)  # fmt: skip
     for op in ("Asinh", "Sinh", "Cosh", "Asin", "Acos", "Acosh", "Atanh"):

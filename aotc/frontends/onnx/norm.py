@@ -248,3 +248,17 @@ def lp_pool(ctx: NodeContext, x: Instruction) -> Instruction:
     adder = scalar_reducer(b.module, Op.ADD, dtype)
     total = b.reduce_window(_lp_terms(Formula(b, x), x, p), b.scalar(0, dtype), window, adder)
     return _lp_finish(Formula(b, total), total, p)
+
+
+@onnx_op("GlobalLpPool", since=1)
+def global_lp_pool(ctx: NodeContext, x: Instruction) -> Instruction:
+    """The Lp norm of each channel's whole image: (N, C, 1, ...)."""
+    p = float(ctx.attr("p"))
+    if p <= 0:
+        raise ModelError(f"p={p}: GlobalLpPool needs p > 0")
+    if x.shape.rank < 3:
+        raise ShapeError(f"input must be N x C x spatial dims, got {list(x.shape.dims)}")
+    axes = list(range(2, x.shape.rank))
+    total = reduce(ctx.b, _lp_terms(Formula(ctx.b, x), x, p), Op.ADD, axes, keepdims=True)
+    return _lp_finish(Formula(ctx.b, total), total, p)
+
