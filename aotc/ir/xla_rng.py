@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .builder import ComputationBuilder
 from .module import Instruction
 from .ops import Direction, Op
@@ -117,6 +119,15 @@ def rng_bit_generator(site: Site, shape: AnyShape, operands: list[Instruction], 
         bits = o.b.bitcast_convert(bits, out.dtype)
     final = o.b.concatenate([o.b.reshape(key, [1]), new_state], 0)
     return o.b.tuple([final, bits])
+
+
+def philox_bits(b: ComputationBuilder, key: int, out: Shape) -> Instruction:
+    """Philox4x32-10 bits of `out` (u32 or u64) under `key`, from counter 0: the bits XLA's
+    rng-bit-generator gives for the state (key, 0, 0)."""
+    o = _Ops(b)
+    state = o.b.constant(np.array([key % (1 << 64), 0, 0], np.uint64), U64)
+    bits, _ = _philox(o, o.element(state, 0), state, out)
+    return bits
 
 
 # -- Philox4x32 ------------------------------------------------------------------------

@@ -10,8 +10,9 @@ from functools import reduce as fold
 
 import numpy as np
 
-from ...errors import ShapeError, UnsupportedError
+from ...errors import ModelError, ShapeError
 from ...ir import Direction, DType, Instruction, Op, Shape
+from . import random
 from .helpers import Formula, binary, broadcast_all, full, full_like
 from .registry import NodeContext, onnx_op
 
@@ -285,20 +286,29 @@ def identity(ctx: NodeContext, x: Instruction) -> Instruction:
     return x
 
 
+def _training_ratio(ctx: NodeContext, ratio, training) -> float | None:
+    """The drop ratio where the node trains (opset 12+: the training_mode input; before 7:
+    is_test=0), else None: inference, the identity."""
+    if ctx.attr("is_test", 1) == 0:
+        return ctx.attr("ratio", 0.5)
+    if training is not None and bool(ctx.const(2).reshape(-1)[0]):
+        return 0.5 if ratio is None else float(ctx.const(1).reshape(-1)[0])
+    return None
+
+
 @onnx_op("Dropout")
 def dropout(ctx: NodeContext, x: Instruction, ratio=None, training=None) -> list[Instruction]:
-    # inference form: the identity; opset 12+ may ask for training at run time, which
-    # is the identity too where the ratio is 0 (random masks are not supported)
-    if training is not None and bool(ctx.const(2).reshape(-1)[0]):
-        rate = 0.5 if ratio is None else float(ctx.const(1).reshape(-1)[0])
-        if rate != 0:
-            raise UnsupportedError(
-                f"training_mode=True with ratio {rate} is not supported (random masks)"
-            )
-    if ctx.attr("is_test", 1) == 0:
-        raise UnsupportedError("is_test=0 (training) is not supported")
-    mask = full(ctx.b, True, DType.PRED, x.shape.dims) if ctx.output_used(1) else None
-    return [x, mask]
+    b = ctx.b
+    rate = _training_ratio(ctx, ratio, training)
+    if not rate:
+        mask = full(b, True, DType.PRED, x.shape.dims) if ctx.output_used(1) else None
+        return [x, mask]
+    if not 0 < rate <= 1:
+        raise ModelError(f"ratio {rate} is not in [0, 1]")
+    # the kept elements are scaled by 1 / (1 - ratio); a ratio of 1 keeps none
+    mask = random.dropout_mask(ctx, x, rate)
+    kept = full_like(b, 0, x) if rate == 1 else Formula(b, x).div(x, 1 - rate)
+    return [b.select(mask, kept, full_like(b, 0, x)), mask]
 
 
 @onnx_op("Trilu", since=14)

@@ -38,6 +38,7 @@ from . import (
     nn,
     norm,
     quantize,
+    random,
     recurrent,
     reduce,
     resize,
@@ -64,8 +65,8 @@ from .sequence import NO_VALUE, SequenceValue, Value
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
     activation, attention, casts, constants, control, detection, elementwise, indexing, linalg,
-    loss, ml, nn, norm, quantize, recurrent, reduce, resize, sampling, selection, sequence,
-    shape_ops, signal, text_features,
+    loss, ml, nn, norm, quantize, random, recurrent, reduce, resize, sampling, selection,
+    sequence, shape_ops, signal, text_features,
 )  # fmt: skip
 
 InputShapes = Mapping[str, Sequence[int]]

@@ -145,14 +145,12 @@ for _name, _log in (("Softmax", False), ("LogSoftmax", True)):
     onnx_op(_name, since=13)(make_softmax(_log, coerced_2d=False))
 
 
-@onnx_op("CumSum", since=11)
-def cumsum(ctx: NodeContext, x: Instruction, axis: Instruction) -> Instruction:
-    b = ctx.b
+def running_sum(b: ComputationBuilder, x: Instruction, dim: int, reverse: bool) -> Instruction:
+    """The inclusive running sum of `x` along `dim` (from its end with `reverse`)."""
     rank = x.shape.rank
-    dim = normalize_axis(int(ctx.const(1).reshape(())), rank)
     n = x.shape.dims[dim]
     # a window as long as the axis, hanging off its start (or its end, reversed)
-    before = 0 if ctx.attr("reverse") else n - 1
+    before = 0 if reverse else n - 1
     window = Window.make(
         [n if i == dim else 1 for i in range(rank)],
         None,
@@ -161,7 +159,13 @@ def cumsum(ctx: NodeContext, x: Instruction, axis: Instruction) -> Instruction:
     )
     dtype = x.shape.dtype
     init = b.scalar(0, dtype)
-    out = b.reduce_window(x, init, window, scalar_reducer(b.module, Op.ADD, dtype))
+    return b.reduce_window(x, init, window, scalar_reducer(b.module, Op.ADD, dtype))
+
+
+@onnx_op("CumSum", since=11)
+def cumsum(ctx: NodeContext, x: Instruction, axis: Instruction) -> Instruction:
+    dim = normalize_axis(int(ctx.const(1).reshape(())), x.shape.rank)
+    out = running_sum(ctx.b, x, dim, bool(ctx.attr("reverse")))
     if ctx.attr("exclusive"):
-        out = b.binary(Op.SUBTRACT, out, x)
+        out = ctx.b.binary(Op.SUBTRACT, out, x)
     return out

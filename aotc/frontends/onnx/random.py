@@ -1,0 +1,156 @@
+"""Random ops: RandomUniform, RandomNormal (and their -Like forms), Bernoulli,
+Multinomial, and Dropout's training-mode mask.
+
+Their bits are Philox4x32-10 (`ir.xla_rng.philox_bits`, the generator XLA and
+cuRAND use), keyed by the node's `seed` attribute, or by a hash of the node's
+first output name where it has none, and counted from 0.  The draws are
+therefore a pure function of the compiled model: every run returns the same
+values, as a JAX PRNG key fixed when compiling would (onnxruntime draws afresh
+each run).  Two nodes with the same seed draw the same stream, as in
+onnxruntime, where each seeded kernel owns a generator.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from collections.abc import Sequence
+
+from ...errors import ModelError, ShapeError, UnsupportedError
+from ...ir import ComputationBuilder, Direction, DType, Instruction, Op, Shape
+from ...ir.xla_rng import philox_bits
+from .dtypes import to_dtype
+from .helpers import Formula, full_like, reduce
+from .reduce import running_sum
+from .registry import NodeContext, onnx_op
+
+# significant bits of each float type: a uniform draw is k * 2^-bits, exact in the type
+SIGNIFICANT_BITS = {DType.F16: 11, DType.BF16: 8, DType.F32: 24, DType.F64: 53}
+
+
+def generator_key(ctx: NodeContext) -> int:
+    """The Philox key: the seed's float bits, else a hash of the node's output name."""
+    seed = ctx.attr("seed")
+    if seed is not None:
+        return struct.unpack("<I", struct.pack("<f", float(seed)))[0]
+    return zlib.crc32(ctx.node.output[0].encode()) | 1 << 32
+
+
+def uniform(b: ComputationBuilder, key: int, dtype: DType, dims: Sequence[int]) -> Instruction:
+    """Draws from [0, 1) of `dtype`: multiples of 2^-bits, computed where they are exact."""
+    bits = SIGNIFICANT_BITS.get(dtype)
+    if bits is None:
+        raise UnsupportedError(f"random values of type {dtype.text} (only float types)")
+    word = DType.U64 if bits > 32 else DType.U32
+    work = DType.F64 if bits > 32 else DType.F32
+    raw = philox_bits(b, key, Shape(word, tuple(dims)))
+    shift = b.broadcast(b.scalar(word.bits - bits, word), [], raw.shape.dims)
+    top = b.convert(b.binary(Op.SHIFT_RIGHT_LOGICAL, raw, shift), work)
+    unit = Formula(b, top).mul(top, 2.0**-bits)
+    return unit if work is dtype else b.convert(unit, dtype)
+
+
+def normal(b: ComputationBuilder, key: int, dtype: DType, dims: Sequence[int]) -> Instruction:
+    """Standard normal draws by Box-Muller: sqrt(-2 ln u1) cos(2 pi u2), u1 in (0, 1]."""
+    work = DType.F64 if dtype is DType.F64 else DType.F32
+    pairs = uniform(b, key, work, (2, *dims))
+    rank = len(dims)
+    u1, u2 = (
+        b.reshape(b.slice(pairs, [i] + [0] * rank, [i + 1, *dims]), list(dims)) for i in (0, 1)
+    )
+    f = Formula(b, u1)
+    radius = f.f(Op.SQRT, f.mul(f.f(Op.LOG, f.sub(1, u1)), -2))  # 1 - u1 is never 0
+    z = f.mul(radius, f.f(Op.COS, f.mul(u2, 2 * math.pi)))
+    return z if work is dtype else b.convert(z, dtype)
+
+
+def _output_dtype(ctx: NodeContext, like: Instruction | None) -> DType:
+    """The `dtype` attribute, else the input's type (the -Like ops), else float32."""
+    elem = ctx.attr("dtype")
+    if elem is not None:
+        return to_dtype(elem, "attribute 'dtype'")
+    return like.shape.dtype if like is not None else DType.F32
+
+
+def _affine(b: ComputationBuilder, x: Instruction, scale: float, shift: float) -> Instruction:
+    f = Formula(b, x)
+    return f.add(f.mul(x, scale), shift)
+
+
+def _uniform_node(ctx: NodeContext, dims, like=None) -> Instruction:
+    low, high = ctx.attr("low"), ctx.attr("high")
+    unit = uniform(ctx.b, generator_key(ctx), _output_dtype(ctx, like), dims)
+    return _affine(ctx.b, unit, high - low, low)
+
+
+def _normal_node(ctx: NodeContext, dims, like=None) -> Instruction:
+    z = normal(ctx.b, generator_key(ctx), _output_dtype(ctx, like), dims)
+    return _affine(ctx.b, z, ctx.attr("scale"), ctx.attr("mean"))
+
+
+@onnx_op("RandomUniform")
+def random_uniform(ctx: NodeContext) -> Instruction:
+    return _uniform_node(ctx, ctx.required_attr("shape"))
+
+
+@onnx_op("RandomNormal")
+def random_normal(ctx: NodeContext) -> Instruction:
+    return _normal_node(ctx, ctx.required_attr("shape"))
+
+
+@onnx_op("RandomUniformLike")
+def random_uniform_like(ctx: NodeContext, x: Instruction) -> Instruction:
+    return _uniform_node(ctx, x.shape.dims, like=x)
+
+
+@onnx_op("RandomNormalLike")
+def random_normal_like(ctx: NodeContext, x: Instruction) -> Instruction:
+    return _normal_node(ctx, x.shape.dims, like=x)
+
+
+@onnx_op("Bernoulli", since=15)
+def bernoulli(ctx: NodeContext, p: Instruction) -> Instruction:
+    """1 where a uniform draw falls below the element's probability, else 0."""
+    b = ctx.b
+    if not p.shape.dtype.is_float:
+        raise ModelError(f"probabilities must be floats, got {p.shape.dtype.text}")
+    draws = uniform(b, generator_key(ctx), p.shape.dtype, p.shape.dims)
+    hit = b.compare(draws, p, Direction.LT)
+    return b.convert(hit, _output_dtype(ctx, p))
+
+
+@onnx_op("Multinomial", since=7)
+def multinomial(ctx: NodeContext, logits: Instruction) -> Instruction:
+    """`sample_size` class indices per row, drawn from softmax(logits) by inverting its
+    cumulative distribution: the count of classes whose running sum lies at or below
+    u * total."""
+    b = ctx.b
+    if logits.shape.rank != 2 or not logits.shape.dtype.is_float:
+        raise ShapeError(f"input must be float [batch, classes], got {logits.shape}")
+    batch, classes = logits.shape.dims
+    samples = ctx.attr("sample_size")
+    out_dtype = to_dtype(ctx.attr("dtype"), "attribute 'dtype'")
+    if out_dtype not in (DType.S32, DType.S64):
+        raise ModelError(f"dtype must be int32 or int64, got {out_dtype.text}")
+    f = Formula(b, logits)
+    peak = b.broadcast_to(reduce(b, logits, Op.MAXIMUM, [1], keepdims=True), logits.shape.dims)
+    cdf = running_sum(b, f.f(Op.EXP, f.sub(logits, peak)), 1, reverse=False)
+    total = b.slice(cdf, [0, classes - 1], [batch, classes])  # (batch, 1)
+    draws = uniform(b, generator_key(ctx), logits.shape.dtype, (batch, samples))
+    threshold = b.binary(
+        Op.MULTIPLY, draws, b.broadcast(b.reshape(total, [batch]), [0], draws.shape.dims)
+    )
+    dims3 = (batch, samples, classes)
+    below = b.compare(b.broadcast(cdf, [0, 2], dims3), b.broadcast(threshold, [0, 1], dims3),
+                      Direction.LE)  # fmt: skip
+    count = reduce(b, b.convert(below, out_dtype), Op.ADD, [2], keepdims=False)
+    # u * total rounds up to total at worst: never past the last class
+    return Formula(b, count).min(count, classes - 1)
+
+
+def dropout_mask(ctx: NodeContext, x: Instruction, ratio: float) -> Instruction:
+    """Training-mode Dropout's keep mask: true with probability 1 - ratio."""
+    b = ctx.b
+    draws = uniform(b, generator_key(ctx), x.shape.dtype, x.shape.dims)
+    return b.compare(draws, full_like(b, ratio, draws), Direction.GE)
