@@ -8,7 +8,7 @@ broadcast of a scalar into a big array would trade a kernel for megabytes).
 
 from __future__ import annotations
 
-from ..ir import Module, Op
+from ..ir import Instruction, Module, Op
 from ..ir.evaluate import evaluate_constant
 from ..ir.types import Shape
 from .rewrite import InsertingBuilder
@@ -32,23 +32,24 @@ class ConstantFolding:
 
     def _fold(self, module: Module, computation) -> bool:
         builder = InsertingBuilder(module, computation)
-        # bytes of the constants each constant-only value is computed from; values
-        # too big to fold stay here, so that a smaller user of them can still fold
-        leaves: dict[int, int] = {}
+        # the constants each constant-only value is computed from (a set: a constant reached
+        # along many paths counts once); values too big to fold stay here, so that a
+        # smaller user of them can still fold
+        sources: dict[int, frozenset[Instruction]] = {}
         folded = False
         for instr in list(computation.instructions):
             if instr.op is Op.CONSTANT:
-                leaves[id(instr)] = instr.shape.nbytes
+                sources[id(instr)] = frozenset((instr,))
                 continue
             if instr.op in _KEEP or not isinstance(instr.shape, Shape):
                 continue
             # (an iota has no operands: it folds when small)
-            if not all(id(o) in leaves for o in instr.operands):
+            if not all(id(o) in sources for o in instr.operands):
                 continue
-            consumed = sum(leaves[id(o)] for o in instr.operands)
-            leaves[id(instr)] = consumed
+            reached = frozenset().union(*(sources[id(o)] for o in instr.operands))
+            sources[id(instr)] = reached
             size = instr.shape.nbytes
-            if size > SMALL_BYTES and size > consumed:
+            if size > SMALL_BYTES and size > sum(c.shape.nbytes for c in reached):
                 continue
             value = evaluate_constant(instr)
             if value is None:
@@ -56,7 +57,7 @@ class ConstantFolding:
             builder.origin = instr.origin
             constant = builder.constant(value, instr.shape.dtype)
             computation.replace_all_uses(instr, constant)
-            leaves[id(constant)] = size
+            sources[id(constant)] = frozenset((constant,))
             folded = True
         if folded:
             computation.sort_topologically()
