@@ -60,6 +60,10 @@ class ComputationBuilder:
     def iota(self, shape: Shape, dimension: int) -> Instruction:
         return self.add(Op.IOTA, [], shape, dimensions=(dimension,))
 
+    def rng_state(self, delta: int) -> Instruction:
+        """A counter owned by this instruction: each run reads it, then adds `delta`."""
+        return self.add(Op.RNG_GET_AND_UPDATE_STATE, [], index=delta)
+
     # -- elementwise ------------------------------------------------------
 
     def unary(self, op: Op, x: Instruction) -> Instruction:

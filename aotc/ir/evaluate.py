@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import string
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -20,7 +21,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..errors import ShapeError
 from .evaluate_dynamic import DYNAMIC_RULES
 from .module import Computation, Instruction, Module
-from .ops import Direction, Op
+from .ops import Direction, Op, Trait
 from .types import (
     AnyShape,
     DType,
@@ -57,7 +58,7 @@ def evaluate_constant(instr: Instruction) -> Value | None:
     """The value of `instr` if no parameter reaches it (only constants, iota...), else None."""
     # a root-only Computation just to reuse its operand walk; nothing is registered
     order = Computation("constant", root=instr).post_order()
-    if any(i.op is Op.PARAMETER for i in order):
+    if any(i.op is Op.PARAMETER or Trait.SIDE_EFFECT in i.op.traits for i in order):
         return None
     return _run(order, ())[id(instr)]
 
@@ -157,6 +158,16 @@ def _iota(instr: Instruction, operands: list) -> np.ndarray:
     dims = instr.shape.dims
     (axis,) = instr.dimensions
     return np.broadcast_to(_along(np.arange(dims[axis]), axis, len(dims)), dims)
+
+
+# each rng-get-and-update-state instruction's counter, as the compiled code keeps one
+_RNG_COUNTERS: weakref.WeakKeyDictionary[Instruction, int] = weakref.WeakKeyDictionary()
+
+
+def _rng_state(instr: Instruction, operands: list) -> np.ndarray:
+    count = _RNG_COUNTERS.get(instr, 0)
+    _RNG_COUNTERS[instr] = count + instr.index
+    return np.array([count % (1 << 64), 0], np.uint64)
 
 
 def _along(vector: np.ndarray, axis: int, rank: int) -> np.ndarray:
@@ -739,6 +750,7 @@ EVAL_RULES: dict[Op, Rule] = {
     Op.PARAMETER: _parameter,
     Op.CONSTANT: lambda instr, operands: instr.literal,
     Op.IOTA: _iota,
+    Op.RNG_GET_AND_UPDATE_STATE: _rng_state,
     **{op: make_unary(fn) for op, fn in UNARY.items()},
     **{op: make_binary(fn) for op, fn in BINARY.items()},
     Op.COMPARE: _compare,

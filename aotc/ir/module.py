@@ -52,7 +52,7 @@ class Instruction:
     # to_apply= (reduce, reduce-window, sort's comparator, call), calls= (fusion),
     # (condition, body) of while, the branches of conditional (true first)
     called: tuple[Computation, ...] = ()
-    # parameter number, or get-tuple-element index
+    # parameter number, get-tuple-element index, or rng-get-and-update-state's delta
     index: int | None = None
     literal: np.ndarray | None = None
     fusion_kind: FusionKind | None = None

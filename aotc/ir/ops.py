@@ -39,6 +39,8 @@ class Op(enum.Enum):
     PARAMETER = "parameter"
     CONSTANT = "constant"
     IOTA = "iota"
+    # this instruction's random-number counter (u64[2]: low, high), then advanced by delta=
+    RNG_GET_AND_UPDATE_STATE = "rng-get-and-update-state"
     # unary elementwise
     ABS = "abs"
     NEGATE = "negate"
@@ -167,6 +169,7 @@ OP_DEFS: dict[Op, OpDef] = {
     Op.PARAMETER: OpDef("parameter", 0),
     Op.CONSTANT: OpDef("constant", 0),
     Op.IOTA: OpDef("iota", 0),
+    Op.RNG_GET_AND_UPDATE_STATE: OpDef("rng-get-and-update-state", 0, Trait.SIDE_EFFECT),
     **{op: OpDef(op.value, 1, _EW) for op in UNARY_ELEMENTWISE},
     Op.IS_FINITE: OpDef("is-finite", 1, _EW),
     **{op: OpDef(op.value, 2, _TRAITS.get(op, _EW)) for op in BINARY_ELEMENTWISE},

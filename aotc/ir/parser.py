@@ -56,6 +56,7 @@ REQUIRED_ATTRIBUTES: dict[Op, tuple[str, ...]] = {
     Op.DOT: ("dot",),
     Op.CONVOLUTION: ("window", "conv"),
     Op.GET_TUPLE_ELEMENT: ("index",),
+    Op.RNG_GET_AND_UPDATE_STATE: ("index",),
     Op.FUSION: ("called", "fusion_kind"),
     Op.WHILE: ("called",),
     Op.CONDITIONAL: ("called",),
@@ -83,6 +84,7 @@ _FIELD_SPELLING = {
 _OP_FIELD_SPELLING = {
     (Op.PARAMETER, "index"): "a parameter number",
     (Op.IOTA, "dimensions"): "iota_dimension=",
+    (Op.RNG_GET_AND_UPDATE_STATE, "index"): "delta=",
     (Op.FUSION, "called"): "calls=",
     (Op.WHILE, "called"): "condition= and body=",
     (Op.CONDITIONAL, "called"): "true_computation= and false_computation= "
@@ -512,6 +514,8 @@ class _Parser:
         fields = {f: attributes[a] for a, f in _DIRECT_FIELDS.items() if a in attributes}
         if fields.get("origin", "") is None:  # metadata without op_name
             del fields["origin"]
+        if "delta" in attributes:
+            fields["index"] = attributes["delta"]
         if "iota_dimension" in attributes:
             fields["dimensions"] = (attributes["iota_dimension"],)
         if any(a in attributes for a in _DOT_ATTRIBUTES):
@@ -838,6 +842,7 @@ _ATTRIBUTE_READERS: dict[str, Callable[[_Parser], object]] = {
     "dimensions": _Parser.int_list,
     "iota_dimension": _Parser.integer,
     "index": _Parser.integer,
+    "delta": _Parser.integer,
     "slice": _Parser.slice_spec,
     "dynamic_slice_sizes": _Parser.int_list,
     "padding": _Parser.padding,

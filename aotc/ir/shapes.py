@@ -38,6 +38,11 @@ def _given(instr: Instruction) -> AnyShape:
     return instr.shape
 
 
+def _rng_state(instr: Instruction) -> Shape:
+    _check(instr.index is not None and instr.index > 0, instr, "needs a positive delta=")
+    return Shape(DType.U64, (2,))
+
+
 def _unary(instr: Instruction) -> Shape:
     x = _arr(instr, 0)
     if instr.op in (Op.NOT, Op.POPCNT, Op.CLZ):
@@ -438,6 +443,7 @@ SHAPE_RULES: dict[Op, Callable[[Instruction], AnyShape]] = {
     Op.PARAMETER: _given,
     Op.CONSTANT: _constant,
     Op.IOTA: _iota,
+    Op.RNG_GET_AND_UPDATE_STATE: _rng_state,
     **{op: _unary for op in UNARY_ELEMENTWISE},
     Op.IS_FINITE: _is_finite,
     **{op: _binary for op in BINARY_ELEMENTWISE},

@@ -240,7 +240,9 @@ def _quote(text: str) -> str:
 
 
 def _print_index(i: Instruction) -> list[str]:
-    return [f"index={i.index}"] if i.index is not None and i.op is not Op.PARAMETER else []
+    if i.index is None or i.op is Op.PARAMETER:
+        return []
+    return [f"delta={i.index}" if i.op is Op.RNG_GET_AND_UPDATE_STATE else f"index={i.index}"]
 
 
 def _print_dimensions(i: Instruction) -> list[str]:

@@ -121,12 +121,18 @@ def rng_bit_generator(site: Site, shape: AnyShape, operands: list[Instruction], 
     return o.b.tuple([final, bits])
 
 
-def philox_bits(b: ComputationBuilder, key: int, out: Shape) -> Instruction:
-    """Philox4x32-10 bits of `out` (u32 or u64) under `key`, from counter 0: the bits XLA's
-    rng-bit-generator gives for the state (key, 0, 0)."""
+def philox_blocks(out: Shape) -> int:
+    """How far the bits of `out` advance a Philox counter (one step per 4 words)."""
+    return math.ceil(out.size * (2 if out.dtype.bits == 64 else 1) / 4)
+
+
+def philox_bits(b: ComputationBuilder, key: int, counter: Instruction, out: Shape) -> Instruction:
+    """Philox4x32-10 bits of `out` (u32 or u64) under `key` from `counter` (u64[2]: low,
+    high): the bits XLA's rng-bit-generator gives for the state (key, low, high)."""
     o = _Ops(b)
-    state = o.b.constant(np.array([key % (1 << 64), 0, 0], np.uint64), U64)
-    bits, _ = _philox(o, o.element(state, 0), state, out)
+    key_instr = o.b.constant(np.array([key % (1 << 64)], np.uint64), U64)
+    state = o.b.concatenate([key_instr, counter], 0)
+    bits, _ = _philox(o, o.element(key_instr, 0), state, out)
     return bits
 
 

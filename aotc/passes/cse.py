@@ -18,7 +18,8 @@ class CommonSubexpressionElimination:
         for computation in module.computations:
             seen: dict[tuple, object] = {}
             for instr in list(computation.instructions):
-                if instr.op is Op.PARAMETER:
+                # parameters are distinct inputs; side effects happen once per instruction
+                if instr.op is Op.PARAMETER or Trait.SIDE_EFFECT in instr.op.traits:
                     continue
                 key = instr.key()
                 if Trait.COMMUTATIVE in instr.op.traits:

@@ -8,7 +8,7 @@ broadcast of a scalar into a big array would trade a kernel for megabytes).
 
 from __future__ import annotations
 
-from ..ir import Instruction, Module, Op
+from ..ir import Instruction, Module, Op, Trait
 from ..ir.evaluate import evaluate_constant
 from ..ir.types import Shape
 from .rewrite import InsertingBuilder
@@ -41,7 +41,9 @@ class ConstantFolding:
             if instr.op is Op.CONSTANT:
                 sources[id(instr)] = frozenset((instr,))
                 continue
-            if instr.op in _KEEP or not isinstance(instr.shape, Shape):
+            if instr.op in _KEEP or Trait.SIDE_EFFECT in instr.op.traits:
+                continue
+            if not isinstance(instr.shape, Shape):
                 continue
             # (an iota has no operands: it folds when small)
             if not all(id(o) in sources for o in instr.operands):

@@ -57,8 +57,9 @@ def has_gpu() -> bool:
 # -- the C program ---------------------------------------------------------------------
 
 
-def driver_source(name: str, n_inputs: int, n_outputs: int) -> str:
-    """A C program running model `name` on the GPU: prog in0.bin ... out0.bin ...
+def driver_source(name: str, n_inputs: int, n_outputs: int, runs: int = 1) -> str:
+    """A C program running model `name` on the GPU `runs` times: prog in0.bin ... out0.bin
+    ... (the last run's outputs).
 
     Exit codes: 0; 2 init failed (the code and message on stderr); 3 a run or copy
     failed; 10-13 bad arguments or files.  It prints the loaded image on stdout.
@@ -93,8 +94,10 @@ int main(int argc, char **argv) {{
     }}
     for (int i = 0; i < {upper}_NUM_OUTPUTS; i++)
         if (aotc_cuda_malloc(&outputs[i], {name}_outputs_desc[i].bytes)) return 3;
-    status = {name}_cuda_run_generic(&ctx, inputs, outputs, NULL);
-    if (status == 0) status = aotc_cuda_synchronize(NULL);
+    for (int run = 0; run < {runs} && status == 0; run++) {{
+        status = {name}_cuda_run_generic(&ctx, inputs, outputs, NULL);
+        if (status == 0) status = aotc_cuda_synchronize(NULL);
+    }}
     if (status != 0) {{
         fprintf(stderr, "%d %s\\n", status, {name}_cuda_last_error(&ctx));
         return 3;
@@ -116,10 +119,11 @@ int main(int argc, char **argv) {{
 """
 
 
-def build_driver(compiled, build: Path, out: Path) -> Path:
+def build_driver(compiled, build: Path, out: Path, runs: int = 1) -> Path:
     """The C driver of a CUDA model written to `build`, linked as a user would."""
     source = out.with_suffix(".c")
-    source.write_text(driver_source(compiled.name, len(compiled.inputs), len(compiled.outputs)))
+    counts = len(compiled.inputs), len(compiled.outputs)
+    source.write_text(driver_source(compiled.name, *counts, runs))
     argv = [
         c_compiler(),
         "-std=c11",
@@ -273,13 +277,15 @@ def fake_environment(driver_dir: Path, kernels: Path | None, **settings) -> dict
     return env
 
 
-def run_emulated(compiled, inputs, outputs_like, workdir: Path, **settings) -> list[np.ndarray]:
-    """Build a CUDA-compiled model's artifacts and C driver, run them under the fake
-    driver with the emulated kernels, and return the outputs (raw arrays shaped like
-    `outputs_like`)."""
+def run_emulated(
+    compiled, inputs, outputs_like, workdir: Path, runs: int = 1, **settings
+) -> list[np.ndarray]:
+    """Build a CUDA-compiled model's artifacts and C driver, run them `runs` times under
+    the fake driver with the emulated kernels, and return the last run's outputs (raw
+    arrays shaped like `outputs_like`)."""
     build = workdir / "build"
     compiled.write(build)
-    program = build_driver(compiled, build, workdir / "driver")
+    program = build_driver(compiled, build, workdir / "driver", runs)
     library, launches = build_emulation(compiled, workdir / "emulation")
     assert [(k.name, k.grid, k.block) for k in launches] == [
         (k.name, k.grid, k.block) for k in compiled.cuda.launches

@@ -21,6 +21,7 @@ from cuda_testing import (
 )
 from onnx import TensorProto, helper, numpy_helper
 
+import aotc.backend as aotc_backend
 from aotc.backends.cuda import contraction, reduction
 from aotc.driver import CompileOptions, compile_model
 from aotc.ir import DType
@@ -291,3 +292,22 @@ def test_matrix_vector_products(tmp_path):
              .astype(np.float32) for i in inputs]  # fmt: skip
     compiled = _check(model, "gemv", feeds, tmp_path)
     assert [k.kind for k in compiled.cuda.launches].count("gemv") == 5
+
+
+def test_random_draws_advance_per_run_as_on_the_cpu(tmp_path):
+    """The rng counters live in the GPU module's globals: the first and the third run draw
+    what the CPU build draws in its first and third run (Philox bits, then Box-Muller)."""
+    nodes = [helper.make_node("RandomNormal", [], ["z"], shape=[6, 40], seed=2.0),
+             helper.make_node("Bernoulli", ["p"], ["hit"], seed=3.0)]  # fmt: skip
+    model = _model(nodes, [_value("p", [300])],
+                   [_value("z", [6, 40]), _value("hit", [300])])  # fmt: skip
+    model.opset_import[0].version = 15
+    p = np.linspace(0, 1, 300, dtype=np.float32)
+    cpu = aotc_backend.prepare(model)
+    on_cpu = [cpu.run([p]) for _ in range(3)]
+    compiled = compile_model(model, CompileOptions(target="cuda:sm_90", name="rnd"))
+    for runs in (1, 3):
+        got = run_emulated(compiled, [p], on_cpu[runs - 1], tmp_path / f"runs{runs}", runs=runs)
+        for g, want in zip(got, on_cpu[runs - 1]):
+            np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-6)
+    assert not np.array_equal(on_cpu[0][0], on_cpu[2][0])

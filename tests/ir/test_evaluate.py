@@ -625,6 +625,14 @@ def test_iota_and_constant():
     assert got[2].dtype == np.float16 and got[2].tolist() == [[1.5, -2.0]]
 
 
+def test_rng_state_counts_per_instruction():
+    """Each rng-get-and-update-state returns its own counter, then adds its delta."""
+    module = entry_module(lambda b: b.tuple([b.rng_state(3), b.rng_state(5)]), [])
+    firsts = [[list(v) for v in evaluate(module, [])] for _ in range(3)]
+    assert firsts == [[[0, 0], [0, 0]], [[3, 0], [5, 0]], [[6, 0], [10, 0]]]
+    assert evaluate_constant(module.entry.root.operands[0]) is None  # never a constant
+
+
 # -- gather -------------------------------------------------------------------------------
 
 

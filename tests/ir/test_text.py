@@ -174,6 +174,7 @@ def all_ops_module() -> Module:
     t = b.tuple([x, n])
     outs.append(b.get_tuple_element(t, 1))
     outs.append(b.add(Op.FUSION, [x, x], called=(fused,), fusion_kind=FusionKind.LOOP))
+    outs.append(b.rng_state(7))
     b.build(b.tuple(outs), entry=True)
     assert {i.op for c in m.computations for i in c.instructions} == set(Op)
     return m

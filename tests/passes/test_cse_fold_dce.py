@@ -110,6 +110,20 @@ def test_fold_counts_a_shared_constant_once():
     check_pass(ConstantFolding(), SHARED_CHAIN, None)
 
 
+# two counters: each advances on its own, so CSE must not merge them (nor fold them)
+TWO_COUNTERS = """HloModule m
+ENTRY %main () -> (u64[2], u64[2]) {
+  %a = u64[2]{0} rng-get-and-update-state(), delta=4
+  %b = u64[2]{0} rng-get-and-update-state(), delta=4
+  ROOT %t = (u64[2]{0}, u64[2]{0}) tuple(u64[2]{0} %a, u64[2]{0} %b)
+}"""
+
+
+def test_cse_and_fold_keep_side_effects():
+    check_pass(CommonSubexpressionElimination(), TWO_COUNTERS, None)
+    check_pass(ConstantFolding(), TWO_COUNTERS, None)
+
+
 DEAD = """HloModule m
 ENTRY %main (x: f32[3]) -> f32[3] {
   %x = f32[3]{0} parameter(0)

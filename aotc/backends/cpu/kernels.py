@@ -1,4 +1,4 @@
-"""Kernels: opcodes that write their whole output themselves (sort, scatter).
+"""Kernels: opcodes that write their whole output themselves (sort, scatter, rng state).
 
 Their output elements are not pure functions of the output index (a sorted
 element depends on the whole row, a scattered one on every update), so they

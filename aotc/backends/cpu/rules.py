@@ -16,6 +16,7 @@ from .gather import GATHER_RULES
 from .kernels import Kernel
 from .movement import MOVEMENT_RULES
 from .reduce import REDUCE_RULES
+from .rng import RNG_KERNELS
 from .scatter import SCATTER_KERNELS
 from .sort import SORT_KERNELS
 
@@ -33,4 +34,5 @@ RULES: dict[Op, Rule] = {
 KERNELS: dict[Op, Kernel] = {
     **SORT_KERNELS,
     **SCATTER_KERNELS,
+    **RNG_KERNELS,
 }

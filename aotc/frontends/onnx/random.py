@@ -3,10 +3,11 @@ Multinomial, and Dropout's training-mode mask.
 
 Their bits are Philox4x32-10 (`ir.xla_rng.philox_bits`, the generator XLA and
 cuRAND use), keyed by the node's `seed` attribute, or by a hash of the node's
-first output name where it has none, and counted from 0.  The draws are
-therefore a pure function of the compiled model: every run returns the same
-values, as a JAX PRNG key fixed when compiling would (onnxruntime draws afresh
-each run).  Two nodes with the same seed draw the same stream, as in
+first output name where it has none.  The counter is the draw's own
+`rng-get-and-update-state`: 0 on the first run after the program is loaded, then
+advanced past the numbers each run used.  So every run draws afresh, as in
+onnxruntime, and a seeded model repeats the same sequence of runs each time it
+is loaded.  Two nodes with the same seed draw the same stream, as in
 onnxruntime, where each seeded kernel owns a generator.
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 
 from ...errors import ModelError, ShapeError, UnsupportedError
 from ...ir import ComputationBuilder, Direction, DType, Instruction, Op, Shape
-from ...ir.xla_rng import philox_bits
+from ...ir.xla_rng import philox_bits, philox_blocks
 from .dtypes import to_dtype
 from .helpers import Formula, full_like, reduce
 from .reduce import running_sum
@@ -44,7 +45,8 @@ def uniform(b: ComputationBuilder, key: int, dtype: DType, dims: Sequence[int]) 
         raise UnsupportedError(f"random values of type {dtype.text} (only float types)")
     word = DType.U64 if bits > 32 else DType.U32
     work = DType.F64 if bits > 32 else DType.F32
-    raw = philox_bits(b, key, Shape(word, tuple(dims)))
+    out = Shape(word, tuple(dims))
+    raw = philox_bits(b, key, b.rng_state(philox_blocks(out)), out)
     shift = b.broadcast(b.scalar(word.bits - bits, word), [], raw.shape.dims)
     top = b.convert(b.binary(Op.SHIFT_RIGHT_LOGICAL, raw, shift), work)
     unit = Formula(b, top).mul(top, 2.0**-bits)
