@@ -336,3 +336,41 @@ def test_missing_external_data(tmp_path):
     model = make_model(nodes, [tensor("x", [3])], [tensor("y", None)], [weights])
     with pytest.raises(ModelError, match="initializer 'w': cannot read its data"):
         import_onnx(model)
+
+
+LINEAR = {"coefficients": [0.5, -1.0, 2.0], "intercepts": [0.1]}
+ML_OPSET = helper.make_opsetid("ai.onnx.ml", 1)
+
+
+@pytest.mark.parametrize(
+    "op, attrs, error, message",
+    [
+        ("LinearClassifier", LINEAR | {"classlabels_strings": ["no", "yes"]}, UnsupportedError,
+         "classlabels_strings .*no string type"),
+        # onnxruntime leaves the second score unset, onnx.reference makes one NaN
+        ("LinearClassifier", LINEAR | {"classlabels_ints": [0, 1], "post_transform": "PROBIT"},
+         UnsupportedError, "PROBIT on a binary"),
+        ("LinearRegressor", LINEAR | {"targets": 2}, ModelError,
+         "coefficients hold 3 values, not 2 rows of 3"),
+        ("OneHotEncoder", {"cats_strings": ["a", "b"]}, UnsupportedError, "no string type"),
+        ("Imputer", {"imputed_value_int64s": [1]}, ModelError, "f32 input needs imputed_value_f"),
+        ("Scaler", {"offset": [1.0, 2.0], "scale": [1.0]}, ModelError, "2 values for 3 features"),
+    ],
+)  # fmt: skip
+def test_ml_refusals(op, attrs, error, message):
+    outputs = ["label", "scores"] if op == "LinearClassifier" else ["y"]
+    node = helper.make_node(op, ["x"], outputs, name="n", domain="ai.onnx.ml", **attrs)
+    graph_outputs = [tensor(name, None) for name in outputs]
+    model = make_model([node], [tensor("x", [2, 3])], graph_outputs, extra_opsets=[ML_OPSET])
+    where = rf"^{op} \(node 'n', domain 'ai.onnx.ml', opset 1\): "
+    with pytest.raises(error, match=where + ".*" + message):
+        import_onnx(model)
+
+
+def test_feature_vectorizer_rows_must_match():
+    node = helper.make_node("FeatureVectorizer", ["a", "b"], ["y"], domain="ai.onnx.ml",
+                            inputdimensions=[3, 3])  # fmt: skip
+    inputs = [tensor("a", [2, 3]), tensor("b", [3, 3])]
+    model = make_model([node], inputs, [tensor("y", None)], extra_opsets=[ML_OPSET])
+    with pytest.raises(ShapeError, match=r"different numbers of rows: \[2, 3\]"):
+        import_onnx(model)

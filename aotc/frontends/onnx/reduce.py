@@ -110,23 +110,31 @@ def arg_reducer(module: Module, dtype: DType, direction: Direction, last: bool) 
     return b.build(b.tuple([b.select(take, new_v, acc_v), b.select(take, new_i, acc_i)]))
 
 
-def make_arg(combine: Op, direction: Direction):
+def arg_index(
+    b: ComputationBuilder, x: Instruction, axis: int, direction: Direction, last: bool = False
+) -> Instruction:
+    """The s64 index of the greatest (GT) or least (LT) value along `axis` (removed), ties to
+    the first index (the last with `last`)."""
+    dtype = x.shape.dtype
+    combine = Op.MAXIMUM if direction is Direction.GT else Op.MINIMUM
+    reducer = arg_reducer(b.module, dtype, direction, last)
+    indices = b.iota(Shape(DType.S64, x.shape.dims), axis)
+    inits = [b.scalar(REDUCE_INIT[combine](dtype), dtype), b.scalar(0, DType.S64)]
+    both = b.add(Op.REDUCE, [x, indices, *inits], dimensions=(axis,), called=(reducer,))
+    return b.get_tuple_element(both, 1)
+
+
+def make_arg(direction: Direction):
     def lower(ctx: NodeContext, x: Instruction) -> Instruction:
-        b = ctx.b
         axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
-        dtype = x.shape.dtype
-        reducer = arg_reducer(b.module, dtype, direction, bool(ctx.attr("select_last_index", 0)))
-        indices = b.iota(Shape(DType.S64, x.shape.dims), axis)
-        inits = [b.scalar(REDUCE_INIT[combine](dtype), dtype), b.scalar(0, DType.S64)]
-        both = b.add(Op.REDUCE, [x, indices, *inits], dimensions=(axis,), called=(reducer,))
-        out = b.get_tuple_element(both, 1)
-        return keep_dims(b, out, x.shape.dims, [axis]) if ctx.attr("keepdims", 1) else out
+        out = arg_index(ctx.b, x, axis, direction, bool(ctx.attr("select_last_index", 0)))
+        return keep_dims(ctx.b, out, x.shape.dims, [axis]) if ctx.attr("keepdims", 1) else out
 
     return lower
 
 
-onnx_op("ArgMax")(make_arg(Op.MAXIMUM, Direction.GT))
-onnx_op("ArgMin")(make_arg(Op.MINIMUM, Direction.LT))
+onnx_op("ArgMax")(make_arg(Direction.GT))
+onnx_op("ArgMin")(make_arg(Direction.LT))
 
 
 def make_softmax(log: bool, coerced_2d: bool):
