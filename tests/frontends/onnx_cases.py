@@ -28,6 +28,7 @@ from onnx_case_kit import (
     op_case,
     pos,
 )
+from onnx_cases_contrib import CONTRIB_FAMILIES
 from onnx_cases_ml import ML_FAMILIES
 from onnx_cases_tensor import TENSOR_FAMILIES
 
@@ -552,6 +553,7 @@ def _build() -> list[OnnxCase]:
         _half,
         *TENSOR_FAMILIES,
         *ML_FAMILIES,
+        *CONTRIB_FAMILIES,
     ):
         family(cases)
     return cases.cases

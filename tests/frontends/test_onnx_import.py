@@ -365,3 +365,18 @@ def test_feature_vectorizer_rows_must_match():
     model = make_model([node], inputs, [tensor("y", None)], extra_opsets=[ML_OPSET])
     with pytest.raises(ShapeError, match=r"different numbers of rows: \[2, 3\]"):
         import_onnx(model)
+
+
+def _contrib_model(node: onnx.NodeProto) -> onnx.ModelProto:
+    graph = helper.make_graph([node], "g", [tensor("x", [2])], [tensor("y", [2])])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def test_contrib_ops_are_checked_like_onnx_ones():
+    unknown = helper.make_node("NotAnOp", ["x"], ["y"], domain="com.microsoft")
+    with pytest.raises(UnsupportedError, match=r"NotAnOp \(node .*domain 'com.microsoft'"):
+        import_onnx(_contrib_model(unknown))
+    extra_input = helper.make_node("Gelu", ["x", "x"], ["y"], domain="com.microsoft")
+    with pytest.raises(ModelError, match=r"has 2 inputs, expected 1 to 1"):
+        import_onnx(_contrib_model(extra_input))

@@ -94,17 +94,21 @@ def mish(ctx: NodeContext, x: Instruction) -> Instruction:
     return f.mul(x, f.f(Op.TANH, _softplus(f, x)))
 
 
-@onnx_op("Gelu", since=20)
-def gelu(ctx: NodeContext, x: Instruction) -> Instruction:
-    f = Formula(ctx.b, x)
-    approximate = ctx.choice("approximate", ("none", "tanh"))
-    if approximate == "tanh":
+def gelu_of(f: Formula, x: Instruction, tanh_form: bool) -> Instruction:
+    """x Phi(x): exactly, or by the tanh approximation."""
+    if tanh_form:
         # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
         cube = f.mul(f.mul(x, x), x)
         inner = f.mul(f.add(x, f.mul(cube, 0.044715)), math.sqrt(2 / math.pi))
         return f.mul(f.mul(x, 0.5), f.add(f.f(Op.TANH, inner), 1))
     # 0.5 x (1 + erf(x / sqrt 2))
     return f.mul(f.mul(x, 0.5), f.add(f.f(Op.ERF, f.mul(x, 1 / math.sqrt(2))), 1))
+
+
+@onnx_op("Gelu", since=20)
+def gelu(ctx: NodeContext, x: Instruction) -> Instruction:
+    approximate = ctx.choice("approximate", ("none", "tanh"))
+    return gelu_of(Formula(ctx.b, x), x, approximate == "tanh")
 
 
 @onnx_op("Swish", since=24)

@@ -28,6 +28,7 @@ from . import (
     attention,
     casts,
     constants,
+    contrib_activation,
     control,
     detection,
     elementwise,
@@ -55,6 +56,7 @@ from .boundary import ModelBoundary
 from .dtypes import tensor_to_array
 from .registry import (
     DEFAULT_DOMAINS,
+    Lowering,
     NodeContext,
     find_lowering,
     node_attributes,
@@ -66,9 +68,9 @@ from .sequence import NO_VALUE, SequenceValue, Value
 
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
-    activation, attention, casts, constants, control, detection, elementwise, indexing, linalg,
-    loss, ml, ml_linear, ml_preprocess, nn, norm, quantize, random, recurrent, reduce, resize,
-    sampling, selection, sequence, shape_ops, signal, text_features,
+    activation, attention, casts, constants, contrib_activation, control, detection, elementwise,
+    indexing, linalg, loss, ml, ml_linear, ml_preprocess, nn, norm, quantize, random, recurrent,
+    reduce, resize, sampling, selection, sequence, shape_ops, signal, text_features,
 )  # fmt: skip
 
 InputShapes = Mapping[str, Sequence[int]]
@@ -231,9 +233,9 @@ class GraphLowering:
         assert lowering is not None, label  # check_supported ran first
         self.b.origin = node_name(node, index)
         try:
-            _check_arity(node, opset)
+            _check_arity(node, opset, lowering)
             inputs = [self.lookup(name) if name else None for name in node.input]
-            _check_kinds(node, opset, inputs)
+            _check_kinds(node, opset, inputs, lowering)
             ctx = NodeContext(
                 self.b,
                 node,
@@ -260,10 +262,13 @@ class GraphLowering:
                 raise UnsupportedError(f"{label}: output {i} ('{name}') is not supported")
 
 
-def _check_kinds(node: onnx.NodeProto, opset: int, inputs: Sequence[Value | None]) -> None:
-    """Refuse a sequence or an empty optional where the schema takes only tensors."""
-    spec = schema(node.op_type, opset, node.domain)
-    allowed = {c.type_param_str: c.allowed_type_strs for c in spec.type_constraints}
+def _check_kinds(
+    node: onnx.NodeProto, opset: int, inputs: Sequence[Value | None], lowering: Lowering
+) -> None:
+    """Refuse a sequence or an empty optional where the schema takes only tensors (contrib
+    ops take only tensors)."""
+    spec = schema(node.op_type, opset, node.domain) if lowering.arity is None else None
+    allowed = {c.type_param_str: c.allowed_type_strs for c in spec.type_constraints} if spec else {}
     for i, value in enumerate(inputs):
         if isinstance(value, SequenceValue):
             kinds, what = ("seq(", "optional(seq("), "a sequence"
@@ -271,17 +276,24 @@ def _check_kinds(node: onnx.NodeProto, opset: int, inputs: Sequence[Value | None
             kinds, what = ("optional(",), "an optional holding no value"
         else:
             continue
-        formal = spec.inputs[min(i, len(spec.inputs) - 1)]
-        types = allowed.get(formal.type_str, [formal.type_str])
+        types = []
+        if spec is not None:
+            formal = spec.inputs[min(i, len(spec.inputs) - 1)]
+            types = allowed.get(formal.type_str, [formal.type_str])
         if not any(t.startswith(kinds) for t in types):
             raise ModelError(f"input {i} ('{node.input[i]}') is {what}; this op takes a tensor")
 
 
-def _check_arity(node: onnx.NodeProto, opset: int) -> None:
-    spec = schema(node.op_type, opset, node.domain)
+def _check_arity(node: onnx.NodeProto, opset: int, lowering: Lowering) -> None:
+    if lowering.arity is not None:
+        (in_low, in_high), (out_low, out_high) = lowering.arity
+    else:
+        spec = schema(node.op_type, opset, node.domain)
+        in_low, in_high = spec.min_input, spec.max_input
+        out_low, out_high = spec.min_output, spec.max_output
     for what, count, low, high in (
-        ("inputs", len(node.input), spec.min_input, spec.max_input),
-        ("outputs", len(node.output), spec.min_output, spec.max_output),
+        ("inputs", len(node.input), in_low, in_high),
+        ("outputs", len(node.output), out_low, out_high),
     ):
         if not low <= count <= high:
             raise ModelError(f"has {count} {what}, expected {low} to {high}")

@@ -30,10 +30,15 @@ MAX_OPSET = 28
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # other domains whose ops may have lowerings (registered with onnx_op(domain=...))
 EXTRA_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training")
+# onnxruntime's contrib ops, which onnx has no schemas for: their lowerings declare their
+# arity (onnx_op(arity=...)) and read attributes with their defaults (ctx.attr(name, value))
+MICROSOFT = "com.microsoft"
+CONTRIB_DOMAINS = (MICROSOFT,)
 
 
 def canonical_domain(domain: str) -> str:
     return "" if domain in DEFAULT_DOMAINS else domain
+
 
 Lower = Callable[..., Any]
 
@@ -45,6 +50,8 @@ class Lowering:
     until: int | None  # last opset (inclusive) this lowering serves; None: up to MAX_OPSET
     fn: Lower
     domain: str = ""
+    # contrib ops: ((least, most) inputs, (least, most) outputs), in place of a schema's
+    arity: tuple[tuple[int, int], tuple[int, int]] | None = None
 
     def serves(self, domain: str, opset: int) -> bool:
         in_range = self.since <= opset and (self.until is None or opset <= self.until)
@@ -55,13 +62,18 @@ LOWERINGS: dict[str, list[Lowering]] = {}
 
 
 def onnx_op(
-    *op_types: str, since: int = 7, until: int | None = None, domain: str = ""
+    *op_types: str,
+    since: int = 7,
+    until: int | None = None,
+    domain: str = "",
+    arity: tuple[tuple[int, int], tuple[int, int]] | None = None,
 ) -> Callable[[Lower], Lower]:
     """Register the decorated function as the lowering of `op_types` in [since, until]."""
+    assert (arity is not None) == (domain in CONTRIB_DOMAINS), "contrib ops declare arity"
 
     def register(fn: Lower) -> Lower:
         for op_type in op_types:
-            lowering = Lowering(op_type, since, until, fn, domain)
+            lowering = Lowering(op_type, since, until, fn, domain, arity)
             LOWERINGS.setdefault(op_type, []).append(lowering)
         return fn
 
@@ -79,6 +91,8 @@ def schema(op_type: str, opset: int, domain: str = "") -> onnx.defs.OpSchema | N
 def find_lowering(op_type: str, domain: str, opset: int) -> Lowering | None:
     """The lowering serving this node, or None where aotc cannot compile it."""
     domain = canonical_domain(domain)
+    if domain in CONTRIB_DOMAINS:
+        return next((w for w in LOWERINGS.get(op_type, ()) if w.serves(domain, opset)), None)
     if domain and domain not in EXTRA_DOMAINS:
         return None
     spec = schema(op_type, opset, domain)
