@@ -869,6 +869,7 @@ _ATTRIBUTE_READERS: dict[str, Callable[[_Parser], object]] = {
     "mantissa_bits": _Parser.integer,
     "custom_call_target": _Parser.string,
     "algorithm": _Parser.word,
+    "distribution": _Parser.word,
 }
 # tables of source locations that XLA's dumps print after the HloModule line
 _DEBUG_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")

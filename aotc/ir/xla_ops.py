@@ -9,7 +9,8 @@ value itself (aotc has one row-major layout and no scheduler to fence), and a
 fusion of a kind aotc does not make (XLA CPU's `kCustom`) its body.  A
 `custom-call` is refused: its target is a library routine aotc cannot see.
 `bitcast-convert` between widths is shifts and ors; `rng-bit-generator` is
-Philox or ThreeFry arithmetic (`xla_rng`).
+Philox or ThreeFry arithmetic, and the stateful `rng` Philox on a counter that
+each run advances (`xla_rng`).
 
 `EXPANSIONS[opcode](site, shape, operands, attributes)` returns the instruction
 that the written name stands for, or None to parse the instruction as the IR op
@@ -30,7 +31,7 @@ from .module import Computation, Instruction, Module
 from .ops import Direction, Op
 from .shapes import infer_shape
 from .types import AnyShape, DType, Shape, TupleShape
-from .xla_rng import rng_bit_generator
+from .xla_rng import rng, rng_bit_generator
 
 
 class Site(Protocol):
@@ -342,5 +343,6 @@ EXPANSIONS: dict[str, Expansion] = {
     "reduce-precision": _reduce_precision,
     "bitcast-convert": _bitcast_convert,
     "rng-bit-generator": rng_bit_generator,
+    "rng": rng,
     "fusion": _fusion,
 }

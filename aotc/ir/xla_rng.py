@@ -11,10 +11,12 @@ plain arithmetic on iotas: adds, xors, rotations and 32x32->64-bit multiplies
 from __future__ import annotations
 
 import math
+import zlib
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import UnsupportedError
 from .builder import ComputationBuilder
 from .module import Instruction
 from .ops import Direction, Op
@@ -96,6 +98,36 @@ class _Ops:
         return self.b.reshape(self.b.slice(flat, [0], [count]), dims)
 
 
+def rng(site: Site, shape: AnyShape, operands: list[Instruction], attributes):
+    """XLA's stateful `rng(a, b), distribution=`: uniform in [a, b) or normal(a, b) (mean,
+    deviation), drawn afresh each run; the key is a hash of the instruction's name, so that
+    two rng instructions draw different streams."""
+    distribution = attributes.get("distribution")
+    if not isinstance(shape, Shape) or len(operands) != 2:
+        raise site.fail("rng takes two scalar parameters and returns an array")
+    b = site.builder()
+    key = zlib.crc32((site.name or "rng").encode())
+    low, high = (b.broadcast(x, [], shape.dims) for x in operands)
+    if distribution == "rng_normal" and shape.dtype.is_float:
+        return b.binary(
+            Op.ADD, low, b.binary(Op.MULTIPLY, high, normal(b, key, shape.dtype, shape.dims))
+        )
+    if distribution != "rng_uniform":
+        raise site.fail(f"rng distribution {distribution} for {shape.dtype.text}")
+    span = b.binary(Op.SUBTRACT, high, low)
+    if shape.dtype.is_float:
+        return b.binary(
+            Op.ADD, low, b.binary(Op.MULTIPLY, span, uniform(b, key, shape.dtype, shape.dims))
+        )
+    # integers: a + bits mod (b - a), in the unsigned type of the same width
+    unsigned = _UNSIGNED.get(shape.dtype.bits)
+    if unsigned is None or shape.dtype.bits < 32:
+        raise site.fail(f"rng of {shape.dtype.text}")
+    bits = random_bits(b, key, Shape(unsigned, shape.dims))
+    offset = b.binary(Op.REMAINDER, bits, b.bitcast_convert(span, unsigned))
+    return b.binary(Op.ADD, low, b.bitcast_convert(offset, shape.dtype))
+
+
 def rng_bit_generator(site: Site, shape: AnyShape, operands: list[Instruction], attributes):
     (state,) = operands
     algorithm = attributes.get("algorithm", "rng_default")
@@ -119,6 +151,49 @@ def rng_bit_generator(site: Site, shape: AnyShape, operands: list[Instruction], 
         bits = o.b.bitcast_convert(bits, out.dtype)
     final = o.b.concatenate([o.b.reshape(key, [1]), new_state], 0)
     return o.b.tuple([final, bits])
+
+
+# significant bits of each float type: a uniform draw is k * 2^-bits, exact in the type
+SIGNIFICANT_BITS = {DType.F16: 11, DType.BF16: 8, DType.F32: 24, DType.F64: 53}
+
+
+def random_bits(b: ComputationBuilder, key: int, out: Shape) -> Instruction:
+    """Philox bits of `out` under `key`, fresh each run: the counter is the draw's own
+    rng-get-and-update-state (0 on the first run after loading)."""
+    return philox_bits(b, key, b.rng_state(philox_blocks(out)), out)
+
+
+def uniform(b: ComputationBuilder, key: int, dtype: DType, dims) -> Instruction:
+    """Draws from [0, 1) of float `dtype`: multiples of 2^-bits, computed where exact."""
+    bits = SIGNIFICANT_BITS.get(dtype)
+    if bits is None:
+        raise UnsupportedError(f"random values of type {dtype.text} (only float types)")
+    o = _Ops(b)
+    word = U64 if bits > 32 else U32
+    work = DType.F64 if bits > 32 else DType.F32
+    raw = random_bits(b, key, Shape(word, tuple(dims)))
+    top = b.convert(o.shr(raw, word.bits - bits), work)
+    unit = b.binary(Op.MULTIPLY, top, _float_like(b, top, 2.0**-bits))
+    return unit if work is dtype else b.convert(unit, dtype)
+
+
+def normal(b: ComputationBuilder, key: int, dtype: DType, dims) -> Instruction:
+    """Standard normal draws by Box-Muller: sqrt(-2 ln(1 - u1)) cos(2 pi u2)."""
+    work = DType.F64 if dtype is DType.F64 else DType.F32
+    pairs = uniform(b, key, work, (2, *dims))
+    rank = len(dims)
+    u1, u2 = (
+        b.reshape(b.slice(pairs, [i] + [0] * rank, [i + 1, *dims]), list(dims)) for i in (0, 1)
+    )
+    log = b.unary(Op.LOG, b.binary(Op.SUBTRACT, _float_like(b, u1, 1), u1))  # never log 0
+    radius = b.unary(Op.SQRT, b.binary(Op.MULTIPLY, log, _float_like(b, u1, -2)))
+    angle = b.binary(Op.MULTIPLY, u2, _float_like(b, u2, 2 * math.pi))
+    z = b.binary(Op.MULTIPLY, radius, b.unary(Op.COS, angle))
+    return z if work is dtype else b.convert(z, dtype)
+
+
+def _float_like(b: ComputationBuilder, x: Instruction, value: float) -> Instruction:
+    return b.broadcast(b.scalar(value, x.shape.dtype), [], x.shape.dims)
 
 
 def philox_blocks(out: Shape) -> int:

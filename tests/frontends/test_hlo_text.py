@@ -360,3 +360,32 @@ ENTRY main {
         return print_module(module)
 
     assert canonical(decorated) == canonical(plain)
+
+
+RNG_MODULE = """HloModule m
+ENTRY e {
+  a = f32[] constant(-1)
+  b = f32[] constant(3)
+  u = f32[4000] rng(a, b), distribution=rng_uniform
+  lo = s32[] constant(-5)
+  hi = s32[] constant(7)
+  i = s32[4000] rng(lo, hi), distribution=rng_uniform
+  mu = f64[] constant(2)
+  sd = f64[] constant(0.5)
+  n = f64[4000] rng(mu, sd), distribution=rng_normal
+  ROOT t = (f32[4000], s32[4000], f64[4000]) tuple(u, i, n)
+}
+"""
+
+
+def test_stateful_rng_draws_its_distribution_afresh_each_run(tmp_path):
+    """TF's stateful random ops dump as `rng`: Philox draws (the compiled code's equal the
+    evaluator's), within 4 sigma of each distribution's mean and spread, and new ones on
+    the next run."""
+    (u, i, n), _ = evaluated_and_compiled(tmp_path, RNG_MODULE)
+    assert -1 <= u.min() and u.max() < 3 and abs(u.mean() - 1) < 4 * (4 / 12**0.5) / 4000**0.5
+    assert set(np.unique(i)) == set(range(-5, 7))  # every value of [-5, 7) drawn
+    assert abs(n.mean() - 2) < 4 * 0.5 / 4000**0.5 and abs(n.std() - 0.5) < 0.03
+    module = import_hlo(module_file(tmp_path, RNG_MODULE))
+    first, second = evaluate(module, []), evaluate(module, [])
+    assert not np.array_equal(first[0], second[0])

@@ -13,21 +13,16 @@ onnxruntime, where each seeded kernel owns a generator.
 
 from __future__ import annotations
 
-import math
 import struct
 import zlib
-from collections.abc import Sequence
 
-from ...errors import ModelError, ShapeError, UnsupportedError
-from ...ir import ComputationBuilder, Direction, DType, Instruction, Op, Shape
-from ...ir.xla_rng import philox_bits, philox_blocks
+from ...errors import ModelError, ShapeError
+from ...ir import ComputationBuilder, Direction, DType, Instruction, Op
+from ...ir.xla_rng import normal, uniform
 from .dtypes import to_dtype
 from .helpers import Formula, full_like, reduce
 from .reduce import running_sum
 from .registry import NodeContext, onnx_op
-
-# significant bits of each float type: a uniform draw is k * 2^-bits, exact in the type
-SIGNIFICANT_BITS = {DType.F16: 11, DType.BF16: 8, DType.F32: 24, DType.F64: 53}
 
 
 def generator_key(ctx: NodeContext) -> int:
@@ -36,35 +31,6 @@ def generator_key(ctx: NodeContext) -> int:
     if seed is not None:
         return struct.unpack("<I", struct.pack("<f", float(seed)))[0]
     return zlib.crc32(ctx.node.output[0].encode()) | 1 << 32
-
-
-def uniform(b: ComputationBuilder, key: int, dtype: DType, dims: Sequence[int]) -> Instruction:
-    """Draws from [0, 1) of `dtype`: multiples of 2^-bits, computed where they are exact."""
-    bits = SIGNIFICANT_BITS.get(dtype)
-    if bits is None:
-        raise UnsupportedError(f"random values of type {dtype.text} (only float types)")
-    word = DType.U64 if bits > 32 else DType.U32
-    work = DType.F64 if bits > 32 else DType.F32
-    out = Shape(word, tuple(dims))
-    raw = philox_bits(b, key, b.rng_state(philox_blocks(out)), out)
-    shift = b.broadcast(b.scalar(word.bits - bits, word), [], raw.shape.dims)
-    top = b.convert(b.binary(Op.SHIFT_RIGHT_LOGICAL, raw, shift), work)
-    unit = Formula(b, top).mul(top, 2.0**-bits)
-    return unit if work is dtype else b.convert(unit, dtype)
-
-
-def normal(b: ComputationBuilder, key: int, dtype: DType, dims: Sequence[int]) -> Instruction:
-    """Standard normal draws by Box-Muller: sqrt(-2 ln u1) cos(2 pi u2), u1 in (0, 1]."""
-    work = DType.F64 if dtype is DType.F64 else DType.F32
-    pairs = uniform(b, key, work, (2, *dims))
-    rank = len(dims)
-    u1, u2 = (
-        b.reshape(b.slice(pairs, [i] + [0] * rank, [i + 1, *dims]), list(dims)) for i in (0, 1)
-    )
-    f = Formula(b, u1)
-    radius = f.f(Op.SQRT, f.mul(f.f(Op.LOG, f.sub(1, u1)), -2))  # 1 - u1 is never 0
-    z = f.mul(radius, f.f(Op.COS, f.mul(u2, 2 * math.pi)))
-    return z if work is dtype else b.convert(z, dtype)
 
 
 def _output_dtype(ctx: NodeContext, like: Instruction | None) -> DType:
