@@ -5,8 +5,18 @@ reaches."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import helper, numpy_helper
-from onnx_case_kit import CaseList, OnnxCase, f32, graph_case, ort_reference
+from onnx_case_kit import (
+    CaseList,
+    OnnxCase,
+    f32,
+    graph_case,
+    onnxruntime_outputs,
+    ort_reference,
+)
+
+from aotc.frontends.onnx.ml_scores import POST_TRANSFORMS
 
 ML = "ai.onnx.ml"
 
@@ -40,9 +50,6 @@ def _encoders_trees(cases: CaseList) -> None:
     cases.add(ml_case("array_feature_extractor_negative", "ArrayFeatureExtractor",
                        {"x": f32(2, 5), "i": np.array([[-1, 0], [2, -5]], np.int64)}, {},
                        1))  # fmt: skip
-
-
-POST_TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 
 
 def _linear_preprocess(cases: CaseList) -> None:
@@ -153,4 +160,229 @@ def _linear_preprocess(cases: CaseList) -> None:
         {"inputdimensions": [2, 3]}, reference=ort_reference)  # fmt: skip
 
 
-ML_FAMILIES = (_encoders_trees, _linear_preprocess)
+# -- tree ensembles -----------------------------------------------------------------
+
+# splits and inputs share these values, so ties (LEQ against LT, EQ hits) happen
+TREE_GRID = np.array([-1.0, -0.5, 0.0, 0.5, 1.0, 2.0])
+BRANCH_MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ")
+NODE_FIELDS = ("treeids", "nodeids", "featureids", "modes", "values", "truenodeids",
+               "falsenodeids", "missing_value_tracks_true")  # fmt: skip
+# set members: integers in [1, 30] (onnxruntime truncates inputs for other sets and takes
+# no fractions; onnx.reference ends a set at a 0, as if it were the NaN delimiter)
+MEMBERS = np.array([1.0, 2.0, 3.0])
+BRANCH_MEMBER = 6  # TreeEnsemble-5's nodes_modes code
+
+
+def _tree_inputs(rng, rows: int, features: int, dtype=np.float32) -> np.ndarray:
+    """Rows on the split grid and between its points, a tenth of the values NaN."""
+    x = rng.choice(TREE_GRID, (rows, features)) + rng.choice([0.0, 0.25], (rows, features))
+    x[rng.random((rows, features)) < 0.1] = np.nan
+    return x.astype(dtype)
+
+
+def _random_trees(rng, trees: int, depth: int, features: int, modes=BRANCH_MODES) -> dict:
+    """TreeEnsembleRegressor/Classifier nodes_* lists of random trees up to `depth` tests
+    deep (node ids per tree in pre-order); every root is a test."""
+    nodes: dict[str, list] = {f"nodes_{field}": [] for field in NODE_FIELDS}
+
+    def grow(tree: int, level: int, ids: list[int]) -> int:
+        node, row = ids[0], len(nodes["nodes_treeids"])
+        ids[0] += 1
+        leaf = level == depth or (level > 0 and rng.random() < 0.2)
+        values = (tree, node, int(rng.integers(features)),
+                  "LEAF" if leaf else str(rng.choice(modes)), float(rng.choice(TREE_GRID)),
+                  0, 0, int(rng.random() < 0.5))  # fmt: skip
+        for field, value in zip(NODE_FIELDS, values):
+            nodes[f"nodes_{field}"].append(value)
+        if not leaf:
+            nodes["nodes_truenodeids"][row] = grow(tree, level + 1, ids)
+            nodes["nodes_falsenodeids"][row] = grow(tree, level + 1, ids)
+        return node
+
+    for tree in range(trees):
+        grow(tree, 0, [0])
+    return nodes
+
+
+def _leaves(nodes: dict) -> list[tuple[int, int]]:
+    """The (tree id, node id) of every leaf."""
+    rows = zip(nodes["nodes_treeids"], nodes["nodes_nodeids"], nodes["nodes_modes"])
+    return [(tree, node) for tree, node, mode in rows if mode == "LEAF"]
+
+
+def _weights(prefix: str, entries: list[tuple[int, int, int, float]]) -> dict:
+    """target_* / class_* lists from (tree, node, target, weight) entries."""
+    columns = list(zip(*entries)) if entries else [[], [], [], []]
+    names = (f"{prefix}_treeids", f"{prefix}_nodeids", f"{prefix}_ids", f"{prefix}_weights")
+    return {name: list(column) for name, column in zip(names, columns)}
+
+
+def _as_tree_ensemble(rng, nodes: dict, entries, dtype=np.float32, members=0.0) -> dict:
+    """The same trees as TreeEnsemble-5 attributes (one target per leaf); a `members`
+    share of the EQ tests become BRANCH_MEMBER tests of 1 to 3 MEMBERS."""
+    inner = {}  # (tree, node) -> interior index
+    for tree, node, mode in zip(nodes["nodes_treeids"], nodes["nodes_nodeids"],
+                                nodes["nodes_modes"]):  # fmt: skip
+        if mode != "LEAF":
+            inner[tree, node] = len(inner)
+    leaf_of = {(tree, node): j for j, (tree, node, _, _) in enumerate(entries)}
+    attrs: dict[str, list] = {name: [] for name in ("nodes_featureids", "nodes_modes",
+                              "nodes_splits", "nodes_truenodeids", "nodes_trueleafs",
+                              "nodes_falsenodeids", "nodes_falseleafs",
+                              "nodes_missing_value_tracks_true", "membership_values")}  # fmt: skip
+    for i, mode in enumerate(nodes["nodes_modes"]):
+        if mode == "LEAF":
+            continue
+        tree = nodes["nodes_treeids"][i]
+        code = BRANCH_MODES.index(mode)
+        if mode == "BRANCH_EQ" and rng.random() < members:
+            code = BRANCH_MEMBER
+            size = rng.integers(1, 4)
+            attrs["membership_values"] += [*rng.choice(MEMBERS, size, replace=False), np.nan]
+        attrs["nodes_modes"].append(code)
+        attrs["nodes_featureids"].append(nodes["nodes_featureids"][i])
+        attrs["nodes_splits"].append(nodes["nodes_values"][i])
+        attrs["nodes_missing_value_tracks_true"].append(nodes["nodes_missing_value_tracks_true"][i])
+        for side in ("true", "false"):
+            child = (tree, nodes[f"nodes_{side}nodeids"][i])
+            attrs[f"nodes_{side}leafs"].append(int(child in leaf_of))
+            target = leaf_of[child] if child in leaf_of else inner[child]
+            attrs[f"nodes_{side}nodeids"].append(target)
+    tensors = {"nodes_modes": np.uint8, "nodes_splits": dtype, "membership_values": dtype}
+    for name, of in tensors.items():
+        attrs[name] = numpy_helper.from_array(np.asarray(attrs[name], of))
+    if not attrs["membership_values"].dims[0]:
+        del attrs["membership_values"]
+    attrs["tree_roots"] = [inner[tree, 0] for tree in sorted(set(nodes["nodes_treeids"]))]
+    attrs["leaf_targetids"] = [target for _, _, target, _ in entries]
+    weights = np.asarray([weight for _, _, _, weight in entries], dtype)
+    attrs["leaf_weights"] = numpy_helper.from_array(weights)
+    return attrs
+
+
+def _ort_with_spec_post_transform(case: OnnxCase) -> list[np.ndarray]:
+    """onnxruntime's outputs with TreeEnsemble's post_transform 1 and 2 swapped back:
+    it reads 1 as LOGISTIC and 2 as SOFTMAX, the spec the other way round."""
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    for attr in model.graph.node[0].attribute:
+        if attr.name == "post_transform" and attr.i in (1, 2):
+            attr.i = 3 - attr.i
+    return onnxruntime_outputs(model, case.inputs)
+
+
+def _ort_first_column(case: OnnxCase) -> list[np.ndarray]:
+    """onnxruntime's outputs for a two-class PROBIT classifier with one score: it leaves
+    the second probability column unwritten, which aotc writes as 0."""
+    label, scores = ort_reference(case)
+    scores = scores.copy()
+    scores[:, 1] = 0
+    return [label, scores]
+
+
+def _trees(cases: CaseList) -> None:
+    rng = np.random.default_rng(2024)
+    features, rows = 30, 64
+    x = _tree_inputs(rng, rows, features)
+    nodes = _random_trees(rng, 20, 8, features)
+    leaves = _leaves(nodes)
+    # onnx.reference's older tree ops send NaN by nodes_missing_value_tracks_true alone;
+    # onnxruntime (and TreeEnsemble-5's reference) compares, so NaN != split holds: these
+    # trees have no NEQ test, for the cases onnx.reference checks
+    plain = _random_trees(rng, 20, 8, features, BRANCH_MODES[:5])
+    plain_leaves = _leaves(plain)
+    tol = {"rtol": 1e-5, "atol": 1e-5}
+
+    def regressor(name, entries, attrs, trees=nodes, opset=3, data=x, without=(), **extra):
+        attrs = trees | _weights("target", entries) | attrs
+        attrs = {k: v for k, v in attrs.items() if k not in without}
+        cases.add(ml_case(f"tree_regressor_{name}", "TreeEnsembleRegressor", {"x": data},
+                          attrs, opset, **(tol | extra)))  # fmt: skip
+
+    def classifier(name, entries, attrs, trees=nodes, data=x, **extra):
+        attrs = trees | _weights("class", entries) | attrs
+        cases.add(ml_case(f"tree_classifier_{name}", "TreeEnsembleClassifier", {"x": data},
+                          attrs, 3, outputs=("label", "probabilities"), **(tol | extra)))  # fmt: skip
+
+    # one target, every leaf feeding it: onnx.reference and onnxruntime agree
+    one = [(t, n, 0, float(rng.uniform(-1, 1))) for t, n in plain_leaves]
+    for function in ("SUM", "AVERAGE", "MIN", "MAX"):
+        attrs = {"n_targets": 1, "aggregate_function": function, "base_values": [0.5]}
+        regressor(f"1_{function.lower()}", one, attrs, plain)
+    regressor("1_opset1", one, {"n_targets": 1}, plain, opset=1)
+    # the rest (all modes) against onnxruntime
+    one = [(t, n, 0, float(rng.uniform(-1, 1))) for t, n in leaves]
+    regressor("1_probit", one, {"n_targets": 1, "post_transform": "PROBIT"},
+              reference=ort_reference)  # fmt: skip
+    doubles = {"nodes_values_as_tensor": numpy_helper.from_array(
+                   np.asarray(nodes["nodes_values"])),
+               "target_weights_as_tensor": numpy_helper.from_array(
+                   np.asarray([w for *_, w in one]))}  # fmt: skip
+    regressor("1_doubles", one, {"n_targets": 1} | doubles, data=x.astype(np.float64),
+              without=("nodes_values", "target_weights"), reference=ort_reference)  # fmt: skip
+    # three targets, each leaf feeding some of them (none, several); a target no reached
+    # leaf feeds is 0 in onnxruntime (onnx.reference: the base, or MIN/MAX's start)
+    some = [(t, n, k, float(rng.uniform(-1, 1))) for t, n in leaves for k in range(3)
+            if rng.random() < 0.6]  # fmt: skip
+    for function in ("SUM", "AVERAGE", "MIN", "MAX"):
+        attrs = {"n_targets": 3, "aggregate_function": function, "base_values": [0.1, 0, -2]}
+        regressor(f"3_{function.lower()}", some, attrs, reference=ort_reference)
+    single = [(t, n, int(rng.integers(3)), float(rng.uniform(-1, 1))) for t, n in leaves]
+    regressor("3_one_target_a_leaf", single, {"n_targets": 3}, reference=ort_reference)
+    regressor("3_logistic", some, {"n_targets": 3, "post_transform": "LOGISTIC"},
+              reference=ort_reference)  # fmt: skip
+
+    # four classes, random-forest style (every leaf votes for every class, probabilities)
+    labels = {"classlabels_int64s": [3, 7, 11, 5]}
+    forest = [(t, n, k, float(w)) for t, n in plain_leaves
+              for k, w in enumerate(rng.dirichlet(np.ones(4)) / 20)]  # fmt: skip
+    for name in POST_TRANSFORMS:
+        classifier(f"4_{name.lower()}", forest, labels | {"post_transform": name}, plain)
+    # integers are compared as floats (onnxruntime has no integer tree regressor)
+    ints = rng.integers(-1, 3, (rows, features)).astype(np.int64)
+    classifier("4_int64", forest, labels, plain, data=ints)
+    # boosting style: a tree per class, mixed weights, base values
+    boosted = [(t, n, t % 4, float(rng.uniform(-1, 1))) for t, n in leaves]
+    classifier("4_boosted", boosted, labels | {"base_values": [0.1, -0.2, 0.3, 0.0],
+               "post_transform": "SOFTMAX"}, reference=ort_reference)  # fmt: skip
+    # some classes unfed on some rows: the label is the best fed class (onnxruntime)
+    sparse = [e for e in some if e[2] < 3] + [(t, n, 3, -0.5) for t, n in leaves[::7]]
+    classifier("4_unfed", sparse, labels, reference=ort_reference)
+
+    # two classes, by onnxruntime's rules (see ml_tree_ops._two_classes)
+    two = {"classlabels_int64s": [4, 9]}
+    forest_one = [(t, n, 0, float(rng.uniform(0.01, 0.99)) / 20) for t, n in leaves]
+    boosted_one = [(t, n, 0, float(rng.uniform(-1, 1))) for t, n in leaves]
+    for name in POST_TRANSFORMS:
+        # PROBIT: onnxruntime's erfinv takes pi as 3.14159f, 3e-5 off near probit(0.5)
+        extra = {"reference": _ort_first_column, "atol": 1e-4} if name == "PROBIT" else {}
+        extra = {"reference": ort_reference} | extra
+        classifier(f"2_forest_{name.lower()}", forest_one, two | {"post_transform": name},
+                   **extra)  # fmt: skip
+        classifier(f"2_boosted_{name.lower()}", boosted_one,
+                   two | {"post_transform": name, "base_values": [0.25]}, **extra)  # fmt: skip
+    both = [(t, n, k, float(rng.uniform(0.01, 0.99)) / 20) for t, n in leaves for k in (0, 1)]
+    classifier("2_both_two_bases", both, two | {"base_values": [0.1, 0.2],
+               "post_transform": "LOGISTIC"}, reference=ort_reference)  # fmt: skip
+    unfed_one = [(t, n, 1, w) for t, n, _, w in forest_one[::2]]
+    classifier("2_class1_unfed", unfed_one, two, reference=ort_reference)
+    classifier("2_class1_unfed_softmax", unfed_one, two | {"post_transform": "SOFTMAX"},
+               reference=ort_reference)  # fmt: skip
+
+    # TreeEnsemble-5: the same trees, two targets (tree t feeds target t % 2), half the
+    # EQ tests as set membership
+    entries = [(t, n, t % 2, float(rng.uniform(-1, 1))) for t, n in leaves]
+    v5 = _as_tree_ensemble(rng, nodes, entries, members=0.5) | {"n_targets": 2}
+    for function in range(4):
+        cases.add(ml_case(f"tree_ensemble_5_aggregate{function}", "TreeEnsemble", {"x": x},
+                          v5 | {"aggregate_function": function}, 5, **tol))  # fmt: skip
+    for transform in range(1, 5):  # onnx.reference ignores post_transform
+        cases.add(ml_case(f"tree_ensemble_5_post_transform{transform}", "TreeEnsemble",
+                          {"x": x}, v5 | {"post_transform": transform}, 5,
+                          reference=_ort_with_spec_post_transform, **tol))  # fmt: skip
+    v5_doubles = _as_tree_ensemble(rng, nodes, entries, np.float64, members=0.5)
+    cases.add(ml_case("tree_ensemble_5_double", "TreeEnsemble", {"x": x.astype(np.float64)},
+                      v5_doubles | {"n_targets": 2}, 5, **tol))  # fmt: skip
+
+
+ML_FAMILIES = (_encoders_trees, _linear_preprocess, _trees)

@@ -380,3 +380,31 @@ def test_contrib_ops_are_checked_like_onnx_ones():
     extra_input = helper.make_node("Gelu", ["x", "x"], ["y"], domain="com.microsoft")
     with pytest.raises(ModelError, match=r"has 2 inputs, expected 1 to 1"):
         import_onnx(_contrib_model(extra_input))
+
+
+def tree_classifier_model(**attrs) -> onnx.ModelProto:
+    """One tree (x0 <= 0.5 ? node 1 : node 2) voting for class 0 or 1."""
+    trees = {
+        "nodes_treeids": [0, 0, 0], "nodes_nodeids": [0, 1, 2], "nodes_featureids": [0, 0, 0],
+        "nodes_modes": ["BRANCH_LEQ", "LEAF", "LEAF"], "nodes_values": [0.5, 0, 0],
+        "nodes_truenodeids": [1, 0, 0], "nodes_falsenodeids": [2, 0, 0],
+        "class_treeids": [0, 0], "class_nodeids": [1, 2], "class_ids": [0, 1],
+        "class_weights": [1.0, 1.0],
+    }  # fmt: skip
+    node = helper.make_node("TreeEnsembleClassifier", ["x"], ["label", "p"], name="trees",
+                            domain="ai.onnx.ml", **(trees | attrs))  # fmt: skip
+    ml = [helper.make_opsetid("ai.onnx.ml", 3)]
+    outputs = [tensor("label", None, TensorProto.INT64), tensor("p", None)]
+    return make_model([node], [tensor("x", [2, 3])], outputs, extra_opsets=ml)
+
+
+def test_tree_classifier_string_labels_refused():
+    model = tree_classifier_model(classlabels_strings=["cat", "dog"])
+    with pytest.raises(UnsupportedError, match=r"TreeEnsembleClassifier \(node 'trees'.*string"):
+        import_onnx(model)
+
+
+def test_tree_branch_to_missing_node_refused():
+    model = tree_classifier_model(classlabels_int64s=[0, 1], nodes_falsenodeids=[7, 0, 0])
+    with pytest.raises(ModelError, match="a branch names node 7 of tree 0, which does not exist"):
+        import_onnx(model)

@@ -38,6 +38,7 @@ from . import (
     ml,
     ml_linear,
     ml_preprocess,
+    ml_tree_ops,
     nn,
     norm,
     quantize,
@@ -69,8 +70,8 @@ from .sequence import NO_VALUE, SequenceValue, Value
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
     activation, attention, casts, constants, contrib_activation, control, detection, elementwise,
-    indexing, linalg, loss, ml, ml_linear, ml_preprocess, nn, norm, quantize, random, recurrent,
-    reduce, resize, sampling, selection, sequence, shape_ops, signal, text_features,
+    indexing, linalg, loss, ml, ml_linear, ml_preprocess, ml_tree_ops, nn, norm, quantize, random,
+    recurrent, reduce, resize, sampling, selection, sequence, shape_ops, signal, text_features,
 )  # fmt: skip
 
 InputShapes = Mapping[str, Sequence[int]]
