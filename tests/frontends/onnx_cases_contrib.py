@@ -143,4 +143,23 @@ def _fused_norms(cases: CaseList) -> None:
                            **NORM_TOLERANCE))  # fmt: skip
 
 
-CONTRIB_FAMILIES = (_activations, _fused_math, _fused_norms)
+def _tensor_ops(cases: CaseList) -> None:
+    x = f32(2, 4, 5)
+    cases.add(contrib_case("ms_trilu_lower", "Trilu", {"x": x}, {"upper": 0},
+                           consts={"k": np.array(1, np.int64)}))  # fmt: skip
+    cases.add(contrib_case("ms_trilu_upper", "Trilu", {"x": x}))
+    for axis in (0, -1, 3):
+        cases.add(contrib_case(f"ms_expand_dims_{axis}".replace("-", "m"), "ExpandDims",
+                               {"x": x}, consts={"axis": np.array(axis, np.int32)}))  # fmt: skip
+    rows = {"a": f32(4, 3), "b": f32(5, 3)}
+    cases.add(contrib_case("ms_cdist_sqeuclidean", "CDist", rows, atol=1e-5))
+    cases.add(contrib_case("ms_cdist_euclidean", "CDist", rows, {"metric": "euclidean"},
+                           atol=1e-5))  # fmt: skip
+    # well conditioned: a dominant diagonal; the second needs row swaps (zero leading pivot)
+    matrices = f32(2, 3, 4, 4) + 4 * np.eye(4, dtype=np.float32)
+    cases.add(contrib_case("ms_inverse", "Inverse", {"x": matrices}, rtol=1e-4, atol=1e-5))
+    swaps = np.array([[0, 2, 1], [1, 0, 3], [4, 1, 0]], dtype=np.float64)
+    cases.add(contrib_case("ms_inverse_pivoting_f64", "Inverse", {"x": swaps}))
+
+
+CONTRIB_FAMILIES = (_activations, _fused_math, _fused_norms, _tensor_ops)

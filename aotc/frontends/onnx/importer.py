@@ -31,6 +31,7 @@ from . import (
     contrib_activation,
     contrib_fused,
     contrib_norm,
+    contrib_tensor,
     control,
     detection,
     elementwise,
@@ -71,9 +72,9 @@ from .sequence import NO_VALUE, SequenceValue, Value
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
     activation, attention, casts, constants, contrib_activation, contrib_fused, contrib_norm,
-    control, detection, elementwise, indexing, linalg, loss, ml, ml_linear, ml_preprocess, nn,
-    norm, quantize, random, recurrent, reduce, resize, sampling, selection, sequence, shape_ops,
-    signal, text_features,
+    contrib_tensor, control, detection, elementwise, indexing, linalg, loss, ml, ml_linear,
+    ml_preprocess, nn, norm, quantize, random, recurrent, reduce, resize, sampling, selection,
+    sequence, shape_ops, signal, text_features,
 )  # fmt: skip
 
 InputShapes = Mapping[str, Sequence[int]]
