@@ -23,6 +23,7 @@ from onnx.backend.base import Backend, BackendRep
 
 from .driver import CompileOptions, compile_model
 from .errors import AotcError, InputValuesRequired
+from .frontends.onnx import uses_onnxruntime_extras
 
 # inputs whose values were asked for, and still asked for again: give up
 _MAX_SPECIALISATIONS = 8
@@ -136,7 +137,13 @@ class AotcBackend(Backend):
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs) -> AotcRep:
-        super().prepare(model, device, **kwargs)
+        try:
+            super().prepare(model, device, **kwargs)
+        except onnx.checker.ValidationError:
+            # onnx's checker refuses the ops onnxruntime adds to ONNX's domain, which the
+            # importer lowers (and checks) itself
+            if not uses_onnxruntime_extras(model):
+                raise
         options = CompileOptions(
             name=kwargs.get("name", "model"),
             target=kwargs.get("target", "host"),

@@ -105,9 +105,11 @@ def graph_model(
     opset: int = DEFAULT_OPSET,
     domains: dict[str, int] | None = None,
     reference: Callable[[onnx.ModelProto, dict], list] | None = None,
+    checked: bool = True,
 ) -> onnx.ModelProto:
     """A checked model importing `opset` and the `domains` (name -> version); output types
-    are taken from the results of `reference` (onnx.reference's evaluator by default)."""
+    are taken from the results of `reference` (onnx.reference's evaluator by default).
+    `checked=False` skips onnx's checker, for the ops onnxruntime adds to ONNX's domain."""
     graph_inputs = [
         helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape
@@ -126,16 +128,17 @@ def graph_model(
         value = np.asarray(value)
         elem = helper.np_dtype_to_tensor_dtype(value.dtype)
         model.graph.output.append(helper.make_tensor_value_info(name, elem, value.shape))
-    onnx.checker.check_model(model)
+    if checked:
+        onnx.checker.check_model(model)
     return model
 
 
-def graph_case(
-    name, nodes, inputs, consts=None, outputs=("y",), opset=DEFAULT_OPSET, domains=None, **extra
-):
+def graph_case(name, nodes, inputs, consts=None, outputs=("y",), opset=DEFAULT_OPSET,
+               domains=None, checked=True, **extra):  # fmt: skip
     typing_run = onnxruntime_outputs if extra.get("reference") is ort_reference else None
     try:
-        model = graph_model(nodes, inputs, consts or {}, list(outputs), opset, domains, typing_run)
+        model = graph_model(nodes, inputs, consts or {}, list(outputs), opset, domains,
+                            typing_run, checked)  # fmt: skip
     except (ValueError, TypeError, onnx.checker.ValidationError) as e:
         e.add_note(f"while building ONNX case {name!r}")
         raise

@@ -408,3 +408,50 @@ def test_tree_branch_to_missing_node_refused():
     model = tree_classifier_model(classlabels_int64s=[0, 1], nodes_falsenodeids=[7, 0, 0])
     with pytest.raises(ModelError, match="a branch names node 7 of tree 0, which does not exist"):
         import_onnx(model)
+
+
+MS = "com.microsoft"
+
+
+def _fused_model(node: onnx.NodeProto, inputs: dict[str, list[int]], opset: int = 17):
+    graph = helper.make_graph([node], "g", [tensor(n, dims) for n, dims in inputs.items()],
+                              [tensor(name, None) for name in node.output if name])  # fmt: skip
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def test_fused_activation_outside_the_table_is_refused():
+    node = helper.make_node("FusedGemm", ["a", "b"], ["y"], domain="com.microsoft",
+                            activation="ScaledTanh", activation_alpha=1.0)  # fmt: skip
+    model = _fused_model(node, {"a": [2, 3], "b": [3, 4]})
+    with pytest.raises(UnsupportedError, match=r"activation 'ScaledTanh' is not supported"):
+        import_onnx(model)
+    conv = helper.make_node("FusedConv", ["x", "w"], ["y"], domain="com.microsoft",
+                            activation="LeakyRelu", activation_params=[0.1, 0.2])  # fmt: skip
+    with pytest.raises(ModelError, match=r"activation_params has 2 values, .* takes 1"):
+        import_onnx(_fused_model(conv, {"x": [1, 2, 4, 4], "w": [3, 2, 3, 3]}))
+
+
+def test_skip_norms_refuse_what_they_do_not_define():
+    # the RMS form has no mean
+    node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["y", "mean"],
+                            domain="com.microsoft")  # fmt: skip
+    model = _fused_model(node, {"x": [2, 3, 8], "s": [2, 3, 8], "g": [8]})
+    with pytest.raises(UnsupportedError, match=r"output 1 \('mean'\) is not supported"):
+        import_onnx(model)
+    node = helper.make_node("SkipLayerNormalization", ["x", "s", "g"], ["y"],
+                            domain="com.microsoft")  # fmt: skip
+    model = _fused_model(node, {"x": [2, 3, 8], "s": [2, 4, 8], "g": [8]})
+    with pytest.raises(ShapeError, match=r"skip has shape \[2, 4, 8\]; its last two dims"):
+        import_onnx(model)
+
+
+def test_onnxruntime_onnx_domain_ops_serve_only_where_onnx_has_none():
+    # onnxruntime registers LayerNormalization before opset 17 in ONNX's domain, and
+    # SimplifiedLayerNormalization there only
+    node = helper.make_node("LayerNormalization", ["x", "g"], ["y"])
+    model = _fused_model(node, {"x": [2, 8], "g": [8]}, opset=13)
+    assert [i.op for i in import_onnx(model).entry.instructions].count(Op.RSQRT) == 1
+    elsewhere = helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"], domain=MS)
+    with pytest.raises(UnsupportedError, match=r"SimplifiedLayerNormalization"):
+        import_onnx(_fused_model(elsewhere, {"x": [2, 8], "g": [8]}))

@@ -5,6 +5,6 @@ per op family fills it (elementwise, activation, linalg, nn, norm, reduce,
 shape_ops, constants).
 """
 
-from .importer import import_onnx
+from .importer import import_onnx, uses_onnxruntime_extras
 
-__all__ = ["import_onnx"]
+__all__ = ["import_onnx", "uses_onnxruntime_extras"]

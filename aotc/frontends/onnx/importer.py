@@ -29,6 +29,9 @@ from . import (
     casts,
     constants,
     contrib_activation,
+    contrib_fused,
+    contrib_norm,
+    contrib_tensor,
     control,
     detection,
     elementwise,
@@ -69,9 +72,10 @@ from .sequence import NO_VALUE, SequenceValue, Value
 
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
-    activation, attention, casts, constants, contrib_activation, control, detection, elementwise,
-    indexing, linalg, loss, ml, ml_linear, ml_preprocess, ml_tree_ops, nn, norm, quantize, random,
-    recurrent, reduce, resize, sampling, selection, sequence, shape_ops, signal, text_features,
+    activation, attention, casts, constants, contrib_activation, contrib_fused, contrib_norm,
+    contrib_tensor, control, detection, elementwise, indexing, linalg, loss, ml, ml_linear,
+    ml_preprocess, ml_tree_ops, nn, norm, quantize, random, recurrent, reduce, resize, sampling,
+    selection, sequence, shape_ops, signal, text_features,
 )  # fmt: skip
 
 InputShapes = Mapping[str, Sequence[int]]
@@ -165,6 +169,17 @@ def check_supported(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> None:
             refused.append(node_label(node, index, opset))
     if refused:
         raise UnsupportedError(f"unsupported ONNX ops: {', '.join(refused)}")
+
+
+def uses_onnxruntime_extras(model: onnx.ModelProto) -> bool:
+    """Whether the model has ops onnxruntime registers in ONNX's domain where onnx has no
+    schema (LayerNormalization before opset 17...), which onnx's checker refuses."""
+    opsets = model_opsets(model)
+    for _, node in _all_nodes(model.graph):
+        lowering = find_lowering(node.op_type, node.domain, node_opset(node, opsets))
+        if lowering is not None and not lowering.domain and lowering.arity is not None:
+            return True
+    return False
 
 
 def _used_names(graph: onnx.GraphProto) -> set[str]:

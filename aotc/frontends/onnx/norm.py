@@ -5,7 +5,7 @@ LRN, and the Lp norms: LpNormalization and LpPool (the Lp norm of each pooling w
 from __future__ import annotations
 
 from ...errors import ModelError, ShapeError, UnsupportedError
-from ...ir import ComputationBuilder, Direction, Instruction, Op, Window, scalar_reducer
+from ...ir import ComputationBuilder, Direction, DType, Instruction, Op, Window, scalar_reducer
 from .dtypes import to_dtype
 from .helpers import (
     Formula,
@@ -93,28 +93,36 @@ def _normalize(
     return normalized, mean, inv_std
 
 
-def _stashed(ctx: NodeContext, x: Instruction) -> Instruction:
-    """x in the node's stash_type (the precision of the statistics, float32 by
-    default) where that is wider than x's own type."""
-    stash = to_dtype(ctx.attr("stash_type", 1), "stash_type")
+def stashed(b: ComputationBuilder, x: Instruction, stash: DType) -> Instruction:
+    """x in `stash` (the precision of the statistics) where that is wider than x's type."""
     dtype = x.shape.dtype
-    return ctx.b.convert(x, stash) if stash.is_float and stash.bits > dtype.bits else x
+    return b.convert(x, stash) if stash.is_float and stash.bits > dtype.bits else x
+
+
+def _stashed(ctx: NodeContext, x: Instruction) -> Instruction:
+    """x in the node's stash_type (float32 by default) where that is wider."""
+    return stashed(ctx.b, x, to_dtype(ctx.attr("stash_type", 1), "stash_type"))
+
+
+def layer_norm_of(b: ComputationBuilder, x: Instruction, scale: Instruction,
+                  bias: Instruction | None, axis: int, epsilon: float,
+                  stash: DType) -> tuple[Instruction, Instruction, Instruction]:  # fmt: skip
+    """(y, mean, 1/std): x normalized over the dims from `axis` on with its statistics in
+    `stash`, then scaled and shifted in scale's type (the output's)."""
+    wide = stashed(b, x, stash)
+    normalized, mean, inv_std = _normalize(b, wide, list(range(axis, x.shape.rank)), epsilon)
+    y = b.convert(normalized, scale.shape.dtype)
+    y = b.binary(Op.MULTIPLY, y, unidirectional(b, scale, x.shape.dims))
+    if bias is not None:
+        y = b.binary(Op.ADD, y, unidirectional(b, bias, x.shape.dims))
+    return y, mean, inv_std
 
 
 @onnx_op("LayerNormalization", since=17)
 def layer_norm(ctx: NodeContext, x: Instruction, scale: Instruction, bias=None):
-    b = ctx.b
     axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
-    dtype = x.shape.dtype
-    wide = _stashed(ctx, x)
-    normalized, mean, inv_std = _normalize(
-        b, wide, list(range(axis, x.shape.rank)), ctx.attr("epsilon")
-    )
-    y = b.convert(normalized, dtype)
-    y = b.binary(Op.MULTIPLY, y, unidirectional(b, scale, x.shape.dims))
-    if bias is not None:
-        y = b.binary(Op.ADD, y, unidirectional(b, bias, x.shape.dims))
-    return [y, mean, inv_std]
+    stash = to_dtype(ctx.attr("stash_type", 1), "stash_type")
+    return list(layer_norm_of(ctx.b, x, scale, bias, axis, ctx.attr("epsilon"), stash))
 
 
 @onnx_op("InstanceNormalization")
@@ -170,22 +178,27 @@ def group_norm(ctx: NodeContext, x: Instruction, scale: Instruction, bias: Instr
     return b.binary(Op.ADD, b.binary(Op.MULTIPLY, y, scale), bias)
 
 
-@onnx_op("RMSNormalization", since=23)
-def rms_norm(ctx: NodeContext, x: Instruction, scale: Instruction) -> Instruction:
-    """x / sqrt(mean(x^2) + epsilon) over the dims from `axis` on, times scale."""
-    b = ctx.b
-    axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
+def rms_norm_of(b: ComputationBuilder, x: Instruction, scale: Instruction, axis: int,
+                epsilon: float, stash: DType) -> tuple[Instruction, Instruction]:  # fmt: skip
+    """(y, 1/rms): x / sqrt(mean(x^2) + epsilon) over the dims from `axis` on, computed in
+    `stash`, times scale in scale's type (the output's, which may differ from x's)."""
     axes = list(range(axis, x.shape.rank))
-    wide = _stashed(ctx, x)
+    wide = stashed(b, x, stash)
     f = Formula(b, wide)
     mean_square = reduce(b, f.mul(wide, wide), Op.ADD, axes, keepdims=True)
     g = Formula(b, mean_square)
     count = element_count(x.shape.dims, axes)
-    inv_rms = g.f(Op.RSQRT, g.add(g.div(mean_square, count), ctx.attr("epsilon")))
+    inv_rms = g.f(Op.RSQRT, g.add(g.div(mean_square, count), epsilon))
     normalized = b.binary(Op.MULTIPLY, wide, b.broadcast_to(inv_rms, x.shape.dims))
-    # the result has scale's type (V), which may differ from x's (T)
     y = b.convert(normalized, scale.shape.dtype)
-    return b.binary(Op.MULTIPLY, y, unidirectional(b, scale, x.shape.dims))
+    return b.binary(Op.MULTIPLY, y, unidirectional(b, scale, x.shape.dims)), inv_rms
+
+
+@onnx_op("RMSNormalization", since=23)
+def rms_norm(ctx: NodeContext, x: Instruction, scale: Instruction) -> Instruction:
+    axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
+    stash = to_dtype(ctx.attr("stash_type", 1), "stash_type")
+    return rms_norm_of(ctx.b, x, scale, axis, ctx.attr("epsilon"), stash)[0]
 
 
 @onnx_op("MeanVarianceNormalization", since=9)
@@ -261,4 +274,3 @@ def global_lp_pool(ctx: NodeContext, x: Instruction) -> Instruction:
     axes = list(range(2, x.shape.rank))
     total = reduce(ctx.b, _lp_terms(Formula(ctx.b, x), x, p), Op.ADD, axes, keepdims=True)
     return _lp_finish(Formula(ctx.b, total), total, p)
-

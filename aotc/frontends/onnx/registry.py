@@ -9,6 +9,7 @@ an omitted optional input), `outputs` an instruction or a sequence of them
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,10 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 # other domains whose ops may have lowerings (registered with onnx_op(domain=...))
 EXTRA_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training")
 # onnxruntime's contrib ops, which onnx has no schemas for: their lowerings declare their
-# arity (onnx_op(arity=...)) and read attributes with their defaults (ctx.attr(name, value))
+# arity (onnx_op(arity=...)) and read attributes with their defaults (ctx.attr(name, value)).
+# onnxruntime also registers a few ops in the ONNX domain where onnx has no schema for them
+# (SimplifiedLayerNormalization; LayerNormalization before opset 17): lowerings declared
+# there with an arity serve only where onnx has no schema.
 MICROSOFT = "com.microsoft"
 CONTRIB_DOMAINS = (MICROSOFT,)
 
@@ -69,7 +73,8 @@ def onnx_op(
     arity: tuple[tuple[int, int], tuple[int, int]] | None = None,
 ) -> Callable[[Lower], Lower]:
     """Register the decorated function as the lowering of `op_types` in [since, until]."""
-    assert (arity is not None) == (domain in CONTRIB_DOMAINS), "contrib ops declare arity"
+    assert arity is not None or domain not in CONTRIB_DOMAINS, "contrib ops declare arity"
+    assert arity is None or domain in (*CONTRIB_DOMAINS, ""), "only ONNX and contrib ops"
 
     def register(fn: Lower) -> Lower:
         for op_type in op_types:
@@ -96,12 +101,31 @@ def find_lowering(op_type: str, domain: str, opset: int) -> Lowering | None:
     if domain and domain not in EXTRA_DOMAINS:
         return None
     spec = schema(op_type, opset, domain)
+    if spec is None and not domain:
+        # onnxruntime's own ONNX-domain registrations, where onnx has no schema
+        extras = (w for w in LOWERINGS.get(op_type, ()) if w.arity is not None)
+        return next((w for w in extras if w.serves(domain, opset)), None)
     if spec is None or (not domain and spec.since_version > MAX_OPSET):
         return None
     for lowering in LOWERINGS.get(op_type, ()):
-        if lowering.serves(domain, min(opset, MAX_OPSET) if not domain else opset):
+        if lowering.arity is None and lowering.serves(
+            domain, min(opset, MAX_OPSET) if not domain else opset
+        ):
             return lowering
     return None
+
+
+def lower_as_onnx(ctx: NodeContext, op_type: str, opset: int,
+                  inputs: Sequence[Instruction | None], attrs: dict[str, Any]) -> Any:  # fmt: skip
+    """The outputs of ONNX's `op_type` (at `opset`) lowered on `inputs` with `attrs` over its
+    schema's defaults: the ONNX part of a fused contrib op (FusedGemm's Gemm...)."""
+    lowering = find_lowering(op_type, "", opset)
+    assert lowering is not None and lowering.arity is None, (op_type, opset)
+    spec = schema(op_type, opset)
+    inner = dataclasses.replace(
+        ctx, opset=opset, inputs=list(inputs), attrs={**schema_defaults(spec), **attrs}
+    )
+    return lowering.fn(inner, *inputs)
 
 
 def node_label(node: onnx.NodeProto, index: int, opset: int) -> str:
@@ -123,14 +147,20 @@ def _attribute_value(attr: AttributeProto) -> Any:
     return value
 
 
+def schema_defaults(spec: onnx.defs.OpSchema | None) -> dict[str, Any]:
+    """The attribute defaults a schema declares (none without a schema)."""
+    if spec is None:
+        return {}
+    return {
+        name: _attribute_value(decl.default_value)
+        for name, decl in spec.attributes.items()
+        if decl.default_value.type != AttributeProto.UNDEFINED
+    }
+
+
 def node_attributes(node: onnx.NodeProto, opset: int) -> dict[str, Any]:
     """The node's attributes over the defaults its schema declares."""
-    attrs: dict[str, Any] = {}
-    spec = schema(node.op_type, opset, node.domain)
-    if spec is not None:
-        for name, decl in spec.attributes.items():
-            if decl.default_value.type != AttributeProto.UNDEFINED:
-                attrs[name] = _attribute_value(decl.default_value)
+    attrs = schema_defaults(schema(node.op_type, opset, node.domain))
     for attr in node.attribute:
         attrs[attr.name] = _attribute_value(attr)
     return attrs
