@@ -9,6 +9,7 @@ import onnx.external_data_helper
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from onnx_case_kit import assert_integers_match
 from onnx_cases import CASES, OnnxCase, expected_outputs
 
 from aotc.errors import AotcError, InputValuesRequired, ModelError, ShapeError, UnsupportedError
@@ -31,7 +32,7 @@ def assert_outputs_match(got, expected, rtol: float, atol: float) -> None:
             np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
         else:
             assert g.dtype == e.dtype
-            np.testing.assert_array_equal(g, e)
+            assert_integers_match(g, e, atol)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -380,3 +381,28 @@ def test_contrib_ops_are_checked_like_onnx_ones():
     extra_input = helper.make_node("Gelu", ["x", "x"], ["y"], domain="com.microsoft")
     with pytest.raises(ModelError, match=r"has 2 inputs, expected 1 to 1"):
         import_onnx(_contrib_model(extra_input))
+
+
+def _matmul_nbits_model(runtime_b: bool, zero_points=None, g_idx=None) -> onnx.ModelProto:
+    n, k, block = 2, 32, 16
+    weights = {"B": np.zeros((n, 2, 8), np.uint8), "scales": np.ones((n, 2), np.float32),
+               "zero_points": zero_points, "g_idx": g_idx}  # fmt: skip
+    names = ["a"] + [name if v is not None else "" for name, v in weights.items()]
+    node = helper.make_node("MatMulNBits", names, ["y"], domain="com.microsoft", N=n, K=k,
+                            block_size=block)  # fmt: skip
+    inits = [numpy_helper.from_array(v, name) for name, v in weights.items() if v is not None]
+    inputs = [tensor("a", [3, k])]
+    if runtime_b:
+        inputs.append(tensor("B", [n, 2, 8], TensorProto.UINT8))
+        inits = inits[1:]
+    ms = helper.make_opsetid("com.microsoft", 1)
+    return make_model([node], inputs, [tensor("y", None)], inits, extra_opsets=[ms])
+
+
+def test_matmul_nbits_refusals():
+    with pytest.raises(InputValuesRequired, match=r"input 'B' \(dequantized at compile time\) "
+                       r"must be a constant"):  # fmt: skip
+        import_onnx(_matmul_nbits_model(runtime_b=True))
+    zero_points, g_idx = np.zeros((2, 1), np.uint8), np.zeros(32, np.int32)
+    with pytest.raises(UnsupportedError, match="g_idx with uint8 zero points"):
+        import_onnx(_matmul_nbits_model(False, zero_points, g_idx))

@@ -29,6 +29,9 @@ from . import (
     casts,
     constants,
     contrib_activation,
+    contrib_nbits,
+    contrib_qlinear,
+    contrib_quant,
     control,
     detection,
     elementwise,
@@ -68,7 +71,8 @@ from .sequence import NO_VALUE, SequenceValue, Value
 
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
-    activation, attention, casts, constants, contrib_activation, control, detection, elementwise,
+    activation, attention, casts, constants, contrib_activation, contrib_nbits, contrib_qlinear,
+    contrib_quant, control, detection, elementwise,
     indexing, linalg, loss, ml, ml_linear, ml_preprocess, nn, norm, quantize, random, recurrent,
     reduce, resize, sampling, selection, sequence, shape_ops, signal, text_features,
 )  # fmt: skip
