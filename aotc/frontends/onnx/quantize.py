@@ -84,6 +84,17 @@ def saturate_int(b, value: Instruction, dtype: DType) -> Instruction:
     return b.convert(b.clamp(low, value, high), dtype)
 
 
+def round_to_int(b, value: Instruction, zero_point: Instruction | None, target: DType):
+    """`value` (x / scale) rounded half to even, plus `zero_point` (already broadcast),
+    saturated to the integer type `target`; rounds in value's type (as numpy's rint), adds
+    the zero point exactly in f32 (f64 where value is f64)."""
+    wide = DType.F64 if value.shape.dtype is DType.F64 else DType.F32
+    q = b.convert(b.unary(Op.ROUND_NEAREST_EVEN, value), wide)
+    if zero_point is not None:
+        q = b.binary(Op.ADD, q, b.convert(zero_point, wide))
+    return saturate_int(b, q, target)
+
+
 @onnx_op("QuantizeLinear", since=10)
 def quantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zero_point=None):
     b = ctx.b
@@ -99,12 +110,7 @@ def quantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zero_p
     q = b.binary(Op.DIVIDE, b.convert(x, compute), scale)
     zp = None if zero_point is None else expand(ctx, zero_point, dims, axis, block)
     if target.is_int:
-        # round in the division's type (as numpy's rint), add the zero point exactly
-        wide = DType.F64 if compute is DType.F64 else DType.F32
-        q = b.convert(b.unary(Op.ROUND_NEAREST_EVEN, q), wide)
-        if zp is not None:
-            q = b.binary(Op.ADD, q, b.convert(zp, wide))
-        return saturate_int(b, q, target)
+        return round_to_int(b, q, zp, target)
     if target.minifloat is None or target is DType.F8E8M0FNU:
         raise UnsupportedError(f"quantizing to {target.text} is not supported")
     if zp is not None:  # y = x / scale + zero point, rounded once to the target
@@ -153,7 +159,7 @@ def dynamic_quantize_linear(ctx: NodeContext, x: Instruction) -> list[Instructio
     return [saturate_int(b, q, DType.U8), scale, b.convert(zp, DType.U8)]
 
 
-def _check_int8(op: str, *xs: Instruction) -> None:
+def check_int8(op: str, *xs: Instruction) -> None:
     for x in xs:
         if x.shape.dtype not in INT8_TYPES:
             raise UnsupportedError(f"{op} on {x.shape.dtype.text} is not supported (int8/uint8)")
@@ -184,13 +190,13 @@ def _matmul_integer(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction:
 
 @onnx_op("MatMulInteger", since=10)
 def matmul_integer(ctx: NodeContext, a: Instruction, bm: Instruction, a_zp=None, b_zp=None):
-    _check_int8("MatMulInteger", a, bm)
+    check_int8("MatMulInteger", a, bm)
     return _matmul_integer(ctx, a, a_zp, bm, b_zp)
 
 
 @onnx_op("ConvInteger", since=10)
 def conv_integer(ctx: NodeContext, x: Instruction, w: Instruction, x_zp=None, w_zp=None):
-    _check_int8("ConvInteger", x, w)
+    check_int8("ConvInteger", x, w)
     return conv(ctx, _centered(ctx, x, x_zp, None), _centered(ctx, w, w_zp, 0))
 
 
@@ -224,7 +230,7 @@ def _scale_ratio(ctx: NodeContext, x_scale, w_scale, y_scale, dims, w_axis: int 
 
 @onnx_op("QLinearMatMul", since=10)
 def qlinear_matmul(ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_zp, y_scale, y_zp=None):
-    _check_int8("QLinearMatMul", a, bm, *([] if y_zp is None else [y_zp]))
+    check_int8("QLinearMatMul", a, bm, *([] if y_zp is None else [y_zp]))
     out = a.shape.dtype if y_zp is None else y_zp.shape.dtype
     acc = _matmul_integer(ctx, a, a_zp, bm, b_zp)
     if a_scale.shape.size != 1:
@@ -238,7 +244,7 @@ def qlinear_matmul(ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_zp, y_scal
 @onnx_op("QLinearConv", since=10)
 def qlinear_conv(ctx: NodeContext, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp=None,
                  bias=None):  # fmt: skip
-    _check_int8("QLinearConv", x, w)
+    check_int8("QLinearConv", x, w)
     out = x.shape.dtype if y_zp is None else y_zp.shape.dtype
     acc = conv(ctx, _centered(ctx, x, x_zp, None), _centered(ctx, w, w_zp, 0), bias)
     # a vector w_scale is per output channel (dim 1 of the NCHW result)
