@@ -217,12 +217,59 @@ def _qlinear_pools(cases: CaseList) -> None:
                                    consts=consts, atol=1))  # fmt: skip
 
 
+def _quantized_matmuls(cases: CaseList) -> None:
+    for dtype in (np.uint8, np.int8):
+        kind = np.dtype(dtype).name
+        a_s, a_z = _params(0.05, ZERO_POINTS[dtype], dtype)
+        w = _q(np.int8, 6, 5)
+        w_s, w_z = f32(5, low=0.01, high=0.05), ints(5, low=-5, high=5, dtype=np.int8)
+        y_s, y_z = _params(0.5, ZERO_POINTS[dtype] // 2, dtype)
+        bias = ints(5, low=-500, high=500, dtype=np.int32)
+        variants = [  # name, A's shape, B, its parameters, C, y parameters, attributes
+            ("float", (3, 6), w, _params(0.02, 0, np.int8), None, (None, None), {}),
+            ("per_column_bias", (3, 6), w, (w_s, w_z), bias, (y_s, y_z), {"alpha": 0.5}),
+            ("trans", (6, 3), w.T.copy(), (w_s, w_z), None, (y_s, y_z),
+             {"transA": 1, "transB": 1}),
+            ("uint8_b_float", (3, 6), _q(np.uint8, 6, 5), _params(0.02, 128, np.uint8), bias,
+             (None, None), {}),
+        ]  # fmt: skip
+        for name, shape, bm, (bs, bz), c, (ys, yz), attrs in variants:
+            if bm.dtype != np.int8 and dtype == np.int8:
+                continue  # onnxruntime's kernel takes int8 A only with int8 B
+            consts = {"as": a_s, "az": a_z, "b": bm, "bs": bs, "bz": bz, "c": c, "ys": ys,
+                      "yz": yz}  # fmt: skip
+            while list(consts.values())[-1] is None:
+                consts.popitem()
+            cases.add(contrib_case(f"ms_qgemm_{kind}_{name}", "QGemm", {"a": _q(dtype, *shape)},
+                                   attrs, consts=consts, rtol=1e-5, atol=1e-5))  # fmt: skip
+        # MatMulIntegerToFloat: batched A, per-column B parameters, bias
+        consts = {"b": w, "as": a_s, "bs": w_s, "az": a_z, "bz": w_z, "bias": f32(5)}
+        cases.add(contrib_case(f"ms_matmul_integer_to_float_{kind}", "MatMulIntegerToFloat",
+                               {"a": _q(dtype, 2, 3, 6)}, consts=consts, rtol=1e-5,
+                               atol=1e-5))  # fmt: skip
+        bm = _q(dtype, 6, 5)
+        weights = {
+            "b": bm,
+            "bs": np.array(0.03, np.float32),
+            "bz": np.array(ZERO_POINTS[dtype] // 3, dtype),
+        }
+        cases.add(contrib_case(f"ms_dynamic_quantize_matmul_{kind}", "DynamicQuantizeMatMul",
+                               {"a": f32(2, 3, 6)}, consts=weights, rtol=1e-5, atol=1e-5))  # fmt: skip
+    consts = {"b": w, "bs": w_s, "bz": w_z, "bias": f32(5)}
+    cases.add(contrib_case("ms_dynamic_quantize_matmul_per_column_bias", "DynamicQuantizeMatMul",
+                           {"a": f32(4, 6)}, consts=consts, rtol=1e-5, atol=1e-5))  # fmt: skip
+    cases.add(contrib_case("ms_matmul_integer16", "MatMulInteger16",
+                           {"a": ints(2, 3, 7, low=-3000, high=3000, dtype=np.int16)},
+                           consts={"b": ints(7, 4, low=-3000, high=3000, dtype=np.int16)}))  # fmt: skip
+
+
 def _quantized(cases: CaseList) -> None:
     _matmul_nbits(cases)
     _quantize_dequantize(cases)
     _qlinear_elementwise(cases)
     _qlinear_softmax_concat(cases)
     _qlinear_pools(cases)
+    _quantized_matmuls(cases)
 
 
 CONTRIB_FAMILIES = (_activations, _quantized)

@@ -406,3 +406,24 @@ def test_matmul_nbits_refusals():
     zero_points, g_idx = np.zeros((2, 1), np.uint8), np.zeros(32, np.int32)
     with pytest.raises(UnsupportedError, match="g_idx with uint8 zero points"):
         import_onnx(_matmul_nbits_model(False, zero_points, g_idx))
+
+
+def _contrib_quant_model(op: str, inputs: dict, consts: dict) -> onnx.ModelProto:
+    names = list(inputs) + list(consts)
+    node = helper.make_node(op, names, ["y"], domain="com.microsoft")
+    graph_inputs = [tensor(n, list(v.shape), helper.np_dtype_to_tensor_dtype(v.dtype))
+                    for n, v in inputs.items()]  # fmt: skip
+    inits = [numpy_helper.from_array(v, n) for n, v in consts.items()]
+    ms = helper.make_opsetid("com.microsoft", 1)
+    return make_model([node], graph_inputs, [tensor("y", None)], inits, extra_opsets=[ms])
+
+
+def test_contrib_quantized_refusals():
+    x, s, z = np.zeros((2, 3), np.uint8), np.array(0.1, np.float32), np.array(3, np.uint8)
+    per_channel = {"as": np.ones(3, np.float32), "az": z, "b": x, "bs": s, "bz": z, "cs": s}
+    with pytest.raises(ShapeError, match=r"has shape \[3\]; only per-tensor"):
+        import_onnx(_contrib_quant_model("QLinearAdd", {"a": x}, per_channel))
+    w = np.zeros((3, 4), np.uint8)
+    no_output_zp = {"as": s, "az": z, "b": w, "bs": s, "bz": z, "c": np.zeros(4, np.int32), "ys": s}
+    with pytest.raises(ModelError, match="y_scale is given without y_zero_point"):
+        import_onnx(_contrib_quant_model("QGemm", {"a": x}, no_output_zp))

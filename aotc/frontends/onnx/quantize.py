@@ -165,7 +165,7 @@ def check_int8(op: str, *xs: Instruction) -> None:
             raise UnsupportedError(f"{op} on {x.shape.dtype.text} is not supported (int8/uint8)")
 
 
-def _centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) -> Instruction:
+def centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) -> Instruction:
     """`x - zero_point` in s32; a vector zero point lies along `axis`."""
     b = ctx.b
     x32 = b.convert(x, DType.S32)
@@ -181,23 +181,23 @@ def _centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) ->
     return b.binary(Op.SUBTRACT, x32, zp)
 
 
-def _matmul_integer(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction:
+def integer_matmul(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction:
     # a's vector zero point is per row (dim -2), b's per column (dim -1)
-    rows = _centered(ctx, a, a_zp, a.shape.rank - 2)
-    cols = _centered(ctx, bm, b_zp, bm.shape.rank - 1)
+    rows = centered(ctx, a, a_zp, a.shape.rank - 2)
+    cols = centered(ctx, bm, b_zp, bm.shape.rank - 1)
     return matmul(ctx, rows, cols)
 
 
 @onnx_op("MatMulInteger", since=10)
 def matmul_integer(ctx: NodeContext, a: Instruction, bm: Instruction, a_zp=None, b_zp=None):
     check_int8("MatMulInteger", a, bm)
-    return _matmul_integer(ctx, a, a_zp, bm, b_zp)
+    return integer_matmul(ctx, a, a_zp, bm, b_zp)
 
 
 @onnx_op("ConvInteger", since=10)
 def conv_integer(ctx: NodeContext, x: Instruction, w: Instruction, x_zp=None, w_zp=None):
     check_int8("ConvInteger", x, w)
-    return conv(ctx, _centered(ctx, x, x_zp, None), _centered(ctx, w, w_zp, 0))
+    return conv(ctx, centered(ctx, x, x_zp, None), centered(ctx, w, w_zp, 0))
 
 
 def _requantize(ctx: NodeContext, acc: Instruction, multiplier: Instruction, y_zp, out: DType):
@@ -232,7 +232,7 @@ def _scale_ratio(ctx: NodeContext, x_scale, w_scale, y_scale, dims, w_axis: int 
 def qlinear_matmul(ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_zp, y_scale, y_zp=None):
     check_int8("QLinearMatMul", a, bm, *([] if y_zp is None else [y_zp]))
     out = a.shape.dtype if y_zp is None else y_zp.shape.dtype
-    acc = _matmul_integer(ctx, a, a_zp, bm, b_zp)
+    acc = integer_matmul(ctx, a, a_zp, bm, b_zp)
     if a_scale.shape.size != 1:
         raise UnsupportedError("only a per-tensor a_scale is supported")
     dims = acc.shape.dims
@@ -246,7 +246,7 @@ def qlinear_conv(ctx: NodeContext, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, 
                  bias=None):  # fmt: skip
     check_int8("QLinearConv", x, w)
     out = x.shape.dtype if y_zp is None else y_zp.shape.dtype
-    acc = conv(ctx, _centered(ctx, x, x_zp, None), _centered(ctx, w, w_zp, 0), bias)
+    acc = conv(ctx, centered(ctx, x, x_zp, None), centered(ctx, w, w_zp, 0), bias)
     # a vector w_scale is per output channel (dim 1 of the NCHW result)
     ratio = _scale_ratio(ctx, x_scale, w_scale, y_scale, acc.shape.dims, 1)
     return _requantize(ctx, acc, ratio, y_zp, out)
