@@ -21,7 +21,7 @@ from ...ir import ComputationBuilder, Direction, DType, Instruction, Op
 from ...ir.evaluate import evaluate_constant
 from .helpers import Formula, broadcast_all, normalize_axis, reduce, softmax
 from .nn import average_pool
-from .quantize import INT8_TYPES, check_int8, round_to_int
+from .quantize import check_int8, round_to_int
 from .registry import MICROSOFT, NodeContext, onnx_op
 
 
@@ -192,10 +192,8 @@ def qlinear_concat(ctx: NodeContext, y_scale, y_zp, *triples) -> Instruction:
     if len(triples) % 3:
         raise ModelError(f"QLinearConcat takes (tensor, scale, zero point) triples after "
                          f"y_scale and y_zero_point; got {len(triples)} inputs")  # fmt: skip
+    check_int8("QLinearConcat", y_zp, *triples[::3])
     out = y_zp.shape.dtype
-    if out not in INT8_TYPES:
-        raise ShapeError(f"y_zero_point must be int8 or uint8, not {out.text}")
-    check_int8("QLinearConcat", *triples[::3])
     parts = [rescaled(ctx, q, s, z, y_scale, y_zp, out)
              for q, s, z in zip(triples[::3], triples[1::3], triples[2::3])]  # fmt: skip
     axis = normalize_axis(ctx.required_attr("axis"), parts[0].shape.rank)
