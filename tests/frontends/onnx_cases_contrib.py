@@ -3,9 +3,10 @@ quantization tools write them into exported models; onnxruntime is the oracle.""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
-from onnx import helper
-from onnx_case_kit import CaseList, OnnxCase, f32, graph_case, ints, ort_reference
+from onnx import TensorProto, helper
+from onnx_case_kit import CaseList, OnnxCase, f32, graph_case, ints, ort_reference, rng
 
 MS = "com.microsoft"
 
@@ -13,9 +14,13 @@ MS = "com.microsoft"
 def contrib_case(name: str, op: str, inputs: dict, attrs: dict | None = None, outputs=("y",),
                  consts: dict | None = None, domain: str = MS, order=None,
                  **extra) -> OnnxCase:  # fmt: skip
-    """One `domain` node over runtime `inputs` and constant `consts` (name -> array), in
-    that input order (or in `order`, "" for an omitted input), compared with onnxruntime."""
-    names = list(order) if order is not None else list(inputs) + list(consts or {})
+    """One `domain` node over runtime `inputs` and constant `consts` (name -> array, or None
+    for an omitted optional input), in that input order (or in `order`, "" for an omitted
+    input), compared with onnxruntime."""
+    consts = consts or {}
+    names = list(inputs) + ["" if v is None else key for key, v in consts.items()]
+    names = list(order) if order is not None else names
+    consts = {key: v for key, v in consts.items() if v is not None}
     node = helper.make_node(op, names, list(outputs), domain=domain, **(attrs or {}))
     produced = [name for name in outputs if name]
     return graph_case(name, [node], inputs, consts, produced, domains={MS: 1},
@@ -162,4 +167,243 @@ def _tensor_ops(cases: CaseList) -> None:
     cases.add(contrib_case("ms_inverse_pivoting_f64", "Inverse", {"x": swaps}))
 
 
-CONTRIB_FAMILIES = (_activations, _fused_math, _fused_norms, _tensor_ops)
+def _nbits_weights(n: int, k: int, block: int, bits: int, zero_points: str | None,
+                   dtype=np.float32) -> dict:  # fmt: skip
+    """MatMulNBits's B, scales and (packed uint8 or float) zero points: random bytes are
+    valid packed values."""
+    k_blocks = -(-k // block)
+    weights = {"B": rng.integers(0, 256, (n, k_blocks, block * bits // 8), dtype=np.uint8),
+               "scales": rng.uniform(0.01, 0.1, (n, k_blocks)).astype(dtype)}  # fmt: skip
+    if zero_points == "uint8":
+        packed = (k_blocks * bits + 7) // 8
+        weights["zero_points"] = rng.integers(0, 256, (n, packed), dtype=np.uint8)
+    elif zero_points == "float":
+        weights["zero_points"] = rng.uniform(0, 2**bits - 1, (n, k_blocks)).astype(dtype)
+    return weights
+
+
+def _matmul_nbits(cases: CaseList) -> None:
+    # name, (batch dims of A), K, N, block_size, bits, zero points, extra inputs, attrs
+    variants = [
+        ("bs16_k40", (2, 3), 40, 5, 16, 4, None, {}, {}),
+        ("bs32_zp_bias", (3,), 100, 7, 32, 4, "uint8", {"bias": f32(7)}, {}),
+        ("bs128_float_zp", (2, 1, 2), 200, 6, 128, 4, "float", {}, {}),
+        ("bits2", (4,), 72, 3, 16, 2, "uint8", {}, {}),
+        ("bits8", (4,), 72, 3, 32, 8, "uint8", {}, {}),
+        ("accuracy4", (2, 3), 64, 5, 32, 4, "uint8", {}, {"accuracy_level": 4}),
+    ]
+    for name, batch, k, n, block, bits, zp, extra, attrs in variants:
+        consts = _nbits_weights(n, k, block, bits, zp)
+        if extra:  # bias, after the optional inputs before it (omitted where not given)
+            consts.setdefault("zero_points", None)
+            consts.update({"g_idx": None, **extra})
+        # accuracy_level 4: onnxruntime quantizes A to int8 per block (about 1% error)
+        tolerance = {"rtol": 2e-2, "atol": 5e-2} if attrs else {"rtol": 1e-4, "atol": 1e-5}
+        attrs = {"K": k, "N": n, "bits": bits, "block_size": block, **attrs}
+        cases.add(contrib_case(f"ms_matmul_nbits_{name}", "MatMulNBits",
+                               {"a": f32(*batch, k, low=-1, high=1)}, attrs, consts=consts,
+                               **tolerance))  # fmt: skip
+    # act-order: each row's block from g_idx (float zero points), float16
+    k, n, block = 96, 4, 32
+    groups = (np.arange(k) // block).astype(np.int32)
+    rng.shuffle(groups)
+    consts = _nbits_weights(n, k, block, 4, "float") | {"g_idx": groups}
+    attrs = {"K": k, "N": n, "bits": 4, "block_size": block}
+    cases.add(contrib_case("ms_matmul_nbits_g_idx", "MatMulNBits", {"a": f32(3, k)}, attrs,
+                           consts=consts, rtol=1e-4, atol=1e-5))  # fmt: skip
+    consts = _nbits_weights(n, k, block, 4, "uint8", np.float16)
+    a16 = f32(2, k, low=-1, high=1).astype(np.float16)
+    cases.add(contrib_case("ms_matmul_nbits_f16", "MatMulNBits", {"a": a16}, attrs,
+                           consts=consts, rtol=1e-2, atol=2e-2))  # fmt: skip
+
+
+def _quantize_dequantize(cases: CaseList) -> None:
+    # halves (ties round to even), saturation both ways
+    x = np.concatenate([np.arange(-6, 6) + 0.5, f32(12) * 300]).astype(np.float32).reshape(2, 12)
+    scale = np.array(0.5, np.float32)
+    axis0 = {"s": np.array([0.5, 2.0], np.float32), "z": np.array([3, -4], np.int8)}
+    variants = [  # name, constant inputs, attributes
+        ("u8_default", {"s": scale}, {}),
+        ("s8_axis0", axis0, {"axis": 0}),
+        (
+            "u8_axis1",
+            {"s": f32(12, low=0.5, high=4), "z": ints(12, low=0, high=255, dtype=np.uint8)},
+            {},
+        ),
+        ("s16", {"s": scale, "z": np.array(-7, np.int16)}, {}),
+        ("u16", {"s": scale, "z": np.array(300, np.uint16)}, {}),
+    ]
+    for name, consts, attrs in variants:
+        cases.add(contrib_case(f"ms_quantize_linear_{name}", "QuantizeLinear", {"x": x}, attrs,
+                               consts=consts))  # fmt: skip
+        q = ort_reference(cases.cases[-1])[0]
+        cases.add(contrib_case(f"ms_dequantize_linear_{name}", "DequantizeLinear", {"x": q},
+                               attrs, consts=consts))  # fmt: skip
+    half = {"s": np.array(0.25, np.float16), "z": np.array(100, np.uint8)}
+    cases.add(contrib_case("ms_quantize_linear_f16", "QuantizeLinear",
+                           {"x": (x / 8).astype(np.float16)}, consts=half))  # fmt: skip
+    cases.add(contrib_case("ms_dequantize_linear_f16", "DequantizeLinear",
+                           {"x": ints(2, 5, low=0, high=255, dtype=np.uint8)}, consts=half))  # fmt: skip
+    cases.add(contrib_case("ms_dequantize_linear_s32", "DequantizeLinear",
+                           {"x": ints(3, 4, low=-5000, high=5000, dtype=np.int32)}, consts={"s": scale}))  # fmt: skip
+    # int4: quantized, then cast to int8 for the comparison; and dequantized from int4 weights
+    zero4 = np.array(-3, ml_dtypes.int4)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], domain=MS),
+             helper.make_node("Cast", ["q"], ["y"], to=TensorProto.INT8)]  # fmt: skip
+    cases.add(graph_case("ms_quantize_linear_int4", nodes, {"x": x}, {"s": scale, "z": zero4},
+                         opset=21, domains={MS: 1}, reference=ort_reference))  # fmt: skip
+    weights = {"w": np.arange(-8, 8).reshape(2, 8).astype(ml_dtypes.int4), "z": zero4}
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["y"], domain=MS)]
+    cases.add(graph_case("ms_dequantize_linear_int4", nodes, {"s": scale}, weights,
+                         domains={MS: 1}, reference=ort_reference))  # fmt: skip
+
+
+def _q(dtype, *shape) -> np.ndarray:
+    """Random int8/uint8 values over the type's whole range."""
+    info = np.iinfo(dtype)
+    return ints(*shape, low=info.min, high=info.max + 1, dtype=dtype)
+
+
+def _params(scale: float, zero_point: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    return np.array(scale, np.float32), np.array(zero_point, dtype)
+
+
+# one zero point per type, away from the middle so the ranges are asymmetric
+ZERO_POINTS = {np.uint8: 100, np.int8: -20}
+
+
+def _qlinear_elementwise(cases: CaseList) -> None:
+    for dtype in (np.uint8, np.int8):
+        kind = np.dtype(dtype).name
+        zp = ZERO_POINTS[dtype]
+        a_s, a_z = _params(0.05, zp, dtype)
+        b_s, b_z = _params(0.02, zp // 2, dtype)
+        c_s, c_z = _params(0.07, zp // 4, dtype)
+        for op in ("QLinearAdd", "QLinearMul"):
+            # B broadcast along A's last dim
+            consts = {"as": a_s, "az": a_z, "b": _q(dtype, 6), "bs": b_s, "bz": b_z,
+                      "cs": c_s, "cz": c_z}  # fmt: skip
+            cases.add(contrib_case(f"ms_{op.lower()}_{kind}", op, {"a": _q(dtype, 2, 3, 6)},
+                                   consts=consts))  # fmt: skip
+        for op, attrs in (("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1})):
+            consts = {"xs": a_s, "xz": a_z, "ys": _params(1 / 256, 0, dtype)[0], "yz": c_z}
+            if op == "QLinearLeakyRelu":
+                consts["ys"] = c_s
+            cases.add(contrib_case(f"ms_{op.lower()}_{kind}", op, {"x": _q(dtype, 4, 16)},
+                                   attrs, consts=consts))  # fmt: skip
+        where = {"p": _q(dtype, 2, 5), "ps": a_s, "pz": a_z, "q": _q(dtype, 5), "qs": b_s,
+                 "qz": b_z, "zs": c_s, "zz": c_z}  # fmt: skip
+        cases.add(contrib_case(f"ms_qlinear_where_{kind}", "QLinearWhere",
+                               {"c": rng.random((2, 5)) < 0.5}, consts=where))  # fmt: skip
+    # no output zero point: 0 (onnxruntime's type inference refuses omitted inner ones)
+    s, z = _params(0.05, 3, np.uint8)
+    consts = {"as": s, "az": z, "b": _q(np.uint8, 6), "bs": s, "bz": z, "cs": s}
+    cases.add(contrib_case("ms_qlinearadd_no_zero_point", "QLinearAdd",
+                           {"a": _q(np.uint8, 3, 6)}, consts=consts))  # fmt: skip
+
+
+def _qlinear_softmax_concat(cases: CaseList) -> None:
+    for dtype, y_zp in ((np.uint8, 0), (np.int8, -128)):
+        kind = np.dtype(dtype).name
+        x_s, x_z = _params(0.1, ZERO_POINTS[dtype], dtype)
+        y_s = np.array(1 / 256, np.float32)
+        for opset, axis in ((13, -1), (13, 1), (12, 1)):
+            consts = {"xs": x_s, "xz": x_z, "ys": y_s, "yz": np.array(y_zp, dtype)}
+            cases.add(contrib_case(f"ms_qlinear_softmax_{kind}_opset{opset}_axis{axis}",
+                                   "QLinearSoftmax", {"x": _q(dtype, 2, 4, 8)},
+                                   {"opset": opset, "axis": axis}, consts=consts))  # fmt: skip
+        y_s, y_z = _params(0.04, ZERO_POINTS[dtype] // 2, dtype)
+        # the second input has Y's parameters (copied), the third 1-element vectors
+        inputs = {"ys": y_s, "yz": y_z, "a": _q(dtype, 2, 3), "as": x_s, "az": x_z,
+                  "b": _q(dtype, 2, 2), "bs": y_s, "bz": y_z, "c": _q(dtype, 2, 1),
+                  "cs": np.array([0.5], np.float32), "cz": np.array([1], dtype)}  # fmt: skip
+        cases.add(contrib_case(f"ms_qlinear_concat_{kind}", "QLinearConcat", {}, {"axis": 1},
+                               consts=inputs))  # fmt: skip
+    softmax13 = {"xs": np.array(0.1, np.float32), "xz": np.array(3, np.uint8),
+                 "ys": np.array(0.003, np.float32), "yz": np.array(7, np.uint8)}  # fmt: skip
+    cases.add(contrib_case("ms_qlinear_softmax_odd_scale", "QLinearSoftmax",
+                           {"x": _q(np.uint8, 3, 5)}, {"opset": 13}, consts=softmax13))  # fmt: skip
+
+
+def _qlinear_pools(cases: CaseList) -> None:
+    for dtype in (np.uint8, np.int8):
+        kind = np.dtype(dtype).name
+        x_s, x_z = _params(0.05, ZERO_POINTS[dtype], dtype)
+        y_s, y_z = _params(0.03, ZERO_POINTS[dtype] // 2, dtype)
+        consts = {"xs": x_s, "xz": x_z, "ys": y_s, "yz": y_z}
+        for last in (0, 1):
+            cases.add(contrib_case(f"ms_qlinear_global_average_pool_{kind}_last{last}",
+                                   "QLinearGlobalAveragePool", {"x": _q(dtype, 2, 3, 5, 4)},
+                                   {"channels_last": last}, consts=consts))  # fmt: skip
+        variants = [
+            ("k3s2", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+            ("include_pad", {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1],
+                             "count_include_pad": 1}),
+            ("ceil_last", {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1,
+                           "channels_last": 1}),
+            ("ceil_include_pad", {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1,
+                                  "count_include_pad": 1}),
+        ]  # fmt: skip
+        for name, attrs in variants:
+            # onnxruntime sums the window in float in its own order: one quantum near ties
+            cases.add(contrib_case(f"ms_qlinear_average_pool_{kind}_{name}",
+                                   "QLinearAveragePool", {"x": _q(dtype, 2, 3, 7, 6)}, attrs,
+                                   consts=consts, atol=1))  # fmt: skip
+
+
+def _quantized_matmuls(cases: CaseList) -> None:
+    for dtype in (np.uint8, np.int8):
+        kind = np.dtype(dtype).name
+        a_s, a_z = _params(0.05, ZERO_POINTS[dtype], dtype)
+        w = _q(np.int8, 6, 5)
+        w_s, w_z = f32(5, low=0.01, high=0.05), ints(5, low=-5, high=5, dtype=np.int8)
+        y_s, y_z = _params(0.5, ZERO_POINTS[dtype] // 2, dtype)
+        bias = ints(5, low=-500, high=500, dtype=np.int32)
+        variants = [  # name, A's shape, B, its parameters, C, y parameters, attributes
+            ("float", (3, 6), w, _params(0.02, 0, np.int8), None, (None, None), {}),
+            ("per_column_bias", (3, 6), w, (w_s, w_z), bias, (y_s, y_z), {"alpha": 0.5}),
+            ("trans", (6, 3), w.T.copy(), (w_s, w_z), None, (y_s, y_z),
+             {"transA": 1, "transB": 1}),
+            ("uint8_b_float", (3, 6), _q(np.uint8, 6, 5), _params(0.02, 128, np.uint8), bias,
+             (None, None), {}),
+        ]  # fmt: skip
+        for name, shape, bm, (bs, bz), c, (ys, yz), attrs in variants:
+            if bm.dtype != np.int8 and dtype == np.int8:
+                continue  # onnxruntime's kernel takes int8 A only with int8 B
+            consts = {"as": a_s, "az": a_z, "b": bm, "bs": bs, "bz": bz, "c": c, "ys": ys,
+                      "yz": yz}  # fmt: skip
+            while list(consts.values())[-1] is None:
+                consts.popitem()
+            cases.add(contrib_case(f"ms_qgemm_{kind}_{name}", "QGemm", {"a": _q(dtype, *shape)},
+                                   attrs, consts=consts, rtol=1e-5, atol=1e-5))  # fmt: skip
+        # MatMulIntegerToFloat: batched A, per-column B parameters, bias
+        consts = {"b": w, "as": a_s, "bs": w_s, "az": a_z, "bz": w_z, "bias": f32(5)}
+        cases.add(contrib_case(f"ms_matmul_integer_to_float_{kind}", "MatMulIntegerToFloat",
+                               {"a": _q(dtype, 2, 3, 6)}, consts=consts, rtol=1e-5,
+                               atol=1e-5))  # fmt: skip
+        bm = _q(dtype, 6, 5)
+        weights = {
+            "b": bm,
+            "bs": np.array(0.03, np.float32),
+            "bz": np.array(ZERO_POINTS[dtype] // 3, dtype),
+        }
+        cases.add(contrib_case(f"ms_dynamic_quantize_matmul_{kind}", "DynamicQuantizeMatMul",
+                               {"a": f32(2, 3, 6)}, consts=weights, rtol=1e-5, atol=1e-5))  # fmt: skip
+    consts = {"b": w, "bs": w_s, "bz": w_z, "bias": f32(5)}
+    cases.add(contrib_case("ms_dynamic_quantize_matmul_per_column_bias", "DynamicQuantizeMatMul",
+                           {"a": f32(4, 6)}, consts=consts, rtol=1e-5, atol=1e-5))  # fmt: skip
+    cases.add(contrib_case("ms_matmul_integer16", "MatMulInteger16",
+                           {"a": ints(2, 3, 7, low=-3000, high=3000, dtype=np.int16)},
+                           consts={"b": ints(7, 4, low=-3000, high=3000, dtype=np.int16)}))  # fmt: skip
+
+
+def _quantized(cases: CaseList) -> None:
+    _matmul_nbits(cases)
+    _quantize_dequantize(cases)
+    _qlinear_elementwise(cases)
+    _qlinear_softmax_concat(cases)
+    _qlinear_pools(cases)
+    _quantized_matmuls(cases)
+
+
+CONTRIB_FAMILIES = (_activations, _fused_math, _fused_norms, _tensor_ops, _quantized)

@@ -9,6 +9,7 @@ import onnx.external_data_helper
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from onnx_case_kit import assert_integers_match
 from onnx_cases import CASES, OnnxCase, expected_outputs
 
 from aotc.errors import AotcError, InputValuesRequired, ModelError, ShapeError, UnsupportedError
@@ -31,7 +32,7 @@ def assert_outputs_match(got, expected, rtol: float, atol: float) -> None:
             np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
         else:
             assert g.dtype == e.dtype
-            np.testing.assert_array_equal(g, e)
+            assert_integers_match(g, e, atol)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -455,3 +456,49 @@ def test_onnxruntime_onnx_domain_ops_serve_only_where_onnx_has_none():
     elsewhere = helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"], domain=MS)
     with pytest.raises(UnsupportedError, match=r"SimplifiedLayerNormalization"):
         import_onnx(_fused_model(elsewhere, {"x": [2, 8], "g": [8]}))
+
+
+def _matmul_nbits_model(runtime_b: bool, zero_points=None, g_idx=None) -> onnx.ModelProto:
+    n, k, block = 2, 32, 16
+    weights = {"B": np.zeros((n, 2, 8), np.uint8), "scales": np.ones((n, 2), np.float32),
+               "zero_points": zero_points, "g_idx": g_idx}  # fmt: skip
+    names = ["a"] + [name if v is not None else "" for name, v in weights.items()]
+    node = helper.make_node("MatMulNBits", names, ["y"], domain="com.microsoft", N=n, K=k,
+                            block_size=block)  # fmt: skip
+    inits = [numpy_helper.from_array(v, name) for name, v in weights.items() if v is not None]
+    inputs = [tensor("a", [3, k])]
+    if runtime_b:
+        inputs.append(tensor("B", [n, 2, 8], TensorProto.UINT8))
+        inits = inits[1:]
+    ms = helper.make_opsetid("com.microsoft", 1)
+    return make_model([node], inputs, [tensor("y", None)], inits, extra_opsets=[ms])
+
+
+def test_matmul_nbits_refusals():
+    with pytest.raises(InputValuesRequired, match=r"input 'B' \(dequantized at compile time\) "
+                       r"must be a constant"):  # fmt: skip
+        import_onnx(_matmul_nbits_model(runtime_b=True))
+    zero_points, g_idx = np.zeros((2, 1), np.uint8), np.zeros(32, np.int32)
+    with pytest.raises(UnsupportedError, match="g_idx with uint8 zero points"):
+        import_onnx(_matmul_nbits_model(False, zero_points, g_idx))
+
+
+def _contrib_quant_model(op: str, inputs: dict, consts: dict) -> onnx.ModelProto:
+    names = list(inputs) + list(consts)
+    node = helper.make_node(op, names, ["y"], domain="com.microsoft")
+    graph_inputs = [tensor(n, list(v.shape), helper.np_dtype_to_tensor_dtype(v.dtype))
+                    for n, v in inputs.items()]  # fmt: skip
+    inits = [numpy_helper.from_array(v, n) for n, v in consts.items()]
+    ms = helper.make_opsetid("com.microsoft", 1)
+    return make_model([node], graph_inputs, [tensor("y", None)], inits, extra_opsets=[ms])
+
+
+def test_contrib_quantized_refusals():
+    x, s, z = np.zeros((2, 3), np.uint8), np.array(0.1, np.float32), np.array(3, np.uint8)
+    per_channel = {"as": np.ones(3, np.float32), "az": z, "b": x, "bs": s, "bz": z, "cs": s}
+    with pytest.raises(ShapeError, match=r"has shape \[3\]; only per-tensor"):
+        import_onnx(_contrib_quant_model("QLinearAdd", {"a": x}, per_channel))
+    w = np.zeros((3, 4), np.uint8)
+    no_output_zp = {"as": s, "az": z, "b": w, "bs": s, "bz": z, "c": np.zeros(4, np.int32), "ys": s}
+    with pytest.raises(ModelError, match="y_scale is given without y_zero_point"):
+        import_onnx(_contrib_quant_model("QGemm", {"a": x}, no_output_zp))

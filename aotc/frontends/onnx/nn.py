@@ -258,7 +258,9 @@ def _column_major(b: ComputationBuilder, flat: Instruction, dims) -> Instruction
 
 
 @onnx_op("AveragePool")
-def average_pool(ctx: NodeContext, x: Instruction) -> Instruction:
+def average_pool(ctx: NodeContext, x: Instruction, whole_kernel: bool = False) -> Instruction:
+    """The window means; with count_include_pad, `whole_kernel` divides by the kernel's size
+    even where ceil_mode's last window hangs past the padding (onnxruntime's QLinear pool)."""
     b = ctx.b
     geometry = _pool_geometry(ctx, x)
     dtype = x.shape.dtype
@@ -269,6 +271,8 @@ def average_pool(ctx: NodeContext, x: Instruction) -> Instruction:
     divisor = np.ones((), dtype=np.float64)
     for dim, out in enumerate(out_spatial):
         counts = geometry.window_counts(dim, out, include_pad)
+        if include_pad and whole_kernel:
+            counts = np.full(out, geometry.kernel[dim])
         divisor = np.multiply.outer(divisor, counts)
     spatial = list(range(2, 2 + len(out_spatial)))
     divisor_instr = b.broadcast(b.constant(divisor, dtype), spatial, total.shape.dims)

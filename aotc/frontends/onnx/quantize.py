@@ -84,6 +84,17 @@ def saturate_int(b, value: Instruction, dtype: DType) -> Instruction:
     return b.convert(b.clamp(low, value, high), dtype)
 
 
+def round_to_int(b, value: Instruction, zero_point: Instruction | None, target: DType):
+    """`value` (x / scale) rounded half to even, plus `zero_point` (already broadcast),
+    saturated to the integer type `target`; rounds in value's type (as numpy's rint), adds
+    the zero point exactly in f32 (f64 where value is f64)."""
+    wide = DType.F64 if value.shape.dtype is DType.F64 else DType.F32
+    q = b.convert(b.unary(Op.ROUND_NEAREST_EVEN, value), wide)
+    if zero_point is not None:
+        q = b.binary(Op.ADD, q, b.convert(zero_point, wide))
+    return saturate_int(b, q, target)
+
+
 @onnx_op("QuantizeLinear", since=10)
 def quantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zero_point=None):
     b = ctx.b
@@ -99,12 +110,7 @@ def quantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zero_p
     q = b.binary(Op.DIVIDE, b.convert(x, compute), scale)
     zp = None if zero_point is None else expand(ctx, zero_point, dims, axis, block)
     if target.is_int:
-        # round in the division's type (as numpy's rint), add the zero point exactly
-        wide = DType.F64 if compute is DType.F64 else DType.F32
-        q = b.convert(b.unary(Op.ROUND_NEAREST_EVEN, q), wide)
-        if zp is not None:
-            q = b.binary(Op.ADD, q, b.convert(zp, wide))
-        return saturate_int(b, q, target)
+        return round_to_int(b, q, zp, target)
     if target.minifloat is None or target is DType.F8E8M0FNU:
         raise UnsupportedError(f"quantizing to {target.text} is not supported")
     if zp is not None:  # y = x / scale + zero point, rounded once to the target
@@ -153,13 +159,13 @@ def dynamic_quantize_linear(ctx: NodeContext, x: Instruction) -> list[Instructio
     return [saturate_int(b, q, DType.U8), scale, b.convert(zp, DType.U8)]
 
 
-def _check_int8(op: str, *xs: Instruction) -> None:
+def check_int8(op: str, *xs: Instruction) -> None:
     for x in xs:
         if x.shape.dtype not in INT8_TYPES:
             raise UnsupportedError(f"{op} on {x.shape.dtype.text} is not supported (int8/uint8)")
 
 
-def _centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) -> Instruction:
+def centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) -> Instruction:
     """`x - zero_point` in s32; a vector zero point lies along `axis`."""
     b = ctx.b
     x32 = b.convert(x, DType.S32)
@@ -175,23 +181,23 @@ def _centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) ->
     return b.binary(Op.SUBTRACT, x32, zp)
 
 
-def _matmul_integer(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction:
+def integer_matmul(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction:
     # a's vector zero point is per row (dim -2), b's per column (dim -1)
-    rows = _centered(ctx, a, a_zp, a.shape.rank - 2)
-    cols = _centered(ctx, bm, b_zp, bm.shape.rank - 1)
+    rows = centered(ctx, a, a_zp, a.shape.rank - 2)
+    cols = centered(ctx, bm, b_zp, bm.shape.rank - 1)
     return matmul(ctx, rows, cols)
 
 
 @onnx_op("MatMulInteger", since=10)
 def matmul_integer(ctx: NodeContext, a: Instruction, bm: Instruction, a_zp=None, b_zp=None):
-    _check_int8("MatMulInteger", a, bm)
-    return _matmul_integer(ctx, a, a_zp, bm, b_zp)
+    check_int8("MatMulInteger", a, bm)
+    return integer_matmul(ctx, a, a_zp, bm, b_zp)
 
 
 @onnx_op("ConvInteger", since=10)
 def conv_integer(ctx: NodeContext, x: Instruction, w: Instruction, x_zp=None, w_zp=None):
-    _check_int8("ConvInteger", x, w)
-    return conv(ctx, _centered(ctx, x, x_zp, None), _centered(ctx, w, w_zp, 0))
+    check_int8("ConvInteger", x, w)
+    return conv(ctx, centered(ctx, x, x_zp, None), centered(ctx, w, w_zp, 0))
 
 
 def _requantize(ctx: NodeContext, acc: Instruction, multiplier: Instruction, y_zp, out: DType):
@@ -224,9 +230,9 @@ def _scale_ratio(ctx: NodeContext, x_scale, w_scale, y_scale, dims, w_axis: int 
 
 @onnx_op("QLinearMatMul", since=10)
 def qlinear_matmul(ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_zp, y_scale, y_zp=None):
-    _check_int8("QLinearMatMul", a, bm, *([] if y_zp is None else [y_zp]))
+    check_int8("QLinearMatMul", a, bm, *([] if y_zp is None else [y_zp]))
     out = a.shape.dtype if y_zp is None else y_zp.shape.dtype
-    acc = _matmul_integer(ctx, a, a_zp, bm, b_zp)
+    acc = integer_matmul(ctx, a, a_zp, bm, b_zp)
     if a_scale.shape.size != 1:
         raise UnsupportedError("only a per-tensor a_scale is supported")
     dims = acc.shape.dims
@@ -238,9 +244,9 @@ def qlinear_matmul(ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_zp, y_scal
 @onnx_op("QLinearConv", since=10)
 def qlinear_conv(ctx: NodeContext, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp=None,
                  bias=None):  # fmt: skip
-    _check_int8("QLinearConv", x, w)
+    check_int8("QLinearConv", x, w)
     out = x.shape.dtype if y_zp is None else y_zp.shape.dtype
-    acc = conv(ctx, _centered(ctx, x, x_zp, None), _centered(ctx, w, w_zp, 0), bias)
+    acc = conv(ctx, centered(ctx, x, x_zp, None), centered(ctx, w, w_zp, 0), bias)
     # a vector w_scale is per output channel (dim 1 of the NCHW result)
     ratio = _scale_ratio(ctx, x_scale, w_scale, y_scale, acc.shape.dims, 1)
     return _requantize(ctx, acc, ratio, y_zp, out)
