@@ -29,6 +29,7 @@ from . import (
     casts,
     constants,
     contrib_activation,
+    contrib_attention,
     control,
     detection,
     elementwise,
@@ -68,9 +69,10 @@ from .sequence import NO_VALUE, SequenceValue, Value
 
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
-    activation, attention, casts, constants, contrib_activation, control, detection, elementwise,
-    indexing, linalg, loss, ml, ml_linear, ml_preprocess, nn, norm, quantize, random, recurrent,
-    reduce, resize, sampling, selection, sequence, shape_ops, signal, text_features,
+    activation, attention, casts, constants, contrib_activation, contrib_attention, control,
+    detection, elementwise, indexing, linalg, loss, ml, ml_linear, ml_preprocess, nn, norm,
+    quantize, random, recurrent, reduce, resize, sampling, selection, sequence, shape_ops, signal,
+    text_features,
 )  # fmt: skip
 
 InputShapes = Mapping[str, Sequence[int]]
