@@ -133,10 +133,47 @@ def _fused_attention_cases(cases: CaseList) -> None:
                       outputs=2, **HALF_TOL))  # fmt: skip
 
 
+def _gqa_cases(cases: CaseList) -> None:
+    # the CPU kernel takes head sizes that are multiples of 8 (16 with rotary)
+    heads = {"num_heads": 4, "kv_num_heads": 2}
+    angles = np.outer(np.arange(16), 1.0 / 10000 ** (np.arange(8) / 8)).astype(np.float32)
+    cos, sin = Const(np.cos(angles)), Const(np.sin(angles))
+
+    def total(n: int) -> Const:
+        return Const(np.array(n, np.int32))
+
+    full_prompt = In(np.array([3, 3], np.int32))
+    prompt = [In(f32(2, 4, 32)), In(f32(2, 4, 16)), In(f32(2, 4, 16)), None, None, full_prompt,
+              total(4)]  # fmt: skip
+    cases.add(ms_case("ms_gqa_prompt", "GroupQueryAttention", prompt, heads, outputs=3))
+    rotary = [In(f32(2, 4, 64)), In(f32(2, 4, 32)), In(f32(2, 4, 32)), None, None, full_prompt,
+              total(4), cos, sin]  # fmt: skip
+    attrs = {**heads, "do_rotary": 1, "rotary_interleaved": 1, "local_window_size": 2}
+    cases.add(ms_case("ms_gqa_prompt_rotary_window", "GroupQueryAttention", rotary, attrs,
+                      outputs=3))  # fmt: skip
+    packed = [In(f32(2, 4, 64)), None, None, None, None, full_prompt, total(4)]
+    cases.add(ms_case("ms_gqa_packed_softcap", "GroupQueryAttention", packed,
+                      {**heads, "softcap": 1.5, "scale": 0.5}, outputs=3))  # fmt: skip
+    step = [In(f32(2, 1, 32)), In(f32(2, 1, 16)), In(f32(2, 1, 16))]
+    past = [In(f32(2, 2, 5, 8)), In(f32(2, 2, 5, 8))]
+    decode = [*step, *past, In(np.array([5, 3], np.int32)), total(6)]
+    cases.add(ms_case("ms_gqa_decode", "GroupQueryAttention", decode, heads, outputs=3))
+    window = {**heads, "local_window_size": 2}
+    decode = [*step, *past, In(np.array([4, 1], np.int32)), total(5)]
+    cases.add(ms_case("ms_gqa_decode_window", "GroupQueryAttention", decode, window, outputs=3))
+    step = [In(_half(f32(2, 1, 64))), In(_half(f32(2, 1, 32))), In(_half(f32(2, 1, 32)))]
+    past = [In(_half(f32(2, 2, 6, 16))), In(_half(f32(2, 2, 6, 16)))]
+    decode = [*step, *past, In(np.array([5, 2], np.int32)), total(6), Const(_half(cos.value)),
+              Const(_half(sin.value))]  # fmt: skip
+    cases.add(ms_case("ms_gqa_decode_f16_rotary", "GroupQueryAttention", decode,
+                      {**heads, "do_rotary": 1}, outputs=3, **HALF_TOL))  # fmt: skip
+
+
 def _attention(cases: CaseList) -> None:
     _rotary_cases(cases)
     _mha_cases(cases)
     _fused_attention_cases(cases)
+    _gqa_cases(cases)
 
 
 CONTRIB_FAMILIES = (_activations, _attention)

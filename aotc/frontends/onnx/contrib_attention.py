@@ -1,6 +1,6 @@
 """onnxruntime's contrib attention ops (domain com.microsoft), as its transformer optimizer
 writes them into BERT/GPT exports: RotaryEmbedding, MultiHeadAttention and the fused
-BERT-style Attention (GroupQueryAttention is in contrib_gqa.py).
+BERT-style Attention (GroupQueryAttention: contrib_gqa.py).
 
 Numerics follow onnxruntime's CPU kernels: scores = scale * Q K^T + attention_bias + mask,
 where a masked key adds mask_filter_value (finite: a fully masked row still averages) and
@@ -150,7 +150,7 @@ def _check_attention_bias(bias: Instruction | None, batch: int, heads: int, q_le
         )
 
 
-def _refuse_inputs(ctx: NodeContext, names: dict[int, str]) -> None:
+def refuse_inputs(ctx: NodeContext, names: dict[int, str]) -> None:
     """Refuse optional inputs (index -> name) this lowering does not implement."""
     for index, name in names.items():
         if index < len(ctx.inputs) and ctx.inputs[index] is not None:
@@ -227,7 +227,7 @@ def multi_head_attention(ctx: NodeContext, query, key=None, value=None, bias=Non
     """Separate Q (B, S, D) and K/V (B, L, D) projections with optional bias and past, or
     K/V already split into heads (B, N, L, H) (no bias, no past)."""
     b = ctx.b
-    _refuse_inputs(ctx, {8: "past_sequence_length (shared buffer)", 9: "cache_indirection"})
+    refuse_inputs(ctx, {8: "past_sequence_length (shared buffer)", 9: "cache_indirection"})
     if ctx.output_used(3):
         raise UnsupportedError("the qk output is not supported")
     heads = ctx.required_attr("num_heads")

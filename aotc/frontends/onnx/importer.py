@@ -30,6 +30,7 @@ from . import (
     constants,
     contrib_activation,
     contrib_attention,
+    contrib_gqa,
     control,
     detection,
     elementwise,
@@ -69,8 +70,8 @@ from .sequence import NO_VALUE, SequenceValue, Value
 
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
-    activation, attention, casts, constants, contrib_activation, contrib_attention, control,
-    detection, elementwise, indexing, linalg, loss, ml, ml_linear, ml_preprocess, nn, norm,
+    activation, attention, casts, constants, contrib_activation, contrib_attention, contrib_gqa,
+    control, detection, elementwise, indexing, linalg, loss, ml, ml_linear, ml_preprocess, nn, norm,
     quantize, random, recurrent, reduce, resize, sampling, selection, sequence, shape_ops, signal,
     text_features,
 )  # fmt: skip
