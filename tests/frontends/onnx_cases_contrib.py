@@ -161,6 +161,10 @@ def _gqa_cases(cases: CaseList) -> None:
     window = {**heads, "local_window_size": 2}
     decode = [*step, *past, In(np.array([4, 1], np.int32)), total(5)]
     cases.add(ms_case("ms_gqa_decode_window", "GroupQueryAttention", decode, window, outputs=3))
+    # a later chunk of a prompt (the kernel takes several new tokens on a past at batch 1)
+    chunk = [In(f32(1, 3, 32)), In(f32(1, 3, 16)), In(f32(1, 3, 16)), In(f32(1, 2, 8, 8)),
+             In(f32(1, 2, 8, 8)), In(np.array([5], np.int32)), total(6)]  # fmt: skip
+    cases.add(ms_case("ms_gqa_chunk_on_past", "GroupQueryAttention", chunk, window, outputs=3))
     step = [In(_half(f32(2, 1, 64))), In(_half(f32(2, 1, 32))), In(_half(f32(2, 1, 32)))]
     past = [In(_half(f32(2, 2, 6, 16))), In(_half(f32(2, 2, 6, 16)))]
     decode = [*step, *past, In(np.array([5, 2], np.int32)), total(6), Const(_half(cos.value)),
