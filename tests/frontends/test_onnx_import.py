@@ -502,3 +502,37 @@ def test_contrib_quantized_refusals():
     no_output_zp = {"as": s, "az": z, "b": w, "bs": s, "bz": z, "c": np.zeros(4, np.int32), "ys": s}
     with pytest.raises(ModelError, match="y_scale is given without y_zero_point"):
         import_onnx(_contrib_quant_model("QGemm", {"a": x}, no_output_zp))
+
+
+MS_OPSET = helper.make_opsetid("com.microsoft", 1)
+
+
+def test_multi_head_attention_packed_qkv_refused():
+    node = helper.make_node("MultiHeadAttention", ["qkv"], ["y"], domain="com.microsoft",
+                            num_heads=2)  # fmt: skip
+    model = make_model([node], [tensor("qkv", [2, 3, 2, 3, 4])], [tensor("y", None)],
+                       extra_opsets=[MS_OPSET])  # fmt: skip
+    with pytest.raises(UnsupportedError, match=r"packed QKV \(a 5-D query\) is not supported"):
+        import_onnx(model)
+
+
+def test_attention_megatron_mask_refused():
+    node = helper.make_node("Attention", ["x", "w", "", "mask"], ["y"], domain="com.microsoft",
+                            num_heads=2)  # fmt: skip
+    inputs = [tensor("x", [2, 3, 8]), tensor("w", [8, 24]),
+              tensor("mask", [2, 1, 3, 3], TensorProto.INT32)]  # fmt: skip
+    model = make_model([node], inputs, [tensor("y", None)], extra_opsets=[MS_OPSET])
+    with pytest.raises(UnsupportedError, match=r"4-D mask_index \(Megatron\) is not supported"):
+        import_onnx(model)
+
+
+def test_group_query_attention_needs_a_constant_total_length():
+    names = ["q", "k", "v", "", "", "seqlens", "total"]
+    node = helper.make_node("GroupQueryAttention", names, ["y"], domain="com.microsoft",
+                            num_heads=2, kv_num_heads=1)  # fmt: skip
+    lengths = [tensor(name, dims, TensorProto.INT32) for name, dims in (("seqlens", [2]),
+                                                                        ("total", []))]  # fmt: skip
+    inputs = [tensor("q", [2, 3, 16]), tensor("k", [2, 3, 8]), tensor("v", [2, 3, 8]), *lengths]
+    model = make_model([node], inputs, [tensor("y", None)], extra_opsets=[MS_OPSET])
+    with pytest.raises(InputValuesRequired, match=r"total_sequence_length must be a constant"):
+        import_onnx(model)

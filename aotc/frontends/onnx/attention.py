@@ -115,11 +115,18 @@ def _mask_bias(b: ComputationBuilder, mask: Instruction, dtype: DType, q_len: in
 
 
 def _position_masks(ctx: NodeContext, offset: int | Instruction, q_len: int, kv_len: int):
-    """The causal and sliding-window `allowed` masks: query i sits at absolute position
-    i + offset (a per-batch (B,) offset for an external cache) and key j at j."""
-    b = ctx.b
-    causal = ctx.attr("is_causal")
+    """Attention-23's causal and sliding-window masks (its is_causal, left_window_size and
+    right_window_size attributes): see position_masks."""
+    causal = bool(ctx.attr("is_causal"))
     left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
+    return position_masks(ctx.b, offset, q_len, kv_len, causal, left, right)
+
+
+def position_masks(b: ComputationBuilder, offset: int | Instruction, q_len: int, kv_len: int,
+                   causal: bool, left: int = -1, right: int = -1) -> list[Instruction]:  # fmt: skip
+    """The causal and sliding-window `allowed` masks, (q, kv) or (B, q, kv): query i sits at
+    absolute position i + offset (a per-batch (B,) s64 offset for an external cache) and
+    key j at j; a window of `left` (`right`) < 0 is unbounded."""
     if not causal and left < 0 and right < 0:
         return []
     dims = (q_len, kv_len)
@@ -278,7 +285,7 @@ def flex_attention(ctx: NodeContext, q: Instruction, k: Instruction, v: Instruct
 # -- RotaryEmbedding, SwiGLU, CausalConvWithState ----------------------------------
 
 
-def _cache_rows(b: ComputationBuilder, cache: Instruction, positions: Instruction):
+def cache_rows(b: ComputationBuilder, cache: Instruction, positions: Instruction):
     """cache[positions]: rows of a (P, D/2) cache at (B, S) positions -> (B, S, D/2)."""
     half = cache.shape.dims[1]
     dims = GatherDims((2,), (0,), (0,), 2, (1, half))
@@ -302,18 +309,32 @@ def rotary_embedding(ctx: NodeContext, x, cos, sin, positions=None) -> Instructi
     else:
         raise ShapeError(f"input must be 3-D or 4-D, not {rank}-D")
     batch, seq, heads, size = x.shape.dims
-    rotary = ctx.attr("rotary_embedding_dim") or size
-    half = rotary // 2
     if positions is not None:
-        cos, sin = _cache_rows(b, cos, positions), _cache_rows(b, sin, positions)
+        cos, sin = cache_rows(b, cos, positions), cache_rows(b, sin, positions)
     if cos.shape.rank != 3 or sin.shape.rank != 3:
         raise ShapeError("cos/sin caches must be (B, S, D/2), or (P, D/2) with position_ids")
+    rotary = ctx.attr("rotary_embedding_dim") or size
+    rotated = rotate(b, x, cos, sin, rotary, bool(ctx.attr("interleaved")))
+    if rank == 3:
+        return b.reshape(rotated, [batch, seq, heads * size])
+    return b.transpose(rotated, [0, 2, 1, 3])
+
+
+def rotate(b: ComputationBuilder, x: Instruction, cos: Instruction, sin: Instruction,
+           rotary: int, interleaved: bool) -> Instruction:  # fmt: skip
+    """RoPE on x (B, S, H, D): its first `rotary` features rotated by the angles whose
+    cos/sin are (B or 1, S, rotary/2), as (real, imag) pairs that are interleaved or the
+    two halves; the features past `rotary` pass through."""
+    batch, seq, heads, size = x.shape.dims
+    if rotary % 2 or not 0 < rotary <= size:
+        raise ModelError(f"rotary_embedding_dim {rotary} is not even and at most {size}")
+    half = rotary // 2
     # (B, S, D/2) -> (B, S, H, D/2); a cache of batch 1 serves every batch (numpy rules)
     dims = (batch, seq, heads, half)
     cos, sin = (unidirectional(b, b.reshape(c, [*c.shape.dims[:2], 1, c.shape.dims[2]]), dims)
                 for c in (cos, sin))  # fmt: skip
     start, stop = [0, 0, 0, 0], [batch, seq, heads]
-    if ctx.attr("interleaved"):
+    if interleaved:
         x1 = b.slice(x, start, [*stop, rotary], [1, 1, 1, 2])
         x2 = b.slice(x, [0, 0, 0, 1], [*stop, rotary], [1, 1, 1, 2])
     else:
@@ -322,16 +343,14 @@ def rotary_embedding(ctx: NodeContext, x, cos, sin, positions=None) -> Instructi
     f = Formula(b, x1)
     real = b.binary(Op.SUBTRACT, f.mul(cos, x1), f.mul(sin, x2))
     imag = f.add(f.mul(sin, x1), f.mul(cos, x2))
-    if ctx.attr("interleaved"):
+    if interleaved:
         pairs = [b.reshape(r, [*dims, 1]) for r in (real, imag)]
         rotated = b.reshape(b.concatenate(pairs, 4), [*stop, rotary])
     else:
         rotated = b.concatenate([real, imag], 3)
     if rotary < size:
         rotated = b.concatenate([rotated, b.slice(x, [0, 0, 0, rotary], [*stop, size])], 3)
-    if rank == 3:
-        return b.reshape(rotated, [batch, seq, heads * size])
-    return b.transpose(rotated, [0, 2, 1, 3])
+    return rotated
 
 
 def _swish(f: Formula, x: Instruction, alpha: float) -> Instruction:

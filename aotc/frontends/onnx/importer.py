@@ -29,7 +29,9 @@ from . import (
     casts,
     constants,
     contrib_activation,
+    contrib_attention,
     contrib_fused,
+    contrib_gqa,
     contrib_nbits,
     contrib_norm,
     contrib_qlinear,
@@ -75,10 +77,11 @@ from .sequence import NO_VALUE, SequenceValue, Value
 
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
-    activation, attention, casts, constants, contrib_activation, contrib_fused, contrib_nbits,
-    contrib_norm, contrib_qlinear, contrib_quant, contrib_tensor, control, detection, elementwise,
-    indexing, linalg, loss, ml, ml_linear, ml_preprocess, ml_tree_ops, nn, norm, quantize, random,
-    recurrent, reduce, resize, sampling, selection, sequence, shape_ops, signal, text_features,
+    activation, attention, casts, constants, contrib_activation, contrib_attention, contrib_fused,
+    contrib_gqa, contrib_nbits, contrib_norm, contrib_qlinear, contrib_quant, contrib_tensor,
+    control, detection, elementwise, indexing, linalg, loss, ml, ml_linear, ml_preprocess,
+    ml_tree_ops, nn, norm, quantize, random, recurrent, reduce, resize, sampling, selection,
+    sequence, shape_ops, signal, text_features,
 )  # fmt: skip
 
 InputShapes = Mapping[str, Sequence[int]]
