@@ -35,6 +35,7 @@ from . import (
     linalg,
     loss,
     ml,
+    ml_svm,
     nn,
     norm,
     quantize,
@@ -64,7 +65,7 @@ from .sequence import NO_VALUE, SequenceValue, Value
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
     activation, attention, casts, constants, control, detection, elementwise, indexing, linalg,
-    loss, ml, nn, norm, quantize, recurrent, reduce, resize, sampling, selection, sequence,
+    loss, ml, ml_svm, nn, norm, quantize, recurrent, reduce, resize, sampling, selection, sequence,
     shape_ops, signal, text_features,
 )  # fmt: skip
 
