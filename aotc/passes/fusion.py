@@ -141,27 +141,42 @@ def _recomputable(producer: Instruction, places: int) -> bool:
     return producer.op not in REUSING_OPS and places <= 2
 
 
-def _epilogue_of_contraction(instr: Instruction) -> bool:
-    """Whether `instr` could be a dot's or convolution's epilogue: elementwise on top of
-    one, through elementwise ops and broadcasts of leaves (bias) only; a value computed
-    from the contraction's own result otherwise (softmax's max) needs all of it first."""
-    if not instr.op.is_elementwise:
-        return False
-    found = False
-    work, seen = list(instr.operands), set()
-    while work:
-        current = work.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if current.op in CONTRACTION_OPS:
-            found = True
-        elif current.op is Op.BROADCAST:
-            if current.operands[0].op not in (Op.PARAMETER, Op.CONSTANT):
-                return False
-        elif current.op.is_elementwise:
-            work.extend(current.operands)
-    return found
+class _Ancestry:
+    """What each instruction of a computation has above it, found in one pass in operand
+    order: a walk per question was quadratic in long elementwise chains (unrolled loops)."""
+
+    # what walking up from a value through elementwise ops meets, worst last
+    NOTHING, CONTRACTION, COMPUTED_BROADCAST = 0, 1, 2
+
+    def __init__(self, computation: Computation):
+        self.above: dict[int, int] = {}
+        self.reduce_above: dict[int, bool] = {}
+        for instr in computation.instructions:  # operands come first (see _form_groups)
+            operands = [id(o) for o in instr.operands]
+            if instr.op in CONTRACTION_OPS:
+                above = self.CONTRACTION
+            elif instr.op is Op.BROADCAST:
+                leaf = instr.operands[0].op in (Op.PARAMETER, Op.CONSTANT)
+                above = self.NOTHING if leaf else self.COMPUTED_BROADCAST
+            elif instr.op.is_elementwise:
+                above = max((self.above[o] for o in operands), default=self.NOTHING)
+            else:
+                above = self.NOTHING
+            self.above[id(instr)] = above
+            self.reduce_above[id(instr)] = instr.op is Op.REDUCE or (
+                _is_fusible(instr) and any(self.reduce_above[o] for o in operands)
+            )
+
+    def epilogue_of_contraction(self, instr: Instruction) -> bool:
+        """Whether `instr` could be a dot's or convolution's epilogue: elementwise on top of
+        one, through elementwise ops and broadcasts of leaves (bias) only; a value computed
+        from the contraction's own result otherwise (softmax's max) needs all of it first."""
+        return instr.op.is_elementwise and self.above[id(instr)] == self.CONTRACTION
+
+    def reaches_reduce(self, instr: Instruction) -> bool:
+        """Whether a reduction feeds `instr` through fusible ops (a row value worth
+        hoisting)."""
+        return self.reduce_above[id(instr)]
 
 
 def _moves_image_rows(producer: Instruction, users, group: _Group) -> bool:
@@ -171,21 +186,6 @@ def _moves_image_rows(producer: Instruction, users, group: _Group) -> bool:
     if producer.op is not Op.TRANSPOSE or producer.dimensions[-1] == len(producer.dimensions) - 1:
         return False
     return any(u.op is Op.CONVOLUTION and id(u) in group.members for u in users)
-
-
-def _reaches_reduce(instr: Instruction) -> bool:
-    """Whether a reduction feeds `instr` through fusible ops (a row value worth hoisting)."""
-    seen: set[int] = set()
-    work = [instr]
-    while work:
-        current = work.pop()
-        if current.op is Op.REDUCE:
-            return True
-        if id(current) in seen or not _is_fusible(current):
-            continue
-        seen.add(id(current))
-        work.extend(current.operands)
-    return False
 
 
 def _is_fusible(instr: Instruction) -> bool:
@@ -198,6 +198,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
     grouped: set[int] = set()
     copies: dict[int, list[_Group]] = {}  # id -> groups that compute a copy of it
     groups: list[_Group] = []
+    ancestry = _Ancestry(computation)
     for instr in reversed(computation.instructions):
         if id(instr) in grouped or not _is_fusible(instr):
             continue
@@ -219,7 +220,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
             # a non-root reduction fuses as a row value only; a costly value read through a
             # broadcast only as a row value on top of one
             row_value = producer.op is Op.REDUCE or (
-                replicated and producer.op not in FREE_OPS and _reaches_reduce(producer)
+                replicated and producer.op not in FREE_OPS and ancestry.reaches_reduce(producer)
             )
             if row_value:
                 if not group.takes_row_value(producer, maps):
@@ -240,7 +241,8 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 continue
             # a contraction's epilogue read through a concatenate, pad...: better left to
             # form the contraction's own kernel
-            if _epilogue_of_contraction(producer) and maps != {identity(len(group.root_dims))}:
+            epilogue = ancestry.epilogue_of_contraction(producer)
+            if epilogue and maps != {identity(len(group.root_dims))}:
                 continue
             places = group.places_of(producer, users[id(producer)])
             if not row_value and not _recomputable(producer, len(places)):
@@ -257,9 +259,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
             # computing that (a layer norm, a dot with its epilogue) keeps it inside
             duplicate = bool(outside) or copied
             if duplicate and (
-                producer.op not in CHEAP_OPS
-                or _reaches_reduce(producer)
-                or _epilogue_of_contraction(producer)
+                producer.op not in CHEAP_OPS or ancestry.reaches_reduce(producer) or epilogue
             ):
                 continue
             if id(producer) in grouped and producer.op not in CHEAP_OPS:

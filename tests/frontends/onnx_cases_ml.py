@@ -12,6 +12,7 @@ from onnx_case_kit import (
     OnnxCase,
     f32,
     graph_case,
+    ints,
     onnxruntime_outputs,
     ort_reference,
 )
@@ -385,4 +386,108 @@ def _trees(cases: CaseList) -> None:
                       v5_doubles | {"n_targets": 2}, 5, **tol))  # fmt: skip
 
 
-ML_FAMILIES = (_encoders_trees, _linear_preprocess, _trees)
+# the kernels with their kernel_params (gamma, coef0, degree)
+SVM_KERNELS = {
+    "LINEAR": [0.0, 0.0, 0.0],
+    "POLY": [0.4, 0.5, 3.0],
+    "RBF": [0.3, 0.0, 0.0],
+    "SIGMOID": [0.2, 0.1, 0.0],
+}
+
+
+def _svm_regressors(cases: CaseList, x: np.ndarray) -> None:
+    vectors = f32(5, x.shape[1])
+    model = {"support_vectors": vectors.ravel().tolist(), "n_supports": 5,
+             "coefficients": f32(5).tolist(), "rho": [0.25]}  # fmt: skip
+    for kernel, params in SVM_KERNELS.items():
+        attrs = model | {"kernel_type": kernel, "kernel_params": params}
+        cases.add(ml_case(f"svm_regressor_{kernel.lower()}", "SVMRegressor", {"x": x}, attrs, 1))
+    rbf = model | {"kernel_type": "RBF", "kernel_params": SVM_KERNELS["RBF"]}
+    cases.add(ml_case("svm_regressor_one_class", "SVMRegressor", {"x": x},
+                      rbf | {"one_class": 1, "rho": [-0.45]}, 1))  # fmt: skip
+    # no support vectors: the coefficients are a linear model's weights
+    linear = {"coefficients": f32(x.shape[1]).tolist(), "rho": [0.5], "n_supports": 0}
+    cases.add(ml_case("svm_regressor_no_support_vectors", "SVMRegressor", {"x": x}, linear, 1))
+    # onnxruntime leaves the value alone (onnx.reference refuses it)
+    cases.add(ml_case("svm_regressor_post_transform_ignored", "SVMRegressor", {"x": x},
+                      rbf | {"post_transform": "LOGISTIC"}, 1, reference=ort_reference))  # fmt: skip
+    # features far from 0 relative to their spread: |x - s|^2 must not cancel in float32
+    offset = 50 + f32(*x.shape, low=-1, high=1)
+    far = rbf | {"support_vectors": (50 + vectors / 2).ravel().tolist(),
+                 "kernel_params": [0.5, 0.0, 0.0]}  # fmt: skip
+    cases.add(ml_case("svm_regressor_rbf_offset_features", "SVMRegressor", {"x": offset},
+                      far, 1, atol=1e-5))  # fmt: skip
+
+
+def _svm_classifier(name: str, x: np.ndarray, attrs: dict, **extra) -> OnnxCase:
+    """An SVMClassifier case (label and scores) checked against onnxruntime, which this
+    follows where onnx.reference differs (binary scores and labels, pairwise coupling)."""
+    return ml_case(name, "SVMClassifier", {"x": x}, attrs, 1, outputs=("label", "scores"),
+                   reference=ort_reference, **extra)  # fmt: skip
+
+
+def _one_vs_one(counts: list[int], features: int, kernel: str = "RBF") -> dict:
+    """A one-vs-one classifier with `counts` support vectors per class."""
+    classes, vectors = len(counts), sum(counts)
+    return {
+        "classlabels_ints": [3 + 4 * c for c in range(classes)],
+        "vectors_per_class": counts,
+        "support_vectors": f32(vectors, features).ravel().tolist(),
+        "coefficients": f32(classes - 1, vectors).ravel().tolist(),
+        "rho": f32(classes * (classes - 1) // 2, low=-0.5, high=0.5).tolist(),
+        "kernel_type": kernel,
+        "kernel_params": SVM_KERNELS[kernel],
+    }
+
+
+def _platt(pairs: int) -> dict:
+    return {"prob_a": f32(pairs, low=-3, high=-0.5).tolist(),
+            "prob_b": f32(pairs, low=-0.3, high=0.3).tolist()}  # fmt: skip
+
+
+def _svm_classifiers(cases: CaseList, x: np.ndarray) -> None:
+    features = x.shape[1]
+    for kernel in SVM_KERNELS:
+        attrs = _one_vs_one([2, 3, 2], features, kernel)
+        cases.add(_svm_classifier(f"svm_classifier_3class_{kernel.lower()}", x, attrs))
+    # rho chosen for varied labels and three-way vote ties (rows 0 and 5: the first wins)
+    three = _one_vs_one([2, 1, 3], features) | {"rho": [-0.8, -0.6, 0.0]}
+    for transform in ("LOGISTIC", "SOFTMAX_ZERO"):
+        attrs = three | {"post_transform": transform}
+        cases.add(_svm_classifier(f"svm_classifier_3class_{transform.lower()}", x, attrs))
+    # two classes: one decision value, written as two scores in onnxruntime's ways
+    two = _one_vs_one([3, 2], features)
+    for transform in ("NONE", "LOGISTIC", "SOFTMAX"):
+        attrs = two | {"post_transform": transform}
+        cases.add(_svm_classifier(f"svm_classifier_2class_{transform.lower()}", x, attrs))
+    # Platt scaling and pairwise coupling (an unrolled iterative solve)
+    cases.add(_svm_classifier("svm_classifier_3class_probabilities", x, three | _platt(3),
+                              atol=1e-5))  # fmt: skip
+    cases.add(_svm_classifier("svm_classifier_2class_probabilities_logistic", x,
+                              two | _platt(1) | {"post_transform": "LOGISTIC"},
+                              atol=1e-5))  # fmt: skip
+    cases.add(_svm_classifier("svm_classifier_int64_input", ints(4, features, low=-2, high=3),
+                              _one_vs_one([1, 2, 2], features, "POLY")))  # fmt: skip
+    cases.add(_svm_classifier("svm_classifier_vector_input", x[0], three))
+    # no support vectors: one linear model per class; two classes choose their label
+    # their own way, which depends on whether every coefficient is >= 0
+    for name, weights in (("mixed", f32(2 * features)), ("positive", f32(2 * features, low=0))):
+        attrs = {"classlabels_ints": [2, 7], "coefficients": weights.tolist(), "rho": [-0.2],
+                 "kernel_params": [0.0, 0.0, 0.0]}  # fmt: skip
+        cases.add(_svm_classifier(f"svm_classifier_linear_2class_{name}", x, attrs))
+    linear = {"classlabels_ints": [1, 5, 6], "coefficients": f32(3 * features).tolist(),
+              "rho": [0.3], "kernel_params": [0.0, 0.0, 0.0], "post_transform": "SOFTMAX"}  # fmt: skip
+    cases.add(_svm_classifier("svm_classifier_linear_3class_softmax", x, linear))
+    # one class: onnxruntime applies only PROBIT to its single column
+    probit = {"classlabels_ints": [4], "coefficients": f32(features, low=-0.2, high=0.2).tolist(),
+              "rho": [0.5], "kernel_params": [0.0, 0.0, 0.0], "post_transform": "PROBIT"}  # fmt: skip
+    cases.add(_svm_classifier("svm_classifier_linear_1class_probit", x, probit))
+
+
+def _svms(cases: CaseList) -> None:
+    x = f32(6, 4)
+    _svm_regressors(cases, x)
+    _svm_classifiers(cases, x)
+
+
+ML_FAMILIES = (_encoders_trees, _linear_preprocess, _trees, _svms)

@@ -274,6 +274,36 @@ def test_errors_are_aotc_errors():
         assert issubclass(error, AotcError)
 
 
+# a two-class SVMClassifier over 3 features, each test changing what it refuses
+SVM_CLASSIFIER = {
+    "classlabels_ints": [0, 1], "vectors_per_class": [1, 1], "coefficients": [1.0, -1.0],
+    "support_vectors": [0.0, 1.0, 2.0, -1.0, 0.5, 0.0], "rho": [0.1],
+    "kernel_type": "RBF", "kernel_params": [0.5, 0.0, 0.0],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "attrs, error, message",
+    [
+        ({"classlabels_ints": None, "classlabels_strings": ["a", "b"]}, UnsupportedError,
+         "no string type"),
+        # onnxruntime writes only the first of the two scores
+        ({"post_transform": "PROBIT"}, UnsupportedError, "second score undefined"),
+        ({"support_vectors": [0.0, 1.0, 2.0, -1.0]}, ShapeError, "3 features but the support"),
+        ({"kernel_params": [0.5]}, ModelError, "kernel_params holds 1 values"),
+    ],
+)  # fmt: skip
+def test_svm_classifier_refusals(attrs, error, message):
+    attrs = {k: v for k, v in (SVM_CLASSIFIER | attrs).items() if v is not None}
+    node = helper.make_node("SVMClassifier", ["x"], ["label", "scores"], name="svc",
+                            domain="ai.onnx.ml", **attrs)  # fmt: skip
+    outputs = [tensor("label", None, TensorProto.INT64), tensor("scores", None)]
+    ml = helper.make_opsetid("ai.onnx.ml", 1)
+    model = make_model([node], [tensor("x", [2, 3])], outputs, extra_opsets=[ml])
+    with pytest.raises(error, match=message):
+        import_onnx(model)
+
+
 @pytest.mark.parametrize("mode", ["constant", "edge"])
 def test_negative_pads_crop(mode):
     # onnx.reference cannot pad by negative amounts, so numpy is the reference here

@@ -46,6 +46,7 @@ from . import (
     ml,
     ml_linear,
     ml_preprocess,
+    ml_svm,
     ml_tree_ops,
     nn,
     norm,
@@ -79,7 +80,7 @@ from .sequence import NO_VALUE, SequenceValue, Value
 FAMILIES = (
     activation, attention, casts, constants, contrib_activation, contrib_attention, contrib_fused,
     contrib_gqa, contrib_nbits, contrib_norm, contrib_qlinear, contrib_quant, contrib_tensor,
-    control, detection, elementwise, indexing, linalg, loss, ml, ml_linear, ml_preprocess,
+    control, detection, elementwise, indexing, linalg, loss, ml, ml_linear, ml_preprocess, ml_svm,
     ml_tree_ops, nn, norm, quantize, random, recurrent, reduce, resize, sampling, selection,
     sequence, shape_ops, signal, text_features,
 )  # fmt: skip
