@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ...errors import ModelError, UnsupportedError
+from ...errors import ModelError, ShapeError, UnsupportedError
 from ...ir import (
     ComputationBuilder,
     Direction,
@@ -46,6 +46,15 @@ def take_last(b: ComputationBuilder, x: Instruction, indices: Instruction) -> In
         slice_sizes=(*x.shape.dims[:-1], 1),
     )
     return b.gather(x, b.reshape(indices, [indices.shape.size, 1]), dims)
+
+
+def float_rows(b: ComputationBuilder, x: Instruction) -> Instruction:
+    """x as float32 rows (N, features); a vector is one row, as onnxruntime reads it."""
+    if x.shape.rank == 1:
+        x = b.reshape(x, [1, x.shape.dims[0]])
+    elif x.shape.rank != 2:
+        raise ShapeError(f"input must be N x features or one row, got {list(x.shape.dims)}")
+    return b.convert(x, DType.F32)
 
 
 @onnx_op("ArrayFeatureExtractor", domain=ML, since=1)

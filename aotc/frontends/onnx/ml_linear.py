@@ -17,29 +17,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import ModelError, ShapeError, UnsupportedError
+from ...errors import ModelError, UnsupportedError
 from ...ir import ComputationBuilder, Direction, DotDims, DType, Instruction, Op
 from .helpers import Formula, full, full_like
-from .ml import ML, take_last
+from .ml import ML, float_rows, take_last
 from .ml_scores import post_transform, post_transform_name
 from .reduce import arg_index
 from .registry import NodeContext, onnx_op
-
-
-def _rows(b: ComputationBuilder, x: Instruction) -> Instruction:
-    """x as float32 (N, features): a 1-D input is one row."""
-    if x.shape.rank == 1:
-        x = b.reshape(x, [1, x.shape.dims[0]])
-    if x.shape.rank != 2:
-        raise ShapeError(f"input must be N x features or one row, got {list(x.shape.dims)}")
-    return b.convert(x, DType.F32)
 
 
 def linear_scores(ctx: NodeContext, x: Instruction, rows: int | None) -> Instruction:
     """(N, rows) float32 scores: each coefficient row (`rows` of them, or as many as the
     intercepts, or as the coefficients hold) dotted with each input row, plus its intercept."""
     b = ctx.b
-    x = _rows(b, x)
+    x = float_rows(b, x)
     features = x.shape.dims[1]
     coefficients = np.asarray(ctx.required_attr("coefficients"), np.float32)
     intercepts = np.asarray(ctx.attr("intercepts") or [], np.float32)

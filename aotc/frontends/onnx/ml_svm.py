@@ -22,7 +22,7 @@ import numpy as np
 from ...errors import ModelError, ShapeError, UnsupportedError
 from ...ir import ComputationBuilder, Direction, DotDims, DType, Instruction, Op, Shape
 from .helpers import Formula, lowest, reduce
-from .ml import ML, take_last
+from .ml import ML, float_rows, take_last
 from .ml_coupling import pairwise_coupling
 from .ml_scores import post_transform, post_transform_name, probit
 from .reduce import arg_reducer
@@ -53,15 +53,6 @@ def _kernel(ctx: NodeContext) -> Kernel:
 
 def _floats(ctx: NodeContext, name: str) -> np.ndarray:
     return np.asarray(ctx.attr(name) or [], np.float32)
-
-
-def _rows(b: ComputationBuilder, x: Instruction) -> Instruction:
-    """x as float32 rows (N, features); a vector is one row, as onnxruntime reads it."""
-    if x.shape.rank == 1:
-        x = b.reshape(x, [1, x.shape.dims[0]])
-    elif x.shape.rank != 2:
-        raise ShapeError(f"input must be N x features, got {list(x.shape.dims)}")
-    return b.convert(x, DType.F32)
 
 
 def _support_vectors(ctx: NodeContext, count: int, features: int) -> np.ndarray:
@@ -153,7 +144,7 @@ def svm_regressor(ctx: NodeContext, x: Instruction) -> Instruction:
     """(N, 1): the kernel values weighed by the coefficients plus rho[0]; one_class: the
     sign of that as +-1."""
     b = ctx.b
-    x = _rows(b, x)
+    x = float_rows(b, x)
     features = x.shape.dims[1]
     # onnx.reference refuses a post_transform other than NONE and onnxruntime ignores it;
     # as onnxruntime, it is checked but leaves the value alone
@@ -334,7 +325,7 @@ def svm_classifier(ctx: NodeContext, x: Instruction) -> list[Instruction | None]
     """(label (N,), scores): the class the pairs' votes pick, and the decision values (with
     prob_a/prob_b the coupled class probabilities) under post_transform."""
     b = ctx.b
-    x = _rows(b, x)
+    x = float_rows(b, x)
     labels = _class_labels(ctx)
     name = post_transform_name(ctx)
     prob_a, prob_b = _floats(ctx, "prob_a"), _floats(ctx, "prob_b")
