@@ -4,9 +4,10 @@ distances between two sets of row vectors) and Inverse (of square matrices)."""
 
 from __future__ import annotations
 
-from ...errors import ModelError, ShapeError, UnsupportedError
+from ...errors import ModelError, ShapeError
 from ...ir import ComputationBuilder, Direction, DType, Instruction, Op, Shape
 from .helpers import Formula, full, full_like, reduce
+from .linalg import square_matrices
 from .registry import MICROSOFT, NodeContext, lower_as_onnx, onnx_op
 
 
@@ -55,15 +56,7 @@ def inverse(ctx: NodeContext, x: Instruction) -> Instruction:
     pivoting on [x | I]; a singular matrix gives infinities or NaNs, as LU does."""
     b = ctx.b
     dtype = x.shape.dtype
-    if not dtype.is_float:
-        raise ShapeError(f"Inverse needs a float tensor, not {dtype.text}")
-    if x.shape.rank < 2 or x.shape.dims[-1] != x.shape.dims[-2]:
-        raise ShapeError(f"Inverse needs [..., n, n], got {list(x.shape.dims)}")
-    n = x.shape.dims[-1]
-    if n > MAX_INVERSE_SIZE:
-        raise UnsupportedError(f"Inverse of {n}x{n} matrices (at most {MAX_INVERSE_SIZE})")
-    lead = x.shape.dims[:-2]
-    batch = x.shape.size // (n * n)
+    n, lead, batch = square_matrices(x, "Inverse", MAX_INVERSE_SIZE)
     work = DType.F32 if dtype.bits < 32 else dtype
     dims = (batch, n, n)
     square = b.reshape(b.convert(x, work), dims)

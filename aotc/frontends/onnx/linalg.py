@@ -1,11 +1,28 @@
-"""Matrix products: MatMul (numpy semantics) and Gemm, as HLO dot."""
+"""Matrix products: MatMul (numpy semantics) and Gemm, as HLO dot; the shape checks the
+unrolled matrix factorizations (Det, Inverse) share."""
 
 from __future__ import annotations
 
-from ...errors import ShapeError
+import math
+
+from ...errors import ShapeError, UnsupportedError
 from ...ir import DotDims, Instruction, Op
 from .helpers import broadcast_dims, full_like, unidirectional
 from .registry import NodeContext, onnx_op
+
+
+def square_matrices(x: Instruction, op: str, largest: int) -> tuple[int, tuple[int, ...], int]:
+    """n, the leading dims and their count for a float x of [..., n, n] matrices; refuses
+    other shapes, and n above `largest` (the factorizations are unrolled)."""
+    if not x.shape.dtype.is_float:
+        raise UnsupportedError(f"{op} input must be a float tensor, not {x.shape.dtype.text}")
+    if x.shape.rank < 2 or x.shape.dims[-1] != x.shape.dims[-2]:
+        raise ShapeError(f"{op} needs [..., n, n], got {list(x.shape.dims)}")
+    n = x.shape.dims[-1]
+    if n > largest:
+        raise UnsupportedError(f"{op} of {n}x{n} matrices (unrolled; at most {largest})")
+    lead = tuple(x.shape.dims[:-2])
+    return n, lead, math.prod(lead)
 
 
 @onnx_op("MatMul")

@@ -30,6 +30,7 @@ from ...ir import (
 )  # fmt: skip
 from .dtypes import to_dtype
 from .helpers import full, full_like, normalize_axis, reduce
+from .linalg import square_matrices
 from .registry import NodeContext, onnx_op
 
 # a constant Fourier matrix larger than this (elements) is refused: it would bloat the object
@@ -357,21 +358,14 @@ def det(ctx: NodeContext, x: Instruction) -> Instruction:
     """LU with partial pivoting (as LAPACK's getrf): the determinant is the product of
     the pivots, negated per row swap.  Each step works on the shrinking trailing block."""
     b = ctx.b
-    dtype = _float_input(x, "Det input")
-    if x.shape.rank < 2 or x.shape.dims[-1] != x.shape.dims[-2]:
-        raise ShapeError(f"Det needs [..., n, n], got {list(x.shape.dims)}")
-    n = x.shape.dims[-1]
-    if n > MAX_DET_SIZE:
-        raise UnsupportedError(f"Det of {n}x{n} matrices (unrolled; at most {MAX_DET_SIZE})")
-    lead = x.shape.dims[:-2]
-    batch = int(np.prod(lead, dtype=np.int64))
-    work = _work_dtype(dtype)
+    n, lead, batch = square_matrices(x, "Det", MAX_DET_SIZE)
+    work = _work_dtype(x.shape.dtype)
     block = b.reshape(b.convert(x, work), [batch, n, n])
     result = full(b, 1, work, [batch])
     for m in range(n, 0, -1):
         block, pivot = _lu_step(b, block, m)
         result = b.binary(Op.MULTIPLY, result, pivot)
-    return b.convert(b.reshape(result, lead), dtype)
+    return b.convert(b.reshape(result, lead), x.shape.dtype)
 
 
 def _lu_step(b: ComputationBuilder, block: Instruction, m: int) -> tuple[Instruction, Instruction]:
