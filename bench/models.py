@@ -173,6 +173,39 @@ def model_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]
     return light_input(model, seed)
 
 
+def quantized(model: onnx.ModelProto, static: bool, seed: int = 0) -> onnx.ModelProto:
+    """`model` int8-quantized by onnxruntime's tools, as users quantize theirs: `static`,
+    QOperator format (QLinearConv, QLinearMatMul..., u8 activations calibrated on 4
+    random inputs, s8 weights per tensor); else dynamic (MatMulInteger with
+    DynamicQuantizeLinear before it, s8 weights)."""
+    import tempfile
+
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    class Feeds(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([model_inputs(model, seed + s) for s in range(4)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    with tempfile.TemporaryDirectory(prefix="aotc-quantize-") as tmp:
+        source, target = Path(tmp, "model.onnx"), Path(tmp, "quantized.onnx")
+        onnx.save(model, source)
+        if static:
+            quantize_static(source, target, Feeds(), quant_format=QuantFormat.QOperator,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)  # fmt: skip
+        else:
+            quantize_dynamic(source, target, weight_type=QuantType.QInt8)
+        return onnx.load(target)
+
+
 # The benchmark set of bench/run.py, in table order: name -> builder (fixed seeds).
 BENCH_MODELS = {
     "mlp_16_32_4": lambda: mlp((16, 32, 4)),
@@ -185,4 +218,7 @@ BENCH_MODELS = {
     "transformer_256x128": lambda: transformer_layer(256, 128),
     # BERT-base width: 12 heads of 64
     "transformer_768x128": lambda: transformer_layer(768, 128, heads=12),
+    # int8 versions (onnxruntime's quantization tools)
+    "transformer_768x128_int8": lambda: quantized(transformer_layer(768, 128, heads=12), False),
+    "resnet50_int8": lambda: quantized(light_model("resnet50"), True),
 }  # fmt: skip

@@ -186,8 +186,11 @@ class ComputationBuilder:
         shape = Shape(dtype, ()) if dtype else None
         return self.add(Op.DOT, [lhs, rhs], shape, dot=dims)
 
-    def convolution(self, lhs, rhs, window: Window, dims: ConvDims, groups: int = 1):
-        return self.add(Op.CONVOLUTION, [lhs, rhs], window=window, conv=dims,
+    def convolution(
+        self, lhs, rhs, window: Window, dims: ConvDims, groups: int = 1, dtype=None
+    ) -> Instruction:
+        shape = Shape(dtype, ()) if dtype else None
+        return self.add(Op.CONVOLUTION, [lhs, rhs], shape, window=window, conv=dims,
                         feature_group_count=groups)  # fmt: skip
 
     # -- structure --------------------------------------------------------

@@ -4,7 +4,8 @@
 CONVOLUTION kernel, or a loop FUSION whose root reaches its contractions
 only through elementwise ops at their shape (bias, residual, activation:
 each output element uses only the same element of each contraction; a
-ResNet shortcut block sums two), in f32/f64, when dot.py or conv.py has a
+ResNet shortcut block sums two), in f32/f64 (or s32 sums of 8/16-bit integers, see
+pairs.py), when dot.py or conv.py has a
 fast plan for each.  All but the last contraction are written to the
 workspace; the last one into the output buffer, or into the workspace when
 the output cannot hold it (another element type, or an epilogue operand
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
-from ...ir import Instruction, Op, Shape
+from ...ir import DType, Instruction, Op, Shape
 from ...ir.index_maps import read_elementwise_only
 from .context import EmitContext
 from .conv import plan_convolution
@@ -33,7 +34,7 @@ from .dot import plan_dot
 from .elemental import Gen, element_pointer, make_generator, memory_generator
 from .gemm import aligned, use_packed
 from .lltypes import store_element
-from .tiles import GEMM_DTYPES
+from .tiles import fits_gemm
 from .views import View, fused_view, memory_view
 
 # opcode -> planner(target, instruction, operand views) -> plan, or None: not fast
@@ -123,7 +124,7 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
         }
         gens = _bind(ctx, body, operands, values)
         sources = [
-            [Source(gens[id(o)], fused_view(ctx.plan, instr, o)) for o in c.operands]
+            [Source(gens[id(o)], operand_view(ctx.plan, instr, o)) for o in c.operands]
             for c in kernel.contractions
         ]
         epilogue = _epilogue(ctx, gens[id(body.root)], instr.array_shape, out_where)
@@ -140,21 +141,38 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
         return None
     plans = []
     for contraction in contractions:
-        shape = contraction.array_shape
-        if shape.dtype not in GEMM_DTYPES:
-            return None
-        if any(o.shape.dtype is not shape.dtype for o in contraction.operands):
+        operand_types = [o.shape.dtype for o in contraction.operands]
+        if not fits_gemm(contraction.array_shape.dtype, operand_types):
             return None
         if instr is contraction:
             views = [memory_view(plan, o) for o in instr.operands]
         else:
-            views = [fused_view(plan, instr, o) for o in contraction.operands]
+            views = [operand_view(plan, instr, o) for o in contraction.operands]
         planned = PLANNERS[contraction.op](target, contraction, views)
         if planned is None:
             return None
         plans.append(use_packed(planned, plan.slices, instr, len(plans)))  # see prepack.py
     in_place = _can_compute_in_place(plan, instr, contractions[-1])
     return _Kernel(contractions, plans, in_place)
+
+
+def operand_view(plan: BufferPlan, fusion: Instruction, operand: Instruction) -> View | None:
+    """The memory view of a contraction operand in `fusion`'s body; for 8-bit integers
+    widened to 16 bits, that of the 8-bit values (the integer GEMM's packers widen them,
+    and its pre-packed weights are read from them)."""
+    if widens_to_pairs(operand):
+        operand = operand.operands[0]
+    return fused_view(plan, fusion, operand)
+
+
+def widens_to_pairs(instr: Instruction) -> bool:
+    """Whether `instr` converts 8-bit integers to s16 exactly, as an integer GEMM's
+    packers do on the way."""
+    return (
+        instr.op is Op.CONVERT
+        and instr.array_shape.dtype is DType.S16
+        and instr.operands[0].shape.dtype in (DType.S8, DType.U8)
+    )
 
 
 def _find_contractions(instr: Instruction) -> list[Instruction]:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...ir import Instruction, Op
+from ...ir import DType, Instruction, Op
 from .accumulate import MacAccumulator
 from .context import EmitContext
 from .elemental import Gen, Rule, delinearize, linearize, split_index
 from .gemm import GemmPlan, GeneratedPanels, StridedLayout, StridedPanels
 from .gemv import gemv_kind
 from .lltypes import i64
+from .pairs import pair_up, pairs_of
 from .loops import loop_nest
 from .tiles import gemm_config
 from .views import affine, merged_stride
@@ -77,6 +78,7 @@ class _Side:
     dims: tuple[int, ...]
     strides: tuple[int, int] | None  # merged (panel, depth) strides when in plain memory
     batch_strides: tuple[int, ...]
+    source: DType  # the element type read: the view's in memory, else the operand's
 
     def factory(self):
         if self.strides is not None:
@@ -114,7 +116,7 @@ class _Side:
 
 def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
     """A dot as batched GEMMs: M, N over the free dims, K over the contracting ones."""
-    config = gemm_config(target, dot.array_shape.dtype)
+    config = gemm_config(target, dot.array_shape.dtype, dot.operands[0].shape.dtype)
     if config is None:
         return None
     dims = dot.dot
@@ -127,6 +129,7 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
         free = tuple(d for d in range(shape.rank) if d not in batch + contracting)
         view = affine(views[operand])
         strides = batch_strides = None
+        source = shape.dtype
         if view is not None:
             panel = merged_stride([shape.dims[d] for d in free], [view.strides[d] for d in free])
             depth = merged_stride(
@@ -135,7 +138,10 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
             if panel is not None and depth is not None:
                 strides = (panel, depth)
                 batch_strides = tuple(view.strides[d] for d in batch)
-        sides.append(_Side(operand, batch, free, contracting, shape.dims, strides, batch_strides))
+                source = view.dtype  # 8-bit integers an integer GEMM widens as it packs
+        sides.append(
+            _Side(operand, batch, free, contracting, shape.dims, strides, batch_strides, source)
+        )
         layout = None
         if strides is not None:  # batch dim j of the operand is position j of the GEMM's
             layout = StridedLayout(view.where, tuple(enumerate(batch_strides)), *strides)
@@ -147,12 +153,24 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
     if m * n * k == 0:
         return None
     batch = tuple(lhs.dims[d] for d in lhs.batch)
+    factories = (lhs.factory(), rhs.factory())
     gemv = None
+    if config.paired:  # K in pairs of values; no gemv kernels of pairs
+        factories = tuple(_paired(f, side.source, k) for f, side in zip(factories, sides))
+        return GemmPlan(config, batch, m, n, pairs_of(k), n, *factories,
+                        *_placement(batch, m, n, lhs, rhs), None, tuple(layouts),
+                        paired_k=k, sources=(lhs.source, rhs.source))  # fmt: skip
     if lhs.strides is not None and rhs.strides is not None:
         if m == 1:
             gemv = gemv_kind(m, n, rhs.strides, lhs.strides[1])
         elif n == 1:
             gemv = gemv_kind(m, n, lhs.strides, rhs.strides[1])
+    return GemmPlan(config, batch, m, n, k, n, *factories, *_placement(batch, m, n, lhs, rhs),
+                    gemv, tuple(layouts))  # fmt: skip
+
+
+def _placement(batch, m: int, n: int, lhs: _Side, rhs: _Side):
+    """GemmPlan's `c_offset` and `out_index` of a dot's result."""
     free_m = [lhs.dims[d] for d in lhs.free]
     free_n = [rhs.dims[d] for d in rhs.free]
 
@@ -163,6 +181,9 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
         b = ctx.builder
         return [*index, *split_index(b, row, free_m), *split_index(b, col, free_n)]
 
-    factories = (lhs.factory(), rhs.factory())
-    return GemmPlan(config, batch, m, n, k, n, *factories, c_offset, out_index, gemv,
-                    tuple(layouts))  # fmt: skip
+    return c_offset, out_index
+
+
+def _paired(factory, source, k: int):
+    """An operand factory whose panels hold pairs along k (pairs.py)."""
+    return lambda ctx, sources, index: pair_up(factory(ctx, sources, index), source, k)

@@ -41,7 +41,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...buffers import BufferKind, Slice
-from ...ir import Instruction
+from ...ir import DType, Instruction
 from .context import EmitContext
 from .elemental import delinearize, linearize
 from .gemv import GEMV_UNROLL, emit_gemv, emit_packed_gemv, packed_width
@@ -261,6 +261,7 @@ class PackedShape:
     batch: tuple[int, ...]
     extents: tuple[int, ...]
     transform: str = ""  # what the values went through before packing ("": none)
+    paired_k: int = 0  # integer GEMM: the K values that the k pairs hold (pairs.py)
 
     @property
     def padded(self) -> int:
@@ -277,17 +278,29 @@ def pack_operand(values: np.ndarray, layout: StridedLayout, shape: PackedShape) 
     as panels of `width` rows, panel-major, then k, then the row in the panel."""
     strides = dict(layout.batch)
     rows = np.arange(shape.count)[:, None] * layout.p_stride
-    depth = np.arange(shape.k)[None, :] * layout.k_stride
+    depth = np.arange(shape.paired_k or shape.k)[None, :] * layout.k_stride
     out = []
     for element in itertools.product(*(range(e) for e in shape.extents)):
         start = sum(i * strides[d] for i, d in zip(element, shape.batch))
-        matrix = np.zeros((shape.padded, shape.k), values.dtype)
-        matrix[: shape.count] = values[start + rows + depth]
+        found = values[start + rows + depth]
+        if shape.paired_k:
+            found = pair_matrix(found)
+        matrix = np.zeros((shape.padded, shape.k), found.dtype)
+        matrix[: shape.count] = found
         for k0 in range(0, shape.k, shape.kc):
             block = matrix[:, k0 : k0 + shape.kc]
             panels = block.reshape(-1, shape.width, block.shape[1]).transpose(0, 2, 1)
             out.append(panels.ravel())
     return np.concatenate(out)
+
+
+def pair_matrix(matrix: np.ndarray) -> np.ndarray:
+    """(count, K) integers of 16 bits -> (count, ceil(K / 2)) int32 pairs along k, the even
+    k in the low half: the panel elements of an integer GEMM (pairs.py)."""
+    halves = matrix.astype("<i2")
+    if halves.shape[1] % 2:
+        halves = np.pad(halves, ((0, 0), (0, 1)))
+    return np.ascontiguousarray(halves).view("<i4")
 
 
 def packed_key(kernel: Instruction, contraction: int, side: int) -> tuple:
@@ -312,6 +325,10 @@ class Prepackable:
     @property
     def is_packed(self) -> tuple[bool, bool]:
         return self.packed[0] is not None, self.packed[1] is not None
+
+    def source(self, side: int) -> DType:
+        """The element type of operand `side` in memory."""
+        return self.config.source
 
     def pack_constant(self, side: int, values: np.ndarray) -> np.ndarray:
         """The pre-packed copy of operand `side`, whose constant's elements are `values`."""
@@ -648,6 +665,12 @@ class GemmPlan(Prepackable):
     packed: tuple[Slice | None, Slice | None] = (None, None)
     # the contraction operands that A and B are (a convolution's A is its kernel)
     operands: tuple[int, int] = (0, 1)
+    paired_k: int = 0  # integer GEMM: the K values that its k pairs hold (pairs.py)
+    # integer GEMM: the element types of A and B in memory (8-bit ones widen as packed)
+    sources: tuple[DType, DType] | None = None
+
+    def source(self, side: int) -> DType:
+        return self.config.source if self.sources is None else self.sources[side]
 
     @property
     def kind(self) -> str:
@@ -698,7 +721,8 @@ class GemmPlan(Prepackable):
             return PackedShape(count, self.k, self.k, width, batch, extents)
         blocks = self.blocks
         width = blocks.mr if side == 0 else blocks.nr
-        return PackedShape(count, self.k, blocks.kc, width, batch, extents)
+        return PackedShape(count, self.k, blocks.kc, width, batch, extents,
+                           paired_k=self.paired_k)  # fmt: skip
 
     def operand(self, side: int, ctx: EmitContext, sources: list, index) -> Panels:
         """Operand `side` (0: A, 1: B) of batch element `index`."""

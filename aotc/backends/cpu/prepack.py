@@ -22,7 +22,7 @@ import numpy as np
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...buffers.liveness import array_indices
 from ...ir import Instruction, Op
-from .contraction import contraction_plans
+from .contraction import contraction_plans, widens_to_pairs
 from .gemm import WORKSPACE_ALIGNMENT, PackedShape, Prepackable, StridedLayout, packed_key
 
 # ops a fusion body reads a parameter through on the way to a contraction operand that
@@ -110,7 +110,7 @@ def _requests(target, plan: BufferPlan) -> Iterator[_Request]:
                     if planned.can_pack(side) and planned.packed[side] is None:
                         yield _Request(path, instr, contraction, number, side,
                                        planned.operands[side], planned.layouts[side], planned.packed_shape(side),
-                                       planned.config.dtype.numpy, planned)  # fmt: skip
+                                       planned.source(side).numpy, planned)  # fmt: skip
 
 
 def _packed_reads(path: FramePath, requests: list[_Request]) -> set[tuple[int, int, int]]:
@@ -147,7 +147,7 @@ def _reads_packed_only(kernel: Instruction, k: int, packed: set) -> bool:
         if node is body.root:
             return False
         for user in {id(u): u for u in users[id(node)]}.values():
-            if user.op in VIEW_OPS:
+            if user.op in VIEW_OPS or widens_to_pairs(user):  # read on the way to a GEMM
                 if not only_packed(user):
                     return False
                 continue

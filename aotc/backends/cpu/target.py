@@ -96,6 +96,12 @@ class CpuTarget:
         return _probe(self.triple, self.cpu, self.features).has_fma
 
     @property
+    def has_pmaddwd(self) -> bool:
+        """Whether x86's pmaddwd (16-bit pairs multiplied and summed into 32-bit lanes)
+        is one instruction at the full `vector_bits` (AVX-512 needs BW, 256 bits AVX2)."""
+        return _probe(self.triple, self.cpu, self.features).has_pmaddwd
+
+    @property
     def vector_isa(self) -> str:
         """The vector instruction set the kernels get, e.g. 'AVX-512', 'SSE', 'NEON'."""
         return VECTOR_ISAS[self.arch, self.vector_bits]
@@ -147,6 +153,7 @@ def _machine(triple: str, cpu: str, features: str) -> llvm.TargetMachine:
 class _VectorUnit:
     vector_bits: int
     has_fma: bool
+    has_pmaddwd: bool
 
 
 # a 512-bit add and a 128-bit fused multiply-add: the registers and instructions LLVM
@@ -169,6 +176,26 @@ define void @fma(ptr %a, ptr %b, ptr %c) {
 }
 declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)
 """
+
+
+def _pairs_probe(lanes: int) -> str:
+    """@pairsN: the sums of 16-bit pairs products of two <lanes x i32> vectors, in the
+    form LLVM selects as pmaddwd where the CPU has it at that width."""
+    halves, vector = f"<{2 * lanes} x i16>", f"<{lanes} x i32>"
+    picks = [", ".join(f"i32 {2 * j + odd}" for j in range(lanes)) for odd in (0, 1)]
+    lines = [f"define {vector} @pairs{32 * lanes}({vector} %x, {vector} %y) {{",
+             f"  %a = bitcast {vector} %x to {halves}", f"  %b = bitcast {vector} %y to {halves}"]
+    for name in "ab":
+        for odd, pick in enumerate(picks):
+            lines += [f"  %{name}{odd}s = shufflevector {halves} %{name}, {halves} poison, "
+                      f"<{lanes} x i32> <{pick}>",
+                      f"  %{name}{odd} = sext <{lanes} x i16> %{name}{odd}s to {vector}"]
+    lines += [f"  %p0 = mul {vector} %a0, %b0", f"  %p1 = mul {vector} %a1, %b1",
+              f"  %r = add {vector} %p0, %p1", f"  ret {vector} %r", "}"]
+    return "\n".join(lines)  # fmt: skip
+
+
+_PAIRS_REGISTERS = {512: "zmm", 256: "ymm", 128: "xmm"}
 _FMA_INSTRUCTIONS = re.compile(r"\b(vfmadd\w*|fmla)\b")  # FMA3 and FMA4; NEON
 
 
@@ -180,7 +207,12 @@ def _probe(triple: str, cpu: str, features: str) -> _VectorUnit:
     assembly = machine.emit_assembly(module)
     add, _, fma = assembly.partition("fma:")
     bits = 512 if "zmm" in add else 256 if "ymm" in add else 128
-    return _VectorUnit(bits, bool(_FMA_INSTRUCTIONS.search(fma)))
+    pmaddwd = False
+    if triple.startswith("x86_64"):
+        module = llvm.parse_assembly(f'target triple = "{triple}"\n{_pairs_probe(bits // 32)}')
+        found = re.search(r"pmaddwd\s.*%(\w+)", machine.emit_assembly(module))
+        pmaddwd = found is not None and found.group(1).startswith(_PAIRS_REGISTERS[bits])
+    return _VectorUnit(bits, bool(_FMA_INSTRUCTIONS.search(fma)), pmaddwd)
 
 
 @functools.cache

@@ -64,12 +64,21 @@ FEWER_ACCUMULATORS_COST = 1.04
 
 @dataclass(frozen=True)
 class GemmConfig:
-    """The blocking of one element type on one target."""
+    """The blocking of one element type on one target.
 
-    dtype: DType
+    An integer GEMM (`paired`) multiplies 8- or 16-bit integer operands into s32 sums:
+    each 32-bit panel element holds two of an operand's values along k (k and k + 1)
+    as 16-bit halves, and a multiply-add takes the products of both halves at once
+    (pmaddwd on x86: 2x the multiply-adds of an f32 FMA per instruction), so K counts
+    pairs and C is s32.
+    """
+
+    dtype: DType  # C's element type, and the panels' (floats) or their pairs' (s32)
     lanes: int  # W: elements per vector register
     blocks: Blocks
     fma: bool
+    operand: DType | None = None  # integer GEMM: the operands' type (else `dtype`)
+    pmaddwd: bool = False  # integer GEMM: x86's pmaddwd is there at `lanes` (target.py)
 
     @property
     def itemsize(self) -> int:
@@ -79,18 +88,44 @@ class GemmConfig:
     def element(self) -> ir.Type:
         return register_type(self.dtype)
 
+    @property
+    def paired(self) -> bool:
+        return self.operand is not None
+
+    @property
+    def source(self) -> DType:
+        """The operands' element type in memory."""
+        return self.operand or self.dtype
+
 
 GEMM_DTYPES = frozenset({DType.F32, DType.F64})
+# integer operands that pair into 16-bit halves (u8 and s8 widen exactly), summed in s32
+PAIRED_OPERANDS = frozenset({DType.S8, DType.U8, DType.S16})
 
 
-def gemm_config(target, dtype: DType) -> GemmConfig | None:
-    """The blocking for `dtype` on `target`; None for element types GEMM does not handle."""
-    if dtype not in GEMM_DTYPES:
+def gemm_config(target, dtype: DType, operand: DType | None = None) -> GemmConfig | None:
+    """The blocking for a `dtype` result of `operand`s (default: `dtype`) on `target`;
+    None for the types GEMM does not handle."""
+    operand = operand or dtype
+    if not fits_gemm(dtype, [operand]):
         return None
     bits = target.vector_bits if target is not None else 128
     blocks = NEON_BLOCKING if _is_arm(target) else BLOCKING[bits]
     lanes = bits // (8 * dtype.itemsize)
-    return GemmConfig(dtype, lanes, blocks, fma=target is None or target.has_fma)
+    fma = target is None or target.has_fma
+    if dtype.is_float:
+        return GemmConfig(dtype, lanes, blocks, fma)
+    pmaddwd = target is not None and target.has_pmaddwd
+    return GemmConfig(dtype, lanes, blocks, fma, operand, pmaddwd)
+
+
+def fits_gemm(result: DType, operands) -> bool:
+    """Whether GEMM computes a `result` contraction of operands of these types: floats of
+    the result's own type, or 8/16-bit integers (one type) summed in s32."""
+    kinds = set(operands)
+    if result in GEMM_DTYPES:
+        return kinds == {result}
+    return result is DType.S32 and len(kinds) == 1 and kinds <= PAIRED_OPERANDS
 
 
 def _is_arm(target) -> bool:
@@ -245,7 +280,7 @@ def _column_edge(ctx, b: ir.IRBuilder, cfg: GemmConfig, mr: int, cols: int, nr: 
     for j in range(cols):
         total = b.load(slots[0][j], typ=vec)
         for chain in slots[1:]:
-            total = b.fadd(total, b.load(chain[j], typ=vec))
+            total = plus(b, cfg, total, b.load(chain[j], typ=vec))
         columns.append(total)
     _store_columns(b, cfg, columns, c_ptr, ldc, accumulate, rows)
 
@@ -273,7 +308,7 @@ def _store_columns(b: ir.IRBuilder, cfg: GemmConfig, columns, c_ptr, ldc, accumu
                             p = b.gep(c_row, [i64(j)], source_etype=ty)
                             value = b.extract_element(column, ir.Constant(I32, i))
                             if adding:
-                                value = b.fadd(b.load(p, typ=ty), value)
+                                value = plus(b, cfg, b.load(p, typ=ty), value)
                             b.store(value, p)
 
 
@@ -368,7 +403,8 @@ def _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate, rows=None
                             value = b.load(slot, typ=t)
                             if cols is None:
                                 if adding:
-                                    value = b.fadd(b.load(p, typ=t, align=cfg.itemsize), value)
+                                    value = plus(b, cfg, b.load(p, typ=t, align=cfg.itemsize),
+                                                value)  # fmt: skip
                                 b.store(value, p, align=cfg.itemsize)
                             else:
                                 masked_store(ctx, b, cfg, value, p, offset, cols, adding)
@@ -379,7 +415,7 @@ def masked_store(ctx, b, cfg, value, pointer, first: int, cols, adding: bool) ->
     """Store lanes first + l < cols of `value` (added to what is there when `adding`)."""
     mask = lanes_below(b, cols, value.type.count, first)
     if adding:
-        value = b.fadd(masked_load(ctx, b, cfg, pointer, mask), value)
+        value = plus(b, cfg, masked_load(ctx, b, cfg, pointer, mask), value)
     store_lanes(ctx, b, cfg, value, pointer, mask)
 
 
@@ -414,8 +450,47 @@ def splat(b: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
     return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), zeros)
 
 
+def plus(b: ir.IRBuilder, cfg: GemmConfig, x, y) -> ir.Value:
+    """x + y in C's type."""
+    return b.add(x, y) if cfg.paired else b.fadd(x, y)
+
+
+# x86's pmaddwd per vector width (i32 lanes): (<2W x i16>, <2W x i16>) -> <W x i32>
+PMADDWD = {
+    4: "llvm.x86.sse2.pmadd.wd",
+    8: "llvm.x86.avx2.pmadd.wd",
+    16: "llvm.x86.avx512.pmaddw.d.512",
+}
+
+
+def pair_mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
+    """acc + even(x) * even(y) + odd(x) * odd(y) per 32-bit lane of <W x i32> vectors, each
+    lane two signed 16-bit halves.  Sums wrap modulo 2**32, so the result is the exact
+    s32 sum (XLA's integer dot wraps too).
+
+    On x86 it is pmaddwd and an add (vpdpwssd on VNNI CPUs: LLVM fuses them).  The
+    intrinsic is called by name because LLVM, seeing one operand a broadcast, would
+    rewrite the plain form into 32-bit multiplies; elsewhere the plain form it is."""
+    count = x.type.count
+    if cfg.pmaddwd and count in PMADDWD and count <= cfg.lanes:
+        halves = ir.VectorType(ir.IntType(16), 2 * count)
+        args = [b.bitcast(x, halves), b.bitcast(y, halves)]
+        return b.add(b.call(ctx.declare(PMADDWD[count], x.type, args), args), acc)
+    halves = ir.VectorType(ir.IntType(16), 2 * count)
+
+    def half(v, odd: int):
+        picked = pick_lanes(b, b.bitcast(v, halves), range(odd, 2 * count, 2))
+        return b.sext(picked, x.type)
+
+    products = b.add(b.mul(half(x, 0), half(y, 0)), b.mul(half(x, 1), half(y, 1)))
+    return b.add(products, acc)
+
+
 def mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
-    """x*y + acc: one fused instruction where the target has FMA (never emulated)."""
+    """x*y + acc: one fused instruction where the target has FMA (never emulated); for
+    an integer GEMM the pairs' products (`pair_mul_add`)."""
+    if cfg.paired:
+        return pair_mul_add(ctx, b, cfg, x, y, acc)
     if not cfg.fma:
         return b.fadd(b.fmul(x, y), acc)
     suffix = f"v{x.type.count}{'f32' if cfg.dtype is DType.F32 else 'f64'}"
@@ -586,4 +661,4 @@ def _masked(ctx, b, cfg: GemmConfig, name: str, address, mask) -> ir.Value:
 
 
 def _type_tag(cfg: GemmConfig) -> str:
-    return "f32" if cfg.dtype is DType.F32 else "f64"
+    return {DType.F32: "f32", DType.F64: "f64"}.get(cfg.dtype, "i32")

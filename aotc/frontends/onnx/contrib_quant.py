@@ -94,7 +94,7 @@ def matmul_integer16(ctx: NodeContext, a: Instruction, bm: Instruction) -> Instr
         if x.shape.dtype is not DType.S16:
             raise UnsupportedError(f"MatMulInteger16 on {x.shape.dtype.text} is not supported "
                                    "(int16, as onnxruntime's kernel)")  # fmt: skip
-    return matmul(ctx, ctx.b.convert(a, DType.S32), ctx.b.convert(bm, DType.S32))
+    return matmul(ctx, a, bm, DType.S32)
 
 
 @onnx_op("QGemm", domain=MICROSOFT, since=1, arity=((6, 9), (1, 1)))

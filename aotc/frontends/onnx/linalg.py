@@ -26,7 +26,8 @@ def square_matrices(x: Instruction, op: str, largest: int) -> tuple[int, tuple[i
 
 
 @onnx_op("MatMul")
-def matmul(ctx: NodeContext, lhs: Instruction, rhs: Instruction) -> Instruction:
+def matmul(ctx: NodeContext, lhs: Instruction, rhs: Instruction, dtype=None) -> Instruction:
+    """numpy's matmul; `dtype`: the result's type where it is not the operands'."""
     b = ctx.b
     if lhs.shape.rank == 0 or rhs.shape.rank == 0:
         raise ShapeError("MatMul operands must have rank >= 1")
@@ -45,7 +46,7 @@ def matmul(ctx: NodeContext, lhs: Instruction, rhs: Instruction) -> Instruction:
         rhs = b.broadcast_to(rhs, batch + rhs.shape.dims[-2:])
         n = len(batch)
         dims = DotDims(range(n), range(n), (n + 1,), (n,))
-    out = b.dot(lhs, rhs, dims)
+    out = b.dot(lhs, rhs, dims, dtype)
     out_dims = list(out.shape.dims)
     if rhs_vector:
         out_dims.pop(-1)

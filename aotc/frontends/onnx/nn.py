@@ -67,7 +67,9 @@ def _spatial_rank(x: Instruction) -> int:
 
 
 @onnx_op("Conv")
-def conv(ctx: NodeContext, x: Instruction, w: Instruction, bias=None) -> Instruction:
+def conv(ctx: NodeContext, x: Instruction, w: Instruction, bias=None, dtype=None) -> Instruction:
+    """ONNX Conv; `dtype`: the result's type where it is not the operands' (s32 sums of
+    16-bit integers)."""
     b = ctx.b
     n = _spatial_rank(x)
     kernel = list(w.shape.dims[2:])
@@ -77,7 +79,7 @@ def conv(ctx: NodeContext, x: Instruction, w: Instruction, bias=None) -> Instruc
     dilations = _per_dim(ctx, "dilations", n, 1)
     low, high = _pads(ctx, x.shape.dims[2:], kernel, strides, dilations)
     window = Window.make(kernel, strides, low, high, None, dilations)
-    out = b.convolution(x, w, window, ConvDims.nchw(n), groups=ctx.attr("group"))
+    out = b.convolution(x, w, window, ConvDims.nchw(n), groups=ctx.attr("group"), dtype=dtype)
     if bias is not None:
         out = b.binary(Op.ADD, out, b.broadcast(bias, [1], out.shape.dims))
     return out

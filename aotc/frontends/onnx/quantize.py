@@ -166,9 +166,15 @@ def check_int8(op: str, *xs: Instruction) -> None:
 
 
 def centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) -> Instruction:
-    """`x - zero_point` in s32; a vector zero point lies along `axis`."""
+    """`x - zero_point` in s16 for 8-bit values (it lies in [-255, 255], and 16-bit
+    operands let the backend multiply pairs of them into s32 sums), else in s32; a vector
+    zero point lies along `axis`."""
     b = ctx.b
-    x32 = b.convert(x, DType.S32)
+    narrow = x.shape.dtype in INT8_TYPES and (
+        zero_point is None or zero_point.shape.dtype in INT8_TYPES
+    )
+    wide = DType.S16 if narrow else DType.S32
+    x32 = b.convert(x, wide)
     if zero_point is None:
         return x32
     zp = zero_point
@@ -177,15 +183,23 @@ def centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) -> 
             axis = None  # not per row/channel: numpy broadcasting
     else:
         axis = None
-    zp = expand(ctx, b.convert(zp, DType.S32), x.shape.dims, axis)
+    zp = expand(ctx, b.convert(zp, wide), x.shape.dims, axis)
     return b.binary(Op.SUBTRACT, x32, zp)
 
 
+def centered_pair(ctx: NodeContext, a, a_zp, a_axis, bm, b_zp, b_axis):
+    """Both operands of an integer product centered, in one type (s16 when both fit)."""
+    x, y = centered(ctx, a, a_zp, a_axis), centered(ctx, bm, b_zp, b_axis)
+    if x.shape.dtype is not y.shape.dtype:
+        x, y = (ctx.b.convert(v, DType.S32) for v in (x, y))
+    return x, y
+
+
 def integer_matmul(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction:
-    # a's vector zero point is per row (dim -2), b's per column (dim -1)
-    rows = centered(ctx, a, a_zp, a.shape.rank - 2)
-    cols = centered(ctx, bm, b_zp, bm.shape.rank - 1)
-    return matmul(ctx, rows, cols)
+    """The s32 product of the centered operands; a's vector zero point is per row
+    (dim -2), b's per column (dim -1)."""
+    rows, cols = centered_pair(ctx, a, a_zp, a.shape.rank - 2, bm, b_zp, bm.shape.rank - 1)
+    return matmul(ctx, rows, cols, DType.S32)
 
 
 @onnx_op("MatMulInteger", since=10)
@@ -197,7 +211,7 @@ def matmul_integer(ctx: NodeContext, a: Instruction, bm: Instruction, a_zp=None,
 @onnx_op("ConvInteger", since=10)
 def conv_integer(ctx: NodeContext, x: Instruction, w: Instruction, x_zp=None, w_zp=None):
     check_int8("ConvInteger", x, w)
-    return conv(ctx, centered(ctx, x, x_zp, None), centered(ctx, w, w_zp, 0))
+    return conv(ctx, *centered_pair(ctx, x, x_zp, None, w, w_zp, 0), dtype=DType.S32)
 
 
 def _requantize(ctx: NodeContext, acc: Instruction, multiplier: Instruction, y_zp, out: DType):
@@ -246,7 +260,7 @@ def qlinear_conv(ctx: NodeContext, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, 
                  bias=None):  # fmt: skip
     check_int8("QLinearConv", x, w)
     out = x.shape.dtype if y_zp is None else y_zp.shape.dtype
-    acc = conv(ctx, centered(ctx, x, x_zp, None), centered(ctx, w, w_zp, 0), bias)
+    acc = conv(ctx, *centered_pair(ctx, x, x_zp, None, w, w_zp, 0), bias, DType.S32)
     # a vector w_scale is per output channel (dim 1 of the NCHW result)
     ratio = _scale_ratio(ctx, x_scale, w_scale, y_scale, acc.shape.dims, 1)
     return _requantize(ctx, acc, ratio, y_zp, out)
