@@ -21,8 +21,8 @@ from .elemental import Gen, Rule, delinearize, linearize, split_index
 from .gemm import GemmPlan, GeneratedPanels, StridedLayout, StridedPanels
 from .gemv import gemv_kind
 from .lltypes import i64
-from .pairs import pair_up, pairs_of
 from .loops import loop_nest
+from .pairs import pair_up, pairs_of
 from .tiles import gemm_config
 from .views import affine, merged_stride
 

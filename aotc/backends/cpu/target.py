@@ -179,20 +179,28 @@ declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)
 
 
 def _pairs_probe(lanes: int) -> str:
-    """@pairsN: the sums of 16-bit pairs products of two <lanes x i32> vectors, in the
-    form LLVM selects as pmaddwd where the CPU has it at that width."""
+    """@pairs: the sums of the products of 16-bit pairs of two <lanes x i32> vectors, in
+    the form LLVM selects as pmaddwd where the CPU has it at that width."""
     halves, vector = f"<{2 * lanes} x i16>", f"<{lanes} x i32>"
-    picks = [", ".join(f"i32 {2 * j + odd}" for j in range(lanes)) for odd in (0, 1)]
-    lines = [f"define {vector} @pairs{32 * lanes}({vector} %x, {vector} %y) {{",
-             f"  %a = bitcast {vector} %x to {halves}", f"  %b = bitcast {vector} %y to {halves}"]
+    lines = [
+        f"define {vector} @pairs({vector} %x, {vector} %y) {{",
+        f"  %a = bitcast {vector} %x to {halves}",
+        f"  %b = bitcast {vector} %y to {halves}",
+    ]
     for name in "ab":
-        for odd, pick in enumerate(picks):
-            lines += [f"  %{name}{odd}s = shufflevector {halves} %{name}, {halves} poison, "
-                      f"<{lanes} x i32> <{pick}>",
-                      f"  %{name}{odd} = sext <{lanes} x i16> %{name}{odd}s to {vector}"]
-    lines += [f"  %p0 = mul {vector} %a0, %b0", f"  %p1 = mul {vector} %a1, %b1",
-              f"  %r = add {vector} %p0, %p1", f"  ret {vector} %r", "}"]
-    return "\n".join(lines)  # fmt: skip
+        for odd in (0, 1):
+            pick = ", ".join(f"i32 {2 * j + odd}" for j in range(lanes))
+            shuffle = f"shufflevector {halves} %{name}, {halves} poison, <{lanes} x i32> <{pick}>"
+            lines.append(f"  %{name}{odd}s = {shuffle}")
+            lines.append(f"  %{name}{odd} = sext <{lanes} x i16> %{name}{odd}s to {vector}")
+    lines += [
+        f"  %p0 = mul {vector} %a0, %b0",
+        f"  %p1 = mul {vector} %a1, %b1",
+        f"  %r = add {vector} %p0, %p1",
+        f"  ret {vector} %r",
+        "}",
+    ]
+    return "\n".join(lines)
 
 
 _PAIRS_REGISTERS = {512: "zmm", 256: "ymm", 128: "xmm"}
