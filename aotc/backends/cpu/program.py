@@ -34,6 +34,7 @@ from .elemental import (
     bind_instructions,
     constant_rule,
     element_pointer,
+    invariant_generator,
     make_generator,
     memory_generator,
     split_index,
@@ -189,9 +190,12 @@ def _outputs(ctx: EmitContext, instr: Instruction) -> list[tuple[Shape, Slice]]:
 
 
 def _operand_generator(ctx: EmitContext, operand: Instruction) -> Gen:
-    """Operands are read from their buffers, except one-element constants (immediates)."""
+    """Operands are read from their buffers, except one-element constants (immediates);
+    other one-element operands once per kernel."""
     if operand.op is Op.CONSTANT and operand.shape.size == 1:
         return constant_rule(ctx, operand, [])
+    if operand.shape.size == 1:
+        return invariant_generator(ctx, ctx.plan.slice_of(operand), operand.array_shape)
     return memory_generator(ctx, ctx.plan.slice_of(operand), operand.array_shape)
 
 
