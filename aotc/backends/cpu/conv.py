@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from llvmlite import ir
 
 from ...buffers import Slice
-from ...ir import Instruction, Op
+from ...ir import DType, Instruction, Op
 from . import winograd
 from .accumulate import MacAccumulator
 from .context import EmitContext
@@ -40,6 +40,7 @@ from .gemm import (
 from .im2col import IMAGE_FIELDS, ImagePanels
 from .lltypes import I1, i64, register_type
 from .loops import branch_value, for_range, if_then, loop_nest
+from .pairs import paired_factory, pairs_of
 from .parallel import parallel_loop_nest
 from .plane_conv import PlaneConvPlan, plan_planes
 from .tiles import gemm_config, masked_load, pick_lanes, splat
@@ -113,10 +114,12 @@ def plan_convolution(
     `winograd.eligible` takes as Winograd.
     """
     shape = conv.array_shape
-    config = gemm_config(target, shape.dtype)
+    config = gemm_config(target, shape.dtype, conv.operands[0].shape.dtype)
     if config is None or conv.batch_group_count != 1:
         return None
     geometry = _Geometry(conv)
+    if config.paired:
+        return _plan_paired(config, geometry, *(affine(v) for v in views))
     if not geometry.nchw_output:
         return plan_direct(target, conv, views)
     if geometry.work == 0:
@@ -134,22 +137,46 @@ def plan_convolution(
     if planar is not None:
         return planar
     columns = _columns_factory(g, lhs_view)
-    pixels = g.pixels
+    return GemmPlan(
+        config, (g.batch, g.groups), g.cout_g, g.pixels, g.k, g.pixels, weights, columns,
+        *_placement(g), layouts=(weights_layout, None), operands=(1, 0),
+    )  # fmt: skip
+
+
+def _placement(g: _Geometry):
+    """GemmPlan's `c_offset` and `out_index` of an NCHW convolution's result."""
 
     def c_offset(ctx, index):
         b = ctx.builder
         image, group = index
-        return b.mul(b.add(b.mul(image, i64(g.cout)), b.mul(group, i64(g.cout_g))), i64(pixels))
+        return b.mul(b.add(b.mul(image, i64(g.cout)), b.mul(group, i64(g.cout_g))), i64(g.pixels))
 
     def out_index(ctx, index, row, col):
         image, group = index
         feature = ctx.builder.add(ctx.builder.mul(group, i64(g.cout_g)), row)
         return g.output_index(ctx.builder, image, feature, col)
 
-    batch = (g.batch, g.groups)
+    return c_offset, out_index
+
+
+def _plan_paired(config, g: _Geometry, lhs_view, rhs_view) -> GemmPlan | None:
+    """An integer convolution (16-bit pairs, pairs.py) as im2col GEMMs; depthwise ones
+    and other layouts are left to the element rule."""
+    if not g.nchw_output or g.work == 0 or (g.cin_g == 1 and g.groups > 1):
+        return None
+    weights_layout = _weights_layout(g, rhs_view)
+    weights_source = rhs_view.dtype if weights_layout is not None else g.rhs.dtype
+    if lhs_view is not None and (lhs_view.dtype is not DType.S16 or g.k % 2):
+        lhs_view = None  # im2col packs whole pairs of s16 rows only
+    columns_source = lhs_view.dtype if lhs_view is not None else g.lhs.dtype
+    paired = []
+    for factory, source in ((_weights_factory(g, weights_layout), weights_source),
+                            (_columns_factory(g, lhs_view), columns_source)):  # fmt: skip
+        paired.append(paired_factory(factory, source, g.k))
     return GemmPlan(
-        config, batch, g.cout_g, pixels, g.k, pixels, weights, columns, c_offset, out_index,
-        layouts=(weights_layout, None), operands=(1, 0),
+        config, (g.batch, g.groups), g.cout_g, g.pixels, pairs_of(g.k), g.pixels, *paired,
+        *_placement(g), layouts=(weights_layout, None), operands=(1, 0), paired_k=g.k,
+        sources=(weights_source, columns_source),
     )  # fmt: skip
 
 
@@ -326,7 +353,7 @@ def _column_element(ctx, g: _Geometry, gen: Gen, index):
         valid = all_of(b, conditions)
         if valid is None:
             return gen(lhs_index)
-        zero = ir.Constant(register_type(g.out.dtype), 0)
+        zero = ir.Constant(register_type(g.lhs.dtype), 0)
         return branch_value(b, valid, lambda: gen(lhs_index), lambda: zero)
 
     return element

@@ -22,7 +22,7 @@ from .gemm import GemmPlan, GeneratedPanels, StridedLayout, StridedPanels
 from .gemv import gemv_kind
 from .lltypes import i64
 from .loops import loop_nest
-from .pairs import pair_up, pairs_of
+from .pairs import paired_factory, pairs_of
 from .tiles import gemm_config
 from .views import affine, merged_stride
 
@@ -156,7 +156,7 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
     factories = (lhs.factory(), rhs.factory())
     gemv = None
     if config.paired:  # K in pairs of values; no gemv kernels of pairs
-        factories = tuple(_paired(f, side.source, k) for f, side in zip(factories, sides))
+        factories = tuple(paired_factory(f, s.source, k) for f, s in zip(factories, sides))
         return GemmPlan(config, batch, m, n, pairs_of(k), n, *factories,
                         *_placement(batch, m, n, lhs, rhs), None, tuple(layouts),
                         paired_k=k, sources=(lhs.source, rhs.source))  # fmt: skip
@@ -183,7 +183,3 @@ def _placement(batch, m: int, n: int, lhs: _Side, rhs: _Side):
 
     return c_offset, out_index
 
-
-def _paired(factory, source, k: int):
-    """An operand factory whose panels hold pairs along k (pairs.py)."""
-    return lambda ctx, sources, index: pair_up(factory(ctx, sources, index), source, k)

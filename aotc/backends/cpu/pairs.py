@@ -13,16 +13,17 @@ operands packed at compile time (prepack.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
 from ...ir import DType
 from .context import EmitContext
 from .gemm import Blocking, GeneratedPanels, StridedPanels
+from .im2col import ImagePanels
 from .lltypes import I64, PTR, i64, storage_type
 from .loops import branch_value, for_range
-from .tiles import i32_lanes, shared_function, smaller
+from .tiles import GemmConfig, i32_lanes, shared_function, smaller
 
 I16 = ir.IntType(16)
 I32 = ir.IntType(32)
@@ -33,9 +34,18 @@ def pairs_of(k_values: int) -> int:
     return -(-k_values // 2)
 
 
+def paired_factory(factory, source: DType, k_values: int):
+    """A GEMM operand factory `(ctx, sources, index) -> panels` whose panels hold pairs
+    of `source` values along k (`pair_up`)."""
+    return lambda ctx, sources, index: pair_up(factory(ctx, sources, index), source, k_values)
+
+
 def pair_up(panels, source: DType, k_values: int):
     """Packers of pairs for an operand of `source` values that `panels` reads (their
-    indices along k are then pairs), with K = `k_values`."""
+    indices along k are then pairs), with K = `k_values` (even for an image's)."""
+    if isinstance(panels, ImagePanels):
+        assert k_values % 2 == 0 and source is DType.S16, "image pairs are whole s16 ones"
+        return PairedImagePanels(panels)
     if isinstance(panels, StridedPanels):
         return PairedStridedPanels(panels.base, panels.p_stride, panels.k_stride, source, k_values)
     if isinstance(panels, GeneratedPanels):
@@ -182,3 +192,43 @@ def _scalar_pairs(b, source: DType, src, out, p_stride, k_stride, kc, k_left, va
             even = b.select(inside, even, zero)
             odd = b.select(b.and_(inside, has_odd), odd, zero)
             b.store(_pair(b, even, odd), b.gep(q, [i64(j)], source_etype=I32))
+
+
+@dataclass
+class PairedImagePanels:
+    """An s16 image's column matrix (im2col.py) as pairs: its 2 kc rows packed as s16
+    panels, then each two rows interleaved in place into one row of pairs (which takes
+    the same bytes).  K must be even, so that no pair reads past the last row."""
+
+    image: ImagePanels
+
+    def pack(self, ctx, blocks: Blocking, dst, p0, count, k0, kc, width):
+        b = ctx.builder
+        cfg = blocks.config
+        halves = GemmConfig(DType.S16, cfg.lanes, cfg.blocks, cfg.fma)
+        rows = b.mul(kc, i64(2))
+        self.image.pack(ctx, replace(blocks, config=halves), dst, p0, count, b.mul(k0, i64(2)),
+                        rows, width)  # fmt: skip
+        panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
+        b.call(_interleaver(ctx, width), [dst, b.mul(panels, kc)])
+        return dst
+
+
+def _interleaver(ctx: EmitContext, width: int):
+    """`interleave(panels, rows)`: each of `rows` rows of `width` pairs, stored as two
+    rows of `width` s16 values (k, then k + 1), rewritten as the pairs."""
+    name = f"{ctx.prefix}.gemm.interleave_pairs.{width}"
+    function, b = shared_function(ctx, name, [PTR, I64])
+    if b is None:
+        return function
+    dst, rows = function.args
+    row_type = ir.VectorType(I16, width)
+    order = i32_lanes(x for j in range(width) for x in (j, width + j))
+    with for_range(b, rows, "row") as row:
+        even_at = b.gep(dst, [b.mul(row, i64(2 * width))], source_etype=I16)
+        odd_at = b.gep(even_at, [i64(width)], source_etype=I16)
+        even = b.load(even_at, typ=row_type, align=2)
+        odd = b.load(odd_at, typ=row_type, align=2)
+        b.store(b.shuffle_vector(even, odd, order), even_at, align=2)
+    b.ret_void()
+    return function

@@ -661,4 +661,4 @@ def _masked(ctx, b, cfg: GemmConfig, name: str, address, mask) -> ir.Value:
 
 
 def _type_tag(cfg: GemmConfig) -> str:
-    return {DType.F32: "f32", DType.F64: "f64"}.get(cfg.dtype, "i32")
+    return {DType.F32: "f32", DType.F64: "f64"}.get(cfg.dtype, f"i{cfg.dtype.bits}")
