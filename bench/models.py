@@ -220,6 +220,9 @@ BENCH_MODELS = {
     "transformer_768x128": lambda: transformer_layer(768, 128, heads=12),
     # int8 versions (onnxruntime's quantization tools)
     "transformer_768x128_int8": lambda: quantized(transformer_layer(768, 128, heads=12), False),
-    "transformer_768x128_qint8": lambda: quantized(transformer_layer(768, 128, heads=12), True),
+    "transformer_768x128_static_int8": lambda: quantized(
+        transformer_layer(768, 128, heads=12), True
+    ),
     "resnet50_int8": lambda: quantized(light_model("resnet50"), True),
 }  # fmt: skip
+QUANTIZED = frozenset(name for name in BENCH_MODELS if name.endswith("_int8"))

@@ -35,7 +35,7 @@ import onnxruntime as ort
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
-from models import BENCH_MODELS, model_inputs
+from models import BENCH_MODELS, QUANTIZED, model_inputs
 
 import aotc
 from aotc import report
@@ -46,6 +46,12 @@ from aotc.errors import AotcError
 # sum float32 products in different orders (and ORT fuses batch norms into weights).
 RTOL = 1e-3
 ATOL_SCALE = 1e-4
+# int8 models (models.QUANTIZED): a value that lands on a rounding tie one side or the
+# other moves a whole quantization step, which later layers carry on.  onnxruntime
+# requantizes in f32 where aotc follows onnx.reference (f64; aotc matches onnx.reference to
+# 2e-7 on transformer_768x128_int8, onnxruntime is 2e-3 from both), so they agree within
+# this share of max|ORT|
+QUANTIZED_ATOL_SCALE = 0.05
 # interleaving: each runtime's samples are split over up to this many alternating turns; one
 # sample per turn, since this shared machine's speed drifts within seconds
 ROUNDS = 50
@@ -327,15 +333,18 @@ def interleave(timers: list[Timer], settings: Settings) -> None:
             time.sleep(PAUSE_S)
 
 
-def compare(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[bool, float]:
+def compare(
+    got: list[np.ndarray], want: list[np.ndarray], quantized: bool = False
+) -> tuple[bool, float]:
     """(within tolerance, max |got - want| / max |want|) over all outputs."""
     agree, worst = True, 0.0
+    atol_scale, rtol = (QUANTIZED_ATOL_SCALE, 0.0) if quantized else (ATOL_SCALE, RTOL)
     for g, w in zip(got, want):
         w = np.asarray(w, np.float64)
         g = np.asarray(g, np.float64).reshape(w.shape)
         scale = float(np.max(np.abs(w))) if w.size else 0.0
         diff = np.abs(g - w)
-        agree &= bool(np.all(diff <= ATOL_SCALE * scale + RTOL * np.abs(w)))
+        agree &= bool(np.all(diff <= atol_scale * scale + rtol * np.abs(w)))
         if diff.size:
             worst = max(worst, float(np.max(diff)) / max(scale, 1e-30))
     return agree, worst
@@ -362,7 +371,8 @@ def measure(model: Compiled, threads: list[int], settings: Settings) -> list[Row
             if driver:
                 row.aotc_ms = statistics.median(aotc_timer.times_ns) / 1e6
                 row.samples += f" / {len(aotc_timer.times_ns)}x{aotc_timer.per_sample}"
-                row.agree, row.rel_err = compare(driver.finish(model.outputs), want)
+                quantized = row.model in QUANTIZED
+                row.agree, row.rel_err = compare(driver.finish(model.outputs), want, quantized)
     finally:
         for driver in drivers:
             if driver:
@@ -473,7 +483,10 @@ Made by `{command}`{revision()} on {now}.
   data back in cache).
 - Threads: aotc's count is set through the header's thread setter and AOTC_NUM_THREADS;
   "n/a" at T > 1 when the compiled code does not use the runtime's thread pool yet.
-- agree: |aotc - ORT| <= {ATOL_SCALE:g} x max|ORT| + {RTOL:g} x |ORT| for every element;
+- agree: |aotc - ORT| <= {ATOL_SCALE:g} x max|ORT| + {RTOL:g} x |ORT| for every element
+  (int8 models, quantized by onnxruntime's tools: <= {QUANTIZED_ATOL_SCALE:g} x max|ORT|,
+  since onnxruntime requantizes in f32 and aotc in f64 as onnx.reference does, and a tie
+  rounded the other way moves a value a whole quantization step);
   max rel err is max|aotc - ORT| / max|ORT|.
 """
 
