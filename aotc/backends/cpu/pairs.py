@@ -23,7 +23,7 @@ from .gemm import Blocking, GeneratedPanels, StridedPanels
 from .im2col import ImagePanels
 from .lltypes import I64, PTR, i64, storage_type
 from .loops import branch_value, for_range
-from .tiles import GemmConfig, i32_lanes, shared_function, smaller
+from .tiles import GemmConfig, clamped_rows, i32_lanes, panel_loop, shared_function
 
 I16 = ir.IntType(16)
 I32 = ir.IntType(32)
@@ -131,14 +131,8 @@ def pair_packer(ctx: EmitContext, source: DType, width: int):
         return function
     src, p_stride, k_stride, count, kc, k_left, dst = function.args
     ty = storage_type(source)
-    pair_type = I32
-    panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
-    with for_range(b, panels, "panel") as panel:
-        first = b.mul(panel, i64(width))
-        valid = smaller(b, i64(width), b.sub(count, first))
-        source_panel = b.gep(src, [b.mul(first, p_stride)], source_etype=ty)
-        out = b.gep(dst, [b.mul(first, kc)], source_etype=pair_type)
-        full = b.icmp_unsigned("==", valid, i64(width))
+    with panel_loop(b, (src, ty), (dst, I32), p_stride, count, kc, width) as panel:
+        source_panel, out, valid, full = panel
         contiguous = b.and_(full, b.icmp_unsigned("==", p_stride, i64(1)))
         with b.if_else(contiguous) as (vector, other):
             with vector:
@@ -175,10 +169,7 @@ def _scalar_pairs(b, source: DType, src, out, p_stride, k_stride, kc, k_left, va
     """Pairs element by element; rows past `valid` and the odd k past `k_left` zero."""
     ty = storage_type(source)
     zero = ir.Constant(I16, 0)
-    rows = []
-    for j in range(width):
-        inside = b.icmp_unsigned("<", i64(j), valid)
-        rows.append((inside, b.mul(b.select(inside, i64(j), i64(0)), p_stride)))
+    rows = clamped_rows(b, valid, p_stride, width)
     with for_range(b, kc, "kp") as kp:
         k = b.mul(kp, i64(2))
         odd_k = b.add(k, i64(1))

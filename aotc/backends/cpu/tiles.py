@@ -12,7 +12,7 @@ masked stores.  The packer lays a strided matrix out as such panels.
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -516,13 +516,8 @@ def strided_packer(ctx: EmitContext, cfg: GemmConfig, width: int, gather: bool):
     src, p_stride, k_stride, count, kc, dst = function.args
     ty = cfg.element
     row_type = ir.VectorType(ty, width)
-    panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
-    with for_range(b, panels, "panel") as panel:
-        first = b.mul(panel, i64(width))
-        valid = smaller(b, i64(width), b.sub(count, first))
-        source = b.gep(src, [b.mul(first, p_stride)], source_etype=ty)
-        out = b.gep(dst, [b.mul(first, kc)], source_etype=ty)
-        full = b.icmp_unsigned("==", valid, i64(width))
+    with panel_loop(b, (src, ty), (dst, ty), p_stride, count, kc, width) as panel:
+        source, out, valid, full = panel
         contiguous = b.and_(full, b.icmp_unsigned("==", p_stride, i64(1)))
         transposing = b.and_(full, b.icmp_unsigned("==", k_stride, i64(1)))
         with b.if_else(contiguous) as (vector, other):
@@ -544,6 +539,22 @@ def strided_packer(ctx: EmitContext, cfg: GemmConfig, width: int, gather: bool):
                         _scalar_panel(b, ty, source, out, p_stride, k_stride, kc, valid, width)
     b.ret_void()
     return function
+
+
+@contextmanager
+def panel_loop(b: ir.IRBuilder, src, dst, p_stride, count, kc, width: int):
+    """A loop over the panels of `width` rows that a packer writes from strided memory:
+    yields (where the panel's first row starts in `src`, where its kc x width elements go
+    in `dst`, its rows before `count`, whether it has all `width`); `src` and `dst` are
+    (pointer, element type)."""
+    (src, src_type), (dst, dst_type) = src, dst
+    panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
+    with for_range(b, panels, "panel") as panel:
+        first = b.mul(panel, i64(width))
+        valid = smaller(b, i64(width), b.sub(count, first))
+        source = b.gep(src, [b.mul(first, p_stride)], source_etype=src_type)
+        out = b.gep(dst, [b.mul(first, kc)], source_etype=dst_type)
+        yield source, out, valid, b.icmp_unsigned("==", valid, i64(width))
 
 
 def _transposed_panel(b, cfg: GemmConfig, source, out, p_stride, kc, width) -> None:
@@ -597,14 +608,21 @@ def _gathered_panel(ctx, b, cfg, source, out, p_stride, k_stride, kc, valid, wid
         b.store(row, b.gep(out, [b.mul(k, i64(width))], source_etype=ty), align=cfg.itemsize)
 
 
+def clamped_rows(b: ir.IRBuilder, valid, p_stride, width: int) -> list:
+    """Per row j of a panel: (whether it is before `valid`, its offset, row 0's past
+    `valid` so that a load there stays inside the operand)."""
+    rows = []
+    for j in range(width):
+        inside = b.icmp_unsigned("<", i64(j), valid)
+        rows.append((inside, b.mul(b.select(inside, i64(j), i64(0)), p_stride)))
+    return rows
+
+
 def _scalar_panel(b, ty, source, out, p_stride, k_stride, kc, valid, width) -> None:
     """Panel rows element by element; element j clamped into the panel so its load
     stays inside, then replaced by zero past `valid`."""
     zero = ir.Constant(ty, 0)
-    offsets = []
-    for j in range(width):
-        inside = b.icmp_unsigned("<", i64(j), valid)
-        offsets.append((inside, b.mul(b.select(inside, i64(j), i64(0)), p_stride)))
+    offsets = clamped_rows(b, valid, p_stride, width)
     with for_range(b, kc, "k") as k:
         p = b.gep(source, [b.mul(k, k_stride)], source_etype=ty)
         q = b.gep(out, [b.mul(k, i64(width))], source_etype=ty)
