@@ -5,8 +5,8 @@ float one, on 32-bit panel elements that each hold two of an operand's values, a
 and k + 1 (the even one in the low half), so that one pmaddwd multiplies and sums both
 pairs of a lane.  Its K counts pairs: ceil(K / 2), an odd K's last pair ending in a zero.
 
-`pair_up` turns the float GEMM's packers (`StridedPanels`, `GeneratedPanels`) into
-ones that write such pairs; gemm.py's `pair_matrix` does the same in numpy for the
+`pair_up` turns the float GEMM's packers (`StridedPanels`, `GeneratedPanels`, im2col's
+`ImagePanels`) into ones that write such pairs; gemm.py's `pair_matrix` does the same in numpy for the
 operands packed at compile time (prepack.py).
 """
 
@@ -21,13 +21,9 @@ from ...ir import DType
 from .context import EmitContext
 from .gemm import Blocking, GeneratedPanels, StridedPanels
 from .im2col import ImagePanels
-from .lltypes import I64, PTR, i64, storage_type
+from .lltypes import I16, I32, I64, PTR, i64, storage_type
 from .loops import branch_value, for_range
 from .tiles import GemmConfig, clamped_rows, i32_lanes, panel_loop, shared_function
-
-I16 = ir.IntType(16)
-I32 = ir.IntType(32)
-
 
 def pairs_of(k_values: int) -> int:
     """The pairs that K values along k make."""
