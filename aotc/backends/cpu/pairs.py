@@ -25,6 +25,7 @@ from .lltypes import I16, I32, I64, PTR, i64, storage_type
 from .loops import branch_value, for_range
 from .tiles import GemmConfig, clamped_rows, i32_lanes, panel_loop, shared_function
 
+
 def pairs_of(k_values: int) -> int:
     """The pairs that K values along k make."""
     return -(-k_values // 2)
