@@ -2,11 +2,12 @@
 
     python bench/gpu.py [MODEL ...] [--reps N] [--top K] [--no-torch] [--no-gemm]
                         [--no-fusions] [--copy-mb MB] [--compile-only [--archs sm_80,sm_90]]
-                    [--out FILE]
+                        [--jobs N] [--out FILE]
 
 For each model (default: every one of models.BENCH_MODELS), on GPU 0:
 
-- compile it for this GPU (`--target cuda:sm_XY`, the driver's compute capability), build
+- compile it for this GPU (`--target cuda:sm_XY`, the driver's compute capability) and
+  for the CPU (every model first, `--jobs` at once: compiling is most of the time); build
   a shared library from libNAME.a and load it with ctypes; upload models.model_inputs;
 - check the outputs against the CPU backend (|gpu - cpu| <= ATOL_SCALE * max|cpu| +
   RTOL * |cpu|, as bench/run.py);
@@ -35,10 +36,13 @@ from __future__ import annotations
 import argparse
 import ctypes
 import math
+import multiprocessing
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -303,17 +307,30 @@ def agree(got: list[np.ndarray], expected: list[np.ndarray]) -> bool:
     return True
 
 
-def measure_model(driver: Driver, name: str, args, work: Path) -> Result:
+def prepare_model(name: str, arch: int):
+    """(the model compiled for sm_`arch`, the CPU backend's outputs); a string saying what
+    failed instead.  Run in worker processes: compiling is most of the time."""
+    try:
+        model = BENCH_MODELS[name]()
+        inputs = list(model_inputs(model).values())
+        compiled = compile_model(model, CompileOptions(target=f"cuda:sm_{arch}", name=name))
+        expected = compile_model(model, CompileOptions(name=name)).load().run(inputs)
+    except (AotcError, OSError, subprocess.SubprocessError) as error:
+        return " ".join(str(error).split())
+    return compiled, expected
+
+
+def measure_model(driver: Driver, name: str, prepared, args, work: Path) -> Result:
+    if isinstance(prepared, str):
+        return Result(name, error=prepared)
+    compiled, expected = prepared
     model = BENCH_MODELS[name]()
     inputs = list(model_inputs(model).values())
     result = Result(name)
-    compiled = compile_model(model, CompileOptions(target=f"cuda:sm_{driver.arch}", name=name))
     gpu = GpuModel(compiled, work / name, inputs)
     result.kernels = len(gpu.launches)
     gpu.run()
-    got = gpu.outputs()
-    expected = compile_model(model, CompileOptions(name=name)).load().run(inputs)
-    result.agree = agree(got, expected)
+    result.agree = agree(gpu.outputs(), expected)
     result.ms = driver.time_ms(gpu.run, args.reps)
     times = [(k, driver.time_ms(lambda k=k: gpu.run_kernel(k), max(args.reps // 4, 3), 1))
              for k in range(len(gpu.launches))]  # fmt: skip
@@ -490,6 +507,8 @@ def parse_args(argv: list[str]):
     parser.add_argument("--archs", default="sm_80,sm_90")
     parser.add_argument("--copy-mb", type=int, default=1024, help="size of the copy measured")
     parser.add_argument("--out", type=Path, default=BENCH / "gpu_results.md")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(),
+                        help="models compiled at once (before any is timed)")  # fmt: skip
     args = parser.parse_args(argv)
     unknown = [m for m in args.models if m not in BENCH_MODELS]
     if unknown:
@@ -507,13 +526,17 @@ def main(argv: list[str]) -> int:
         print(f"bench/gpu.py: no CUDA driver ({error}): run it on a machine with an NVIDIA GPU, "
               "or use --compile-only", file=sys.stderr)  # fmt: skip
         return 2
+    # compiled in fresh processes (spawned: this one has initialized CUDA)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+        prepared = list(pool.map(prepare_model, args.models, [driver.arch] * len(args.models)))
     results: list[Result] = []
     acceptance: list[str] = []
     with tempfile.TemporaryDirectory(prefix="aotc_gpu_") as tmp:
         work = Path(tmp)
-        for name in args.models:
+        for name, ready in zip(args.models, prepared):
             try:
-                result = measure_model(driver, name, args, work)
+                result = measure_model(driver, name, ready, args, work)
             except (AotcError, OSError, subprocess.SubprocessError) as error:
                 result = Result(name, error=" ".join(str(error).split()))
             results.append(result)

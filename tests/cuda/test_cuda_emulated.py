@@ -22,7 +22,7 @@ from cuda_testing import (
 from onnx import TensorProto, helper, numpy_helper
 
 import aotc.backend as aotc_backend
-from aotc.backends.cuda import contraction, reduction
+from aotc.backends.cuda import contraction, elementwise, reduction
 from aotc.driver import CompileOptions, compile_model
 from aotc.ir import DType
 from aotc.ir.types import from_storage
@@ -108,7 +108,9 @@ def _value(name, dims, dtype=TensorProto.FLOAT):
     return helper.make_tensor_value_info(name, dtype, dims)
 
 
-@pytest.mark.parametrize("columns", [40, 300])  # a warp per row, a block per row
+# a warp per row, a block per row; 64 and 512 have a whole number of elements per thread,
+# so their rows are held in registers (one basic block, no loop)
+@pytest.mark.parametrize("columns", [40, 64, 300, 512])
 def test_row_fusions(columns, tmp_path):
     rng = np.random.default_rng(1)
     gamma = numpy_helper.from_array(rng.uniform(0.5, 1.5, columns).astype(np.float32), "gamma")
@@ -124,6 +126,21 @@ def test_row_fusions(columns, tmp_path):
     compiled = _check(model, f"rows{columns}", inputs, tmp_path, kinds=["row", "row"])
     size = 32 if columns <= reduction.WARP_ROW else reduction.BLOCK
     assert all(k.block == size and k.grid == 15 for k in compiled.cuda.launches)
+    assert ("bra" not in compiled.cuda.ptx) == (columns % size == 0)
+
+
+def test_large_elementwise_fusions_take_several_elements_per_thread(tmp_path):
+    """Outputs of 1M elements and more: PER_THREAD elements per thread, the last block's
+    past-the-end threads clamped (1025 x 1031 is no multiple of 256 x PER_THREAD)."""
+    rng = np.random.default_rng(4)
+    dims = [1025, 1031]
+    bias = numpy_helper.from_array(rng.normal(size=dims[1:]).astype(np.float32), "bias")
+    nodes = [helper.make_node("Erf", ["x"], ["e"]), helper.make_node("Add", ["e", "bias"], ["y"])]
+    model = _model(nodes, [_value("x", dims)], [_value("y", dims)], [bias])
+    inputs = [rng.normal(size=dims).astype(np.float32)]
+    compiled = _check(model, "large", inputs, tmp_path, kinds=["elementwise"])
+    per_block = elementwise.BLOCK * elementwise.PER_THREAD
+    assert compiled.cuda.launches[0].grid == -(-dims[0] * dims[1] // per_block)
 
 
 def test_reductions(tmp_path, monkeypatch):

@@ -16,9 +16,7 @@ from .lltypes import I64, i64
 
 
 @contextmanager
-def for_range(
-    builder: ir.IRBuilder, count: int | ir.Value, name: str = "i"
-) -> Iterator[ir.Value]:
+def for_range(builder: ir.IRBuilder, count: int | ir.Value, name: str = "i") -> Iterator[ir.Value]:
     """`for (i = 0; i < count; ++i)`, the body emitted inside the `with` (count: int or i64)."""
     if isinstance(count, int) and count == 1:  # no loop for unit extents (common batch dims)
         yield i64(0)
@@ -39,6 +37,19 @@ def for_range(
     counter.add_incoming(following, builder.basic_block)
     builder.branch(header)
     builder.position_at_end(done)
+
+
+@contextmanager
+def unrolled_range(
+    builder: ir.IRBuilder, count: int, name: str = "i", most: int = 4
+) -> Iterator[list[ir.Value]]:
+    """`for (i = 0; i < count; ++i)` with the body emitted for several consecutive i per
+    turn (the most of `most`, ..., 2, 1 that divides count): yields those i (i64), for a
+    body whose copies are independent enough to overlap (GPU loads in flight together)."""
+    unroll = next(u for u in range(most, 0, -1) if count % u == 0)
+    with for_range(builder, count // unroll, name) as turn:
+        first = builder.mul(turn, i64(unroll), flags=["nuw", "nsw"])
+        yield [builder.add(first, i64(u), flags=["nuw", "nsw"]) for u in range(unroll)]
 
 
 @contextmanager
@@ -72,8 +83,11 @@ def while_loop(
 
 
 @contextmanager
-def if_then(builder: ir.IRBuilder, condition: ir.Value) -> Iterator[None]:
-    """Emit the body only where `condition` (an i1) holds."""
+def if_then(builder: ir.IRBuilder, condition: ir.Value | None) -> Iterator[None]:
+    """Emit the body only where `condition` (an i1) holds; None: always."""
+    if condition is None:
+        yield
+        return
     with builder.if_then(condition):
         yield
 

@@ -16,8 +16,6 @@ A contraction with few columns instead runs transposed (C^T = B^T A^T).
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 from llvmlite import ir
 
 from ..cpu.lltypes import F32, I32, i32
@@ -66,7 +64,7 @@ def emit_gemv(ctx: GpuContext, kernel, gemm: Gemm, store) -> None:
     fma = ctx.declare("llvm.fma.f32", F32, [zero, zero, zero], pure=True)
     with for_range(b, -(-gemm.k // stride), "depth") as step:
         k = b.add(b.mul(b.trunc(step, I32), i32(stride)), first)
-        with if_then(b, b.icmp_unsigned("<", k, i32(gemm.k))) if gemm.k % stride else nullcontext():
+        with if_then(b, b.icmp_unsigned("<", k, i32(gemm.k)) if gemm.k % stride else None):
             column_value = gemm.b(ctx, g, k, n_read)
             for m, slot in enumerate(acc):
                 row_value = gemm.a(ctx, g, i32(m), k)

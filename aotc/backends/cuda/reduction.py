@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from contextlib import nullcontext
 
 from llvmlite import ir
 
@@ -30,12 +29,12 @@ from ...ir import DType, Instruction, Op
 from ...ir.index_maps import dims_of, row_dims
 from ..cpu.elemental import Gen, bind_instructions, make_generator
 from ..cpu.lltypes import F32, F64, I1, I8, I32, I64
-from ..cpu.loops import for_range, if_then
+from ..cpu.loops import if_then, unrolled_range
 from ..cpu.reduce import Accumulators
 from ..cpu.rows import row_values
 from .context import GpuContext
 from .device import WARP
-from .elementwise import split_position, store_outputs
+from .elementwise import Position, compute_and_store, split_position, store_outputs
 from .kernel import Kernel, KernelLaunch, begin_kernel, finish_kernel, operand_generators
 
 BLOCK = 256
@@ -47,6 +46,10 @@ BLOCK_REDUCTION = 4096
 WARP_ROW = 128
 # reductions shorter than this stay serial (one thread per output)
 MIN_PARALLEL = 32
+# steps of a reduction or row loop emitted per turn (at most)
+UNROLL = 4
+# rows with at most this many elements per thread are held in registers (_held_indexes)
+HELD_STEPS = 32
 
 
 # -- groups of threads ----------------------------------------------------------------
@@ -60,9 +63,17 @@ class Group:
         assert size == WARP or (size % WARP == 0 and size == kernel.block), size
         self.ctx, self.kernel, self.size, self.lane = ctx, kernel, size, lane
 
-    def reduce(self, reduce: Instruction, operands: Sequence[Gen], out_index: list):
+    def reduce(
+        self,
+        reduce: Instruction,
+        operands: Sequence[Gen],
+        out_index: list,
+        indexes: list[list] | None = None,
+    ):
         """`reduce` at output `out_index` (i64 values of its kept dims), computed by the
-        group; every thread of it gets the value (a tuple for variadic reductions)."""
+        group; every thread of it gets the value (a tuple for variadic reductions).
+        `indexes`: the caller's operand indexes of this thread's positions of the
+        reduction (lane, lane + size, ...), all inside it, read in straight-line code."""
         ctx, b = self.ctx, self.ctx.builder
         count = len(operands) // 2
         inputs, inits = operands[:count], operands[count:]
@@ -72,21 +83,28 @@ class Group:
         extents = [in_dims[d] for d in reduced]
         length = math.prod(extents)
         partial = Accumulators(ctx, reduce, inits)
+        if indexes is not None:
+            for full in indexes:
+                partial.update([g(full) for g in inputs])
+            self._combine(partial)
+            return partial.result()
         itype = ir.IntType(32) if length < 2**31 else I64
         lane = self.lane if itype == I32 else b.zext(self.lane, I64)
-        with for_range(b, -(-length // self.size), "r") as step:
-            position = b.add(b.mul(b.trunc(step, itype) if itype == I32 else step,
-                                   ir.Constant(itype, self.size)), lane)  # fmt: skip
-            inside = None
-            if length % self.size:
-                inside = b.icmp_unsigned("<", position, ir.Constant(itype, length))
-            with if_then(b, inside) if inside is not None else nullcontext():
-                full = [None] * len(in_dims)
-                for d, value in zip(kept, out_index):
-                    full[d] = value
-                for d, value in zip(reduced, split_position(ctx, position, extents)):
-                    full[d] = value
-                partial.update([g(full) for g in inputs])
+        # steps unrolled: each thread's loads of several steps are in flight together
+        with unrolled_range(b, -(-length // self.size), "r", UNROLL) as steps:
+            for step in steps:
+                step = b.trunc(step, itype) if itype == I32 else step
+                position = b.add(b.mul(step, ir.Constant(itype, self.size)), lane)
+                inside = None
+                if length % self.size:
+                    inside = b.icmp_unsigned("<", position, ir.Constant(itype, length))
+                with if_then(b, inside):
+                    full = [None] * len(in_dims)
+                    for d, value in zip(kept, out_index):
+                        full[d] = value
+                    for d, value in zip(reduced, split_position(ctx, position, extents)):
+                        full[d] = value
+                    partial.update([g(full) for g in inputs])
         self._combine(partial)
         return partial.result()
 
@@ -101,11 +119,10 @@ class Group:
         warps = self.size // WARP
         arrays = [self.kernel.shared(ctx, 8 * warps, 8) for _ in partial.slots]
         warp = b.udiv(self.lane, ir.Constant(I32, WARP))
-        first_lane = b.icmp_unsigned("==", b.urem(self.lane, ir.Constant(I32, WARP)),
-                                     ir.Constant(I32, 0))  # fmt: skip
-        with if_then(b, first_lane):
-            for array, value in zip(arrays, partial.values()):
-                b.store(_to_memory(b, value), _slot(b, array, value.type, warp))
+        # every lane of a warp holds its sum and stores it (the same value to the same
+        # place): no branch, so that the code of a held row stays one basic block
+        for array, value in zip(arrays, partial.values()):
+            b.store(_to_memory(b, value), _slot(b, array, value.type, warp))
         ctx.device.barrier(ctx)
         # every thread folds the warps' partials in the same order: identical results
         loaded = [[_from_memory(b, b.load(_slot(b, a, t, ir.Constant(I32, w)),
@@ -239,7 +256,7 @@ def emit_reduce(ctx: GpuContext, instr: Instruction, name: str, outputs) -> Kern
         active = None
         if count % per_block:
             active = b.icmp_unsigned("<", output, ir.Constant(I32, count))
-    with if_then(b, active) if active is not None else nullcontext():  # uniform per warp
+    with if_then(b, active):  # uniform per warp
         out_index = split_position(ctx, output, out_dims)
         value = group.reduce(reduce, operands, out_index)
         with if_then(b, b.icmp_unsigned("==", group.lane, ir.Constant(I32, 0))):
@@ -282,24 +299,60 @@ def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> Kernel
 
     gens = bind_instructions(ctx, fused, params, {id(v): row_value(v) for v in hoisted})
     group = Group(ctx, kernel, size, ctx.device.thread_index(ctx))
+    held = _held_indexes(ctx, group, row_index, shape.dims, rank)
     for value in hoisted:  # in computation order: later values read earlier ones
         if value.op is Op.PARAMETER:
             computed[id(value)] = params[value.index](at_row(value))
             continue
         operands = [gens[id(o)] for o in value.operands]
         if value.op is Op.REDUCE:
-            computed[id(value)] = group.reduce(value, operands, at_row(value))
+            indexes = held if held and _reduces_columns(value, shape.dims, rank) else None
+            computed[id(value)] = group.reduce(value, operands, at_row(value), indexes)
         else:
             computed[id(value)] = make_generator(ctx, value, operands)(at_row(value))
     root = gens[id(fused.root)]
+    if held:
+        compute_and_store(ctx, [Position(index, None) for index in held], root, outputs)
+        kernel.cooperative = True
+        return finish_kernel(ctx, instr, kernel)
     itype = ir.IntType(32)
-    with for_range(b, -(-columns // size), "col") as step:
-        column = b.add(b.mul(b.trunc(step, itype), ir.Constant(itype, size)), group.lane)
-        inside = None
-        if columns % size:
-            inside = b.icmp_unsigned("<", column, ir.Constant(itype, columns))
-        with if_then(b, inside) if inside is not None else nullcontext():
+    with unrolled_range(b, -(-columns // size), "col", UNROLL) as steps:
+        positions = []
+        for step in steps:
+            column = b.add(b.mul(b.trunc(step, itype), ir.Constant(itype, size)), group.lane)
+            inside = None
+            if columns % size:
+                inside = b.icmp_unsigned("<", column, ir.Constant(itype, columns))
+                column = b.select(inside, column, ir.Constant(itype, columns - 1))
             index = [*row_index, *split_position(ctx, column, shape.dims[rank:])]
-            store_outputs(ctx, root(index), outputs, index)
+            positions.append(Position(index, inside))
+        compute_and_store(ctx, positions, root, outputs)
     kernel.cooperative = True
     return finish_kernel(ctx, instr, kernel)
+
+
+def _held_indexes(ctx: GpuContext, group: Group, row_index: list, dims, rank: int) -> list | None:
+    """The indexes of this thread's elements of the row (lane, lane + size, ...) where
+    they are few and all inside it, else None.
+
+    The row's reductions over its columns and its stores then use these same index
+    values in one basic block, so the element generators' memo hands the stores the
+    values that the reductions computed (softmax's exp(x - max) is computed once and
+    held in registers, not recomputed from x)."""
+    columns = math.prod(dims[rank:])
+    if columns % group.size or columns // group.size > HELD_STEPS:
+        return None
+    b = ctx.builder
+    return [
+        [*row_index, *split_position(ctx, b.add(group.lane, ir.Constant(I32, k * group.size)),
+                                     dims[rank:])]
+        for k in range(columns // group.size)
+    ]  # fmt: skip
+
+
+def _reduces_columns(reduce: Instruction, dims, rank: int) -> bool:
+    """Whether `reduce` folds the row's columns of an operand shaped as the row fusion's
+    output (so that the held indexes are its operand's)."""
+    return reduce.operands[0].shape.dims == tuple(dims) and sorted(reduce.dimensions) == list(
+        range(rank, len(dims))
+    )

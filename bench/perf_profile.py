@@ -1,12 +1,14 @@
 """Where a compiled benchmark model spends its time, kernel by kernel (Linux `perf`).
 
-    python bench/profile.py MODEL [--runs N] [--threads T] [--top K]
+    python bench/perf_profile.py MODEL [--runs N] [--threads T] [--top K]
 
 Compiles MODEL of `models.BENCH_MODELS` as bench/run.py does, runs the C driver N
 times under `perf record`, and prints the share of samples per symbol: each
 kernel is a function named `MODEL.<instruction>` (its loop body `.body`), the
 shared GEMM pieces `MODEL.gemm.kernel.f32.12x32`, `MODEL.gemm.pack...`,
-`MODEL.im2col...`.  Exits 2 when perf is not installed.
+`MODEL.im2col...`.  Exits 2 when perf is not installed.  (Not named profile.py: the
+scripts here run with bench/ first on sys.path, where that name would hide the standard
+library's profile module, which cProfile, and so torch, imports.)
 """
 
 from __future__ import annotations
