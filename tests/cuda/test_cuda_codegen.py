@@ -124,13 +124,16 @@ def test_kernel_forms():
     axis = numpy_helper.from_array(np.array([1], np.int64), "axis1")
     model = _model(nodes, [_f32("x", [128, 256])], outputs, [w, b, axis])
     compiled = compile_model(model, CompileOptions(target="cuda:sm_90", name="forms"))
-    kinds = {k.instruction: (k.kind, k.block, k.grid) for k in compiled.cuda.launches}
-    assert sorted(kind for kind, _, _ in kinds.values()) == ["gemm", "reduction", "reduction",
-                                                             "row"]  # fmt: skip
-    rows = [v for v in kinds.values() if v[0] == "reduction" and v[2] == 128 // 8]
-    whole = [v for v in kinds.values() if v[0] == "reduction" and v[2] == 1]
+    kinds = [(k.kind, k.block, k.grid) for k in compiled.cuda.launches]
+    # the GEMM makes 8 tiles of 64 x 64: too few blocks, so its 16 steps of depth split
+    # in 4 slices (split-K), which an elementwise kernel adds up (with the epilogue)
+    assert sorted(kind for kind, _, _ in kinds) == ["elementwise", "gemm", "reduction",
+                                                    "reduction", "row"]  # fmt: skip
+    rows = [v for v in kinds if v[0] == "reduction" and v[2] == 128 // 8]
+    whole = [v for v in kinds if v[0] == "reduction" and v[2] == 1]
     assert len(rows) == 1 and len(whole) == 1  # a warp per row; a block for 32768 elements
     gemm = next(k for k in compiled.cuda.launches if k.kind == "gemm")
+    assert gemm.grid == 8 * 4
     assert gemm.flops == 2 * 128 * 256 * 256 + 2 * 128 * 256  # the epilogue's too
 
 

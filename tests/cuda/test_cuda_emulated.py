@@ -207,6 +207,28 @@ def test_gemms_with_partial_tiles(large, tmp_path, small_gemms, monkeypatch):
     assert [k.kind for k in compiled.cuda.launches].count("gemm") == 3
 
 
+def test_deep_gemms_split_their_depth(tmp_path, small_gemms):
+    """GEMMs of few tiles and a deep k split it (split-K): a MatMul with a bias and ReLU
+    (k = 1000: 63 steps of 16, the last partial, in slices of 5 and a last one of 3) and
+    a batched MatMul; each takes the tiled kernel and a kernel adding up the slices."""
+    rng = np.random.default_rng(5)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"]),
+        helper.make_node("Add", ["mm", "bias"], ["biased"]),
+        helper.make_node("Relu", ["biased"], ["y"]),
+        helper.make_node("MatMul", ["p", "q"], ["batched"]),
+    ]  # fmt: skip
+    inputs = [_value("x", [20, 1000]), _value("w", [1000, 64]), _value("bias", [64]),
+              _value("p", [3, 24, 512]), _value("q", [3, 512, 40])]  # fmt: skip
+    model = _model(nodes, inputs, [_value("y", [20, 64]), _value("batched", [3, 24, 40])])
+    feeds = [rng.normal(size=[d.dim_value for d in v.type.tensor_type.shape.dim])
+             .astype(np.float32) for v in inputs]  # fmt: skip
+    kinds = ["gemm", "elementwise"] * 2
+    compiled = _check(model, "split", feeds, tmp_path, rtol=1e-4, atol=1e-4, kinds=kinds)
+    sizes = {k.name: k.grid for k in compiled.cuda.launches if k.kind == "gemm"}
+    assert sorted(sizes.values()) == [13, 3 * 8]  # 63 steps: slices of 5; 32: of 4
+
+
 def test_convolutions(tmp_path, small_gemms):
     """Groups, padding, stride and dilation, a 1x1 convolution, bias and ReLU fused."""
     rng = np.random.default_rng(5)

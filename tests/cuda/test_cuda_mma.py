@@ -113,6 +113,27 @@ def test_half_precision_gemms_on_tensor_cores(runner, dtype, large, tmp_path, mo
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
+def test_deep_gemms_split_their_depth_on_tensor_cores(runner, tmp_path):
+    """Few tiles and a deep k (split-K): slices of partial sums, added up in one more
+    kernel that applies the bias; 1000 = 31 steps of 32 and 8 over, so the last slice is
+    short and the last step partial."""
+    rng = np.random.default_rng(13)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"]),
+        helper.make_node("Add", ["mm", "bias"], ["y"]),
+    ]
+    model = _model(nodes, [_value("x", [20, 1000], F16), _value("w", [1000, 40], F16),
+                           _value("bias", [40], F16)], [_value("y", [20, 40], F16)])  # fmt: skip
+    x, w, bias = (rng.normal(size=s).astype(np.float16) for s in ((20, 1000), (1000, 40), 40))
+    compiled, (got,) = _run(runner, model, ARCHS, [x, w, bias], "splitmma", tmp_path)
+    assert [k.kind for k in compiled.cuda.launches] == ["gemm", "elementwise"]
+    assert compiled.cuda.launches[0].grid > 1
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    expected = _rounded(_rounded(exact, DType.F16) + bias, DType.F16)
+    np.testing.assert_allclose(got, expected, rtol=4e-3, atol=4e-2)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
 def test_half_precision_convolution_on_tensor_cores(runner, tmp_path):
     """An implicit GEMM: padding, stride, two feature groups; the image read in place."""
     rng = np.random.default_rng(12)

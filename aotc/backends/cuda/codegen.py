@@ -86,7 +86,7 @@ def compile_cuda(module: Module, plan: BufferPlan, name: str, target: CudaTarget
     blobs[f"{name}_weights"] = plan.weights or b"\0"
     return CudaProgram(
         name, target, program.launches, program.output_copies, program.inputs,
-        program.outputs, plan.arena_bytes, len(plan.weights), cubins, ptx, host_object(blobs),
+        program.outputs, plan.scratch_bytes, len(plan.weights), cubins, ptx, host_object(blobs),
     )  # fmt: skip
 
 

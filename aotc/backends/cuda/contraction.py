@@ -19,17 +19,23 @@ output element.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, replace
+
 from llvmlite import ir
 
-from ...ir import DType, Instruction, Op
+from ...buffers import BufferPlan
+from ...ir import DType, Instruction, Op, Shape
 from ..cpu import scalar
-from ..cpu.elemental import bind_instructions
-from ..cpu.lltypes import register_type, round_to
-from . import gemv, mma_gemm, simt_gemm
+from ..cpu.elemental import bind_instructions, element_pointer, memory_generator
+from ..cpu.lltypes import I32, I64, register_type, round_to, store_element
+from ..cpu.loops import if_then
+from . import elementwise, gemv, mma_gemm, simt_gemm
 from .context import GpuContext
 from .elementwise import store_outputs
 from .gemm_plan import Gemm, contraction_of, gemm_plan, transposed
-from .kernel import begin_kernel, finish_kernel, operand_generators
+from .gemm_tiles import split_steps
+from .kernel import KernelLaunch, begin_kernel, finish_kernel, operand_generators, thread_count
 
 FLOAT_RESULTS = frozenset({DType.F32, DType.F16, DType.BF16, DType.F64})
 # below this many multiply-adds a thread per output element is as good
@@ -38,12 +44,36 @@ MIN_DEPTH = 8
 MIN_SIDE = 16
 # enough blocks of the large tiling to fill a big GPU twice (132 SMs on an H100)
 LARGE_BLOCKS = 264
+# GEMMs of fewer than half as many blocks split their depth into slices (split-K) for
+# about this many blocks, each slice at least MIN_SLICE_STEPS steps of BK deep
+SPLIT_BLOCKS = 264
+MIN_SLICE_STEPS = 4
 
 
-def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
-    """The tiled kernel of a dot/convolution or of a fusion around one, else None."""
+@dataclass
+class _Choice:
+    """How a contraction is computed: its GEMM view and the kernel that runs it."""
+
+    contraction: Instruction
+    sizes: Gemm  # shape only (gemm_plan)
+    make_gemm: object  # (lhs gen, rhs gen) -> Gemm
+    vector: bool  # a matrix-vector product (gemv.py)
+    kind: object  # the tensor-core kind (mma_gemm.mma_kind), or None
+    tiling: object  # the tiled kernels' tiling
+    slices: int  # split-K: slices of the depth summed apart (1: none)
+
+    @property
+    def partial_bytes(self) -> int:
+        """The workspace of the split-K partial sums (0 without)."""
+        if self.slices == 1:
+            return 0
+        width = 8 if self.contraction.array_shape.dtype is DType.F64 else 4
+        return self.slices * self.sizes.batch * self.sizes.m * self.sizes.n * width
+
+
+def _choose(target, instr: Instruction) -> _Choice | None:
     contraction = contraction_of(instr)
-    if contraction is None or len(outputs) != 1:
+    if contraction is None:
         return None
     out_dtype = contraction.array_shape.dtype
     in_dtype = contraction.operands[0].shape.dtype
@@ -53,21 +83,59 @@ def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
     if plan is None:
         return None
     sizes, make_gemm = plan
-    vector = _matrix_vector(sizes, out_dtype)
-    if vector:
-        flip = sizes.m > sizes.n
+    if _matrix_vector(sizes, out_dtype):
+        return _Choice(contraction, sizes, make_gemm, True, None, None, 1)
+    if sizes.m * sizes.n * sizes.k * sizes.batch < MIN_WORK:
+        return None
+    if sizes.k < MIN_DEPTH or min(sizes.m, sizes.n) < MIN_SIDE:
+        return None  # a thread per output reads coalesced and fills more SMs
+    kind = mma_gemm.mma_kind(contraction, target)
+    tiling = _tiling(sizes, (mma_gemm.LARGE, mma_gemm.SMALL) if kind else
+                     (simt_gemm.LARGE, simt_gemm.SMALL))  # fmt: skip
+    slices = depth_slices(sizes, tiling, mma_gemm.step_depth(kind) if kind else tiling.bk)
+    return _Choice(contraction, sizes, make_gemm, False, kind, tiling, slices)
+
+
+def depth_slices(sizes: Gemm, tiling, bk: int) -> int:
+    """Split-K: slices of the depth that blocks sum apart where the tiles of C alone are
+    too few blocks to fill the GPU (ResNet's 7 x 7 layers at batch 1: 8 blocks, k =
+    4608): enough for SPLIT_BLOCKS blocks, each at least MIN_SLICE_STEPS steps deep."""
+    blocks = sizes.batch * _tiles(sizes, tiling)
+    steps = -(-sizes.k // bk)
+    if blocks * 2 > SPLIT_BLOCKS:
+        return 1
+    slices = min(-(-SPLIT_BLOCKS // blocks), steps // MIN_SLICE_STEPS)
+    if slices < 2:
+        return 1
+    return -(-steps // split_steps(sizes.k, bk, slices))  # no slice left empty
+
+
+def workspace_bytes(target, plan: BufferPlan) -> int:
+    """The workspace the kernels of `plan` need: the largest split-K partial sums."""
+    sizes = [0]
+    for instr in plan.schedule:
+        if plan.needs_code(instr) and instr.op is not Op.PARAMETER:
+            choice = _choose(target, instr)
+            if choice is not None:
+                sizes.append(choice.partial_bytes)
+    return max(sizes)
+
+
+def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
+    """The tiled kernel(s) of a dot/convolution or of a fusion around one, else None."""
+    choice = _choose(ctx.target, instr)
+    if choice is None or len(outputs) != 1:
+        return None
+    contraction, sizes = choice.contraction, choice.sizes
+    out_dtype = contraction.array_shape.dtype
+    in_dtype = contraction.operands[0].shape.dtype
+    flip = choice.vector and sizes.m > sizes.n
+    if choice.vector:
         grid, threads = gemv.launch(transposed(sizes) if flip else sizes)
         kernel = begin_kernel(ctx, instr, name, threads, grid, "gemv")
     else:
-        if sizes.m * sizes.n * sizes.k * sizes.batch < MIN_WORK:
-            return None
-        if sizes.k < MIN_DEPTH or min(sizes.m, sizes.n) < MIN_SIDE:
-            return None  # a thread per output reads coalesced and fills more SMs
-        kind = mma_gemm.mma_kind(contraction, ctx.target)
-        tiling = _tiling(sizes, (mma_gemm.LARGE, mma_gemm.SMALL) if kind else
-                         (simt_gemm.LARGE, simt_gemm.SMALL))  # fmt: skip
-        grid = sizes.batch * _tiles(sizes, tiling)
-        kernel = begin_kernel(ctx, instr, name, tiling.threads, grid, "gemm")
+        grid = choice.slices * sizes.batch * _tiles(sizes, choice.tiling)
+        kernel = begin_kernel(ctx, instr, name, choice.tiling.threads, grid, "gemm")
     params = operand_generators(ctx, instr)
     current: dict[str, ir.Value] = {}
     if instr.op is Op.FUSION:
@@ -78,8 +146,8 @@ def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
     else:
         lhs, rhs = params
         root = lambda index: current["value"]
-    gemm = make_gemm(lhs, rhs)
-    if vector and flip:
+    gemm = choice.make_gemm(lhs, rhs)
+    if flip:
         gemm = transposed(gemm)
 
     def store(g, m, n, value) -> None:
@@ -87,15 +155,70 @@ def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
         index = gemm.out_index(ctx, g, m, n)
         store_outputs(ctx, root(index), outputs, index)
 
-    if vector:
+    partials = _partials(ctx, choice)
+    tile_store = store if partials is None else partials.store
+    if choice.vector:
         gemv.emit_gemv(ctx, kernel, gemm, store)
-    elif kind:
-        mma_gemm.emit_tiles(ctx, kernel, gemm, tiling, kind, store)
+    elif choice.kind:
+        mma_gemm.emit_tiles(ctx, kernel, gemm, choice.tiling, choice.kind, tile_store,
+                            choice.slices)  # fmt: skip
     else:
         convert = lambda value: scalar.convert(ctx, in_dtype, out_dtype, value)
-        simt_gemm.emit_tiles(ctx, kernel, gemm, tiling, register_type(out_dtype), convert,
-                             store)  # fmt: skip
-    return finish_kernel(ctx, instr, kernel)
+        simt_gemm.emit_tiles(ctx, kernel, gemm, choice.tiling, register_type(out_dtype), convert,
+                             tile_store, choice.slices)  # fmt: skip
+    launches = [finish_kernel(ctx, instr, kernel)]
+    if partials is not None:
+        launches.append(partials.emit_sum(instr, f"{name}_sum", store))
+    return launches
+
+
+class _Partials:
+    """Split-K's partial sums in the workspace, [slices, batch, m, n] in the accumulator's
+    type, and the kernel that adds them up in slice order (the same sums every run) and
+    finishes each element as the unsplit kernel would (epilogue, store)."""
+
+    def __init__(self, ctx: GpuContext, choice: _Choice):
+        self.ctx, self.choice = ctx, choice
+        sizes = choice.sizes
+        dtype = DType.F64 if choice.contraction.array_shape.dtype is DType.F64 else DType.F32
+        self.shape = Shape(dtype, (choice.slices * sizes.batch, sizes.m, sizes.n))
+
+    def store(self, g, m, n, value) -> None:
+        ctx = self.ctx
+        index = [ctx.builder.zext(v, I64) for v in (g, m, n)]
+        pointer = element_pointer(ctx, ctx.slice_pointer(ctx.workspace), self.shape, index)
+        store_element(ctx.builder, self.shape.dtype, value, pointer)
+
+    def emit_sum(self, instr: Instruction, name: str, store) -> KernelLaunch:
+        ctx, sizes, slices = self.ctx, self.choice.sizes, self.choice.slices
+        dims = (sizes.batch, sizes.m, sizes.n)
+        per_thread = elementwise.elements_per_thread(dims)
+        threads = thread_count(math.prod(dims), per_thread)
+        kernel = begin_kernel(ctx, instr, name, elementwise.BLOCK,
+                              thread_count(threads, elementwise.BLOCK), "elementwise")  # fmt: skip
+        b = ctx.builder
+        partial = memory_generator(ctx, ctx.workspace, self.shape)
+        positions = elementwise.grid_elements(ctx, dims, per_thread)
+        sums = []
+        for position in positions:
+            g, m, n = position.index
+            total = partial([g, m, n])
+            for s in range(1, slices):
+                g_s = b.add(g, ir.Constant(I64, s * sizes.batch))
+                total = b.fadd(total, partial([g_s, m, n]))
+            sums.append(total)
+        for position, total in zip(positions, sums):
+            with if_then(b, position.inside):
+                store(*(b.trunc(v, I32) for v in position.index), total)
+        launch = finish_kernel(ctx, instr, kernel)
+        element_bytes = self.shape.dtype.itemsize
+        count = math.prod(dims)
+        read = slices * count * element_bytes
+        return replace(launch, bytes=read + count * element_bytes, flops=slices * count)
+
+
+def _partials(ctx: GpuContext, choice: _Choice) -> _Partials | None:
+    return _Partials(ctx, choice) if choice.slices > 1 else None
 
 
 def _matrix_vector(gemm: Gemm, out_dtype: DType) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from ..cpu.lltypes import i32
+from ..cpu.lltypes import I64, i32
 from ..cpu.loops import if_then
 from ..cpu.scalar import zero_like
 from ..cpu.window import all_of
@@ -24,16 +24,54 @@ from .context import GpuContext
 from .gemm_plan import Element, Gemm
 
 
-def tile_origin(ctx: GpuContext, gemm: Gemm, bm: int, bn: int):
-    """(g, m0, n0) of the tile this block computes: blocks run over n, then m, then g."""
+def tile_origin(ctx: GpuContext, gemm: Gemm, bm: int, bn: int, slices: int = 1):
+    """(g, m0, n0, slice) of the tile this block computes and the slice of the depth it
+    sums (split-K: `slices` > 1): blocks run over n, then m, then g, then slices."""
     b = ctx.builder
     tiles_m, tiles_n = -(-gemm.m // bm), -(-gemm.n // bn)
     block = ctx.device.block_index(ctx)
+    depth_slice = i32(0)
+    if slices > 1:
+        per_slice = gemm.batch * tiles_m * tiles_n
+        depth_slice = b.udiv(block, i32(per_slice))
+        block = b.urem(block, i32(per_slice))
     g = b.udiv(block, i32(tiles_m * tiles_n))
     tile = b.urem(block, i32(tiles_m * tiles_n))
     m0 = b.mul(b.udiv(tile, i32(tiles_n)), i32(bm))
     n0 = b.mul(b.urem(tile, i32(tiles_n)), i32(bn))
-    return g, m0, n0
+    return g, m0, n0, depth_slice
+
+
+def depth_steps(ctx: GpuContext, gemm: Gemm, bk: int, slices: int, depth_slice: ir.Value):
+    """(first k (i32), count of BK steps: int, or i64 where slices differ) of the depth
+    that this block sums: all of it, or its slice's whole steps (split_steps)."""
+    steps = -(-gemm.k // bk)
+    if slices == 1:
+        return i32(0), steps
+    b = ctx.builder
+    per = split_steps(gemm.k, bk, slices)
+    first = b.mul(depth_slice, i32(per))
+    count = steps - per * (slices - 1)  # the last slice's
+    if count != per:
+        last = b.icmp_unsigned("==", depth_slice, i32(slices - 1))
+        count = b.select(last, i32(count), i32(per))
+        count = b.zext(count, I64)
+    return b.mul(first, i32(bk)), count
+
+
+def stored_batch(ctx: GpuContext, gemm: Gemm, g: ir.Value, depth_slice, slices: int):
+    """The batch number results are stored under: g, or with split-K (partial sums) the
+    slice's batch of partials, slice * batch + g."""
+    if slices == 1:
+        return g
+    return ctx.builder.add(ctx.builder.mul(depth_slice, i32(gemm.batch)), g)
+
+
+def split_steps(depth: int, bk: int, slices: int) -> int:
+    """BK steps per slice when `slices` slices share the depth's steps (the last one
+    takes what is left: depth_slices makes it at least one)."""
+    steps = -(-depth // bk)
+    return -(-steps // slices)
 
 
 def masked(ctx: GpuContext, element: Element, g, row: tuple, depth: tuple) -> ir.Value:

@@ -31,7 +31,13 @@ from ..cpu.loops import for_range
 from .context import GpuContext
 from .device import WARP
 from .gemm_plan import Gemm
-from .gemm_tiles import operand_loaders, store_inside, tile_origin
+from .gemm_tiles import (
+    depth_steps,
+    operand_loaders,
+    store_inside,
+    stored_batch,
+    tile_origin,
+)
 
 WORD_PAD = 4  # words added to each shared row: conflict-free fragment loads
 MMA_WORDS = 8  # depth of one mma, in 32-bit words
@@ -92,17 +98,23 @@ def mma_kind(contraction: Instruction, target) -> MmaKind | None:
     return None
 
 
+def step_depth(kind: MmaKind) -> int:
+    """BK: the depth of C staged per step, in elements."""
+    return STEP_WORDS * kind.per_word
+
+
 def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: WarpTiling, kind: MmaKind,
-               store) -> None:  # fmt: skip
-    """The kernel's body: store(g, m, n, value) for each element of C."""
+               store, slices: int = 1) -> None:  # fmt: skip
+    """The kernel's body: store(g, m, n, value) for each element of C, or with `slices`
+    > 1 (split-K) for each partial sum (g: gemm_tiles.stored_batch)."""
     b = ctx.builder
     tid = ctx.device.thread_index(ctx)
-    g, m0, n0 = tile_origin(ctx, gemm, t.bm, t.bn)
+    g, m0, n0, depth_slice = tile_origin(ctx, gemm, t.bm, t.bn, slices)
     warp, lane = b.udiv(tid, i32(WARP)), b.urem(tid, i32(WARP))
     warp_m0 = b.mul(b.udiv(warp, i32(t.warps_n)), i32(16 * t.fm))
     warp_n0 = b.mul(b.urem(warp, i32(t.warps_n)), i32(8 * t.fn))
     group, thread = b.udiv(lane, i32(4)), b.urem(lane, i32(4))
-    bk = STEP_WORDS * kind.per_word
+    bk = step_depth(kind)
     row_words = STEP_WORDS + WORD_PAD
     element = storage_type(kind.dtype) if kind.per_word == 2 else I32
     a_shared = kernel.shared(ctx, t.bm * row_words * 4)
@@ -128,13 +140,15 @@ def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: WarpTiling, kind: MmaKind
         position = b.add(b.mul(row, i32(row_words)), b.add(thread, i32(column)))
         return b.load(b.gep(array, [position], source_etype=I32), typ=I32)
 
-    steps = -(-gemm.k // bk)
-    fetch(i32(0))
+    k0, steps = depth_steps(ctx, gemm, bk, slices, depth_slice)
+    out_g = stored_batch(ctx, gemm, g, depth_slice, slices)
+    fetch(k0)
     with for_range(b, steps, "kstep") as step:
         a_tile.stage(put(a_shared))
         b_tile.stage(put(b_shared))
         ctx.device.barrier(ctx)
-        fetch(b.mul(b.add(b.trunc(step, I32), i32(1)), i32(bk)))  # unused past the end
+        next_step = b.add(b.trunc(step, I32), i32(1))
+        fetch(b.add(k0, b.mul(next_step, i32(bk))))  # unused past the end
         for s in range(0, STEP_WORDS, MMA_WORDS):
             a_frags = []
             for i in range(t.fm):
@@ -165,7 +179,7 @@ def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: WarpTiling, kind: MmaKind
                 m = b.add(m0, b.add(warp_m0, b.add(group, i32(16 * i + 8 * (c // 2)))))
                 n = b.add(n0, b.add(warp_n0, b.add(pair, i32(8 * j + c % 2))))
                 value = lambda g_, m_, n_, slot=slot: store(g_, m_, n_, b.load(slot))
-                store_inside(ctx, gemm, (t.bm, t.bn), g, m, n, value)
+                store_inside(ctx, gemm, (t.bm, t.bn), out_g, m, n, value)
 
 
 def _operand(ctx: GpuContext, kind: MmaKind):

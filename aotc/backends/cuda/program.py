@@ -21,14 +21,14 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ...buffers import BufferPlan, Slice
+from ...buffers import BufferKind, BufferPlan, Slice
 from ...errors import AotcError, UnsupportedError
 from ...ir import Instruction, Module, Op
 from ..cpu.elemental import ELEMENTWISE_EMITTERS, make_elementwise_rule
 from ..cpu.lltypes import F32, F64
 from ..cpu.rules import KERNELS, RULES
 from .context import GpuContext
-from .contraction import emit_contraction
+from .contraction import emit_contraction, workspace_bytes
 from .device import Device, NvptxDevice
 from .elementwise import emit_elementwise
 from .kernel import KernelLaunch, output_slices
@@ -38,7 +38,7 @@ from .sort import emit_sort
 from .target import CudaTarget
 
 C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# tried in order; each returns its launch, or None when the instruction is not its kind
+# tried in order; each returns its launches, or None when the instruction is not its kind
 EMITTERS = (emit_contraction, emit_rows, emit_reduce)
 
 
@@ -81,6 +81,8 @@ def build_program(
     root = module.entry.root
     outputs = len(root.operands) if root.op is Op.TUPLE else 1
     ctx.inputs, ctx.outputs = inputs, outputs
+    plan.workspace_bytes = workspace_bytes(target, plan)
+    ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
     launches: list[KernelLaunch] = []
     for instr in plan.schedule:
         if not plan.needs_code(instr):
@@ -107,7 +109,7 @@ def emit_instruction(ctx: GpuContext, instr: Instruction, name: str) -> list[Ker
         launch = emit_sort(ctx, instr, name, outputs)
         return [launch or emit_serial(ctx, instr, name, outputs)]
     for emitter in EMITTERS:
-        launch = emitter(ctx, instr, name, outputs)
-        if launch is not None:
-            return [launch]
+        launches = emitter(ctx, instr, name, outputs)
+        if launches is not None:
+            return launches
     return emit_elementwise(ctx, instr, name, outputs)

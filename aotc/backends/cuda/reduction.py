@@ -220,7 +220,9 @@ def _innermost_reduced(reduce: Instruction) -> bool:
 # -- kernels ---------------------------------------------------------------------------
 
 
-def emit_reduce(ctx: GpuContext, instr: Instruction, name: str, outputs) -> KernelLaunch | None:
+def emit_reduce(
+    ctx: GpuContext, instr: Instruction, name: str, outputs
+) -> list[KernelLaunch] | None:
     """A warp or block per output of a reduce, or of a fusion whose root is one."""
     fusion = instr if instr.op is Op.FUSION else None
     reduce = instr.called[0].root if fusion is not None else instr
@@ -262,10 +264,10 @@ def emit_reduce(ctx: GpuContext, instr: Instruction, name: str, outputs) -> Kern
         with if_then(b, b.icmp_unsigned("==", group.lane, ir.Constant(I32, 0))):
             store_outputs(ctx, value, outputs, out_index)
     kernel.cooperative = True
-    return finish_kernel(ctx, instr, kernel)
+    return [finish_kernel(ctx, instr, kernel)]
 
 
-def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> KernelLaunch | None:
+def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> list[KernelLaunch] | None:
     """A row fusion with a warp or block per row (see the module docstring)."""
     rank, hoisted = row_values(instr)
     if not hoisted:
@@ -314,7 +316,7 @@ def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> Kernel
     if held:
         compute_and_store(ctx, [Position(index, None) for index in held], root, outputs)
         kernel.cooperative = True
-        return finish_kernel(ctx, instr, kernel)
+        return [finish_kernel(ctx, instr, kernel)]
     itype = ir.IntType(32)
     with unrolled_range(b, -(-columns // size), "col", UNROLL) as steps:
         positions = []
@@ -328,7 +330,7 @@ def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> Kernel
             positions.append(Position(index, inside))
         compute_and_store(ctx, positions, root, outputs)
     kernel.cooperative = True
-    return finish_kernel(ctx, instr, kernel)
+    return [finish_kernel(ctx, instr, kernel)]
 
 
 def _held_indexes(ctx: GpuContext, group: Group, row_index: list, dims, rank: int) -> list | None:

@@ -17,7 +17,13 @@ from ..cpu.lltypes import F64, I32, i32
 from ..cpu.loops import for_range
 from .context import GpuContext
 from .gemm_plan import Gemm
-from .gemm_tiles import operand_loaders, store_inside, tile_origin
+from .gemm_tiles import (
+    depth_steps,
+    operand_loaders,
+    store_inside,
+    stored_batch,
+    tile_origin,
+)
 
 PAD = 4  # elements added to each shared row: conflict-free staging stores
 VECTOR = 4  # a thread's rows and columns come in runs of 4: 16-byte shared loads
@@ -41,11 +47,12 @@ SMALL = Tiling(64, 64, 16, 4, 4)
 
 
 def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: Tiling, acc_type: ir.Type, convert,
-               store) -> None:  # fmt: skip
-    """The kernel's body: store(g, m, n, value) for each element of C."""
+               store, slices: int = 1) -> None:  # fmt: skip
+    """The kernel's body: store(g, m, n, value) for each element of C, or with `slices`
+    > 1 (split-K) for each partial sum (g: gemm_tiles.stored_batch)."""
     b = ctx.builder
     tid = ctx.device.thread_index(ctx)
-    g, m0, n0 = tile_origin(ctx, gemm, t.bm, t.bn)
+    g, m0, n0, depth_slice = tile_origin(ctx, gemm, t.bm, t.bn, slices)
     columns = t.bn // t.tn
     tx = b.urem(tid, i32(columns))
     ty = b.udiv(tid, i32(columns))
@@ -71,14 +78,16 @@ def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: Tiling, acc_type: ir.Type
 
     rows = [_owned(b, ty, i, t.tm, t.bm // t.tm) for i in range(t.tm)]
     cols = [_owned(b, tx, j, t.tn, columns) for j in range(t.tn)]
-    steps = -(-gemm.k // t.bk)
-    fetch(i32(0))
+    k0, steps = depth_steps(ctx, gemm, t.bk, slices, depth_slice)
+    out_g = stored_batch(ctx, gemm, g, depth_slice, slices)
+    fetch(k0)
     fma = ctx.declare(f"llvm.fma.{'f64' if acc_type == F64 else 'f32'}", acc_type,
                       [zero, zero, zero], pure=True)  # fmt: skip
     with for_range(b, steps, "kstep") as step:
         stage()
         ctx.device.barrier(ctx)
-        fetch(b.mul(b.add(b.trunc(step, I32), i32(1)), i32(t.bk)))  # unused past the end
+        next_step = b.add(b.trunc(step, I32), i32(1))
+        fetch(b.add(k0, b.mul(next_step, i32(t.bk))))  # unused past the end
         for kk in range(t.bk):
             a_vals = _shared_run(b, a_shared, acc_type, kk, a_row, rows)
             b_vals = _shared_run(b, b_shared, acc_type, kk, b_row, cols)
@@ -90,7 +99,7 @@ def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: Tiling, acc_type: ir.Type
     for i in range(t.tm):
         for j in range(t.tn):
             value = lambda g_, m, n, slot=acc[i][j]: store(g_, m, n, b.load(slot))
-            store_inside(ctx, gemm, (t.bm, t.bn), g, b.add(m0, rows[i]), b.add(n0, cols[j]),
+            store_inside(ctx, gemm, (t.bm, t.bn), out_g, b.add(m0, rows[i]), b.add(n0, cols[j]),
                          value)  # fmt: skip
 
 
