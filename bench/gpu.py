@@ -9,8 +9,7 @@ For each model (default: every one of models.BENCH_MODELS), on GPU 0:
 - compile it for this GPU (`--target cuda:sm_XY`, the driver's compute capability) and
   for the CPU (every model first, `--jobs` at once: compiling is most of the time); build
   a shared library from libNAME.a and load it with ctypes; upload models.model_inputs;
-- check the outputs against the CPU backend (|gpu - cpu| <= ATOL_SCALE * max|cpu| +
-  RTOL * |cpu|, as bench/run.py);
+- check the outputs against the CPU backend (models.compare, as bench/run.py);
 - latency per inference: CUDA events around `--reps` NAME_cuda_run_generic calls queued
   on the default stream (after warm-up), divided by the count;
 - the dominant kernels (the `--top` slowest, timed alone with NAME_cuda_run_kernel):
@@ -53,15 +52,13 @@ from onnx import TensorProto, helper, numpy_helper
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
-from models import BENCH_MODELS, model_inputs
+from models import BENCH_MODELS, QUANTIZED, compare, model_inputs
 
 from aotc.artifacts import find_compiler
 from aotc.driver import CompileOptions, compile_model
 from aotc.errors import AotcError
 from aotc.ir.types import from_storage, to_storage
 
-RTOL = 1e-3
-ATOL_SCALE = 1e-4
 # CUdevice_attribute values (cuda.h)
 CLOCK_RATE, SM_COUNT, MEMORY_CLOCK, BUS_WIDTH, CC_MAJOR, CC_MINOR = 13, 16, 36, 37, 75, 76
 # FP32 lanes per SM by compute capability (A100's sm_80 has half of the later ones')
@@ -298,15 +295,6 @@ class Result:
     error: str = ""
 
 
-def agree(got: list[np.ndarray], expected: list[np.ndarray]) -> bool:
-    for g, e in zip(got, expected):
-        e = np.asarray(e, np.float64)
-        bound = ATOL_SCALE * np.abs(e).max(initial=0) + RTOL * np.abs(e)
-        if g.shape != e.shape or not np.all(np.abs(np.asarray(g, np.float64) - e) <= bound):
-            return False
-    return True
-
-
 def prepare_model(name: str, arch: int):
     """(the model compiled for sm_`arch`, the CPU backend's outputs); a string saying what
     failed instead.  Run in worker processes: compiling is most of the time."""
@@ -330,7 +318,7 @@ def measure_model(driver: Driver, name: str, prepared, args, work: Path) -> Resu
     gpu = GpuModel(compiled, work / name, inputs)
     result.kernels = len(gpu.launches)
     gpu.run()
-    result.agree = agree(gpu.outputs(), expected)
+    result.agree = compare(gpu.outputs(), expected, name in QUANTIZED)[0]
     result.ms = driver.time_ms(gpu.run, args.reps)
     times = [(k, driver.time_ms(lambda k=k: gpu.run_kernel(k), max(args.reps // 4, 3), 1))
              for k in range(len(gpu.launches))]  # fmt: skip
@@ -341,7 +329,7 @@ def measure_model(driver: Driver, name: str, prepared, args, work: Path) -> Resu
         if version is not None:
             forward, comparable = version
             result.torch_ms, outputs = torch_ms(forward, inputs, args.reps)
-            result.torch_agree = agree(outputs, expected) if comparable else None
+            result.torch_agree = compare(outputs, expected)[0] if comparable else None
     return result
 
 
