@@ -8,7 +8,9 @@ blocks of BM x BN tiles of C (gemm_tiles.py), on one of two kernels:
 - CUDA cores (simt_gemm.py) otherwise, in f32 (f64 for f64 results);
 
 and matrix-vector products (a few rows or columns of C, a deep k) split the depth across
-threads instead (gemv.py).
+threads instead (gemv.py).  A tiled GEMM of too few blocks to fill the GPU splits its
+depth into slices (split-K, `depth_slices`): their partial sums go to the workspace after
+the arena, and a second kernel adds them up in slice order and finishes each element.
 
 Finished elements go through the fusion's epilogue (bias, residual, activation) with the
 contraction's value from the registers, then to memory.  Taken for float results when

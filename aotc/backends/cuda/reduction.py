@@ -11,7 +11,10 @@ shared memory; every thread of the group ends with the same result.
   one thread per output (elementwise.py), which coalesces across outputs instead.
 - `emit_rows`: a row fusion (softmax, layer norm; cpu/rows.py) takes a block per row:
   its row values (the reductions, and what is computed from them alone) are reduced by
-  the block, then its threads store the row's elements.
+  the block, then its threads store the row's elements.  Rows of a whole number of
+  elements per thread (at most HELD_STEPS) are held in registers: one basic block whose
+  reductions and stores share index values, so what the stores need is not recomputed
+  (`_held_indexes`); other loops are unrolled by UNROLL.
 
 Partials start from the init value, so this needs inits that are identities of their
 reducers (0 for add, -inf for max...): other reductions keep the serial forms.
