@@ -23,7 +23,8 @@ from unittest import mock
 
 import numpy as np
 
-from aotc.backends.cpu import emit_object, parse_target, vmath
+from aotc.backends.cpu import emit_object, parse_target
+from aotc.backends.llvm import vmath
 from aotc.buffers import assign_buffers
 from aotc.ir import ComputationBuilder, DType, Instruction, Module, Op, Shape
 from aotc.ir.builder import scalar_reducer

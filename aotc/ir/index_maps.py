@@ -152,3 +152,31 @@ def read_elementwise_only(
                 return False
             work.append(user)
     return True
+
+
+def row_values(instr: Instruction) -> tuple[int, list[Instruction]]:
+    """(row rank, the values a fusion computes once per row, in order); (0, []) if none.
+
+    The row rank is that of the fusion's non-root reductions (the pass gives
+    them all one); the row values are every instruction read at the row's
+    index only (the reductions and what is computed from them alone).  Other
+    fusions (hand-made ones, tuple roots) run as plain loops, recomputing.
+    """
+    if instr.op is not Op.FUSION or not isinstance(instr.shape, Shape):
+        return 0, []
+    fused = instr.called[0]
+    maps = computation_maps(fused)
+    root_dims = instr.shape.dims
+    ranks = {
+        row_rank(i, maps.get(id(i), frozenset()), root_dims)
+        for i in fused.instructions
+        if i.op is Op.REDUCE and i is not fused.root
+    }
+    if len(ranks) != 1 or None in ranks:  # none, or not a row fusion: plain loops
+        return 0, []
+    rank = ranks.pop()
+    hoisted = [
+        i for i in fused.instructions
+        if i is not fused.root and id(i) in maps and row_rank(i, maps[id(i)], root_dims) == rank
+    ]  # fmt: skip
+    return rank, hoisted

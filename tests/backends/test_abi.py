@@ -113,7 +113,7 @@ def test_same_input_gives_identical_objects():
 
 def test_every_opcode_has_a_rule():
     from aotc.backends.cpu.control import CONTROL_KERNELS
-    from aotc.backends.cpu.rules import KERNELS, RULES
+    from aotc.backends.llvm.rules import KERNELS, RULES
     from aotc.ir import Op
 
     missing = set(Op) - set(RULES) - set(KERNELS) - set(CONTROL_KERNELS)

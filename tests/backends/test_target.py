@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from aotc.backends.cpu import CpuTarget, TargetError, emit_llvm_ir, emit_object, parse_target
-from aotc.backends.cpu.elf import machine
+from aotc.backends.llvm.elf import machine
 from aotc.buffers import assign_buffers
 from aotc.errors import AotcError
 from aotc.ir import ComputationBuilder, DType, Module, Op, Shape

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from aotc.backends.cpu import emit_llvm_ir, emit_object, parse_target
-from aotc.backends.cpu.elf import SHF_WRITE, ElfFormatError, patch_section, section_headers
+from aotc.backends.llvm.elf import SHF_WRITE, ElfFormatError, patch_section, section_headers
 from aotc.buffers import assign_buffers
 from aotc.ir import ComputationBuilder, DType, Module, Op, Shape
 

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from aotc.backends.cpu.context import MathLibrary
-from aotc.backends.cpu.lltypes import I32, PTR, VOID, i64
 from aotc.backends.cpu.target import parse_target, target_machine
 from aotc.backends.cuda.program import build_program
 from aotc.backends.cuda.tools import find_ptxas
+from aotc.backends.llvm.context import MathLibrary
+from aotc.backends.llvm.lltypes import I32, PTR, VOID, i64
 from aotc.errors import ToolError
 
 HERE = Path(__file__).resolve().parent

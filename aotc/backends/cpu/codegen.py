@@ -10,7 +10,7 @@ import llvmlite.binding as llvm
 
 from ...buffers import BufferPlan
 from ...ir import Module
-from .elf import patch_section
+from ..llvm.elf import patch_section
 from .prepack import prepack
 from .program import build_module
 from .target import CpuTarget, target_machine

@@ -28,12 +28,12 @@ from llvmlite import ir
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...ir import DType, Instruction, Op, Shape
 from ...ir.index_maps import read_elementwise_only
-from .context import EmitContext
+from ..llvm.context import EmitContext, Gen
+from ..llvm.elemental import element_pointer, make_generator, memory_generator
+from ..llvm.lltypes import store_element
 from .conv import plan_convolution
 from .dot import plan_dot
-from .elemental import Gen, element_pointer, make_generator, memory_generator
 from .gemm import aligned, use_packed
-from .lltypes import store_element
 from .tiles import fits_gemm
 from .views import View, fused_view, memory_view
 

@@ -19,9 +19,9 @@ from llvmlite import ir
 from ...buffers import Slice
 from ...buffers.plan import NestedPlan
 from ...ir import DType, Instruction, Op
-from .context import EmitContext
-from .lltypes import VOID, i64, load_element
-from .loops import if_then, while_loop
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import VOID, i64, load_element
+from ..llvm.loops import if_then, while_loop
 
 # emits, at the builder's position, calls of one computation's kernels
 Program = Callable[[], None]

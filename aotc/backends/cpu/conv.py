@@ -18,17 +18,18 @@ constant kernel and channels enough Winograd F(2x2, 3x3) or F(4x4, 3x3) (winogra
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 
 from llvmlite import ir
 
 from ...buffers import Slice
-from ...ir import DType, Instruction, Op
+from ...ir import DType, Instruction
+from ..llvm.context import Gen
+from ..llvm.elemental import delinearize, split_index
+from ..llvm.lltypes import I1, i64, register_type
+from ..llvm.loops import branch_value, for_range, if_then
+from ..llvm.window import all_of, tap_position
 from . import winograd
-from .accumulate import MacAccumulator
-from .context import EmitContext
 from .direct_conv import DirectConvPlan, plan_direct
-from .elemental import Gen, Rule, delinearize, split_index
 from .gemm import (
     GemmPlan,
     GeneratedPanels,
@@ -38,66 +39,11 @@ from .gemm import (
     strided_layout,
 )
 from .im2col import IMAGE_FIELDS, ImagePanels
-from .lltypes import I1, i64, register_type
-from .loops import branch_value, for_range, if_then, loop_nest
 from .pairs import paired_factory, pairs_of
 from .parallel import parallel_loop_nest
 from .plane_conv import PlaneConvPlan, plan_planes
 from .tiles import gemm_config, masked_load, pick_lanes, splat
 from .views import affine, merged_stride
-from .window import all_of, tap_position
-
-
-def convolution_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
-    lhs, rhs = operands
-    dims, window = instr.conv, instr.window
-    lhs_shape, rhs_shape = instr.operands[0].shape, instr.operands[1].shape
-    group_inputs = rhs_shape.dims[dims.kernel_input_feature]
-    group_outputs = rhs_shape.dims[dims.kernel_output_feature] // instr.feature_group_count
-    in_spatial = [lhs_shape.dims[d] for d in dims.input_spatial]
-    # batch groups: output feature group g reads batch rows g*B/G.. (B/G = output batch)
-    batch_groups = instr.batch_group_count
-    batch_outputs = rhs_shape.dims[dims.kernel_output_feature] // batch_groups
-    group_batch = lhs_shape.dims[dims.input_batch] // batch_groups
-
-    def gen(index):
-        b = ctx.builder
-        out_feature = index[dims.output_feature]
-        first_input = None
-        if instr.feature_group_count > 1:
-            group = b.udiv(out_feature, i64(group_outputs))
-            first_input = b.mul(group, i64(group_inputs))
-        batch = index[dims.output_batch]
-        if batch_groups > 1:
-            group = b.udiv(out_feature, i64(batch_outputs))
-            batch = b.add(b.mul(group, i64(group_batch)), batch)
-        acc = MacAccumulator(ctx, lhs_shape.dtype, instr.array_shape.dtype)
-        with loop_nest(b, [group_inputs, *window.size], "c") as (feature, *taps):
-            lhs_index = [None] * lhs_shape.rank
-            rhs_index = [None] * rhs_shape.rank
-            lhs_index[dims.input_batch] = batch
-            lhs_index[dims.input_feature] = (
-                feature if first_input is None else b.add(first_input, feature)
-            )
-            rhs_index[dims.kernel_input_feature] = feature
-            rhs_index[dims.kernel_output_feature] = out_feature
-            conditions = []
-            for i, tap in enumerate(taps):
-                out = index[dims.output_spatial[i]]
-                where, inside = tap_position(b, out, tap, in_spatial[i], window, i)
-                lhs_index[dims.input_spatial[i]] = where
-                rhs_index[dims.kernel_spatial[i]] = tap
-                conditions += inside
-            valid = all_of(b, conditions)
-            with if_then(b, valid) if valid is not None else nullcontext():
-                acc.add_product(lhs(lhs_index), rhs(rhs_index))
-        return acc.result()
-
-    return gen
-
-
-CONV_RULES: dict[Op, Rule] = {Op.CONVOLUTION: convolution_rule}
-
 
 # -- GEMM plans (contraction.py) ---------------------------------------------------
 

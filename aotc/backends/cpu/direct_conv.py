@@ -29,8 +29,10 @@ from llvmlite import ir
 
 from ...buffers import Slice
 from ...ir import Instruction
-from .context import EmitContext
-from .elemental import Gen, split_index
+from ..llvm.context import EmitContext, Gen
+from ..llvm.elemental import split_index
+from ..llvm.lltypes import I1, I64, PTR, i64
+from ..llvm.loops import for_range, loop_nest
 from .gemm import (
     Blocking,
     GeneratedPanels,
@@ -42,8 +44,6 @@ from .gemm import (
     emit_region,
     strided_layout,
 )
-from .lltypes import I1, I64, PTR, i64
-from .loops import for_range, loop_nest
 from .parallel import parallel_loop_nest_passing
 from .tiles import FEWER_ACCUMULATORS_COST, GemmConfig, Tile, gemm_config, shared_function, smaller
 from .views import View, affine, merged_stride

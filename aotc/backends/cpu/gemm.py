@@ -42,11 +42,11 @@ from llvmlite import ir
 
 from ...buffers import BufferKind, Slice
 from ...ir import DType, Instruction
-from .context import EmitContext
-from .elemental import delinearize, linearize
+from ..llvm.context import EmitContext
+from ..llvm.elemental import delinearize, linearize
+from ..llvm.lltypes import I8, I64, PTR, i64
+from ..llvm.loops import branch_value, for_range, if_then, loop_nest
 from .gemv import GEMV_UNROLL, emit_gemv, emit_packed_gemv, packed_width
-from .lltypes import I8, I64, PTR, i64
-from .loops import branch_value, for_range, if_then, loop_nest
 from .parallel import parallel_chunks
 from .tiles import (
     FEWER_ACCUMULATORS_COST,

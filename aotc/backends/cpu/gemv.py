@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from .context import EmitContext
-from .lltypes import I64, PTR, i64
-from .loops import for_range
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import I64, PTR, i64
+from ..llvm.loops import for_range
 from .tiles import (
     GemmConfig,
     entry_slot,

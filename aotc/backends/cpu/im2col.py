@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from .context import EmitContext
-from .lltypes import I32, I64, PTR, i64
-from .loops import for_range
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import I32, I64, PTR, i64
+from ..llvm.loops import for_range
 from .tiles import (
     GemmConfig,
     i32_lanes,

@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 from llvmlite import ir
 
 from ...ir import DType
-from .context import EmitContext
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import I16, I32, I64, PTR, i64, storage_type
+from ..llvm.loops import branch_value, for_range
 from .gemm import Blocking, GeneratedPanels, StridedPanels
 from .im2col import ImagePanels
-from .lltypes import I16, I32, I64, PTR, i64, storage_type
-from .loops import branch_value, for_range
 from .tiles import GemmConfig, clamped_rows, i32_lanes, panel_loop, shared_function
 
 

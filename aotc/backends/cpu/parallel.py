@@ -21,10 +21,10 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
-from .context import EmitContext
-from .elemental import delinearize
-from .lltypes import I64, PTR, VOID, i64
-from .loops import for_range, loop_nest
+from ..llvm.context import EmitContext
+from ..llvm.elemental import delinearize
+from ..llvm.lltypes import I64, PTR, VOID, i64
+from ..llvm.loops import for_range, loop_nest
 
 # loops over fewer elements than this run on the calling thread: a pool dispatch costs
 # a few microseconds

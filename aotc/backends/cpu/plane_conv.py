@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...buffers import Slice
-from .context import EmitContext
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import I1, I64, PTR, i64
+from ..llvm.loops import for_range, if_then
 from .direct_conv import Image
 from .gemm import (
     Blocking,
@@ -38,8 +40,6 @@ from .gemm import (
     blocking,
     emit_region,
 )
-from .lltypes import I1, I64, PTR, i64
-from .loops import for_range, if_then
 from .parallel import parallel_loop_nest_passing
 from .tiles import (
     GemmConfig,

@@ -35,20 +35,19 @@ from llvmlite import ir
 from ...buffers import BufferPlan, Slice
 from ...ir import DType, Instruction, Op, Shape
 from ...ir.index_maps import read_elementwise_only
-from .context import EmitContext, type_suffix
-from .conv import valid_span
-from .elemental import (
-    Gen,
+from ..llvm.context import EmitContext, Gen, type_suffix
+from ..llvm.elemental import (
     bind_instructions,
     delinearize,
     element_pointer,
     linearize,
     memory_generator,
 )
-from .lltypes import I1, I32, VOID, constant, i64, literal_value, register_type, store_element
-from .loops import for_range
+from ..llvm.lltypes import I1, I32, VOID, constant, i64, literal_value, register_type, store_element
+from ..llvm.loops import for_range
+from ..llvm.scalar import FLOAT_BINARY_INTRINSIC  # max/min: NaN-propagating, as the rules
+from .conv import valid_span
 from .parallel import parallel_loop_nest
-from .scalar import FLOAT_BINARY_INTRINSIC  # max/min: NaN-propagating, as the rules
 from .tiles import (
     GemmConfig,
     gemm_config,

@@ -26,11 +26,9 @@ from llvmlite import ir
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...errors import AotcError
 from ...ir import Instruction, Module, Op, Shape
-from .context import EmitContext
-from .contraction import emit_contraction, workspace_bytes
-from .control import CONTROL_KERNELS
-from .elemental import (
-    Gen,
+from ...ir.index_maps import row_values
+from ..llvm.context import EmitContext, Gen
+from ..llvm.elemental import (
     bind_instructions,
     constant_rule,
     element_pointer,
@@ -39,13 +37,15 @@ from .elemental import (
     memory_generator,
     split_index,
 )
-from .lltypes import I8, I32, I64, PTR, VOID, i64, store_element
-from .loops import if_then
+from ..llvm.lltypes import I8, I32, I64, PTR, VOID, i64, store_element
+from ..llvm.loops import if_then
+from ..llvm.rules import KERNELS, RULES
+from .contraction import emit_contraction, workspace_bytes
+from .control import CONTROL_KERNELS
 from .parallel import parallel_loop_nest
 from .pooling import emit_pooling
 from .prepack import DROPPED
-from .rows import emit_row_fusion, row_values
-from .rules import KERNELS, RULES
+from .rows import emit_row_fusion
 from .target import CpuTarget, parse_target
 from .transpose import emit_transpose
 

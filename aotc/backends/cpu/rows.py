@@ -16,40 +16,12 @@ from llvmlite import ir
 from ...buffers import Slice
 from ...errors import AotcError
 from ...ir import Instruction, Op, Shape
-from ...ir.index_maps import computation_maps, dims_of, row_dims, row_rank
-from .context import EmitContext
-from .elemental import Gen, bind_instructions, element_pointer, make_generator
-from .lltypes import i64, store_element
-from .loops import loop_nest
+from ...ir.index_maps import dims_of, row_dims, row_values
+from ..llvm.context import EmitContext, Gen
+from ..llvm.elemental import bind_instructions, element_pointer, make_generator
+from ..llvm.lltypes import i64, store_element
+from ..llvm.loops import loop_nest
 from .parallel import parallel_loop_nest
-
-
-def row_values(instr: Instruction) -> tuple[int, list[Instruction]]:
-    """(row rank, the values a fusion computes once per row, in order); (0, []) if none.
-
-    The row rank is that of the fusion's non-root reductions (the pass gives
-    them all one); the row values are every instruction read at the row's
-    index only (the reductions and what is computed from them alone).  Other
-    fusions (hand-made ones, tuple roots) run as plain loops, recomputing.
-    """
-    if instr.op is not Op.FUSION or not isinstance(instr.shape, Shape):
-        return 0, []
-    fused = instr.called[0]
-    maps = computation_maps(fused)
-    root_dims = instr.shape.dims
-    ranks = {
-        row_rank(i, maps.get(id(i), frozenset()), root_dims)
-        for i in fused.instructions
-        if i.op is Op.REDUCE and i is not fused.root
-    }
-    if len(ranks) != 1 or None in ranks:  # none, or not a row fusion: plain loops
-        return 0, []
-    rank = ranks.pop()
-    hoisted = [
-        i for i in fused.instructions
-        if i is not fused.root and id(i) in maps and row_rank(i, maps[id(i)], root_dims) == rank
-    ]  # fmt: skip
-    return rank, hoisted
 
 
 def emit_row_fusion(

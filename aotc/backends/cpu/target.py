@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
-from ...errors import AotcError
+from ..llvm.machine import TargetError, create_machine, initialize, known_cpus
 
 # bare architecture names -> the triple they stand for
 ARCH_TRIPLES = {
@@ -58,10 +56,6 @@ NOTABLE_TARGETS = (
     ("aarch64-linux-gnu:neoverse-v1", "AWS Graviton 3 (SVE unused: NEON kernels)"),
     ("aarch64-linux-gnu:neoverse-v2", "AWS Graviton 4, NVIDIA Grace (SVE unused)"),
 )
-
-
-class TargetError(AotcError):
-    """A `--target` that LLVM or aotc cannot generate code for."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +109,7 @@ class CpuTarget:
 
 def parse_target(spec: str = "host") -> CpuTarget:
     """Parse a `--target` spec; raises TargetError (one line) for unknown ones."""
-    _initialize()
+    initialize()
     spec = (spec or "host").strip()
     if spec == "host":
         try:
@@ -139,14 +133,7 @@ def target_machine(target: CpuTarget) -> llvm.TargetMachine:
     features = target.features
     if target.vector_bits == 512:  # LLVM's tuning for these CPUs would vectorize at 256 bits
         features = ",".join(f for f in [features, "-prefer-256-bit"] if f)
-    return _machine(target.triple, target.cpu, features)
-
-
-def _machine(triple: str, cpu: str, features: str) -> llvm.TargetMachine:
-    _initialize()
-    return llvm.Target.from_triple(triple).create_target_machine(
-        cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default"
-    )
+    return create_machine(target.triple, target.cpu, features)
 
 
 @dataclass(frozen=True)
@@ -210,7 +197,7 @@ _FMA_INSTRUCTIONS = re.compile(r"\b(vfmadd\w*|fmla)\b")  # FMA3 and FMA4; NEON
 @functools.cache
 def _probe(triple: str, cpu: str, features: str) -> _VectorUnit:
     """Ask LLVM's code generator for this CPU (a few milliseconds, once per target)."""
-    machine = _machine(triple, cpu, features)
+    machine = create_machine(triple, cpu, features)
     module = llvm.parse_assembly(f'target triple = "{triple}"\n{_PROBE_IR}')
     assembly = machine.emit_assembly(module)
     add, _, fma = assembly.partition("fma:")
@@ -221,12 +208,6 @@ def _probe(triple: str, cpu: str, features: str) -> _VectorUnit:
         found = re.search(r"pmaddwd\s.*%(\w+)", machine.emit_assembly(module))
         pmaddwd = found is not None and found.group(1).startswith(_PAIRS_REGISTERS[bits])
     return _VectorUnit(bits, bool(_FMA_INSTRUCTIONS.search(fma)), pmaddwd)
-
-
-@functools.cache
-def _initialize() -> None:
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
 
 
 def _check_triple(triple: str, spec: str) -> str:
@@ -248,41 +229,3 @@ def _check_cpu(target: CpuTarget, spec: str) -> None:
         raise TargetError(
             f"unknown target '{spec}': LLVM knows no {target.arch} CPU '{target.cpu}'"
         )
-
-
-@functools.cache
-def known_cpus(triple: str) -> frozenset[str]:
-    """The CPU names LLVM accepts for `triple`.
-
-    LLVM has no API for this list and reacts to an unknown CPU by a warning or
-    a fatal error that ends the process, so a child process compiles with
-    cpu="help", which makes LLVM print the list.
-    """
-    result = subprocess.run(
-        [sys.executable, "-c", _CPU_HELP_PROBE, triple],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    names = re.findall(r"^  (\S+)\s+- Select the", result.stderr + result.stdout, re.MULTILINE)
-    if not names:
-        raise TargetError(
-            f"could not list the CPUs LLVM knows for {triple}: {result.stderr[-200:]}"
-        )
-    return frozenset(names)
-
-
-_CPU_HELP_PROBE = """
-import sys
-import llvmlite.binding as llvm
-import llvmlite.ir as ir
-llvm.initialize_all_targets()
-llvm.initialize_all_asmprinters()
-module = ir.Module("probe")
-module.triple = sys.argv[1]
-probe = ir.Function(module, ir.FunctionType(ir.VoidType(), []), "probe")
-ir.IRBuilder(probe.append_basic_block()).ret_void()
-machine = llvm.Target.from_triple(sys.argv[1]).create_target_machine(cpu="help")
-machine.emit_assembly(llvm.parse_assembly(str(module)))
-"""

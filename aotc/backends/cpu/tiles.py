@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...ir import DType
-from .context import EmitContext
-from .lltypes import I1, I32, I64, PTR, VOID, i64, register_type
-from .loops import for_range, if_then
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import I1, I32, I64, PTR, VOID, i64, register_type
+from ..llvm.loops import for_range, if_then
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ import math
 from llvmlite import ir
 
 from ...ir import Instruction, Op
-from .context import EmitContext
-from .elemental import element_pointer
-from .lltypes import i64, storage_type
-from .loops import for_range
+from ..llvm.context import EmitContext
+from ..llvm.elemental import element_pointer
+from ..llvm.lltypes import i64, storage_type
+from ..llvm.loops import for_range
 from .parallel import parallel_loop_nest
 from .tiles import i32_lanes, smaller
 

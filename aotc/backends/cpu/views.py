@@ -16,8 +16,8 @@ from llvmlite import ir
 
 from ...buffers import BufferPlan, Slice
 from ...ir import DType, Instruction, Op, Shape
-from .context import EmitContext
-from .lltypes import i64, storage_type
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import i64, storage_type
 
 # A dim walked as mixed-radix digits: ((extent, stride), ...), outermost first.
 Digits = tuple[tuple[int, int], ...]

@@ -32,7 +32,9 @@ from llvmlite import ir
 
 from ...buffers import BufferKind, Slice
 from ...ir import DType
-from .context import EmitContext
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import I1, I32, i64
+from ..llvm.loops import for_range, if_then
 from .gemm import (
     GemmPlan,
     PackedShape,
@@ -43,8 +45,6 @@ from .gemm import (
     emit_region,
     pack_operand,
 )
-from .lltypes import I1, I32, i64
-from .loops import for_range, if_then
 from .parallel import parallel_loop_nest_passing
 from .tiles import (
     GemmConfig,

@@ -21,8 +21,8 @@ from llvmlite import ir
 
 from ...buffers import BufferPlan, Slice
 from ...ir import Module
-from ..cpu.elf import patch_section
-from ..cpu.target import parse_target, target_machine
+from ..llvm.elf import patch_section
+from ..llvm.machine import host_machine, initialize
 from .program import KernelLaunch, build_program
 from .target import NVPTX_TRIPLE, CudaTarget, arch_number
 from .tools import assemble, libdevice_bitcode
@@ -99,8 +99,7 @@ def calls_libdevice(llmod: ir.Module) -> bool:
 
 @functools.cache
 def nvptx_machine(arch: str) -> llvm.TargetMachine:
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
+    initialize()
     return llvm.Target.from_triple(NVPTX_TRIPLE).create_target_machine(cpu=arch, opt=3)
 
 
@@ -131,7 +130,7 @@ def emit_ptx(text: str, arch: str, libdevice: bool) -> str:
 
 def host_object(blobs: dict[str, bytes]) -> bytes:
     """An object for this machine defining each blob as a read-only byte array."""
-    machine = target_machine(parse_target("host"))
+    machine = host_machine()
     llmod = ir.Module(name="blobs")
     llmod.triple = llvm.get_process_triple()
     for symbol, data in blobs.items():

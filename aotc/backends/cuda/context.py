@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ..cpu.context import EmitContext
+from ..llvm.context import EmitContext
 from .device import Device
 
 

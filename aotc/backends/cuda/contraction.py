@@ -28,10 +28,10 @@ from llvmlite import ir
 
 from ...buffers import BufferPlan
 from ...ir import DType, Instruction, Op, Shape
-from ..cpu import scalar
-from ..cpu.elemental import bind_instructions, element_pointer, memory_generator
-from ..cpu.lltypes import I32, I64, register_type, round_to, store_element
-from ..cpu.loops import if_then
+from ..llvm import scalar
+from ..llvm.elemental import bind_instructions, element_pointer, memory_generator
+from ..llvm.lltypes import I32, I64, register_type, round_to, store_element
+from ..llvm.loops import if_then
 from . import elementwise, gemv, mma_gemm, simt_gemm
 from .context import GpuContext
 from .elementwise import store_outputs

@@ -12,8 +12,8 @@ from typing import Protocol
 
 from llvmlite import ir
 
-from ..cpu.context import EmitContext, MathLibrary
-from ..cpu.lltypes import F16, F32, I8, I32, PTR, VOID
+from ..llvm.context import EmitContext, MathLibrary
+from ..llvm.lltypes import F16, F32, I8, I32, PTR, VOID
 from .target import NVPTX_TRIPLE
 
 WARP = 32

@@ -21,9 +21,10 @@ from llvmlite import ir
 
 from ...buffers import Slice
 from ...ir import Instruction, Op, Shape
-from ..cpu.elemental import Gen, bind_instructions, element_pointer, make_generator
-from ..cpu.lltypes import I64, store_element
-from ..cpu.loops import if_then
+from ..llvm.context import Gen
+from ..llvm.elemental import bind_instructions, element_pointer, make_generator
+from ..llvm.lltypes import I64, store_element
+from ..llvm.loops import if_then
 from .context import GpuContext
 from .kernel import (
     KernelLaunch,

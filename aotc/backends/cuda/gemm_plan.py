@@ -18,10 +18,10 @@ from llvmlite import ir
 
 from ...ir import Instruction, Op, Shape
 from ...ir.index_maps import computation_maps, identity
-from ..cpu.elemental import Gen
-from ..cpu.lltypes import I64, i32
-from ..cpu.scalar import zero_like
-from ..cpu.window import all_of, tap_position
+from ..llvm.context import Gen
+from ..llvm.lltypes import I64, i32
+from ..llvm.scalar import zero_like
+from ..llvm.window import all_of, tap_position
 from .context import GpuContext
 from .elementwise import split_position
 

@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from ..cpu.lltypes import I64, i32
-from ..cpu.loops import if_then
-from ..cpu.scalar import zero_like
-from ..cpu.window import all_of
+from ..llvm.lltypes import I64, i32
+from ..llvm.loops import if_then
+from ..llvm.scalar import zero_like
+from ..llvm.window import all_of
 from .context import GpuContext
 from .gemm_plan import Element, Gemm
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..cpu.lltypes import F32, I32, i32
-from ..cpu.loops import for_range, if_then
+from ..llvm.lltypes import F32, I32, i32
+from ..llvm.loops import for_range, if_then
 from .context import GpuContext
 from .device import WARP
 from .gemm_plan import Gemm

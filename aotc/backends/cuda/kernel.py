@@ -17,8 +17,9 @@ from llvmlite import ir
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Op, Shape
-from ..cpu.elemental import Gen, constant_rule, memory_generator
-from ..cpu.lltypes import I64
+from ..llvm.context import Gen
+from ..llvm.elemental import constant_rule, memory_generator
+from ..llvm.lltypes import I64
 from .context import GpuContext
 
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...ir import DType, Instruction
-from ..cpu.lltypes import F32, I32, i32, storage_type, to_storage
-from ..cpu.loops import for_range
+from ..llvm.lltypes import F32, I32, i32, storage_type, to_storage
+from ..llvm.loops import for_range
 from .context import GpuContext
 from .device import WARP
 from .gemm_plan import Gemm

@@ -24,9 +24,9 @@ from llvmlite import ir
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...errors import AotcError, UnsupportedError
 from ...ir import Instruction, Module, Op
-from ..cpu.elemental import ELEMENTWISE_EMITTERS, make_elementwise_rule
-from ..cpu.lltypes import F32, F64
-from ..cpu.rules import KERNELS, RULES
+from ..llvm.elemental import ELEMENTWISE_EMITTERS, make_elementwise_rule
+from ..llvm.lltypes import F32, F64
+from ..llvm.rules import KERNELS, RULES
 from .context import GpuContext
 from .contraction import emit_contraction, workspace_bytes
 from .device import Device, NvptxDevice

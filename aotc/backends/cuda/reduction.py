@@ -29,12 +29,12 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ...ir import DType, Instruction, Op
-from ...ir.index_maps import dims_of, row_dims
-from ..cpu.elemental import Gen, bind_instructions, make_generator
-from ..cpu.lltypes import F32, F64, I1, I8, I32, I64
-from ..cpu.loops import if_then, unrolled_range
-from ..cpu.reduce import Accumulators
-from ..cpu.rows import row_values
+from ...ir.index_maps import dims_of, row_dims, row_values
+from ..llvm.context import Gen
+from ..llvm.elemental import bind_instructions, make_generator
+from ..llvm.lltypes import F32, F64, I1, I8, I32, I64
+from ..llvm.loops import if_then, unrolled_range
+from ..llvm.reduce import Accumulators
 from .context import GpuContext
 from .device import WARP
 from .elementwise import Position, compute_and_store, split_position, store_outputs

@@ -11,7 +11,7 @@ sort merging rows longer than shared memory) would replace them where that matte
 from __future__ import annotations
 
 from ...ir import Instruction
-from ..cpu.rules import KERNELS
+from ..llvm.rules import KERNELS
 from .context import GpuContext
 from .kernel import KernelLaunch, begin_kernel, finish_kernel, operand_generators
 

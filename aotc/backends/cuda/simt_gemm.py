@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ..cpu.lltypes import F64, I32, i32
-from ..cpu.loops import for_range
+from ..llvm.lltypes import F64, I32, i32
+from ..llvm.loops import for_range
 from .context import GpuContext
 from .gemm_plan import Gemm
 from .gemm_tiles import (

@@ -19,10 +19,10 @@ import math
 from llvmlite import ir
 
 from ...ir import Instruction, Op
-from ..cpu.elemental import call_computation
-from ..cpu.kernels import output_pointer
-from ..cpu.lltypes import I32, I64, from_storage, i32, storage_type, to_storage
-from ..cpu.loops import for_range, if_then
+from ..llvm.elemental import call_computation
+from ..llvm.kernels import output_pointer
+from ..llvm.lltypes import I32, I64, from_storage, i32, storage_type, to_storage
+from ..llvm.loops import for_range, if_then
 from .context import GpuContext
 from .elementwise import split_position
 from .kernel import KernelLaunch, begin_kernel, finish_kernel, operand_generators

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 
 from ...errors import AotcError
-from ..cpu.target import known_cpus  # asks LLVM in a child process, once per triple
+from ..llvm.machine import known_cpus  # asks LLVM in a child process, once per triple
 
 PREFIX = "cuda:"
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"

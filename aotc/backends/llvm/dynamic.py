@@ -10,8 +10,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...ir import DType, Instruction, Op
-from .context import EmitContext
-from .elemental import Gen, Rule
+from .context import EmitContext, Gen, Rule
 from .lltypes import I64, i64
 from .loops import branch_value
 from .window import all_of

@@ -8,10 +8,10 @@ bound by whoever binds the computation.
 from __future__ import annotations
 
 from ...ir import Op
-from .conv import CONV_RULES
-from .dot import DOT_RULES
+from .context import Rule
+from .dot_conv import CONV_RULES, DOT_RULES
 from .dynamic import DYNAMIC_RULES
-from .elemental import ELEMENTAL_RULES, Rule
+from .elemental import ELEMENTAL_RULES
 from .gather import GATHER_RULES
 from .kernels import Kernel
 from .movement import MOVEMENT_RULES

@@ -12,8 +12,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...ir import DType, Instruction, Op
-from .context import EmitContext
-from .elemental import Gen
+from .context import EmitContext, Gen
 from .kernels import Kernel, Output, output_pointer
 from .lltypes import I64, i64, store_element
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from ...ir import DType, Instruction, Op
 from . import scalar
-from .context import EmitContext
-from .elemental import Gen, Rule
+from .context import EmitContext, Gen, Rule
 from .lltypes import i64
 
 

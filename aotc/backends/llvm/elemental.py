@@ -19,12 +19,8 @@ from ...buffers import Slice
 from ...ir import Computation, DType, Instruction, Op, Shape
 from ...ir.ops import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE
 from . import scalar
-from .context import EmitContext
+from .context import EmitContext, Gen, Rule, Value
 from .lltypes import constant, i64, literal_value, load_element, storage_type
-
-Value = ir.Value | tuple
-Gen = Callable[[Sequence[ir.Value]], Value]
-Rule = Callable[[EmitContext, Instruction, list[Gen]], Gen]
 
 
 def make_generator(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:

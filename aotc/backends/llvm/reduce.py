@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from ...ir import Computation, DType, Instruction, Op
 from . import scalar
-from .context import EmitContext
-from .elemental import Gen, Rule, call_computation
+from .context import EmitContext, Gen, Rule
+from .elemental import call_computation
 from .lltypes import HALF_DTYPES, register_type, round_to
 from .loops import branch_value, loop_nest
 from .window import all_of, tap_position

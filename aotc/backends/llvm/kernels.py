@@ -16,8 +16,8 @@ from llvmlite import ir
 
 from ...buffers import Slice
 from ...ir import Instruction, Shape
-from .context import EmitContext
-from .elemental import Gen, element_pointer
+from .context import EmitContext, Gen
+from .elemental import element_pointer
 from .lltypes import storage_type, store_element
 from .loops import loop_nest
 

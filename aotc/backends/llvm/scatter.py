@@ -14,8 +14,8 @@ from llvmlite import ir
 
 from ...ir import DType, Instruction, Op
 from . import scalar
-from .context import EmitContext
-from .elemental import Gen, call_computation
+from .context import EmitContext, Gen
+from .elemental import call_computation
 from .kernels import Kernel, Output, copy_into, output_pointer
 from .lltypes import i64, load_element, store_element
 from .loops import if_then, loop_nest

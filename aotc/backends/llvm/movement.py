@@ -10,8 +10,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...ir import Instruction, Op
-from .context import EmitContext
-from .elemental import Gen, Rule, delinearize, linearize
+from .context import EmitContext, Gen, Rule
+from .elemental import delinearize, linearize
 from .lltypes import i64
 from .loops import branch_value
 

@@ -10,18 +10,23 @@ come from the kernel being emitted, through `slice_pointer`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from llvmlite import ir
 
+from ...ir import Instruction
 from .lltypes import F16, F32, F64, I8, i64
 from .loops import entry_alloca
 
 if TYPE_CHECKING:
     from ...buffers import BufferPlan, Slice
-    from ...ir import Instruction
-    from .elemental import Rule
-    from .target import CpuTarget
+
+
+class KernelTarget(Protocol):
+    """What target-neutral rules ask of the target they emit for (a backend's own
+    target class has more: vector width, GEMM tiles)."""
+
+    has_fma: bool
 
 
 class MathLibrary:
@@ -53,7 +58,7 @@ class EmitContext:
         prefix: str,
         rules: dict,
         math: MathLibrary | None = None,
-        target: CpuTarget | None = None,
+        target: KernelTarget | None = None,
     ):
         self.module = module
         self.plan = plan
@@ -114,3 +119,11 @@ class EmitContext:
     def constant_pointer(self, instr: Instruction) -> ir.Value:
         """Pointer to a non-scalar constant's data: its slice of the weights blob."""
         return self.slice_pointer(self.plan.slice_of(instr))
+
+
+# a value of one element (a tuple for tuple-shaped results), and what produces it
+Value = ir.Value | tuple
+# index (one i64 per dim) -> the element there
+Gen = Callable[[Sequence[ir.Value]], Value]
+# opcode rule: (context, instruction, operand generators) -> the instruction's generator
+Rule = Callable[[EmitContext, Instruction, list[Gen]], Gen]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...ir import Instruction, Op
-from .context import EmitContext
-from .elemental import Gen, call_computation
+from .context import EmitContext, Gen
+from .elemental import call_computation
 from .kernels import Kernel, Output, copy_into, load_raw, output_pointer
 from .lltypes import I1, I64, from_storage, i64, storage_type
 from .loops import branch_value, for_range, loop_nest, while_loop
