@@ -1,5 +1,7 @@
 """aotc: an ahead-of-time compiler for neural networks.
 
+Usage:
+
     import aotc
     compiled = aotc.compile("model.onnx", input_shapes={"input": (1, 3, 224, 224)})
     compiled.write("build")          # build/model.h, model.o, libmodel.a
@@ -8,7 +10,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 
 def compile(model, *, name=None, input_shapes=None, target="host", opt_level=2):

@@ -13,6 +13,8 @@ import sys
 
 from aotc_testing import EXAMPLES, REPO
 
+import aotc
+
 
 def test_wheel_install_finds_resources_and_compiles(tmp_path):
     wheels = tmp_path / "wheels"
@@ -21,6 +23,8 @@ def test_wheel_install_finds_resources_and_compiles(tmp_path):
         check=True, capture_output=True, timeout=600,
     )  # fmt: skip
     (wheel,) = wheels.glob("aotc-*.whl")
+    # the version is written once (aotc/_version.py); the wheel's metadata reads it there
+    assert wheel.name.startswith(f"aotc-{aotc.__version__}-"), wheel.name
     site = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
