@@ -30,7 +30,7 @@ from typing import Protocol
 
 import jinja2
 
-from . import __version__
+from ._version import __version__
 from .errors import AotcError, ToolError
 from .ir import DType, Shape
 from .resources import resource_dir
