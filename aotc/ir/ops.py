@@ -1,14 +1,20 @@
-"""The closed set of IR opcodes and their traits, declared once.
+"""The closed set of IR opcodes and their definitions, declared once.
 
-Passes and backends ask `OP_DEFS[op]` for traits; they keep no op lists of
-their own.  Shape rules live in `shapes.py`, evaluation rules in
-`evaluate.py`, one entry per opcode there too.
+`OP_DEFS[op]` holds an op's text name, arity, traits and the attributes it
+requires (with their text spellings, which the parser and the verifier quote).
+Passes and backends ask it for traits; they keep no op lists of their own.
+Shape rules live in `shapes.py`, evaluation rules in `evaluate.py`, one entry
+per opcode there too.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .module import Instruction
 
 VARIADIC = -1
 
@@ -32,6 +38,8 @@ class OpDef:
     text: str
     arity: int
     traits: Trait = Trait.NONE
+    # the Instruction fields it must set, each with how text spells it (for errors)
+    required: tuple[tuple[str, str], ...] = ()
 
 
 class Op(enum.Enum):
@@ -165,47 +173,96 @@ _TRAITS = {
     Op.XOR: _CA,
 }
 
+# how text spells each Instruction field an op may require (`_needs` overrides per op)
+_SPELLING = {
+    "index": "index=",
+    "literal": "a literal",
+    "dimensions": "dimensions=",
+    "direction": "direction=",
+    "slice": "slice=",
+    "dynamic_slice_sizes": "dynamic_slice_sizes=",
+    "padding": "padding=",
+    "gather": "offset_dims=, collapsed_slice_dims=, start_index_map=, index_vector_dim= "
+    "and slice_sizes=",
+    "scatter": "update_window_dims=, inserted_window_dims=, scatter_dims_to_operand_dims= "
+    "and index_vector_dim=",
+    "called": "to_apply=",
+    "window": "window=",
+    "dot": "lhs_contracting_dims= and rhs_contracting_dims=",
+    "conv": "dim_labels=",
+    "fusion_kind": "kind=",
+}
+
+
+def _needs(*fields: str, **spelled: str) -> tuple[tuple[str, str], ...]:
+    """`fields` paired with their text spelling: this op's own (`spelled`), else the usual."""
+    return tuple((field, spelled.get(field, _SPELLING[field])) for field in fields)
+
+
 OP_DEFS: dict[Op, OpDef] = {
-    Op.PARAMETER: OpDef("parameter", 0),
-    Op.CONSTANT: OpDef("constant", 0),
-    Op.IOTA: OpDef("iota", 0),
-    Op.RNG_GET_AND_UPDATE_STATE: OpDef("rng-get-and-update-state", 0, Trait.SIDE_EFFECT),
+    Op.PARAMETER: OpDef("parameter", 0, required=_needs("index", index="a parameter number")),
+    Op.CONSTANT: OpDef("constant", 0, required=_needs("literal")),
+    Op.IOTA: OpDef("iota", 0, required=_needs("dimensions", dimensions="iota_dimension=")),
+    Op.RNG_GET_AND_UPDATE_STATE: OpDef(
+        "rng-get-and-update-state", 0, Trait.SIDE_EFFECT, _needs("index", index="delta=")
+    ),
     **{op: OpDef(op.value, 1, _EW) for op in UNARY_ELEMENTWISE},
     Op.IS_FINITE: OpDef("is-finite", 1, _EW),
     **{op: OpDef(op.value, 2, _TRAITS.get(op, _EW)) for op in BINARY_ELEMENTWISE},
-    Op.COMPARE: OpDef("compare", 2, _EW),
+    Op.COMPARE: OpDef("compare", 2, _EW, _needs("direction")),
     Op.SELECT: OpDef("select", 3, _EW),
     Op.CLAMP: OpDef("clamp", 3, _EW),
     Op.CONVERT: OpDef("convert", 1, _EW),
     Op.BITCAST_CONVERT: OpDef("bitcast-convert", 1, _EW),
-    Op.BROADCAST: OpDef("broadcast", 1),
+    Op.BROADCAST: OpDef("broadcast", 1, required=_needs("dimensions")),
     Op.RESHAPE: OpDef("reshape", 1, Trait.VIEW),
     Op.BITCAST: OpDef("bitcast", 1, Trait.VIEW),
-    Op.TRANSPOSE: OpDef("transpose", 1),
-    Op.SLICE: OpDef("slice", 1),
-    Op.CONCATENATE: OpDef("concatenate", VARIADIC),
-    Op.PAD: OpDef("pad", 2),
-    Op.REVERSE: OpDef("reverse", 1),
-    Op.GATHER: OpDef("gather", 2),
-    Op.SCATTER: OpDef("scatter", 3),  # operand, indices, updates: one operand only
-    Op.DYNAMIC_SLICE: OpDef("dynamic-slice", VARIADIC),  # operand, a scalar start per dim
+    Op.TRANSPOSE: OpDef("transpose", 1, required=_needs("dimensions")),
+    Op.SLICE: OpDef("slice", 1, required=_needs("slice")),
+    Op.CONCATENATE: OpDef("concatenate", VARIADIC, required=_needs("dimensions")),
+    Op.PAD: OpDef("pad", 2, required=_needs("padding")),
+    Op.REVERSE: OpDef("reverse", 1, required=_needs("dimensions")),
+    Op.GATHER: OpDef("gather", 2, required=_needs("gather")),
+    # operand, indices, updates: one operand only
+    Op.SCATTER: OpDef("scatter", 3, required=_needs("scatter", "called")),
+    # operand, a scalar start per dim
+    Op.DYNAMIC_SLICE: OpDef("dynamic-slice", VARIADIC, required=_needs("dynamic_slice_sizes")),
     Op.DYNAMIC_UPDATE_SLICE: OpDef("dynamic-update-slice", VARIADIC),  # operand, update, starts
-    Op.SORT: OpDef("sort", VARIADIC),
-    Op.REDUCE: OpDef("reduce", VARIADIC),
-    Op.REDUCE_WINDOW: OpDef("reduce-window", VARIADIC),
-    Op.DOT: OpDef("dot", 2),
-    Op.CONVOLUTION: OpDef("convolution", 2),
+    Op.SORT: OpDef("sort", VARIADIC, required=_needs("dimensions", "called")),
+    Op.REDUCE: OpDef("reduce", VARIADIC, required=_needs("dimensions", "called")),
+    Op.REDUCE_WINDOW: OpDef("reduce-window", VARIADIC, required=_needs("window", "called")),
+    Op.DOT: OpDef("dot", 2, required=_needs("dot")),
+    Op.CONVOLUTION: OpDef("convolution", 2, required=_needs("window", "conv")),
     Op.TUPLE: OpDef("tuple", VARIADIC),
-    Op.GET_TUPLE_ELEMENT: OpDef("get-tuple-element", 1, Trait.VIEW),
-    Op.FUSION: OpDef("fusion", VARIADIC),
-    Op.WHILE: OpDef("while", 1, Trait.CONTROL_FLOW),  # condition=, body=
-    # (pred or s32 index, one operand per branch): true_/false_computation= or
-    # branch_computations=
-    Op.CONDITIONAL: OpDef("conditional", VARIADIC, Trait.CONTROL_FLOW),
-    Op.CALL: OpDef("call", VARIADIC, Trait.CONTROL_FLOW),  # to_apply=
+    Op.GET_TUPLE_ELEMENT: OpDef("get-tuple-element", 1, Trait.VIEW, _needs("index")),
+    Op.FUSION: OpDef("fusion", VARIADIC, required=_needs("called", "fusion_kind", called="calls=")),
+    Op.WHILE: OpDef(
+        "while", 1, Trait.CONTROL_FLOW, _needs("called", called="condition= and body=")
+    ),
+    # (pred or s32 index, one operand per branch)
+    Op.CONDITIONAL: OpDef(
+        "conditional",
+        VARIADIC,
+        Trait.CONTROL_FLOW,
+        _needs(
+            "called",
+            called="true_computation= and false_computation= (or branch_computations=)",
+        ),
+    ),
+    Op.CALL: OpDef("call", VARIADIC, Trait.CONTROL_FLOW, _needs("called")),
 }
 
 assert set(OP_DEFS) == set(Op), set(Op) - set(OP_DEFS)
+
+
+def missing_attributes(instr: Instruction) -> list[str]:
+    """How the attributes that `instr.op` requires but `instr` lacks are spelled in text."""
+    missing = []
+    for field, spelling in OP_DEFS[instr.op].required:
+        value = getattr(instr, field)
+        if value is None or (field == "called" and not value):
+            missing.append(spelling)
+    return missing
 
 
 class Direction(enum.Enum):

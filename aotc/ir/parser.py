@@ -3,8 +3,7 @@
 Reads aotc's canonical text and what XLA, JAX and TensorFlow dump: without
 sigils, operand shapes or layouts; with comments, operands written as nested
 instructions, and attributes aotc has no use for (sharding, backend_config,
-...), which it skips.  It also declares which attributes each opcode requires,
-as XLA's parser does; the verifier reuses that table.
+...), which it skips.
 """
 
 from __future__ import annotations
@@ -28,79 +27,10 @@ from .attrs import (
     Window,
 )  # fmt: skip
 from .module import Computation, Instruction, Module
-from .ops import Direction, Op
+from .ops import Direction, Op, missing_attributes
 from .shapes import infer_shape
 from .types import AnyShape, DType, Shape, TupleShape, cast_array
 from .xla_ops import EXPANSIONS, ParseSite
-
-# -- attributes each opcode must carry ------------------------------------------
-
-# Instruction fields that must be set; the parser and the verifier check them.
-REQUIRED_ATTRIBUTES: dict[Op, tuple[str, ...]] = {
-    Op.PARAMETER: ("index",),
-    Op.CONSTANT: ("literal",),
-    Op.IOTA: ("dimensions",),
-    Op.COMPARE: ("direction",),
-    Op.BROADCAST: ("dimensions",),
-    Op.TRANSPOSE: ("dimensions",),
-    Op.REVERSE: ("dimensions",),
-    Op.CONCATENATE: ("dimensions",),
-    Op.SLICE: ("slice",),
-    Op.DYNAMIC_SLICE: ("dynamic_slice_sizes",),
-    Op.PAD: ("padding",),
-    Op.GATHER: ("gather",),
-    Op.SCATTER: ("scatter", "called"),
-    Op.SORT: ("dimensions", "called"),
-    Op.REDUCE: ("dimensions", "called"),
-    Op.REDUCE_WINDOW: ("window", "called"),
-    Op.DOT: ("dot",),
-    Op.CONVOLUTION: ("window", "conv"),
-    Op.GET_TUPLE_ELEMENT: ("index",),
-    Op.RNG_GET_AND_UPDATE_STATE: ("index",),
-    Op.FUSION: ("called", "fusion_kind"),
-    Op.WHILE: ("called",),
-    Op.CONDITIONAL: ("called",),
-    Op.CALL: ("called",),
-}
-
-_FIELD_SPELLING = {
-    "index": "index=",
-    "literal": "a literal",
-    "dimensions": "dimensions=",
-    "direction": "direction=",
-    "slice": "slice=",
-    "dynamic_slice_sizes": "dynamic_slice_sizes=",
-    "padding": "padding=",
-    "gather": "offset_dims=, collapsed_slice_dims=, start_index_map=, index_vector_dim= "
-    "and slice_sizes=",
-    "scatter": "update_window_dims=, inserted_window_dims=, scatter_dims_to_operand_dims= "
-    "and index_vector_dim=",
-    "called": "to_apply=",
-    "window": "window=",
-    "dot": "lhs_contracting_dims= and rhs_contracting_dims=",
-    "conv": "dim_labels=",
-    "fusion_kind": "kind=",
-}
-_OP_FIELD_SPELLING = {
-    (Op.PARAMETER, "index"): "a parameter number",
-    (Op.IOTA, "dimensions"): "iota_dimension=",
-    (Op.RNG_GET_AND_UPDATE_STATE, "index"): "delta=",
-    (Op.FUSION, "called"): "calls=",
-    (Op.WHILE, "called"): "condition= and body=",
-    (Op.CONDITIONAL, "called"): "true_computation= and false_computation= "
-    "(or branch_computations=)",
-}
-
-
-def missing_attributes(instr: Instruction) -> list[str]:
-    """How the attributes that `instr.op` requires but `instr` lacks are spelled in text."""
-    missing = []
-    for field in REQUIRED_ATTRIBUTES.get(instr.op, ()):
-        value = getattr(instr, field)
-        if value is None or (field == "called" and not value):
-            missing.append(_OP_FIELD_SPELLING.get((instr.op, field), _FIELD_SPELLING[field]))
-    return missing
-
 
 # -- tokens -------------------------------------------------------------------------
 

@@ -16,13 +16,12 @@ import numpy as np
 from .attrs import ConvDims, PaddingConfig, SliceSpec, Window
 from .module import Computation, Instruction, Module, sanitize_name
 from .ops import Op
-from .parser import REQUIRED_ATTRIBUTES, missing_attributes, parse_module
+from .parser import parse_module
 from .types import AnyShape, DType, Shape, cast_array
 
 __all__ = [
-    "REQUIRED_ATTRIBUTES", "dim_labels_text", "literal_text", "missing_attributes",
-    "padding_text", "parse_module", "print_computation", "print_instruction", "print_module",
-    "slice_text", "window_text",
+    "dim_labels_text", "literal_text", "padding_text", "parse_module", "print_computation",
+    "print_instruction", "print_module", "slice_text", "window_text",
 ]  # fmt: skip
 
 # -- printing ---------------------------------------------------------------------
