@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import AotcError, ModelError
-from ..ir import Module, Op
-from ..ir.text import parse_module
+from ...errors import AotcError, ModelError
+from ...ir import Module, Op
+from ...ir.text import parse_module
 
 # blank space and comments (`// ...`, `/* ... */`) before the module header
 _PREAMBLE = re.compile(rb"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.DOTALL)
