@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from .attrs import ConvDims, FusionKind, PaddingConfig, SliceSpec, Window
 from .ops import Direction
-from .tokens import INT_RE, Token, TokenStream, unquote
+from .tokens import INT_RE, Token, TokenStream
 from .types import AnyShape, DType, Shape, cast_array
 
 _FLOAT_RE = re.compile(r"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|inf|nan)")
@@ -190,17 +190,12 @@ def boolean(ts: TokenStream) -> bool:
     return token.text == "true"
 
 
-def fusion_kind(ts: TokenStream) -> FusionKind | str:
-    """A kind aotc does not make stays text: xla_ops inlines such fusions."""
+def fusion_kind(ts: TokenStream) -> FusionKind:
     token = ts.advance()
     try:
         return FusionKind(token.text)
     except ValueError:
-        return token.text
-
-
-def word(ts: TokenStream) -> str:
-    return ts.advance().text
+        raise ts.error(f"unknown fusion kind '{token.text}'", token) from None
 
 
 def computation_names(ts: TokenStream) -> tuple[str, ...]:
@@ -209,17 +204,13 @@ def computation_names(ts: TokenStream) -> tuple[str, ...]:
     return (ts.name(),)
 
 
-def metadata(ts: TokenStream) -> str | None:
-    """`{op_type="..." op_name="..." source_line=3}`: keeps op_name as the origin."""
-    origin = None
+def metadata(ts: TokenStream) -> str:
+    """`{op_name="..."}`: where the instruction came from (`Instruction.origin`)."""
     ts.expect("{")
-    while not ts.accept("}"):
-        key = ts.name()
-        ts.expect("=")
-        if key == "op_name" and ts.peek().kind == "string":
-            origin = unquote(ts.advance().text)
-        else:
-            ts.skip_value()
+    ts.expect("op_name")
+    ts.expect("=")
+    origin = ts.string()
+    ts.expect("}")
     return origin
 
 

@@ -1,16 +1,22 @@
 """HLO text parser: recursive descent over modules, computations and instructions,
 the inverse of `text`'s printer.
 
-Reads aotc's canonical text and what XLA, JAX and TensorFlow dump: without
-sigils, operand shapes or layouts; with comments, operands written as nested
-instructions, and attributes aotc has no use for (sharding, backend_config,
-...), which it skips.  Tokens come from `tokens.py`, the values of literals
-and attributes from `literals.py`.
+Reads the canonical text `print_module` writes, over the IR's own opcodes and
+attributes.  What XLA's grammar lets one leave out may be left out (the `%`
+sigils, operand shapes, signatures, layouts, attributes at their defaults), an
+operand may be an instruction written in place, names may repeat across
+computations (they are scoped per computation, as in XLA), and comments are
+skipped.  What the IR cannot hold is refused: unknown opcodes and attributes,
+layouts other than row-major.  XLA's dumps carry such things; the HLO
+frontend's `DumpParser` extends this class to read them, through `READERS` and
+the methods marked as hooks.  Tokens come from `tokens.py`, the values of
+literals and attributes from `literals.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from ..errors import ShapeError, UnsupportedError
 from . import literals
@@ -18,18 +24,17 @@ from .attrs import DotDims, GatherDims, ScatterDims
 from .module import Computation, Instruction, Module
 from .ops import Op, missing_attributes
 from .shapes import infer_shape
-from .tokens import TokenStream
+from .tokens import Token, TokenStream
 from .types import AnyShape, DType, Shape, TupleShape
-from .xla_ops import EXPANSIONS, ParseSite
 
 
 def parse_module(text: str) -> Module:
-    """Read HLO text (aotc's canonical form or XLA's dumps) into a Module.
+    """Read canonical HLO text (as `print_module` writes it) into a Module.
 
     Raises ModelError for text it cannot read (with the line number and the
     line) and ShapeError where a written shape differs from the inferred one.
     """
-    return _Parser(text).module_()
+    return Parser(text).module_()
 
 
 _Scope = dict[str, Instruction]  # a computation's instructions by name, as parsed so far
@@ -58,8 +63,48 @@ _SCATTER_ATTRIBUTES = (
 _SCATTER_REQUIRED = _SCATTER_ATTRIBUTES[:4]
 
 
-class _Parser(TokenStream):
+# attributes naming called computations, in the order `Instruction.called` holds them
+_CALLED_ATTRIBUTES = (
+    "to_apply", "calls", "condition", "body", "true_computation", "false_computation",
+    "branch_computations",
+)  # fmt: skip
+
+
+def _called_names(attributes: dict) -> tuple[str, ...]:
+    return tuple(name for key in _CALLED_ATTRIBUTES for name in attributes.get(key, ()))
+
+
+Reader = Callable[[TokenStream], object]
+
+# how each attribute's value is read
+ATTRIBUTE_READERS: dict[str, Reader] = {
+    "dimensions": TokenStream.int_list,
+    "iota_dimension": TokenStream.integer,
+    "index": TokenStream.integer,
+    "delta": TokenStream.integer,
+    "slice": literals.slice_spec,
+    "dynamic_slice_sizes": TokenStream.int_list,
+    "padding": literals.padding,
+    "window": literals.window,
+    "dim_labels": literals.dim_labels,
+    "feature_group_count": TokenStream.integer,
+    "batch_group_count": TokenStream.integer,
+    **{name: TokenStream.int_list for name in _DOT_ATTRIBUTES},
+    **{name: TokenStream.int_list for name in _GATHER_ATTRIBUTES if name != "index_vector_dim"},
+    **{name: TokenStream.int_list for name in _SCATTER_ATTRIBUTES if name != "index_vector_dim"},
+    "index_vector_dim": TokenStream.integer,
+    "direction": literals.direction,
+    "is_stable": literals.boolean,
+    "kind": literals.fusion_kind,
+    **{name: literals.computation_names for name in _CALLED_ATTRIBUTES},
+    "metadata": literals.metadata,
+}
+
+
+class Parser(TokenStream):
     """Recursive descent over the token list; one method per grammar rule."""
+
+    READERS: ClassVar[dict[str, Reader]] = ATTRIBUTE_READERS
 
     def __init__(self, text: str):
         super().__init__(text)
@@ -67,33 +112,39 @@ class _Parser(TokenStream):
         self.entry: Computation | None = None
         self.line_of: dict[int, int] = {}  # id(instruction) -> line it was written on
         self.calls: list[tuple[Instruction, tuple[str, ...]]] = []  # resolved at the end
-        self.anonymous: list[Instruction] = []  # nested operand instructions, named at the end
-        self.base_names: dict[int, str] = {}  # names anonymous ones are made from, if not opcodes
-        self.made_computations: list[Computation] = []  # by expansions (xla_ops), named at the end
-        self.other_layouts: set[int] = set()  # lines with layouts other than row-major
+        # instructions without a name (nested operands), with the name to make for them
+        self.anonymous: list[tuple[Instruction, str]] = []
 
     # -- module and computations ----------------------------------------------------
 
     def module_(self) -> Module:
-        if self.accept("HloModule"):
-            self.module.name = self.name()
-            while self.accept(","):
-                self.name()
-                self.expect("=")
-                self.skip_value()
-        # dumps' source locations for metadata, `StackFrames` then `1 {...}` rows (a
-        # computation of that name would go on with its signature or body)
-        while self.peek().text in _DEBUG_TABLES and self.peek(1).text not in ("(", "{"):
-            self.advance()
-            while self.peek().kind == "word":
-                self.advance()
-                self.skip_value()
+        self.header()
         while self.peek().kind != "eof":
             self.computation()
         if not self.module.computations:
             raise self.error("no computations")
         self.finish()
         return self.module
+
+    def header(self) -> None:
+        """`HloModule name, entry_computation_layout={...}` (all of it optional)."""
+        if self.accept("HloModule"):
+            self.module.name = self.name()
+            while self.accept(","):
+                key = self.name()
+                self.expect("=")
+                self.module_attribute(key)
+
+    def module_attribute(self, key: str) -> None:
+        """Hook: `entry_computation_layout={(shape, ...)->shape}` is the only one; it
+        repeats the entry's signature, so it is read and not checked."""
+        if key != "entry_computation_layout":
+            raise self.error(f"unknown module attribute {key}=")
+        self.expect("{")
+        self.sequence("(", ")", self.shape)
+        self.expect("->")
+        self.shape()
+        self.expect("}")
 
     def computation(self) -> None:
         line = self.line(self.peek())
@@ -106,10 +157,7 @@ class _Parser(TokenStream):
         scope: _Scope = {}
         while not self.accept("}"):
             self.instruction(comp, scope)
-        while self.accept(","):  # e.g. execution_thread="main"
-            self.name()
-            self.expect("=")
-            self.skip_value()
+        self.computation_attributes()
         if not comp.instructions:
             raise self.error(f"computation %{comp.name} has no instructions", line)
         comp.root = comp.root or comp.instructions[-1]
@@ -120,6 +168,9 @@ class _Parser(TokenStream):
             if self.entry is not None:
                 raise self.error("a second ENTRY computation", line)
             self.entry = comp
+
+    def computation_attributes(self) -> None:
+        """Hook: what follows a computation's `}` (canonical text has nothing there)."""
 
     def signature(self) -> tuple[list[AnyShape], AnyShape]:
         """`(x: f32[], y: f32[]) -> f32[]`: redundant with the body, read to check it."""
@@ -159,14 +210,13 @@ class _Parser(TokenStream):
     def operation(
         self, comp: Computation, scope: _Scope, name: str | None, shape: AnyShape, line: int
     ) -> Instruction:
-        """`opcode(args), attributes` after the result shape; appends the instruction."""
+        """Hook: `opcode(args), attributes` after the result shape; appends the instruction."""
         token = self.advance()
         try:
             op = Op.from_text(token.text) if token.kind == "name" else None
         except ValueError:
             op = None
-        expansion = EXPANSIONS.get(token.text) if token.kind == "name" else None
-        if op is None and expansion is None:
+        if op is None:
             where = f" (%{name})" if name else ""
             raise self.error(f"unknown opcode {self.describe(token)}{where}", token)
         fields: dict = {}
@@ -180,49 +230,55 @@ class _Parser(TokenStream):
             fields["index"] = self.integer()
             self.expect(")")
         else:
-            operands = self.sequence("(", ")", lambda: self.operand(comp, scope, line))
+            operands = self.operands(comp, scope, line)
+        attributes = self.attributes(name, line)
+        return self.append(comp, op, shape, operands, name, line, attributes, fields)
+
+    def operands(self, comp: Computation, scope: _Scope, line: int) -> list[Instruction]:
+        return self.sequence("(", ")", lambda: self.operand(comp, scope, line))
+
+    def attributes(self, name: str | None, line: int) -> dict[str, object]:
+        """`, key=value, ...` after the operands, each value read by its `READERS` entry."""
         attributes: dict[str, object] = {}
         # a nested instruction has no attributes: its ',' separates its user's operands
         while name is not None and self.accept(","):
             key = self.name()
             self.expect("=")
-            reader = _ATTRIBUTE_READERS.get(key)
+            reader = self.READERS.get(key)
             if reader is None:
-                self.skip_value()
+                self.unknown_attribute(key, line)
             elif key in attributes:
                 raise self.error(f"attribute {key}= given twice", line)
             else:
                 attributes[key] = reader(self)
-        if expansion is not None:
-            site = ParseSite(self.module, comp, name, lambda m, k: self.error(m, line, k))
-            expanded = expansion(site, shape, operands, attributes)
-            if expanded is not None:
-                return self.expanded(site, expanded, shape, line)
-        fields.update(self.fields(attributes))
+        return attributes
+
+    def unknown_attribute(self, key: str, line: int) -> None:
+        """Hook: an attribute `READERS` does not know, its `=` just read."""
+        raise self.error(f"unknown attribute {key}=", line)
+
+    def append(
+        self,
+        comp: Computation,
+        op: Op,
+        shape: AnyShape,
+        operands: list[Instruction],
+        name: str | None,
+        line: int,
+        attributes: dict,
+        fields: dict,
+    ) -> Instruction:
+        """The instruction read, appended to `comp`; its calls are resolved at the end."""
+        fields = {**fields, **self.fields(attributes)}
         instr = Instruction(op, shape, operands, name=name or "", **fields)
         called = _called_names(attributes)
         if called:
             self.calls.append((instr, called))
         if name is None:
-            self.anonymous.append(instr)
+            self.anonymous.append((instr, op.text))
         self.line_of[id(instr)] = line
         comp.instructions.append(instr)
         return instr
-
-    def expanded(self, site: ParseSite, result: Instruction, shape: AnyShape, line: int):
-        """Adopt what an expansion built; `result` takes the written name."""
-        for instr, base in site.made:
-            self.line_of[id(instr)] = line
-            if instr is result and site.name is not None:
-                instr.name = site.name
-            else:
-                self.anonymous.append(instr)
-                self.base_names[id(instr)] = base
-        self.made_computations += site.made_computations
-        if result.shape != shape:
-            message = f"shape {shape} is written, but the operation gives {result.shape}"
-            raise self.error(message, line, ShapeError)
-        return result
 
     def operand(self, comp: Computation, scope: _Scope, line: int) -> Instruction:
         """`[shape] name`, or a whole instruction written in place (`f32[] constant(0)`)."""
@@ -245,8 +301,6 @@ class _Parser(TokenStream):
     def fields(attributes: dict) -> dict:
         """Instruction keyword arguments from the attributes read."""
         fields = {f: attributes[a] for a, f in _DIRECT_FIELDS.items() if a in attributes}
-        if fields.get("origin", "") is None:  # metadata without op_name
-            del fields["origin"]
         if "delta" in attributes:
             fields["index"] = attributes["delta"]
         if "iota_dimension" in attributes:
@@ -268,6 +322,15 @@ class _Parser(TokenStream):
             if unknown:
                 raise self.error(f"no computation %{unknown[0]}", self.line_of[id(instr)])
             instr.called = tuple(by_name[n] for n in names)
+        self.name_instructions()
+        for comp in module.computations:
+            for instr in comp.instructions:
+                self.check(instr)
+        module.entry = self.entry or module.computations[-1]
+
+    def name_instructions(self) -> None:
+        """Hook: module-wide unique names, the written ones kept where they are unique."""
+        module = self.module
         taken: set[str] = set()
         renamed = []
         for comp in module.computations:
@@ -283,34 +346,8 @@ class _Parser(TokenStream):
                     module.claim_name(instr.name)
         for instr in renamed:
             instr.name = module.unique_name(instr.name)
-        for instr in self.anonymous:
-            instr.name = module.unique_name(self.base_names.get(id(instr), instr.op.text))
-        for comp in self.made_computations:
-            comp.name = module.unique_name(comp.name)
-            module.add_computation(comp)
-        for comp in module.computations:
-            for instr in comp.instructions:
-                self.check(instr)
-        module.entry = self.entry or module.computations[-1]
-        self.check_layouts()
-
-    def check_layouts(self) -> None:
-        """aotc keeps every array row-major, which is safe where layouts only place values
-        in memory: not at the C API, nor under a bitcast (a reinterpretation of memory)."""
-        if not self.other_layouts:
-            return
-        for param in self.module.entry.parameters:
-            line = self.line_of[id(param)]
-            if line in self.other_layouts:
-                raise self.error("an entry parameter with a layout other than row-major: aotc's "
-                                 "C API takes row-major arrays", line, UnsupportedError)  # fmt: skip
-        for comp in self.module.computations:
-            for instr in comp.instructions:
-                if instr.op is Op.BITCAST:
-                    raise self.error("bitcast in a module with non-row-major layouts (line "
-                                     f"{min(self.other_layouts)}): compile the module as it was "
-                                     "before XLA's optimizations", self.line_of[id(instr)],
-                                     UnsupportedError)  # fmt: skip
+        for instr, base in self.anonymous:
+            instr.name = module.unique_name(base)
 
     def check(self, instr: Instruction) -> None:
         line = self.line_of[id(instr)]
@@ -329,10 +366,10 @@ class _Parser(TokenStream):
             message = f"shape {instr.shape} is written, but {instr.op.text} gives {inferred}"
             raise self.error(message, line, ShapeError)
 
-    # -- shapes and literals ----------------------------------------------------------
+    # -- shapes -----------------------------------------------------------------------
 
     def shape(self) -> AnyShape:
-        """`f32[2,3]{1,0}` (layout ignored: aotc is row-major) or `(shape, ...)`."""
+        """`f32[2,3]{1,0}` (the layout optional) or `(shape, ...)`."""
         if self.at("("):
             return TupleShape(tuple(self.sequence("(", ")", self.shape)))
         token = self.advance()
@@ -345,65 +382,15 @@ class _Parser(TokenStream):
         dims = self.sequence("[", "]", self.integer)
         if any(d < 0 for d in dims):
             raise self.error(f"negative dimension in {dtype.text}{dims}", token)
-        # a layout is `{1,0}`, `{}` or `{1,0:T(8,128)}`; a `{` before a name opens a body
+        # a layout is `{1,0}` or `{}`; a `{` before a name opens a body
         if self.at("{") and (self.peek(1).kind == "word" or self.at("}", 1)):
-            start = self.pos
-            self.skip_unit()
-            minor_to_major = []
-            for t in self.tokens[start + 1 : self.pos - 1]:
-                if t.text == ":":
-                    break
-                if t.kind == "word":
-                    minor_to_major.append(t.text)
-            if minor_to_major and minor_to_major != [str(d) for d in range(len(dims))][::-1]:
-                self.other_layouts.add(self.line(token))
+            self.layout(len(dims), token)
         return Shape(dtype, tuple(dims))
 
-
-# attributes naming called computations, in the order `Instruction.called` holds them
-_CALLED_ATTRIBUTES = (
-    "to_apply", "calls", "condition", "body", "true_computation", "false_computation",
-    "branch_computations",
-)  # fmt: skip
-
-
-def _called_names(attributes: dict) -> tuple[str, ...]:
-    return tuple(name for key in _CALLED_ATTRIBUTES for name in attributes.get(key, ()))
-
-
-# how each attribute's value is read; attributes not listed are skipped
-_ATTRIBUTE_READERS: dict[str, Callable[[TokenStream], object]] = {
-    "dimensions": TokenStream.int_list,
-    "iota_dimension": TokenStream.integer,
-    "index": TokenStream.integer,
-    "delta": TokenStream.integer,
-    "slice": literals.slice_spec,
-    "dynamic_slice_sizes": TokenStream.int_list,
-    "padding": literals.padding,
-    "window": literals.window,
-    "dim_labels": literals.dim_labels,
-    "feature_group_count": TokenStream.integer,
-    "batch_group_count": TokenStream.integer,
-    **{name: TokenStream.int_list for name in _DOT_ATTRIBUTES},
-    **{name: TokenStream.int_list for name in _GATHER_ATTRIBUTES if name != "index_vector_dim"},
-    **{name: TokenStream.int_list for name in _SCATTER_ATTRIBUTES if name != "index_vector_dim"},
-    "index_vector_dim": TokenStream.integer,
-    "direction": literals.direction,
-    "is_stable": literals.boolean,
-    "kind": literals.fusion_kind,
-    **{name: literals.computation_names for name in _CALLED_ATTRIBUTES},
-    "metadata": literals.metadata,
-    # read for xla_ops' expansions
-    "select": literals.computation_names,
-    "scatter": literals.computation_names,
-    "type": literals.word,
-    "k": TokenStream.integer,
-    "largest": literals.boolean,
-    "exponent_bits": TokenStream.integer,
-    "mantissa_bits": TokenStream.integer,
-    "custom_call_target": TokenStream.string,
-    "algorithm": literals.word,
-    "distribution": literals.word,
-}
-# tables of source locations that XLA's dumps print after the HloModule line
-_DEBUG_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+    def layout(self, rank: int, token: Token) -> None:
+        """Hook: the layout after the dims of `token`'s shape; aotc keeps every array
+        row-major, so only that one (minor to major: rank-1, ..., 0) can be read."""
+        minor_to_major = self.int_list()
+        if minor_to_major and minor_to_major != tuple(reversed(range(rank))):
+            text = ",".join(str(d) for d in minor_to_major)
+            raise self.error(f"layout {{{text}}} is not row-major", token, UnsupportedError)

@@ -2,8 +2,9 @@
 
 `print_module` writes the canonical form (`%` sigils, operand shapes inline,
 default layouts, callees before callers, ENTRY last); `parse_module` reads it
-back exactly, and also what XLA, JAX and TensorFlow dump.  Attributes print in
-XLA's spelling, with fields at their defaults left out as XLA does.
+back exactly.  Attributes print in XLA's spelling, with fields at their
+defaults left out as XLA does.  What XLA, JAX and TensorFlow dump beyond this
+form is read by the HLO frontend (`frontends/hlo/dialect.py`).
 """
 
 from __future__ import annotations

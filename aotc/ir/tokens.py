@@ -17,8 +17,6 @@ from ..errors import ModelError
 
 INT_RE = re.compile(r"[-+]?[0-9]+")
 _QUOTED_LINE_CHARS = 300  # error messages quote at most this much of the line
-_OPENERS = {"{": "}", "(": ")", "[": "]"}
-_STRUCTURAL = {",", "{", "}", "(", ")", "[", "]"}
 
 
 class Token(NamedTuple):
@@ -173,34 +171,6 @@ class TokenStream:
             if self.accept(close):
                 return items
             self.expect(",")
-
-    def skip_unit(self) -> None:
-        token = self.advance()
-        if token.kind == "eof" or (token.kind == "punct" and token.text in (",", "}", ")", "]")):
-            raise self.error(f"expected a value, found {self.describe(token)}", token)
-        if token.kind != "punct" or token.text not in _OPENERS:
-            return
-        stack = [_OPENERS[token.text]]
-        while stack:
-            token = self.advance()
-            if token.kind == "eof":
-                raise self.error(f"unbalanced '{stack[-1]}' missing", token)
-            if token.kind != "punct":
-                continue
-            if token.text in _OPENERS:
-                stack.append(_OPENERS[token.text])
-            elif token.text == stack[-1]:
-                stack.pop()
-            elif token.text in _OPENERS.values():
-                raise self.error(f"expected '{stack[-1]}', found '{token.text}'", token)
-
-    def skip_value(self) -> None:
-        """An attribute value aotc ignores: balanced groups glued by punctuation (a->b, x<=y)."""
-        self.skip_unit()
-        while self.peek().kind == "punct" and self.peek().text not in _STRUCTURAL:
-            while self.peek().kind == "punct" and self.peek().text not in _STRUCTURAL:
-                self.advance()
-            self.skip_unit()
 
     def string(self) -> str:
         token = self.advance()

@@ -1,4 +1,4 @@
-"""XLA operations the IR has no opcode for, rewritten into IR ops as the parser reads them.
+"""XLA operations the IR has no opcode for, rewritten into IR ops as `DumpParser` reads them.
 
 XLA's text has a few operations that are other ops in disguise, as XLA's own
 decomposer passes know: `topk` is a sort, `select-and-scatter` a variadic
@@ -10,7 +10,7 @@ fusion of a kind aotc does not make (XLA CPU's `kCustom`) its body.  A
 `custom-call` is refused: its target is a library routine aotc cannot see.
 `bitcast-convert` between widths is shifts and ors; `rng-bit-generator` is
 Philox or ThreeFry arithmetic, and the stateful `rng` Philox on a counter that
-each run advances (`random_bits`).
+each run advances (`ir.random_bits`).
 
 `EXPANSIONS[opcode](site, shape, operands, attributes)` returns the instruction
 that the written name stands for, or None to parse the instruction as the IR op
@@ -25,14 +25,23 @@ import zlib
 from collections.abc import Callable
 from typing import Protocol
 
-from ..errors import ModelError, UnsupportedError
-from .attrs import FusionKind, ScatterDims
-from .builder import ComputationBuilder
-from .module import Computation, Instruction, Module
-from .ops import Direction, Op
-from .random_bits import BitOps, normal, philox, random_bits, threefry, uniform
-from .shapes import infer_shape
-from .types import AnyShape, DType, Shape, TupleShape
+from ...errors import ModelError, UnsupportedError
+from ...ir import (
+    Computation,
+    ComputationBuilder,
+    Direction,
+    DType,
+    FusionKind,
+    Instruction,
+    Module,
+    Op,
+    ScatterDims,
+    Shape,
+    TupleShape,
+)
+from ...ir.random_bits import BitOps, normal, philox, random_bits, threefry, uniform
+from ...ir.shapes import infer_shape
+from ...ir.types import AnyShape
 
 
 class Site(Protocol):
