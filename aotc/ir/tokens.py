@@ -67,7 +67,7 @@ _UNESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\", "
               "b": "\b", "f": "\f", "v": "\v", "?": "?"}  # fmt: skip
 
 
-def unquote(token: str) -> str:
+def _unquote(token: str) -> str:
     """A C-escaped string token's value; octal and hex escapes are bytes of UTF-8 (absl)."""
     body = token[1:-1]
     out = bytearray()
@@ -176,4 +176,4 @@ class TokenStream:
         token = self.advance()
         if token.kind != "string":
             raise self.error(f"expected a string, found {self.describe(token)}", token)
-        return unquote(token.text)
+        return _unquote(token.text)
