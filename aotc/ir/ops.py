@@ -1,11 +1,11 @@
 """The closed set of IR opcodes and their definitions, declared once.
 
 `OP_DEFS[op]` holds an op's text name, arity, shape rule (a function of
-`shapes.py`), traits and the attributes it requires (with their text spellings,
-which the parser and the verifier quote).  Passes and backends ask it for
-traits; they keep no op lists of their own.  How an op computes is not part of
-its definition: the evaluator's `EVAL_RULES` and each backend's lowerings
-hold that, one entry per opcode.
+`shapes.py`), traits and the attributes it requires (with their text spellings:
+`missing_attributes` gives the parser's and the verifier's messages).  Passes
+and backends ask it for traits; they keep no op lists of their own.  How an op
+computes is not part of its definition: the evaluator's `EVAL_RULES` and each
+backend's lowerings hold that, one entry per opcode.
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ OP_DEFS: dict[Op, OpDef] = {
         0,
         shapes.rng_state,
         Trait.SIDE_EFFECT,
-        _needs("index", index="delta="),
+        required=_needs("index", index="delta="),
     ),
     **{
         op: OpDef(op.value, 1, shapes.bitwise_unary if op in _BITWISE else shapes.unary, _EW)
@@ -246,7 +246,7 @@ OP_DEFS: dict[Op, OpDef] = {
         )
         for op in BINARY_ELEMENTWISE
     },
-    Op.COMPARE: OpDef("compare", 2, shapes.compare, _EW, _needs("direction")),
+    Op.COMPARE: OpDef("compare", 2, shapes.compare, _EW, required=_needs("direction")),
     Op.SELECT: OpDef("select", 3, shapes.select, _EW),
     Op.CLAMP: OpDef("clamp", 3, shapes.clamp, _EW),
     Op.CONVERT: OpDef("convert", 1, shapes.convert, _EW),
@@ -279,7 +279,7 @@ OP_DEFS: dict[Op, OpDef] = {
     Op.CONVOLUTION: OpDef("convolution", 2, shapes.convolution, required=_needs("window", "conv")),
     Op.TUPLE: OpDef("tuple", VARIADIC, shapes.tuple_),
     Op.GET_TUPLE_ELEMENT: OpDef(
-        "get-tuple-element", 1, shapes.get_tuple_element, Trait.VIEW, _needs("index")
+        "get-tuple-element", 1, shapes.get_tuple_element, Trait.VIEW, required=_needs("index")
     ),
     Op.FUSION: OpDef(
         "fusion", VARIADIC, shapes.fusion, required=_needs("called", "fusion_kind", called="calls=")
@@ -289,7 +289,7 @@ OP_DEFS: dict[Op, OpDef] = {
         1,
         shapes.while_,
         Trait.CONTROL_FLOW,
-        _needs("called", called="condition= and body="),
+        required=_needs("called", called="condition= and body="),
     ),
     # (pred or s32 index, one operand per branch)
     Op.CONDITIONAL: OpDef(
@@ -297,9 +297,9 @@ OP_DEFS: dict[Op, OpDef] = {
         VARIADIC,
         shapes.conditional,
         Trait.CONTROL_FLOW,
-        _needs("called", called=_CONDITIONAL_BRANCHES),
+        required=_needs("called", called=_CONDITIONAL_BRANCHES),
     ),
-    Op.CALL: OpDef("call", VARIADIC, shapes.call, Trait.CONTROL_FLOW, _needs("called")),
+    Op.CALL: OpDef("call", VARIADIC, shapes.call, Trait.CONTROL_FLOW, required=_needs("called")),
 }
 
 assert set(OP_DEFS) == set(Op), set(Op) - set(OP_DEFS)
