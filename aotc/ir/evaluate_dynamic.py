@@ -3,7 +3,8 @@ dynamic-slice and dynamic-update-slice (XLA semantics).
 
 Sort and scatter apply a called scalar computation (comparator, combiner) over
 arrays with `evaluate.map_computation`; `evaluate` imports this module for its
-rule table, so it is reached late, through `_evaluator()`.
+rule table, so it is reached late, through `_evaluator()`.  `DYNAMIC_RULES` is
+this family's part of `evaluate.EVAL_RULES`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from types import ModuleType
 
 import numpy as np
 
+from .evaluate_movement import as_index
 from .module import Computation, Instruction
 from .ops import Op
 
@@ -28,7 +30,7 @@ def _evaluator() -> ModuleType:
 
 def _clamped_starts(starts: list, dims, sizes) -> list[int]:
     """XLA clamps run-time starts so that the whole block lies inside the array."""
-    return [int(np.clip(_evaluator().as_index(np.asarray(s)), 0, d - n))
+    return [int(np.clip(as_index(np.asarray(s)), 0, d - n))
             for s, d, n in zip(starts, dims, sizes)]  # fmt: skip
 
 
@@ -58,7 +60,7 @@ def _scatter(instr: Instruction, operands: list) -> np.ndarray:
     result = np.array(operand, copy=True)
     if s.index_vector_dim == indices.ndim:
         indices = indices[..., None]
-    starts = np.moveaxis(evaluator.as_index(indices), s.index_vector_dim, -1)
+    starts = np.moveaxis(as_index(indices), s.index_vector_dim, -1)
     window = list(s.update_window_dims)
     scatter_dims = [d for d in range(updates.ndim) if d not in window]
     windows = np.moveaxis(updates, scatter_dims, range(len(scatter_dims)))

@@ -1,14 +1,25 @@
-"""The closed set of IR opcodes and their traits, declared once.
+"""The closed set of IR opcodes and their definitions, declared once.
 
-Passes and backends ask `OP_DEFS[op]` for traits; they keep no op lists of
-their own.  Shape rules live in `shapes.py`, evaluation rules in
-`evaluate.py`, one entry per opcode there too.
+`OP_DEFS[op]` holds an op's text name, arity, shape rule (a function of
+`shapes.py`), traits and the attributes it requires (with their text spellings:
+`missing_attributes` gives the parser's and the verifier's messages).  Passes
+and backends ask it for traits; they keep no op lists of their own.  How an op
+computes is not part of its definition: the evaluator's `EVAL_RULES` and each
+backend's lowerings hold that, one entry per opcode.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import shapes
+
+if TYPE_CHECKING:
+    from .module import Instruction
+    from .types import AnyShape
 
 VARIADIC = -1
 
@@ -31,7 +42,11 @@ class Trait(enum.Flag):
 class OpDef:
     text: str
     arity: int
+    # the result shape from operands and attributes (`shapes.py`); raises ShapeError
+    shape_rule: Callable[[Instruction], AnyShape]
     traits: Trait = Trait.NONE
+    # the Instruction fields it must set, each with how text spells it (for errors)
+    required: tuple[tuple[str, str], ...] = ()
 
 
 class Op(enum.Enum):
@@ -125,6 +140,10 @@ class Op(enum.Enum):
         return OP_DEFS[self].traits
 
     @property
+    def shape_rule(self) -> Callable[[Instruction], AnyShape]:
+        return OP_DEFS[self].shape_rule
+
+    @property
     def is_elementwise(self) -> bool:
         return Trait.ELEMENTWISE in OP_DEFS[self].traits
 
@@ -165,47 +184,135 @@ _TRAITS = {
     Op.XOR: _CA,
 }
 
+# how text spells each Instruction field an op may require (`_needs` overrides per op)
+_SPELLING = {
+    "index": "index=",
+    "literal": "a literal",
+    "dimensions": "dimensions=",
+    "direction": "direction=",
+    "slice": "slice=",
+    "dynamic_slice_sizes": "dynamic_slice_sizes=",
+    "padding": "padding=",
+    "gather": "offset_dims=, collapsed_slice_dims=, start_index_map=, index_vector_dim= "
+    "and slice_sizes=",
+    "scatter": "update_window_dims=, inserted_window_dims=, scatter_dims_to_operand_dims= "
+    "and index_vector_dim=",
+    "called": "to_apply=",
+    "window": "window=",
+    "dot": "lhs_contracting_dims= and rhs_contracting_dims=",
+    "conv": "dim_labels=",
+    "fusion_kind": "kind=",
+}
+
+
+def _needs(*fields: str, **spelled: str) -> tuple[tuple[str, str], ...]:
+    """`fields` paired with their text spelling: this op's own (`spelled`), else the usual."""
+    return tuple((field, spelled.get(field, _SPELLING[field])) for field in fields)
+
+
+# ops on the bits of integer and pred operands: their shape rules refuse floats
+_BITWISE = frozenset({
+    Op.NOT, Op.POPCNT, Op.CLZ, Op.AND, Op.OR, Op.XOR, Op.SHIFT_LEFT,
+    Op.SHIFT_RIGHT_ARITHMETIC, Op.SHIFT_RIGHT_LOGICAL,
+})  # fmt: skip
+_CONDITIONAL_BRANCHES = "true_computation= and false_computation= (or branch_computations=)"
+
 OP_DEFS: dict[Op, OpDef] = {
-    Op.PARAMETER: OpDef("parameter", 0),
-    Op.CONSTANT: OpDef("constant", 0),
-    Op.IOTA: OpDef("iota", 0),
-    Op.RNG_GET_AND_UPDATE_STATE: OpDef("rng-get-and-update-state", 0, Trait.SIDE_EFFECT),
-    **{op: OpDef(op.value, 1, _EW) for op in UNARY_ELEMENTWISE},
-    Op.IS_FINITE: OpDef("is-finite", 1, _EW),
-    **{op: OpDef(op.value, 2, _TRAITS.get(op, _EW)) for op in BINARY_ELEMENTWISE},
-    Op.COMPARE: OpDef("compare", 2, _EW),
-    Op.SELECT: OpDef("select", 3, _EW),
-    Op.CLAMP: OpDef("clamp", 3, _EW),
-    Op.CONVERT: OpDef("convert", 1, _EW),
-    Op.BITCAST_CONVERT: OpDef("bitcast-convert", 1, _EW),
-    Op.BROADCAST: OpDef("broadcast", 1),
-    Op.RESHAPE: OpDef("reshape", 1, Trait.VIEW),
-    Op.BITCAST: OpDef("bitcast", 1, Trait.VIEW),
-    Op.TRANSPOSE: OpDef("transpose", 1),
-    Op.SLICE: OpDef("slice", 1),
-    Op.CONCATENATE: OpDef("concatenate", VARIADIC),
-    Op.PAD: OpDef("pad", 2),
-    Op.REVERSE: OpDef("reverse", 1),
-    Op.GATHER: OpDef("gather", 2),
-    Op.SCATTER: OpDef("scatter", 3),  # operand, indices, updates: one operand only
-    Op.DYNAMIC_SLICE: OpDef("dynamic-slice", VARIADIC),  # operand, a scalar start per dim
-    Op.DYNAMIC_UPDATE_SLICE: OpDef("dynamic-update-slice", VARIADIC),  # operand, update, starts
-    Op.SORT: OpDef("sort", VARIADIC),
-    Op.REDUCE: OpDef("reduce", VARIADIC),
-    Op.REDUCE_WINDOW: OpDef("reduce-window", VARIADIC),
-    Op.DOT: OpDef("dot", 2),
-    Op.CONVOLUTION: OpDef("convolution", 2),
-    Op.TUPLE: OpDef("tuple", VARIADIC),
-    Op.GET_TUPLE_ELEMENT: OpDef("get-tuple-element", 1, Trait.VIEW),
-    Op.FUSION: OpDef("fusion", VARIADIC),
-    Op.WHILE: OpDef("while", 1, Trait.CONTROL_FLOW),  # condition=, body=
-    # (pred or s32 index, one operand per branch): true_/false_computation= or
-    # branch_computations=
-    Op.CONDITIONAL: OpDef("conditional", VARIADIC, Trait.CONTROL_FLOW),
-    Op.CALL: OpDef("call", VARIADIC, Trait.CONTROL_FLOW),  # to_apply=
+    Op.PARAMETER: OpDef(
+        "parameter", 0, shapes.given, required=_needs("index", index="a parameter number")
+    ),
+    Op.CONSTANT: OpDef("constant", 0, shapes.constant, required=_needs("literal")),
+    Op.IOTA: OpDef(
+        "iota", 0, shapes.iota, required=_needs("dimensions", dimensions="iota_dimension=")
+    ),
+    Op.RNG_GET_AND_UPDATE_STATE: OpDef(
+        "rng-get-and-update-state",
+        0,
+        shapes.rng_state,
+        Trait.SIDE_EFFECT,
+        required=_needs("index", index="delta="),
+    ),
+    **{
+        op: OpDef(op.value, 1, shapes.bitwise_unary if op in _BITWISE else shapes.unary, _EW)
+        for op in UNARY_ELEMENTWISE
+    },
+    Op.IS_FINITE: OpDef("is-finite", 1, shapes.is_finite, _EW),
+    **{
+        op: OpDef(
+            op.value,
+            2,
+            shapes.bitwise_binary if op in _BITWISE else shapes.binary,
+            _TRAITS.get(op, _EW),
+        )
+        for op in BINARY_ELEMENTWISE
+    },
+    Op.COMPARE: OpDef("compare", 2, shapes.compare, _EW, required=_needs("direction")),
+    Op.SELECT: OpDef("select", 3, shapes.select, _EW),
+    Op.CLAMP: OpDef("clamp", 3, shapes.clamp, _EW),
+    Op.CONVERT: OpDef("convert", 1, shapes.convert, _EW),
+    Op.BITCAST_CONVERT: OpDef("bitcast-convert", 1, shapes.bitcast_convert, _EW),
+    Op.BROADCAST: OpDef("broadcast", 1, shapes.broadcast, required=_needs("dimensions")),
+    Op.RESHAPE: OpDef("reshape", 1, shapes.reshape, Trait.VIEW),
+    Op.BITCAST: OpDef("bitcast", 1, shapes.reshape, Trait.VIEW),
+    Op.TRANSPOSE: OpDef("transpose", 1, shapes.transpose, required=_needs("dimensions")),
+    Op.SLICE: OpDef("slice", 1, shapes.slice_, required=_needs("slice")),
+    Op.CONCATENATE: OpDef(
+        "concatenate", VARIADIC, shapes.concatenate, required=_needs("dimensions")
+    ),
+    Op.PAD: OpDef("pad", 2, shapes.pad, required=_needs("padding")),
+    Op.REVERSE: OpDef("reverse", 1, shapes.reverse, required=_needs("dimensions")),
+    Op.GATHER: OpDef("gather", 2, shapes.gather, required=_needs("gather")),
+    # operand, indices, updates: one operand only
+    Op.SCATTER: OpDef("scatter", 3, shapes.scatter, required=_needs("scatter", "called")),
+    # operand, a scalar start per dim
+    Op.DYNAMIC_SLICE: OpDef(
+        "dynamic-slice", VARIADIC, shapes.dynamic_slice, required=_needs("dynamic_slice_sizes")
+    ),
+    # operand, update, a scalar start per dim
+    Op.DYNAMIC_UPDATE_SLICE: OpDef("dynamic-update-slice", VARIADIC, shapes.dynamic_update_slice),
+    Op.SORT: OpDef("sort", VARIADIC, shapes.sort, required=_needs("dimensions", "called")),
+    Op.REDUCE: OpDef("reduce", VARIADIC, shapes.reduce, required=_needs("dimensions", "called")),
+    Op.REDUCE_WINDOW: OpDef(
+        "reduce-window", VARIADIC, shapes.reduce_window, required=_needs("window", "called")
+    ),
+    Op.DOT: OpDef("dot", 2, shapes.dot, required=_needs("dot")),
+    Op.CONVOLUTION: OpDef("convolution", 2, shapes.convolution, required=_needs("window", "conv")),
+    Op.TUPLE: OpDef("tuple", VARIADIC, shapes.tuple_),
+    Op.GET_TUPLE_ELEMENT: OpDef(
+        "get-tuple-element", 1, shapes.get_tuple_element, Trait.VIEW, required=_needs("index")
+    ),
+    Op.FUSION: OpDef(
+        "fusion", VARIADIC, shapes.fusion, required=_needs("called", "fusion_kind", called="calls=")
+    ),
+    Op.WHILE: OpDef(
+        "while",
+        1,
+        shapes.while_,
+        Trait.CONTROL_FLOW,
+        required=_needs("called", called="condition= and body="),
+    ),
+    # (pred or s32 index, one operand per branch)
+    Op.CONDITIONAL: OpDef(
+        "conditional",
+        VARIADIC,
+        shapes.conditional,
+        Trait.CONTROL_FLOW,
+        required=_needs("called", called=_CONDITIONAL_BRANCHES),
+    ),
+    Op.CALL: OpDef("call", VARIADIC, shapes.call, Trait.CONTROL_FLOW, required=_needs("called")),
 }
 
 assert set(OP_DEFS) == set(Op), set(Op) - set(OP_DEFS)
+
+
+def missing_attributes(instr: Instruction) -> list[str]:
+    """How the attributes that `instr.op` requires but `instr` lacks are spelled in text."""
+    missing = []
+    for field, spelling in OP_DEFS[instr.op].required:
+        value = getattr(instr, field)
+        if value is None or (field == "called" and not value):
+            missing.append(spelling)
+    return missing
 
 
 class Direction(enum.Enum):

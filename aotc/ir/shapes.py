@@ -1,24 +1,27 @@
-"""Shape inference: one rule per opcode, `SHAPE_RULES[op](instr) -> shape`.
+"""Shape inference: the shape rules, `rule(instr) -> shape`, one per op family.
 
 A rule reads the operands' shapes and the instruction's attributes.  For the
 ops whose result cannot be derived from operands (parameter, constant, iota,
 reshape, broadcast, convert, ...) the instruction carries its shape and the
-rule only checks it.  The builder calls these to fill in shapes; the verifier
-calls them to check shapes.
+rule only checks it.  Each op's `OP_DEFS` row names its rule (so this module
+knows no opcodes); the builder calls them to fill in shapes, the parser and
+the verifier to check shapes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..errors import ShapeError
-from .module import Instruction
-from .ops import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE, Op
 from .types import AnyShape, DType, Shape, TupleShape
+
+if TYPE_CHECKING:
+    from .module import Instruction
 
 
 def infer_shape(instr: Instruction) -> AnyShape:
-    return SHAPE_RULES[instr.op](instr)
+    """The shape `instr`'s op gives its operands and attributes; ShapeError if they do not fit."""
+    return instr.op.shape_rule(instr)
 
 
 def _check(cond: bool, instr: Instruction, message: str) -> None:
@@ -33,45 +36,52 @@ def _arr(instr: Instruction, i: int) -> Shape:
     return shape
 
 
-def _given(instr: Instruction) -> AnyShape:
+def given(instr: Instruction) -> AnyShape:
     _check(instr.shape is not None, instr, "needs an explicit result shape")
     return instr.shape
 
 
-def _rng_state(instr: Instruction) -> Shape:
+def rng_state(instr: Instruction) -> Shape:
     _check(instr.index is not None and instr.index > 0, instr, "needs a positive delta=")
     return Shape(DType.U64, (2,))
 
 
-def _unary(instr: Instruction) -> Shape:
+def unary(instr: Instruction) -> Shape:
+    return _arr(instr, 0)
+
+
+def bitwise_unary(instr: Instruction) -> Shape:
     x = _arr(instr, 0)
-    if instr.op in (Op.NOT, Op.POPCNT, Op.CLZ):
-        _check(not x.dtype.is_float, instr, "needs an integer or pred operand")
+    _check(not x.dtype.is_float, instr, "needs an integer or pred operand")
     return x
 
 
-def _is_finite(instr: Instruction) -> Shape:
+def is_finite(instr: Instruction) -> Shape:
     x = _arr(instr, 0)
     _check(x.dtype.is_float, instr, "needs a floating-point operand")
     return x.with_dtype(DType.PRED)
 
 
-def _binary(instr: Instruction) -> Shape:
+def binary(instr: Instruction) -> Shape:
     x, y = _arr(instr, 0), _arr(instr, 1)
     _check(x == y, instr, "operands must have equal shapes (broadcast explicitly)")
-    if instr.op in (Op.AND, Op.OR, Op.XOR) or instr.op.text.startswith("shift"):
-        _check(not x.dtype.is_float, instr, "needs integer or pred operands")
     return x
 
 
-def _compare(instr: Instruction) -> Shape:
+def bitwise_binary(instr: Instruction) -> Shape:
+    x = binary(instr)
+    _check(not x.dtype.is_float, instr, "needs integer or pred operands")
+    return x
+
+
+def compare(instr: Instruction) -> Shape:
     x, y = _arr(instr, 0), _arr(instr, 1)
     _check(x == y, instr, "operands must have equal shapes")
     _check(instr.direction is not None, instr, "needs direction=")
     return x.with_dtype(DType.PRED)
 
 
-def _select(instr: Instruction) -> Shape:
+def select(instr: Instruction) -> Shape:
     p, x, y = _arr(instr, 0), _arr(instr, 1), _arr(instr, 2)
     _check(p.dtype is DType.PRED, instr, "predicate must be pred")
     _check(x == y, instr, "branches must have equal shapes")
@@ -79,7 +89,7 @@ def _select(instr: Instruction) -> Shape:
     return x
 
 
-def _clamp(instr: Instruction) -> Shape:
+def clamp(instr: Instruction) -> Shape:
     lo, x, hi = _arr(instr, 0), _arr(instr, 1), _arr(instr, 2)
     for bound in (lo, hi):
         _check(bound.dtype == x.dtype, instr, "bounds must have the operand's dtype")
@@ -87,20 +97,20 @@ def _clamp(instr: Instruction) -> Shape:
     return x
 
 
-def _convert(instr: Instruction) -> Shape:
-    out = _given(instr)
+def convert(instr: Instruction) -> Shape:
+    out = given(instr)
     _check(out.dims == _arr(instr, 0).dims, instr, "convert keeps dims")
     return out
 
 
-def _bitcast_convert(instr: Instruction) -> Shape:
-    out, x = _given(instr), _arr(instr, 0)
+def bitcast_convert(instr: Instruction) -> Shape:
+    out, x = given(instr), _arr(instr, 0)
     _check(out.dims == x.dims and out.dtype.bits == x.dtype.bits, instr, "needs equal widths")
     return out
 
 
-def _broadcast(instr: Instruction) -> Shape:
-    out, x = _given(instr), _arr(instr, 0)
+def broadcast(instr: Instruction) -> Shape:
+    out, x = given(instr), _arr(instr, 0)
     dims = instr.dimensions
     _check(dims is not None and len(dims) == x.rank, instr, "dimensions= must map every dim")
     _check(out.dtype == x.dtype, instr, "broadcast keeps dtype")
@@ -110,20 +120,20 @@ def _broadcast(instr: Instruction) -> Shape:
     return out
 
 
-def _reshape(instr: Instruction) -> Shape:
-    out, x = _given(instr), _arr(instr, 0)
+def reshape(instr: Instruction) -> Shape:
+    out, x = given(instr), _arr(instr, 0)
     _check(out.dtype == x.dtype and out.size == x.size, instr, f"cannot reshape to {out}")
     return out
 
 
-def _transpose(instr: Instruction) -> Shape:
+def transpose(instr: Instruction) -> Shape:
     x = _arr(instr, 0)
     perm = instr.dimensions
     _check(perm is not None and sorted(perm) == list(range(x.rank)), instr, "bad permutation")
     return x.with_dims(x.dims[p] for p in perm)
 
 
-def _slice(instr: Instruction) -> Shape:
+def slice_(instr: Instruction) -> Shape:
     x, s = _arr(instr, 0), instr.slice
     _check(s is not None and len(s.starts) == x.rank, instr, "slice= must cover every dim")
     dims = []
@@ -142,7 +152,7 @@ def _starts(instr: Instruction, first: int, rank: int) -> None:
            "start indices must be integers of one dtype")  # fmt: skip
 
 
-def _dynamic_slice(instr: Instruction) -> Shape:
+def dynamic_slice(instr: Instruction) -> Shape:
     _check(len(instr.operands) >= 1, instr, "needs an operand")
     x, sizes = _arr(instr, 0), instr.dynamic_slice_sizes
     _starts(instr, 1, x.rank)
@@ -153,7 +163,7 @@ def _dynamic_slice(instr: Instruction) -> Shape:
     return x.with_dims(sizes)
 
 
-def _dynamic_update_slice(instr: Instruction) -> Shape:
+def dynamic_update_slice(instr: Instruction) -> Shape:
     _check(len(instr.operands) >= 2, instr, "needs an operand and an update")
     x, update = _arr(instr, 0), _arr(instr, 1)
     _starts(instr, 2, x.rank)
@@ -164,7 +174,7 @@ def _dynamic_update_slice(instr: Instruction) -> Shape:
     return x
 
 
-def _concatenate(instr: Instruction) -> Shape:
+def concatenate(instr: Instruction) -> Shape:
     _check(len(instr.operands) >= 1, instr, "needs operands")
     shapes = [_arr(instr, i) for i in range(len(instr.operands))]
     (axis,) = instr.dimensions
@@ -178,7 +188,7 @@ def _concatenate(instr: Instruction) -> Shape:
     return first.with_dims(dims)
 
 
-def _pad(instr: Instruction) -> Shape:
+def pad(instr: Instruction) -> Shape:
     x, value, p = _arr(instr, 0), _arr(instr, 1), instr.padding
     _check(value.dims == () and value.dtype == x.dtype, instr, "padding value must be a scalar")
     _check(p is not None and len(p.low) == x.rank, instr, "padding= must cover every dim")
@@ -191,7 +201,7 @@ def _pad(instr: Instruction) -> Shape:
     return x.with_dims(dims)
 
 
-def _reverse(instr: Instruction) -> Shape:
+def reverse(instr: Instruction) -> Shape:
     x = _arr(instr, 0)
     _check(all(0 <= d < x.rank for d in instr.dimensions), instr, "bad dimensions")
     return x
@@ -213,7 +223,7 @@ def _tuple_or_single(shapes: list[Shape]) -> AnyShape:
     return shapes[0] if len(shapes) == 1 else TupleShape(tuple(shapes))
 
 
-def _reduce(instr: Instruction) -> AnyShape:
+def reduce(instr: Instruction) -> AnyShape:
     inputs, _ = _split_variadic(instr)
     dims = instr.dimensions
     rank = inputs[0].rank
@@ -233,7 +243,7 @@ def windowed_output_dims(in_dims, window) -> list[int]:
     return out
 
 
-def _reduce_window(instr: Instruction) -> AnyShape:
+def reduce_window(instr: Instruction) -> AnyShape:
     inputs, _ = _split_variadic(instr)
     w = instr.window
     _check(w is not None and w.rank == inputs[0].rank, instr, "window must cover every dim")
@@ -241,7 +251,7 @@ def _reduce_window(instr: Instruction) -> AnyShape:
     return _tuple_or_single([x.with_dims(dims) for x in inputs])
 
 
-def _dot(instr: Instruction) -> Shape:
+def dot(instr: Instruction) -> Shape:
     lhs, rhs, d = _arr(instr, 0), _arr(instr, 1), instr.dot
     _check(d is not None, instr, "needs dot dimension numbers")
     _check(len(d.lhs_batch) == len(d.rhs_batch), instr, "batch dims differ in number")
@@ -256,7 +266,7 @@ def _dot(instr: Instruction) -> Shape:
     return Shape(dtype, dims)
 
 
-def _convolution(instr: Instruction) -> Shape:
+def convolution(instr: Instruction) -> Shape:
     lhs, rhs, c, w = _arr(instr, 0), _arr(instr, 1), instr.conv, instr.window
     _check(c is not None and w is not None, instr, "needs window= and dim_labels=")
     n = len(c.input_spatial)
@@ -280,7 +290,7 @@ def _convolution(instr: Instruction) -> Shape:
     return Shape(dtype, dims)
 
 
-def _gather(instr: Instruction) -> Shape:
+def gather(instr: Instruction) -> Shape:
     operand, indices, g = _arr(instr, 0), _arr(instr, 1), instr.gather
     _check(g is not None, instr, "needs gather dimension numbers")
     _check(not indices.dtype.is_float, instr, "indices must be integers")
@@ -307,7 +317,7 @@ def _is_dim_set(dims, rank: int) -> bool:
     return all(0 <= d < rank for d in dims) and len(set(dims)) == len(dims)
 
 
-def _scatter(instr: Instruction) -> Shape:
+def scatter(instr: Instruction) -> Shape:
     """XLA scatter: `updates` windows combined into `operand` at `indices`."""
     operand, indices, updates, s = _arr(instr, 0), _arr(instr, 1), _arr(instr, 2), instr.scatter
     _check(s is not None, instr, "needs scatter dimension numbers")
@@ -347,7 +357,7 @@ def _scatter(instr: Instruction) -> Shape:
     return operand
 
 
-def _sort(instr: Instruction) -> AnyShape:
+def sort(instr: Instruction) -> AnyShape:
     """Operands of equal dims sorted together along `dimensions={d}`; one result each."""
     _check(len(instr.operands) >= 1, instr, "needs operands")
     shapes = [_arr(instr, i) for i in range(len(instr.operands))]
@@ -359,18 +369,18 @@ def _sort(instr: Instruction) -> AnyShape:
     return _tuple_or_single(shapes)
 
 
-def _tuple(instr: Instruction) -> TupleShape:
+def tuple_(instr: Instruction) -> TupleShape:
     return TupleShape(tuple(o.shape for o in instr.operands))
 
 
-def _get_tuple_element(instr: Instruction) -> AnyShape:
+def get_tuple_element(instr: Instruction) -> AnyShape:
     t = instr.operands[0].shape
     _check(isinstance(t, TupleShape), instr, "operand must be a tuple")
     _check(0 <= instr.index < len(t.elements), instr, f"index {instr.index} out of range")
     return t.elements[instr.index]
 
 
-def _fusion(instr: Instruction) -> AnyShape:
+def fusion(instr: Instruction) -> AnyShape:
     _check(len(instr.called) == 1, instr, "needs calls=")
     body = instr.called[0]
     params = body.parameters
@@ -391,7 +401,7 @@ def _signature(instr: Instruction, role: str, comp, params: list[AnyShape], root
                              f"is ({got}) -> {have_root}")  # fmt: skip
 
 
-def _while(instr: Instruction) -> AnyShape:
+def while_(instr: Instruction) -> AnyShape:
     """condition: S -> pred[], body: S -> S; the result is the final state S."""
     _check(len(instr.called) == 2, instr, "needs condition= and body=")
     state = instr.operands[0].shape
@@ -401,7 +411,7 @@ def _while(instr: Instruction) -> AnyShape:
     return state
 
 
-def _conditional(instr: Instruction) -> AnyShape:
+def conditional(instr: Instruction) -> AnyShape:
     """Branch k takes operand k + 1; all return one shape.  A pred selects between
     two branches (true first), an s32 index among any number."""
     selector = _arr(instr, 0)
@@ -418,63 +428,22 @@ def _conditional(instr: Instruction) -> AnyShape:
     return result
 
 
-def _call(instr: Instruction) -> AnyShape:
+def call(instr: Instruction) -> AnyShape:
     _check(len(instr.called) == 1, instr, "needs to_apply=")
     callee = instr.called[0]
     _signature(instr, "callee", callee, [o.shape for o in instr.operands], None)
     return callee.root.shape
 
 
-def _iota(instr: Instruction) -> Shape:
-    out = _given(instr)
+def iota(instr: Instruction) -> Shape:
+    out = given(instr)
     (dim,) = instr.dimensions
     _check(0 <= dim < out.rank, instr, "iota_dimension out of range")
     return out
 
 
-def _constant(instr: Instruction) -> Shape:
-    out = _given(instr)
+def constant(instr: Instruction) -> Shape:
+    out = given(instr)
     _check(instr.literal is not None, instr, "needs a literal")
     _check(tuple(instr.literal.shape) == out.dims, instr, "literal does not fit its shape")
     return out
-
-
-SHAPE_RULES: dict[Op, Callable[[Instruction], AnyShape]] = {
-    Op.PARAMETER: _given,
-    Op.CONSTANT: _constant,
-    Op.IOTA: _iota,
-    Op.RNG_GET_AND_UPDATE_STATE: _rng_state,
-    **{op: _unary for op in UNARY_ELEMENTWISE},
-    Op.IS_FINITE: _is_finite,
-    **{op: _binary for op in BINARY_ELEMENTWISE},
-    Op.COMPARE: _compare,
-    Op.SELECT: _select,
-    Op.CLAMP: _clamp,
-    Op.CONVERT: _convert,
-    Op.BITCAST_CONVERT: _bitcast_convert,
-    Op.BROADCAST: _broadcast,
-    Op.RESHAPE: _reshape,
-    Op.BITCAST: _reshape,
-    Op.TRANSPOSE: _transpose,
-    Op.SLICE: _slice,
-    Op.CONCATENATE: _concatenate,
-    Op.PAD: _pad,
-    Op.REVERSE: _reverse,
-    Op.GATHER: _gather,
-    Op.SCATTER: _scatter,
-    Op.DYNAMIC_SLICE: _dynamic_slice,
-    Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
-    Op.SORT: _sort,
-    Op.REDUCE: _reduce,
-    Op.REDUCE_WINDOW: _reduce_window,
-    Op.DOT: _dot,
-    Op.CONVOLUTION: _convolution,
-    Op.TUPLE: _tuple,
-    Op.GET_TUPLE_ELEMENT: _get_tuple_element,
-    Op.FUSION: _fusion,
-    Op.WHILE: _while,
-    Op.CONDITIONAL: _conditional,
-    Op.CALL: _call,
-}
-
-assert set(SHAPE_RULES) == set(Op), set(Op) - set(SHAPE_RULES)

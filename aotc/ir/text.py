@@ -2,8 +2,9 @@
 
 `print_module` writes the canonical form (`%` sigils, operand shapes inline,
 default layouts, callees before callers, ENTRY last); `parse_module` reads it
-back exactly, and also what XLA, JAX and TensorFlow dump.  Attributes print in
-XLA's spelling, with fields at their defaults left out as XLA does.
+back exactly.  Attributes print in XLA's spelling, with fields at their
+defaults left out as XLA does.  What XLA, JAX and TensorFlow dump beyond this
+form is read by the HLO frontend (`frontends/hlo/dialect.py`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ import numpy as np
 from .attrs import ConvDims, PaddingConfig, SliceSpec, Window
 from .module import Computation, Instruction, Module, sanitize_name
 from .ops import Op
-from .parser import REQUIRED_ATTRIBUTES, missing_attributes, parse_module
+from .parser import parse_module
 from .types import AnyShape, DType, Shape, cast_array
 
 __all__ = [
-    "REQUIRED_ATTRIBUTES", "dim_labels_text", "literal_text", "missing_attributes",
-    "padding_text", "parse_module", "print_computation", "print_instruction", "print_module",
-    "slice_text", "window_text",
+    "dim_labels_text", "literal_text", "padding_text", "parse_module", "print_computation",
+    "print_instruction", "print_module", "slice_text", "window_text",
 ]  # fmt: skip
 
 # -- printing ---------------------------------------------------------------------

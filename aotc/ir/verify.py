@@ -2,16 +2,14 @@
 
 Passes run it after every change in tests (and with `--verify`).  Its errors
 quote the offending instruction as printed HLO text and say what is wrong.
-The attributes each opcode requires are declared next to their syntax, in
-`parser.REQUIRED_ATTRIBUTES`.
+What each opcode requires (arity, attributes, shape rule) is its `OP_DEFS` row.
 """
 
 from __future__ import annotations
 
 from ..errors import AotcError, ShapeError
 from .module import Computation, Instruction, Module
-from .ops import OP_DEFS, VARIADIC, Op
-from .parser import missing_attributes
+from .ops import OP_DEFS, VARIADIC, Op, missing_attributes
 from .shapes import infer_shape
 from .text import print_instruction
 from .types import DType, Shape, TupleShape

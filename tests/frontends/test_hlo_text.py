@@ -1,6 +1,6 @@
 """The HLO text frontend on what XLA prints beyond aotc's own text: dump tables, XLA
-opcodes the IR rewrites (aotc.ir.xla_ops), refusals.  Each rewrite is checked with
-the evaluator against numpy, and compiled against the evaluator."""
+opcodes the frontend rewrites (aotc.frontends.hlo.expansions), refusals.  Each rewrite
+is checked with the evaluator against numpy, and compiled against the evaluator."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import pytest
 
 from aotc.driver import CompileOptions, compile_model
 from aotc.errors import UnsupportedError
-from aotc.frontends.hlo import import_hlo, is_hlo_text
+from aotc.frontends.hlo import import_hlo, is_hlo_text, parse_hlo
 from aotc.ir import Op
 from aotc.ir.evaluate import evaluate
-from aotc.ir.text import parse_module
 
 
 def module_file(tmp_path, text: str):
@@ -106,7 +105,7 @@ ENTRY e {{
 
 
 def test_ieee_compare_types_are_plain_compares():
-    module = parse_module("""HloModule m
+    module = parse_hlo("""HloModule m
 ENTRY e {
   x = f32[2] parameter(0)
   ROOT c = pred[2] compare(x, x), direction=EQ, type=FLOAT
@@ -239,7 +238,7 @@ ENTRY e {
     with pytest.raises(
         UnsupportedError, match=r"line 4: custom-call target 'lapack_sgetrf_ffi' \(%lu\)"
     ):
-        parse_module(text)
+        parse_hlo(text)
 
 
 def test_bitcast_convert_between_widths(tmp_path):
@@ -284,7 +283,7 @@ ENTRY e {
 def test_expansions_are_named_and_verify():
     from aotc.ir.verify import verify
 
-    module = parse_module("""HloModule m
+    module = parse_hlo("""HloModule m
 ENTRY e {
   x = f32[2,6] parameter(0)
   ROOT t = (f32[2,3], s32[2,3]) topk(x), k=3, largest=true
@@ -304,15 +303,15 @@ ENTRY e {
 }
 """
     # a transposed copy is only a copy; a bitcast of it would be a transpose: refused
-    copy = parse_module(body % "ROOT c = f32[2,3]{0,1} copy(x)")
+    copy = parse_hlo(body % "ROOT c = f32[2,3]{0,1} copy(x)")
     assert copy.entry.root.op is Op.PARAMETER
     with pytest.raises(UnsupportedError, match="line 5: bitcast in a module with non-row-major"):
-        parse_module(body % "c = f32[2,3]{0,1} copy(x)\n  ROOT b = f32[3,2]{1,0} bitcast(c)")
-    reshape = parse_module(body % "ROOT b = f32[3,2]{1,0} bitcast(x)")  # row-major: a reshape
+        parse_hlo(body % "c = f32[2,3]{0,1} copy(x)\n  ROOT b = f32[3,2]{1,0} bitcast(c)")
+    reshape = parse_hlo(body % "ROOT b = f32[3,2]{1,0} bitcast(x)")  # row-major: a reshape
     np.testing.assert_array_equal(evaluate(reshape, [np.arange(6, dtype=np.float32).reshape(2, 3)]),
                                   np.arange(6).reshape(3, 2))  # fmt: skip
     with pytest.raises(UnsupportedError, match="entry parameter with a layout other than row"):
-        parse_module(body.replace("{1,0:T(8,128)}", "{0,1}") % "ROOT n = f32[2,3] negate(x)")
+        parse_hlo(body.replace("{1,0:T(8,128)}", "{0,1}") % "ROOT n = f32[2,3] negate(x)")
 
 
 def test_attributes_without_meaning_here_are_ignored():
@@ -353,7 +352,7 @@ ENTRY main {
     from aotc.ir.text import print_module
 
     def canonical(text):  # metadata is kept as the origin; it is not semantic
-        module = parse_module(text)
+        module = parse_hlo(text)
         for comp in module.computations:
             for instr in comp.instructions:
                 instr.origin = None

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from aotc.errors import ShapeError
+from aotc.frontends.hlo import parse_hlo
 from aotc.ir import ComputationBuilder, Direction, DType, Module, Op, Shape, TupleShape
 from aotc.ir.evaluate import evaluate
 from aotc.ir.inline import inline_calls
@@ -71,7 +72,7 @@ ENTRY main.20 {
 
 
 def test_xla_text_parses_prints_in_xla_syntax_and_round_trips():
-    module = parse_module(JAX_STYLE)
+    module = parse_hlo(JAX_STYLE)
     verify(module)
     text = print_module(module)
     assert print_module(parse_module(text)) == text
@@ -86,7 +87,7 @@ def test_xla_text_parses_prints_in_xla_syntax_and_round_trips():
 
 
 def test_evaluates_as_xla_defines():
-    module = parse_module(JAX_STYLE)
+    module = parse_hlo(JAX_STYLE)
     x = np.array([0.5, -1.0, 2.0], np.float32)
     looped = np.sin(np.sin(np.sin(x)))
     for k in (-3, 0, 1, 2, 7):
@@ -97,7 +98,7 @@ def test_evaluates_as_xla_defines():
 
 
 def test_program_computations_follow_control_flow_only():
-    module = parse_module(JAX_STYLE)
+    module = parse_hlo(JAX_STYLE)
     names = [c.name for c in module.program_computations()]
     assert names[-1] == "main.20"
     assert set(names) == {"main.20", "region_0.1", "region_1.9", "branch_a", "branch_b",
@@ -159,7 +160,7 @@ def test_builder_checks_signatures():
 
 
 def _verify_fails(text: str, match: str) -> None:
-    module = parse_module(text)
+    module = parse_hlo(text)
     verify(module)  # valid before `_BREAKS[match]` breaks it
     broken = _BREAKS[match](module)
     with pytest.raises(VerifyError, match=match) as info:

@@ -1,4 +1,7 @@
-"""HLO text printer and parser: round trips, XLA-written samples, errors."""
+"""HLO text printer and parser: round trips, XLA-written samples, errors.
+
+Samples with what only XLA's dumps carry (sharding, backend_config, ...) are read by
+the HLO frontend's `parse_hlo`, the IR parser extended to XLA's dialect."""
 
 from __future__ import annotations
 
@@ -7,7 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from aotc.errors import ModelError, ShapeError
+from aotc.errors import ModelError, ShapeError, UnsupportedError
+from aotc.frontends.hlo import parse_hlo
 from aotc.ir import (
     ComputationBuilder,
     ConvDims,
@@ -482,7 +486,7 @@ ENTRY main.20 {
 def test_xla_sort_scatter_dynamic_slice_sample():
     from aotc.ir.evaluate import evaluate
 
-    m = parse_module(SORT_SCATTER_SAMPLE)
+    m = parse_hlo(SORT_SCATTER_SAMPLE)
     verify(m)
     x = np.array([3.0, 1.0, 4.0, 1.5, 9.0], np.float32)
     values, order, scattered, window = evaluate(m, [x, np.array(7, np.int32)])
@@ -501,7 +505,7 @@ def test_jax_sample_without_sigils_or_operand_shapes():
 
 
 def test_xla_dump_with_metadata_sharding_and_comments():
-    m = parse_module(XLA_DUMP_SAMPLE)
+    m = parse_hlo(XLA_DUMP_SAMPLE)
     verify(m)
     region = m.computation("region_0.4")
     assert region.root.origin == "jit(loss)/add"
@@ -536,7 +540,7 @@ def test_tf_sample_nested_operands_and_scoped_names():
 
 
 def test_ops_sample_attributes():
-    m = parse_module(OPS_SAMPLE)
+    m = parse_hlo(OPS_SAMPLE)
     verify(m)
     by_name = {i.name: i for i in m.entry.instructions}
     conv = by_name["conv"]
@@ -665,3 +669,24 @@ def test_parse_errors_for_structure():
     bad("ENTRY e (a: f32[3]) -> f32[3] {\n  ROOT x = f32[2] parameter(0)\n}", ModelError,
         "signature")  # fmt: skip
     bad("ENTRY e {\n  ROOT x = f32[2 parameter(0)\n}", ModelError, "line 2: expected")
+
+
+@pytest.mark.parametrize(
+    "text, error, match",
+    [
+        ("HloModule m, is_scheduled=true\nENTRY e {\n  ROOT x = f32[2] parameter(0)\n}",
+         ModelError, "unknown module attribute is_scheduled="),
+        ("ENTRY e {\n  ROOT x = f32[2] parameter(0), sharding={replicated}\n}", ModelError,
+         "line 2: unknown attribute sharding="),
+        ('ENTRY e {\n  ROOT x = f32[2] parameter(0), metadata={op_type="a" op_name="b"}\n}',
+         ModelError, "expected 'op_name'"),
+        ("ENTRY e {\n  x = f32[2,3] parameter(0)\n  ROOT n = f32[2,3]{0,1} negate(x)\n}",
+         UnsupportedError, r"line 3: layout \{0,1\} is not row-major"),
+        ("ENTRY e {\n  x = f32[2] parameter(0)\n  ROOT c = f32[2] copy(x)\n}", ModelError,
+         "unknown opcode 'copy'"),
+    ],
+)  # fmt: skip
+def test_what_only_xla_dumps_carry_is_the_hlo_frontends(text, error, match):
+    """The IR's parser reads its canonical text; XLA's extras need `parse_hlo`."""
+    bad(text, error, match)
+    parse_hlo(text)

@@ -1,7 +1,7 @@
 """Random ops: RandomUniform, RandomNormal (and their -Like forms), Bernoulli,
 Multinomial, and Dropout's training-mode mask.
 
-Their bits are Philox4x32-10 (`ir.xla_rng.philox_bits`, the generator XLA and
+Their bits are Philox4x32-10 (`ir.random_bits.philox_bits`, the generator XLA and
 cuRAND use), keyed by the node's `seed` attribute, or by a hash of the node's
 first output name where it has none.  The counter is the draw's own
 `rng-get-and-update-state`: 0 on the first run after the program is loaded, then
@@ -18,7 +18,7 @@ import zlib
 
 from ...errors import ModelError, ShapeError
 from ...ir import ComputationBuilder, Direction, DType, Instruction, Op
-from ...ir.xla_rng import normal, uniform
+from ...ir.random_bits import normal, uniform
 from .dtypes import to_dtype
 from .helpers import Formula, full_like, reduce
 from .reduce import running_sum

@@ -1,18 +1,17 @@
-"""XLA's rng-bit-generator as integer IR ops, bit for bit as XLA's RngBitGeneratorExpander.
+"""Random bits as integer IR: Philox4x32-10 and ThreeFry2x32, bit for bit as XLA's.
 
-`rng-bit-generator(state), algorithm=...` returns (new state, random bits).
-The state is u64[n]: element 0 is the key, the rest a counter.  Philox4x32
-(10 rounds; `rng_default` on CPU) and ThreeFry2x32 (20 rounds) are counter
-based, so with the state fixed at compile time or passed in, the bits are
-plain arithmetic on iotas: adds, xors, rotations and 32x32->64-bit multiplies
-(xla/hlo/builder/lib/prng.cc spells out the same steps).
+Both generators are counter based, so with the key fixed at compile time and
+the counter a value (a constant, an operand, or the draw's own
+`rng-get-and-update-state`), the bits are plain arithmetic on iotas: adds,
+xors, rotations and 32x32->64-bit multiplies (xla/hlo/builder/lib/prng.cc
+spells out the same steps).  `uniform` and `normal` turn Philox bits into
+floats.  Both frontends build on it: the ONNX random ops, and XLA's `rng` and
+`rng-bit-generator`, which the HLO frontend expands into these ops.
 """
 
 from __future__ import annotations
 
 import math
-import zlib
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,19 +19,15 @@ from ..errors import UnsupportedError
 from .builder import ComputationBuilder
 from .module import Instruction
 from .ops import Direction, Op
-from .types import AnyShape, DType, Shape, TupleShape
-
-if TYPE_CHECKING:
-    from .xla_ops import Site
+from .types import DType, Shape
 
 U32, U64 = DType.U32, DType.U64
-_UNSIGNED = {8: DType.U8, 16: DType.U16, 32: U32, 64: U64}
 _THREEFRY_ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
 _PHILOX_W = (0x9E3779B9, 0xBB67AE85)  # key increments per round
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # round multipliers
 
 
-class _Ops:
+class BitOps:
     """Integer arithmetic with constants broadcast to the other operand's dims."""
 
     def __init__(self, b: ComputationBuilder):
@@ -98,61 +93,6 @@ class _Ops:
         return self.b.reshape(self.b.slice(flat, [0], [count]), dims)
 
 
-def rng(site: Site, shape: AnyShape, operands: list[Instruction], attributes):
-    """XLA's stateful `rng(a, b), distribution=`: uniform in [a, b) or normal(a, b) (mean,
-    deviation), drawn afresh each run; the key is a hash of the instruction's name, so that
-    two rng instructions draw different streams."""
-    distribution = attributes.get("distribution")
-    if not isinstance(shape, Shape) or len(operands) != 2:
-        raise site.fail("rng takes two scalar parameters and returns an array")
-    b = site.builder()
-    key = zlib.crc32((site.name or "rng").encode())
-    low, high = (b.broadcast(x, [], shape.dims) for x in operands)
-    if distribution == "rng_normal" and shape.dtype.is_float:
-        return b.binary(
-            Op.ADD, low, b.binary(Op.MULTIPLY, high, normal(b, key, shape.dtype, shape.dims))
-        )
-    if distribution != "rng_uniform":
-        raise site.fail(f"rng distribution {distribution} for {shape.dtype.text}")
-    span = b.binary(Op.SUBTRACT, high, low)
-    if shape.dtype.is_float:
-        return b.binary(
-            Op.ADD, low, b.binary(Op.MULTIPLY, span, uniform(b, key, shape.dtype, shape.dims))
-        )
-    # integers: a + bits mod (b - a), in the unsigned type of the same width
-    unsigned = _UNSIGNED.get(shape.dtype.bits)
-    if unsigned is None or shape.dtype.bits < 32:
-        raise site.fail(f"rng of {shape.dtype.text}")
-    bits = random_bits(b, key, Shape(unsigned, shape.dims))
-    offset = b.binary(Op.REMAINDER, bits, b.bitcast_convert(span, unsigned))
-    return b.binary(Op.ADD, low, b.bitcast_convert(offset, shape.dtype))
-
-
-def rng_bit_generator(site: Site, shape: AnyShape, operands: list[Instruction], attributes):
-    (state,) = operands
-    algorithm = attributes.get("algorithm", "rng_default")
-    if not isinstance(shape, TupleShape) or len(shape.elements) != 2:
-        raise site.fail("rng-bit-generator returns (state, bits)")
-    out = shape.elements[1]
-    if state.shape.dtype is not U64 or state.shape.rank != 1 or out.dtype.bits not in _UNSIGNED:
-        raise site.fail(f"rng-bit-generator of {out} from state {state.shape}")
-    o = _Ops(site.builder())
-    key = o.element(state, 0)
-    if algorithm in ("rng_default", "rng_philox"):  # XLA CPU's default is Philox
-        bits, new_state = _philox(o, key, state, out)
-    elif algorithm == "rng_three_fry":
-        bits, new_state = _threefry(o, key, o.b.slice(state, [1], [2]), out)
-    else:
-        raise site.fail(f"rng-bit-generator algorithm {algorithm}")
-    unsigned = _UNSIGNED[out.dtype.bits]
-    if bits.shape.dtype is not unsigned:  # narrow types take the low bits of u32s
-        bits = o.b.convert(bits, unsigned)
-    if unsigned is not out.dtype:
-        bits = o.b.bitcast_convert(bits, out.dtype)
-    final = o.b.concatenate([o.b.reshape(key, [1]), new_state], 0)
-    return o.b.tuple([final, bits])
-
-
 # significant bits of each float type: a uniform draw is k * 2^-bits, exact in the type
 SIGNIFICANT_BITS = {DType.F16: 11, DType.BF16: 8, DType.F32: 24, DType.F64: 53}
 
@@ -168,7 +108,7 @@ def uniform(b: ComputationBuilder, key: int, dtype: DType, dims) -> Instruction:
     bits = SIGNIFICANT_BITS.get(dtype)
     if bits is None:
         raise UnsupportedError(f"random values of type {dtype.text} (only float types)")
-    o = _Ops(b)
+    o = BitOps(b)
     word = U64 if bits > 32 else U32
     work = DType.F64 if bits > 32 else DType.F32
     raw = random_bits(b, key, Shape(word, tuple(dims)))
@@ -204,17 +144,17 @@ def philox_blocks(out: Shape) -> int:
 def philox_bits(b: ComputationBuilder, key: int, counter: Instruction, out: Shape) -> Instruction:
     """Philox4x32-10 bits of `out` (u32 or u64) under `key` from `counter` (u64[2]: low,
     high): the bits XLA's rng-bit-generator gives for the state (key, low, high)."""
-    o = _Ops(b)
+    o = BitOps(b)
     key_instr = o.b.constant(np.array([key % (1 << 64)], np.uint64), U64)
     state = o.b.concatenate([key_instr, counter], 0)
-    bits, _ = _philox(o, o.element(key_instr, 0), state, out)
+    bits, _ = philox(o, o.element(key_instr, 0), state, out)
     return bits
 
 
 # -- Philox4x32 ------------------------------------------------------------------------
 
 
-def _philox(o: _Ops, key: Instruction, state: Instruction, out: Shape):
+def philox(o: BitOps, key: Instruction, state: Instruction, out: Shape):
     """Bits of `out`'s width (u32 below 32) and the state after them (without the key)."""
     if state.shape.dims[0] >= 3:
         counter = o.b.slice(state, [1], [3])
@@ -231,7 +171,7 @@ def _philox(o: _Ops, key: Instruction, state: Instruction, out: Shape):
     return o.interleave(parts, count, out.dims), counter
 
 
-def _philox_words(o: _Ops, key: Instruction, counter: Instruction, words: int):
+def _philox_words(o: BitOps, key: Instruction, counter: Instruction, words: int):
     """Four u32[n] (n = words / 4, rounded up) of Philox4x32 on counter + 0..n-1, and
     counter + n; the 128-bit counter is (low u64, high u64)."""
     n = math.ceil(words / 4)
@@ -257,7 +197,7 @@ def _philox_words(o: _Ops, key: Instruction, counter: Instruction, words: int):
 # -- ThreeFry2x32 ----------------------------------------------------------------------
 
 
-def _threefry(o: _Ops, key: Instruction, counter: Instruction, out: Shape):
+def threefry(o: BitOps, key: Instruction, counter: Instruction, out: Shape):
     """Bits of `out`'s width (u32 below 32) and the counter after them (u64[1])."""
     k = o.halves(key)
     if out.dtype.bits == 64:
@@ -284,7 +224,7 @@ def _threefry(o: _Ops, key: Instruction, counter: Instruction, out: Shape):
     return result, counter
 
 
-def _threefry_inputs(o: _Ops, counter: Instruction, dims):
+def _threefry_inputs(o: BitOps, counter: Instruction, dims):
     """(low u32, high u32) of counter + the row-major position of each element (dims of
     extent 1 skipped), and counter + the element count."""
     position = o.b.broadcast(o.b.reshape(counter, []), [], dims)
@@ -297,7 +237,7 @@ def _threefry_inputs(o: _Ops, counter: Instruction, dims):
     return o.halves(position), o.add(counter, math.prod(dims))
 
 
-def _threefry2x32(o: _Ops, x: list[Instruction], key: list[Instruction]) -> list[Instruction]:
+def _threefry2x32(o: BitOps, x: list[Instruction], key: list[Instruction]) -> list[Instruction]:
     ks = [key[0], key[1], o.xor(o.xor(o.const(0x1BD11BDA, U32), key[0]), key[1])]
     x = [o.add(x[0], ks[0]), o.add(x[1], ks[1])]
     for block in range(5):

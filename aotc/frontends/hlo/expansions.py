@@ -1,4 +1,4 @@
-"""XLA operations the IR has no opcode for, rewritten into IR ops as the parser reads them.
+"""XLA operations the IR has no opcode for, rewritten into IR ops as `DumpParser` reads them.
 
 XLA's text has a few operations that are other ops in disguise, as XLA's own
 decomposer passes know: `topk` is a sort, `select-and-scatter` a variadic
@@ -10,7 +10,7 @@ fusion of a kind aotc does not make (XLA CPU's `kCustom`) its body.  A
 `custom-call` is refused: its target is a library routine aotc cannot see.
 `bitcast-convert` between widths is shifts and ors; `rng-bit-generator` is
 Philox or ThreeFry arithmetic, and the stateful `rng` Philox on a counter that
-each run advances (`xla_rng`).
+each run advances (`ir.random_bits`).
 
 `EXPANSIONS[opcode](site, shape, operands, attributes)` returns the instruction
 that the written name stands for, or None to parse the instruction as the IR op
@@ -21,17 +21,27 @@ they build and checks its shape against the text.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Callable
 from typing import Protocol
 
-from ..errors import ModelError, UnsupportedError
-from .attrs import FusionKind, ScatterDims
-from .builder import ComputationBuilder
-from .module import Computation, Instruction, Module
-from .ops import Direction, Op
-from .shapes import infer_shape
-from .types import AnyShape, DType, Shape, TupleShape
-from .xla_rng import rng, rng_bit_generator
+from ...errors import ModelError, UnsupportedError
+from ...ir import (
+    Computation,
+    ComputationBuilder,
+    Direction,
+    DType,
+    FusionKind,
+    Instruction,
+    Module,
+    Op,
+    ScatterDims,
+    Shape,
+    TupleShape,
+)
+from ...ir.random_bits import BitOps, normal, philox, random_bits, threefry, uniform
+from ...ir.shapes import infer_shape
+from ...ir.types import AnyShape
 
 
 class Site(Protocol):
@@ -333,6 +343,65 @@ def inline(b: ComputationBuilder, comp: Computation, args: list[Instruction]) ->
     return copies[id(comp.root)]
 
 
+def _rng(site: Site, shape: AnyShape, operands: list[Instruction], attributes):
+    """XLA's stateful `rng(a, b), distribution=`: uniform in [a, b) or normal(a, b) (mean,
+    deviation), drawn afresh each run; the key is a hash of the instruction's name, so that
+    two rng instructions draw different streams."""
+    distribution = attributes.get("distribution")
+    if not isinstance(shape, Shape) or len(operands) != 2:
+        raise site.fail("rng takes two scalar parameters and returns an array")
+    b = site.builder()
+    key = zlib.crc32((site.name or "rng").encode())
+    low, high = (b.broadcast(x, [], shape.dims) for x in operands)
+    if distribution == "rng_normal" and shape.dtype.is_float:
+        return b.binary(
+            Op.ADD, low, b.binary(Op.MULTIPLY, high, normal(b, key, shape.dtype, shape.dims))
+        )
+    if distribution != "rng_uniform":
+        raise site.fail(f"rng distribution {distribution} for {shape.dtype.text}")
+    span = b.binary(Op.SUBTRACT, high, low)
+    if shape.dtype.is_float:
+        return b.binary(
+            Op.ADD, low, b.binary(Op.MULTIPLY, span, uniform(b, key, shape.dtype, shape.dims))
+        )
+    # integers: a + bits mod (b - a), in the unsigned type of the same width
+    unsigned = _UINT_OF_WIDTH.get(shape.dtype.bits)
+    if unsigned is None or shape.dtype.bits < 32:
+        raise site.fail(f"rng of {shape.dtype.text}")
+    bits = random_bits(b, key, Shape(unsigned, shape.dims))
+    offset = b.binary(Op.REMAINDER, bits, b.bitcast_convert(span, unsigned))
+    return b.binary(Op.ADD, low, b.bitcast_convert(offset, shape.dtype))
+
+
+def _rng_bit_generator(site: Site, shape: AnyShape, operands: list[Instruction], attributes):
+    """`rng-bit-generator(state), algorithm=`: (new state, random bits), bit for bit as
+    XLA's RngBitGeneratorExpander.  The state is u64[n]: element 0 is the key, the rest
+    a counter; Philox4x32 (`rng_default` on CPU) or ThreeFry2x32."""
+    (state,) = operands
+    algorithm = attributes.get("algorithm", "rng_default")
+    if not isinstance(shape, TupleShape) or len(shape.elements) != 2:
+        raise site.fail("rng-bit-generator returns (state, bits)")
+    out = shape.elements[1]
+    u64_vector = state.shape.dtype is DType.U64 and state.shape.rank == 1
+    if not u64_vector or out.dtype.bits not in _UINT_OF_WIDTH:
+        raise site.fail(f"rng-bit-generator of {out} from state {state.shape}")
+    o = BitOps(site.builder())
+    key = o.element(state, 0)
+    if algorithm in ("rng_default", "rng_philox"):  # XLA CPU's default is Philox
+        bits, new_state = philox(o, key, state, out)
+    elif algorithm == "rng_three_fry":
+        bits, new_state = threefry(o, key, o.b.slice(state, [1], [2]), out)
+    else:
+        raise site.fail(f"rng-bit-generator algorithm {algorithm}")
+    unsigned = _UINT_OF_WIDTH[out.dtype.bits]
+    if bits.shape.dtype is not unsigned:  # narrow types take the low bits of u32s
+        bits = o.b.convert(bits, unsigned)
+    if unsigned is not out.dtype:
+        bits = o.b.bitcast_convert(bits, out.dtype)
+    final = o.b.concatenate([o.b.reshape(key, [1]), new_state], 0)
+    return o.b.tuple([final, bits])
+
+
 EXPANSIONS: dict[str, Expansion] = {
     "copy": _identity,
     "opt-barrier": _identity,
@@ -342,7 +411,7 @@ EXPANSIONS: dict[str, Expansion] = {
     "select-and-scatter": _select_and_scatter,
     "reduce-precision": _reduce_precision,
     "bitcast-convert": _bitcast_convert,
-    "rng-bit-generator": rng_bit_generator,
-    "rng": rng,
+    "rng-bit-generator": _rng_bit_generator,
+    "rng": _rng,
     "fusion": _fusion,
 }

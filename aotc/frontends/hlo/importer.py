@@ -1,9 +1,9 @@
 """HLO text frontend: an XLA HLO module (JAX, TensorFlow, aotc's own dumps) -> ir.Module.
 
-The IR's parser reads XLA's text in both spellings (with `%` sigils and
+`dialect.parse_hlo` reads XLA's text in both spellings (with `%` sigils and
 operand shapes, as TensorFlow and XLA dumps print it, and without, as current
 JAX prints it) and rewrites the few XLA opcodes the IR lacks (see
-`aotc.ir.xla_ops`).  The entry's parameters are the inputs in order; a tuple
+`expansions.py`).  The entry's parameters are the inputs in order; a tuple
 ROOT gives one output per element.  This module only reads the file and says
 whether a file is HLO text at all.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import AotcError, ModelError
-from ..ir import Module, Op
-from ..ir.text import parse_module
+from ...errors import AotcError, ModelError
+from ...ir import Module, Op
+from .dialect import parse_hlo
 
 # blank space and comments (`// ...`, `/* ... */`) before the module header
 _PREAMBLE = re.compile(rb"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.DOTALL)
@@ -37,7 +37,7 @@ def import_hlo(path: str | Path, input_shapes: dict | None = None) -> Module:
     except (OSError, UnicodeDecodeError) as error:
         raise ModelError(f"{path}: cannot read HLO text: {error}") from None
     try:
-        module = parse_module(text)
+        module = parse_hlo(text)
     except AotcError as error:
         raise error.with_context(str(path)) from None
     # the C API's names are the written ones, whatever the passes rename
