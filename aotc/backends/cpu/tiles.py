@@ -20,7 +20,7 @@ from llvmlite import ir
 from ...ir import DType
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I1, I32, I64, PTR, VOID, i64, register_type
-from ..llvm.loops import for_range, if_then
+from ..llvm.loops import entry_alloca, for_range, if_then
 
 
 @dataclass(frozen=True)
@@ -259,7 +259,7 @@ def _column_edge(ctx, b: ir.IRBuilder, cfg: GemmConfig, mr: int, cols: int, nr: 
     # few columns: k split over several accumulators per column, so that the chains
     # of dependent multiply-adds overlap
     chains = max(min(-(-EDGE_IN_FLIGHT // cols), EDGE_IN_FLIGHT), 1)
-    slots = [[entry_slot(b, vec) for _ in range(cols)] for _ in range(chains)]
+    slots = [[entry_alloca(b, vec) for _ in range(cols)] for _ in range(chains)]
     for chain in slots:
         for slot in chain:
             b.store(ir.Constant(vec, None), slot)
@@ -322,13 +322,13 @@ class Tile:
         vectors, tail = divmod(nr, cfg.lanes)
         widths = [cfg.lanes] * vectors + ([tail] if tail else [])
         self.types = [ir.VectorType(cfg.element, w) for w in widths]
-        self.slots = [[entry_slot(b, t) for t in self.types] for _ in range(mr)]
+        self.slots = [[entry_alloca(b, t) for t in self.types] for _ in range(mr)]
         for row in self.slots:
             for slot, t in zip(row, self.types):
                 b.store(ir.Constant(t, None), slot)
         # `extra` column vectors over the MR rows (micro_kernel's edge columns)
         self.column_type = ir.VectorType(cfg.element, mr)
-        self.columns = [entry_slot(b, self.column_type) for _ in range(extra)]
+        self.columns = [entry_alloca(b, self.column_type) for _ in range(extra)]
         for slot in self.columns:
             b.store(ir.Constant(self.column_type, None), slot)
 
@@ -436,11 +436,6 @@ def store_lanes(ctx, b, cfg, value, pointer, mask) -> None:
 def smaller(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """The signed minimum of two i64 values."""
     return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def entry_slot(b: ir.IRBuilder, ty: ir.Type) -> ir.Value:
-    with b.goto_entry_block():
-        return b.alloca(ty)
 
 
 def splat(b: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
