@@ -19,8 +19,8 @@ from aotc.backends.cpu import parse_target
 from aotc.backends.cpu.codegen import optimized_module
 from aotc.backends.cpu.contraction import contraction_plans
 from aotc.backends.cpu.gemm import PackedShape, StridedLayout, blocking, pack_operand
+from aotc.backends.cpu.gemm_config import gemm_config
 from aotc.backends.cpu.prepack import DROPPED, prepack
-from aotc.backends.cpu.tiles import gemm_config
 from aotc.backends.llvm.elf import section_headers
 from aotc.buffers import BufferKind, Slice, assign_buffers
 from aotc.ir import (

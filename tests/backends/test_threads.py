@@ -16,7 +16,7 @@ from test_row_fusion import REDUCERS
 from aotc.backends.cpu import emit_object, parse_target
 from aotc.backends.cpu.contraction import _analyze
 from aotc.backends.cpu.gemm import MAX_IMBALANCE, MIN_SHARED_PACKING, _imbalance, gemm_split
-from aotc.backends.cpu.tiles import gemm_config
+from aotc.backends.cpu.gemm_config import gemm_config
 from aotc.buffers import assign_buffers
 from aotc.ir import ComputationBuilder, ConvDims, DotDims, DType, Module, Op, Shape, Window
 from aotc.ir.evaluate import evaluate

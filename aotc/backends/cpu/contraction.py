@@ -34,7 +34,7 @@ from ..llvm.lltypes import store_element
 from .conv import plan_convolution
 from .dot import plan_dot
 from .gemm import aligned, use_packed
-from .tiles import fits_gemm
+from .gemm_config import fits_gemm
 from .views import View, fused_view, memory_view
 
 # opcode -> planner(target, instruction, operand views) -> plan, or None: not fast

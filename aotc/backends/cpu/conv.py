@@ -38,11 +38,12 @@ from .gemm import (
     emit_region,
     strided_layout,
 )
+from .gemm_config import gemm_config
 from .im2col import IMAGE_FIELDS, ImagePanels
 from .pairs import paired_factory, pairs_of
 from .parallel import parallel_loop_nest
 from .plane_conv import PlaneConvPlan, plan_planes
-from .tiles import gemm_config, masked_load, pick_lanes, splat
+from .vectors import masked_load, pick_lanes, splat
 from .views import affine, merged_stride
 
 # -- GEMM plans (contraction.py) ---------------------------------------------------

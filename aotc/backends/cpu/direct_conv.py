@@ -44,8 +44,11 @@ from .gemm import (
     emit_region,
     strided_layout,
 )
+from .gemm_config import FEWER_ACCUMULATORS_COST, GemmConfig, gemm_config
 from .parallel import parallel_loop_nest_passing
-from .tiles import FEWER_ACCUMULATORS_COST, GemmConfig, Tile, gemm_config, shared_function, smaller
+from .shared_functions import shared_function
+from .tiles import Tile
+from .vectors import smaller
 from .views import View, affine, merged_stride
 
 # pixels of a unit of work of a pointwise convolution's flat tiles (about a row's worth)

@@ -46,19 +46,12 @@ from ..llvm.context import EmitContext
 from ..llvm.elemental import delinearize, linearize
 from ..llvm.lltypes import I8, I64, PTR, i64
 from ..llvm.loops import branch_value, for_range, if_then, loop_nest
+from .gemm_config import FEWER_ACCUMULATORS_COST, GemmConfig
 from .gemv import GEMV_UNROLL, emit_gemv, emit_packed_gemv, packed_width
+from .packing import strided_packer
 from .parallel import parallel_chunks
-from .tiles import (
-    FEWER_ACCUMULATORS_COST,
-    GemmConfig,
-    edge_columns,
-    edge_cost,
-    edge_kernel,
-    fuses_edge,
-    micro_kernel,
-    smaller,
-    strided_packer,
-)
+from .tiles import edge_columns, edge_cost, edge_kernel, fuses_edge, micro_kernel
+from .vectors import smaller
 from .views import merged_stride
 
 WORKSPACE_ALIGNMENT = 64

@@ -16,14 +16,9 @@ from llvmlite import ir
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I64, PTR, i64
 from ..llvm.loops import entry_alloca, for_range
-from .tiles import (
-    GemmConfig,
-    lanes_below,
-    mul_add,
-    shared_function,
-    splat,
-    store_lanes,
-)
+from .gemm_config import GemmConfig
+from .shared_functions import shared_function
+from .vectors import lanes_below, mul_add, splat, store_lanes
 
 if TYPE_CHECKING:
     from .gemm import StridedPanels

@@ -22,8 +22,11 @@ from ..llvm.context import EmitContext
 from ..llvm.lltypes import I16, I32, I64, PTR, i64, storage_type
 from ..llvm.loops import branch_value, for_range
 from .gemm import Blocking, GeneratedPanels, StridedPanels
+from .gemm_config import GemmConfig
 from .im2col import ImagePanels
-from .tiles import GemmConfig, clamped_rows, i32_lanes, panel_loop, shared_function
+from .packing import clamped_rows, panel_loop
+from .shared_functions import shared_function
+from .vectors import i32_lanes
 
 
 def pairs_of(k_values: int) -> int:

@@ -40,17 +40,11 @@ from .gemm import (
     blocking,
     emit_region,
 )
+from .gemm_config import GemmConfig
 from .parallel import parallel_loop_nest_passing
-from .tiles import (
-    GemmConfig,
-    Tile,
-    lanes_below,
-    masked_load,
-    shared_function,
-    smaller,
-    splat,
-    store_lanes,
-)
+from .shared_functions import shared_function
+from .tiles import Tile
+from .vectors import lanes_below, masked_load, smaller, splat, store_lanes
 
 # Work on grid columns that are no pixels (past the rows' ends, the last tile's rest)
 # against the pixels' own, at most.  Relative to im2col + GEMM, one thread: DenseNet-121's

@@ -47,17 +47,9 @@ from ..llvm.lltypes import I1, I32, VOID, constant, i64, literal_value, register
 from ..llvm.loops import for_range
 from ..llvm.scalar import FLOAT_BINARY_INTRINSIC  # max/min: NaN-propagating, as the rules
 from .conv import valid_span
+from .gemm_config import GemmConfig, gemm_config
 from .parallel import parallel_loop_nest
-from .tiles import (
-    GemmConfig,
-    gemm_config,
-    i32_lanes,
-    masked_gather,
-    masked_load,
-    pick_lanes,
-    splat,
-    vector_gep,
-)
+from .vectors import i32_lanes, masked_gather, masked_load, pick_lanes, splat, vector_gep
 from .views import View, affine, fused_view, memory_view, merged_stride
 
 POOLING_OPS = frozenset({Op.REDUCE_WINDOW, Op.REDUCE})

@@ -45,17 +45,9 @@ from .gemm import (
     emit_region,
     pack_operand,
 )
+from .gemm_config import GemmConfig
 from .parallel import parallel_loop_nest_passing
-from .tiles import (
-    GemmConfig,
-    i32_lanes,
-    lanes_below,
-    masked_load,
-    masked_store,
-    mul_add,
-    pick_lanes,
-    splat,
-)
+from .vectors import i32_lanes, lanes_below, masked_load, masked_store, mul_add, pick_lanes, splat
 
 # The saved multiply-adds pay for the transforms (with F2, V and M take 4x the image's and
 # the output's memory) with enough channels on both sides and tiles enough for the GEMMs'
