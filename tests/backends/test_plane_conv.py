@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from test_gemm import ALL_TARGETS, _close, _conv_reference
 
 from aotc.backends.cpu import parse_target
-from aotc.backends.cpu.gemm import blocking
+from aotc.backends.cpu.blocking import blocking
 from aotc.backends.cpu.gemm_config import gemm_config
 from aotc.backends.cpu.plane_conv import MAX_WASTE, Planes
 from aotc.driver import CompileOptions, compile_model

@@ -21,7 +21,7 @@ from .shared_functions import shared_function
 from .vectors import lanes_below, mul_add, splat, store_lanes
 
 if TYPE_CHECKING:
-    from .gemm import StridedPanels
+    from .panels import StridedPanels
 
 GEMV_UNROLL = 4  # independent vector accumulators
 DOT_ROWS = 4  # gemv.dot outputs computed together (matrix rows streamed at once)

@@ -30,18 +30,12 @@ from ...buffers import Slice
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I1, I64, PTR, i64
 from ..llvm.loops import for_range, if_then
+from .blocked_gemm import emit_region
+from .blocking import Blocking, aligned, blocking
 from .direct_conv import Image
-from .gemm import (
-    Blocking,
-    PackedShape,
-    Prepackable,
-    StridedLayout,
-    aligned,
-    blocking,
-    emit_region,
-)
 from .gemm_config import GemmConfig
 from .parallel import parallel_loop_nest_passing
+from .prepackable import PackedShape, Prepackable, StridedLayout
 from .shared_functions import shared_function
 from .tiles import Tile
 from .vectors import lanes_below, masked_load, smaller, splat, store_lanes
