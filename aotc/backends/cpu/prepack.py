@@ -25,10 +25,7 @@ from ...ir import Instruction, Op
 from .blocking import WORKSPACE_ALIGNMENT
 from .contraction import contraction_plans, widens_to_pairs
 from .prepackable import PackedShape, Prepackable, StridedLayout, packed_key
-
-# ops a fusion body reads a parameter through on the way to a contraction operand that
-# is a view of it (as views.fused_view follows them)
-VIEW_OPS = frozenset({Op.TRANSPOSE, Op.BROADCAST, Op.RESHAPE, Op.BITCAST})
+from .views import STRIDED_VIEW_OPS
 
 # the slice of a constant dropped from the blob: nothing may read it (program.py refuses to)
 DROPPED = Slice(BufferKind.CONSTANT, -1, 0, 0)
@@ -148,7 +145,7 @@ def _reads_packed_only(kernel: Instruction, k: int, packed: set) -> bool:
         if node is body.root:
             return False
         for user in {id(u): u for u in users[id(node)]}.values():
-            if user.op in VIEW_OPS or widens_to_pairs(user):  # read on the way to a GEMM
+            if user.op in STRIDED_VIEW_OPS or widens_to_pairs(user):  # read on the way to a GEMM
                 if not only_packed(user):
                     return False
                 continue
