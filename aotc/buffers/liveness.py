@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import Instruction, Op, Shape, TupleShape
+from ..ir import Instruction, Op, Shape, Trait, TupleShape
 
-# ops whose result is their operand's bytes, unchanged
-VIEW_OPS = frozenset({Op.RESHAPE, Op.BITCAST})
 # values with buffers of their own outside the arena (the caller's inputs, the weights)
 LEAVES = frozenset({Op.PARAMETER, Op.CONSTANT})
 
@@ -49,10 +47,10 @@ class BufferDefinitions:
             self._source[(id(instr), index)] = self._resolve(instr, index)
 
     def _resolve(self, instr: Instruction, index: tuple[int, ...]):
-        if instr.op in VIEW_OPS:
-            return self.source(instr.operands[0], index)
         if instr.op is Op.GET_TUPLE_ELEMENT:
             return self.source(instr.operands[0], (instr.index,) + index)
+        if Trait.VIEW in instr.op.traits:  # the operand's bytes, unchanged
+            return self.source(instr.operands[0], index)
         if instr.op is Op.TUPLE:
             return self.source(instr.operands[index[0]], index[1:])
         return (instr, index)

@@ -48,6 +48,7 @@ def operand_map(user: Instruction, user_map: IndexMap, number: int) -> IndexMap:
         for out_dim, in_dim in enumerate(user.dimensions):
             mapped[in_dim] = user_map[out_dim]
         return tuple(mapped)
+    # the reshapes, not every Trait.VIEW op: get-tuple-element's operand is a tuple
     if user.op in (Op.RESHAPE, Op.BITCAST):
         same = shared_leadingdims_of(user.array_shape.dims, operand.array_shape.dims)
         return user_map[:same] + (None,) * (rank - same)

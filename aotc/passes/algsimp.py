@@ -90,7 +90,7 @@ def reshape_chain(b: InsertingBuilder, instr: Instruction):
     x = instr.operands[0]
     if x.shape == instr.shape:
         return x
-    if x.op in (Op.RESHAPE, Op.BITCAST):
+    if x.op in (Op.RESHAPE, Op.BITCAST):  # the reshapes, not get-tuple-element (a view too)
         return b.reshape(x.operands[0], instr.shape.dims)
     return None
 

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from aotc.backends.cpu import emit_object, parse_target
+from aotc.backends.cpu.blocking import blocking
 from aotc.backends.cpu.contraction import contraction_kind
-from aotc.backends.cpu.gemm import blocking
-from aotc.backends.cpu.tiles import edge_form, fuses_edge, gemm_config
+from aotc.backends.cpu.gemm_config import gemm_config
+from aotc.backends.cpu.tiles import edge_form, fuses_edge
 from aotc.buffers import assign_buffers
 from aotc.ir import ComputationBuilder, ConvDims, DotDims, DType, Module, Op, Shape, Window
 

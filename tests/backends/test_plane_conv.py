@@ -11,9 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 from test_gemm import ALL_TARGETS, _close, _conv_reference
 
 from aotc.backends.cpu import parse_target
-from aotc.backends.cpu.gemm import blocking
+from aotc.backends.cpu.blocking import blocking
+from aotc.backends.cpu.gemm_config import gemm_config
 from aotc.backends.cpu.plane_conv import MAX_WASTE, Planes
-from aotc.backends.cpu.tiles import gemm_config
 from aotc.driver import CompileOptions, compile_model
 from aotc.ir import DType
 

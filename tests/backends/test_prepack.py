@@ -1,4 +1,4 @@
-"""Constant GEMM operands pre-packed at compile time (prepack.py, gemm.PackedPanels).
+"""Constant GEMM operands pre-packed at compile time (prepack.py, panels.PackedPanels).
 
 Each case compiles a module whose dot or convolution weights are constants for the
 host, runs it on random inputs and compares with numpy in float64 (rtol 1e-4, atol
@@ -16,11 +16,12 @@ import pytest
 from test_gemm import _close, _conv_reference
 
 from aotc.backends.cpu import parse_target
+from aotc.backends.cpu.blocking import blocking
 from aotc.backends.cpu.codegen import optimized_module
 from aotc.backends.cpu.contraction import contraction_plans
-from aotc.backends.cpu.gemm import PackedShape, StridedLayout, blocking, pack_operand
+from aotc.backends.cpu.gemm_config import gemm_config
 from aotc.backends.cpu.prepack import DROPPED, prepack
-from aotc.backends.cpu.tiles import gemm_config
+from aotc.backends.cpu.prepackable import PackedShape, StridedLayout, pack_operand
 from aotc.backends.llvm.elf import section_headers
 from aotc.buffers import BufferKind, Slice, assign_buffers
 from aotc.ir import (

@@ -15,8 +15,8 @@ from test_row_fusion import REDUCERS
 
 from aotc.backends.cpu import emit_object, parse_target
 from aotc.backends.cpu.contraction import _analyze
-from aotc.backends.cpu.gemm import MAX_IMBALANCE, MIN_SHARED_PACKING, _imbalance, gemm_split
-from aotc.backends.cpu.tiles import gemm_config
+from aotc.backends.cpu.gemm_config import gemm_config
+from aotc.backends.cpu.gemm_split import MAX_IMBALANCE, MIN_SHARED_PACKING, _imbalance, gemm_split
 from aotc.buffers import assign_buffers
 from aotc.ir import ComputationBuilder, ConvDims, DotDims, DType, Module, Op, Shape, Window
 from aotc.ir.evaluate import evaluate
@@ -122,7 +122,7 @@ def test_thread_count_from_environment_else_compile_default(library, env, defaul
     assert result.stdout.split() == ["0", str(expected)]
 
 
-# -- contractions shared out over the threads (gemm.py `Split`, depthwise planes) -------
+# -- contractions shared out over the threads (gemm_split.py `Split`, depthwise planes) -
 
 F32 = DType.F32
 

@@ -31,10 +31,11 @@ from ...ir.index_maps import read_elementwise_only
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import element_pointer, make_generator, memory_generator
 from ..llvm.lltypes import store_element
+from .blocking import aligned
 from .conv import plan_convolution
 from .dot import plan_dot
-from .gemm import aligned, use_packed
-from .tiles import fits_gemm
+from .gemm_config import fits_gemm
+from .prepackable import use_packed
 from .views import View, fused_view, memory_view
 
 # opcode -> planner(target, instruction, operand views) -> plan, or None: not fast

@@ -29,20 +29,17 @@ from ..llvm.lltypes import I1, i64, register_type
 from ..llvm.loops import branch_value, for_range, if_then
 from ..llvm.window import all_of, tap_position
 from . import winograd
+from .blocked_gemm import emit_region
 from .direct_conv import DirectConvPlan, plan_direct
-from .gemm import (
-    GemmPlan,
-    GeneratedPanels,
-    StridedLayout,
-    StridedPanels,
-    emit_region,
-    strided_layout,
-)
+from .gemm import GemmPlan
+from .gemm_config import gemm_config
 from .im2col import IMAGE_FIELDS, ImagePanels
 from .pairs import paired_factory, pairs_of
+from .panels import GeneratedPanels, StridedPanels
 from .parallel import parallel_loop_nest
 from .plane_conv import PlaneConvPlan, plan_planes
-from .tiles import gemm_config, masked_load, pick_lanes, splat
+from .prepackable import StridedLayout, strided_layout
+from .vectors import masked_load, pick_lanes, splat
 from .views import affine, merged_stride
 
 # -- GEMM plans (contraction.py) ---------------------------------------------------

@@ -33,19 +33,15 @@ from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import split_index
 from ..llvm.lltypes import I1, I64, PTR, i64
 from ..llvm.loops import for_range, loop_nest
-from .gemm import (
-    Blocking,
-    GeneratedPanels,
-    PackedShape,
-    Prepackable,
-    StridedLayout,
-    StridedPanels,
-    aligned,
-    emit_region,
-    strided_layout,
-)
+from .blocked_gemm import emit_region
+from .blocking import Blocking, aligned
+from .gemm_config import FEWER_ACCUMULATORS_COST, GemmConfig, gemm_config
+from .panels import GeneratedPanels, StridedPanels
 from .parallel import parallel_loop_nest_passing
-from .tiles import FEWER_ACCUMULATORS_COST, GemmConfig, Tile, gemm_config, shared_function, smaller
+from .prepackable import PackedShape, Prepackable, StridedLayout, strided_layout
+from .shared_functions import shared_function
+from .tiles import Tile
+from .vectors import smaller
 from .views import View, affine, merged_stride
 
 # pixels of a unit of work of a pointwise convolution's flat tiles (about a row's worth)

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from ...ir import DType, Instruction
 from ..llvm.elemental import delinearize, linearize, split_index
 from ..llvm.lltypes import i64
-from .gemm import GemmPlan, GeneratedPanels, StridedLayout, StridedPanels
+from .gemm import GemmPlan
+from .gemm_config import gemm_config
 from .gemv import gemv_kind
 from .pairs import paired_factory, pairs_of
-from .tiles import gemm_config
+from .panels import GeneratedPanels, StridedPanels
+from .prepackable import StridedLayout
 from .views import affine, merged_stride
 
 # -- GEMM plans (contraction.py) ---------------------------------------------------

@@ -15,19 +15,13 @@ from llvmlite import ir
 
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I64, PTR, i64
-from ..llvm.loops import for_range
-from .tiles import (
-    GemmConfig,
-    entry_slot,
-    lanes_below,
-    mul_add,
-    shared_function,
-    splat,
-    store_lanes,
-)
+from ..llvm.loops import entry_alloca, for_range
+from .gemm_config import GemmConfig
+from .shared_functions import shared_function
+from .vectors import lanes_below, mul_add, splat, store_lanes
 
 if TYPE_CHECKING:
-    from .gemm import StridedPanels
+    from .panels import StridedPanels
 
 GEMV_UNROLL = 4  # independent vector accumulators
 DOT_ROWS = 4  # gemv.dot outputs computed together (matrix rows streamed at once)
@@ -98,7 +92,7 @@ def _packed_axpy_function(ctx: EmitContext, cfg: GemmConfig, width: int) -> ir.F
     with for_range(b, blocks, "panel") as block:
         i0 = b.mul(block, i64(width))
         panel = b.gep(panels, [b.mul(i0, depth)], source_etype=ty)
-        accs = [[entry_slot(b, vec) for _ in range(vectors)] for _ in range(2)]
+        accs = [[entry_alloca(b, vec) for _ in range(vectors)] for _ in range(2)]
         for acc in (a for pair in accs for a in pair):
             b.store(ir.Constant(vec, None), acc)
 
@@ -147,7 +141,7 @@ def _gemv_function(ctx: EmitContext, cfg: GemmConfig, kind: str) -> ir.Function:
 def _gemv_axpy(ctx, b, cfg, count, depth, x, x_stride, mat, stride, y) -> None:
     ty = cfg.element
     vec = ir.VectorType(ty, cfg.lanes)
-    done_slot = entry_slot(b, I64)  # outputs finished by the wider steps
+    done_slot = entry_alloca(b, I64)  # outputs finished by the wider steps
     b.store(i64(0), done_slot)
     for width, vectors in ((cfg.lanes * GEMV_UNROLL, GEMV_UNROLL), (cfg.lanes, 1), (1, 1)):
         t = vec if width > 1 else ty
@@ -156,7 +150,7 @@ def _gemv_axpy(ctx, b, cfg, count, depth, x, x_stride, mat, stride, y) -> None:
         blocks = b.udiv(b.sub(count, done), i64(width))
         with for_range(b, blocks, f"axpy{width}") as block:
             i0 = b.add(done, b.mul(block, i64(width)))
-            accs = [entry_slot(b, t) for _ in range(vectors)]
+            accs = [entry_alloca(b, t) for _ in range(vectors)]
             for acc in accs:
                 b.store(ir.Constant(t, None), acc)
             with for_range(b, depth, "k") as k:
@@ -194,7 +188,7 @@ def _dot_rows(ctx, b, cfg, first, count: int, depth, x, mat, stride, y) -> None:
     done = b.mul(chunks, i64(width))
     outputs = [b.add(first, i64(r)) for r in range(count)]
     lines = [b.gep(mat, [b.mul(i, stride)], source_etype=ty) for i in outputs]
-    accs = [[entry_slot(b, vec) for _ in range(GEMV_UNROLL)] for _ in lines]
+    accs = [[entry_alloca(b, vec) for _ in range(GEMV_UNROLL)] for _ in lines]
     for acc in (a for row in accs for a in row):
         b.store(ir.Constant(vec, None), acc)
     with for_range(b, chunks, "kc") as chunk:
@@ -210,7 +204,7 @@ def _dot_rows(ctx, b, cfg, first, count: int, depth, x, mat, stride, y) -> None:
         total = b.load(row_accs[0])
         for acc in row_accs[1:]:
             total = b.fadd(total, b.load(acc))
-        scalar = entry_slot(b, ty)
+        scalar = entry_alloca(b, ty)
         b.store(_horizontal_sum(b, total), scalar)
         with for_range(b, b.sub(depth, done), "ktail") as t:
             k = b.add(done, t)

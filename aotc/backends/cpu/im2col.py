@@ -20,14 +20,14 @@ from llvmlite import ir
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I32, I64, PTR, i64
 from ..llvm.loops import for_range
-from .tiles import (
-    GemmConfig,
+from .gemm_config import GemmConfig
+from .shared_functions import shared_function
+from .vectors import (
     i32_lanes,
     lanes,
     masked_gather,
     masked_load,
     pick_lanes,
-    shared_function,
     smaller,
     splat,
     vector_gep,

@@ -6,8 +6,8 @@ and k + 1 (the even one in the low half), so that one pmaddwd multiplies and sum
 pairs of a lane.  Its K counts pairs: ceil(K / 2), an odd K's last pair ending in a zero.
 
 `pair_up` turns the float GEMM's packers (`StridedPanels`, `GeneratedPanels`, im2col's
-`ImagePanels`) into ones that write such pairs; gemm.py's `pair_matrix` does the same in numpy for the
-operands packed at compile time (prepack.py).
+`ImagePanels`) into ones that write such pairs; prepackable.py's `pair_matrix` does the
+same in numpy for the operands packed at compile time (prepack.py).
 """
 
 from __future__ import annotations
@@ -21,9 +21,13 @@ from ...ir import DType
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I16, I32, I64, PTR, i64, storage_type
 from ..llvm.loops import branch_value, for_range
-from .gemm import Blocking, GeneratedPanels, StridedPanels
+from .blocking import Blocking
+from .gemm_config import GemmConfig
 from .im2col import ImagePanels
-from .tiles import GemmConfig, clamped_rows, i32_lanes, panel_loop, shared_function
+from .packing import clamped_rows, panel_loop
+from .panels import GeneratedPanels, StridedPanels
+from .shared_functions import shared_function
+from .vectors import i32_lanes
 
 
 def pairs_of(k_values: int) -> int:

@@ -9,7 +9,7 @@ or inline when the model runs on one thread.  The slot (below
 min(threads, n)) tells the threads of one loop apart, for scratch kept per
 thread.  Rules emit into the body exactly as into
 a kernel: the context is rebound to the body's builder and pointers.
-`parallel_chunks` is the general form (gemm.py shares out GEMMs with it):
+`parallel_chunks` is the general form (gemm_split.py shares out GEMMs with it):
 any code run on chunks of a range, kernel values passed along as i64s.
 """
 

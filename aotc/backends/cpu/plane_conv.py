@@ -30,27 +30,15 @@ from ...buffers import Slice
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I1, I64, PTR, i64
 from ..llvm.loops import for_range, if_then
+from .blocked_gemm import emit_region
+from .blocking import Blocking, aligned, blocking
 from .direct_conv import Image
-from .gemm import (
-    Blocking,
-    PackedShape,
-    Prepackable,
-    StridedLayout,
-    aligned,
-    blocking,
-    emit_region,
-)
+from .gemm_config import GemmConfig
 from .parallel import parallel_loop_nest_passing
-from .tiles import (
-    GemmConfig,
-    Tile,
-    lanes_below,
-    masked_load,
-    shared_function,
-    smaller,
-    splat,
-    store_lanes,
-)
+from .prepackable import PackedShape, Prepackable, StridedLayout
+from .shared_functions import shared_function
+from .tiles import Tile
+from .vectors import lanes_below, masked_load, smaller, splat, store_lanes
 
 # Work on grid columns that are no pixels (past the rows' ends, the last tile's rest)
 # against the pixels' own, at most.  Relative to im2col + GEMM, one thread: DenseNet-121's

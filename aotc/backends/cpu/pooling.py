@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...buffers import BufferPlan, Slice
-from ...ir import DType, Instruction, Op, Shape
+from ...ir import DType, Instruction, Op, Shape, Trait
 from ...ir.index_maps import read_elementwise_only
 from ..llvm.context import EmitContext, Gen, type_suffix
 from ..llvm.elemental import (
@@ -47,17 +47,9 @@ from ..llvm.lltypes import I1, I32, VOID, constant, i64, literal_value, register
 from ..llvm.loops import for_range
 from ..llvm.scalar import FLOAT_BINARY_INTRINSIC  # max/min: NaN-propagating, as the rules
 from .conv import valid_span
+from .gemm_config import GemmConfig, gemm_config
 from .parallel import parallel_loop_nest
-from .tiles import (
-    GemmConfig,
-    gemm_config,
-    i32_lanes,
-    masked_gather,
-    masked_load,
-    pick_lanes,
-    splat,
-    vector_gep,
-)
+from .vectors import i32_lanes, masked_gather, masked_load, pick_lanes, splat, vector_gep
 from .views import View, affine, fused_view, memory_view, merged_stride
 
 POOLING_OPS = frozenset({Op.REDUCE_WINDOW, Op.REDUCE})
@@ -196,7 +188,7 @@ def _find_pool(instr: Instruction) -> tuple[Instruction, Instruction] | None:
     value = pool
     if pool.array_shape.dims != dims:  # keepdims: a reshape adding unit dims
         users = body.users()[id(pool)]
-        if len(users) != 1 or users[0].op not in (Op.RESHAPE, Op.BITCAST):
+        if len(users) != 1 or Trait.VIEW not in users[0].op.traits:
             return None
         value = users[0]
         if value.array_shape.dims != dims or value.array_shape.dtype is not pool.array_shape.dtype:

@@ -1,6 +1,6 @@
 """Constant GEMM operands packed at compile time: the weights blob of the CPU object.
 
-A GEMM packs its operands into panels on every call (gemm.py).  Where an operand
+A GEMM packs its operands into panels on every call (panels.py).  Where an operand
 is a constant read as a plain view (convolution and dot weights), numpy packs it
 here once, into the weights blob, exactly as `StridedPanels.pack` would for the
 blocking the kernel uses, K slice by K slice (the layout `PackedPanels` reads in
@@ -22,12 +22,10 @@ import numpy as np
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...buffers.liveness import array_indices
 from ...ir import Instruction, Op
+from .blocking import WORKSPACE_ALIGNMENT
 from .contraction import contraction_plans, widens_to_pairs
-from .gemm import WORKSPACE_ALIGNMENT, PackedShape, Prepackable, StridedLayout, packed_key
-
-# ops a fusion body reads a parameter through on the way to a contraction operand that
-# is a view of it (as views.fused_view follows them)
-VIEW_OPS = frozenset({Op.TRANSPOSE, Op.BROADCAST, Op.RESHAPE, Op.BITCAST})
+from .prepackable import PackedShape, Prepackable, StridedLayout, packed_key
+from .views import STRIDED_VIEW_OPS
 
 # the slice of a constant dropped from the blob: nothing may read it (program.py refuses to)
 DROPPED = Slice(BufferKind.CONSTANT, -1, 0, 0)
@@ -147,7 +145,7 @@ def _reads_packed_only(kernel: Instruction, k: int, packed: set) -> bool:
         if node is body.root:
             return False
         for user in {id(u): u for u in users[id(node)]}.values():
-            if user.op in VIEW_OPS or widens_to_pairs(user):  # read on the way to a GEMM
+            if user.op in STRIDED_VIEW_OPS or widens_to_pairs(user):  # read on the way to a GEMM
                 if not only_packed(user):
                     return False
                 continue

@@ -1,151 +1,34 @@
-"""Register tiles on vector types: per-target GEMM configuration, the micro-kernel,
-panel packing from strided memory, and the vector memory helpers they share.
+"""Register tiles: MR x NR accumulators in vector registers, and the GEMM micro-kernel
+and edge kernels built on them.
 
-Everything here is an internal LLVM function emitted once per module and
-configuration (`shared_function`), so that every GEMM of a model calls the
-same code: the micro-kernel multiplies one packed A panel (kc x MR) by one
-packed B panel (kc x NR) into an MR x NR tile of C held in `<W x float>`
-registers (llvm.fma where the target has it); partial tiles are stored with
-masked stores.  The packer lays a strided matrix out as such panels.
+The micro-kernel multiplies one packed A panel (kc x MR) by one packed B panel
+(kc x NR) into an MR x NR tile of C held in `<W x float>` registers (llvm.fma where
+the target has it); partial tiles are stored with masked stores.  N's columns past
+its last whole panel go to an edge kernel when that costs fewer multiply-adds
+(`edge_columns`).  Each kernel is an internal function emitted once per module and
+configuration (shared_functions.py), so that every GEMM of a model calls the same
+code.  The direct and plane convolutions accumulate in `Tile`s too.
 """
 
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from contextlib import nullcontext
 
 from llvmlite import ir
 
-from ...ir import DType
 from ..llvm.context import EmitContext
-from ..llvm.lltypes import I1, I32, I64, PTR, VOID, i64, register_type
-from ..llvm.loops import for_range, if_then
+from ..llvm.lltypes import I1, I32, I64, PTR, VOID, i64
+from ..llvm.loops import entry_alloca, for_range, if_then
+from .gemm_config import GemmConfig
+from .shared_functions import shared_function
+from .vectors import masked_load, masked_store, mul_add, plus, splat
 
-
-@dataclass(frozen=True)
-class Blocks:
-    """Register and cache blocking of one vector width.
-
-    The micro-kernel keeps MR x NR of C in registers: `tiles` lists the
-    (MR, vectors) shapes, NR = vectors registers wide, the preferred first;
-    `blocking` picks per shape the one that pads M and N least.  Bytes budgets
-    size the blocks: the A micro-panel (kc x MR) in L1, the B block (kc x NB)
-    in L2, the A block (MB x kc) in L3.
-    """
-
-    tiles: tuple[tuple[int, int], ...]
-    l1: int
-    l2: int
-    l3: int
-    registers: int  # vector registers of the target
-
-
-BLOCKING = {
-    # AVX-512: 24 zmm accumulators of 32, as 12 x 2 or (for M = 8k, e.g. 64 channels)
-    # 8 x 3 vectors, which loads fewer values per multiply-add; 8 x 2 for small N
-    512: Blocks(((12, 2), (8, 3), (8, 2)), 18 * 1024, 720 * 1024, 4 * 2**20, 32),
-    # AVX2: 12 ymm accumulators of 16
-    256: Blocks(((6, 2),), 12 * 1024, 160 * 1024, 2 * 2**20, 16),
-    # SSE: 8 xmm accumulators (no FMA: the products need temporaries)
-    128: Blocks(((4, 2),), 8 * 1024, 128 * 1024, 2 * 2**20, 16),
-}
-NEON_BLOCKING = Blocks(((8, 2),), 16 * 1024, 256 * 1024, 2 * 2**20, 32)
 # how far ahead a micro-kernel prefetches pre-packed weights (A panels), which stream
 # from memory: ResNet-50's deep layers read megabytes of them per call, and the
 # hardware prefetchers alone left it 1.24x slower (one thread; 2 KB ahead as fast,
 # 1 KB 1.045x slower; runtime-packed A, already in L2, ran 1.03x slower prefetched)
 A_PREFETCH_BYTES = 4096
-# cost per multiply-add of a tile with fewer accumulators than the preferred one (an
-# 8 x 2 AVX-512 tile: 131 against 145 GFLOP/s for 12 x 2 in the micro-kernel alone, but
-# whole models, where it pads M less, run best with less)
-FEWER_ACCUMULATORS_COST = 1.04
-
-
-@dataclass(frozen=True)
-class GemmConfig:
-    """The blocking of one element type on one target.
-
-    An integer GEMM (`paired`) multiplies 8- or 16-bit integer operands into s32 sums:
-    each 32-bit panel element holds two of an operand's values along k (k and k + 1)
-    as 16-bit halves, and a multiply-add takes the products of both halves at once
-    (pmaddwd on x86: 2x the multiply-adds of an f32 FMA per instruction), so K counts
-    pairs and C is s32.
-    """
-
-    dtype: DType  # C's element type, and the panels' (floats) or their pairs' (s32)
-    lanes: int  # W: elements per vector register
-    blocks: Blocks
-    fma: bool
-    operand: DType | None = None  # integer GEMM: the operands' type (else `dtype`)
-    pmaddwd: bool = False  # integer GEMM: x86's pmaddwd is there at `lanes` (target.py)
-
-    @property
-    def itemsize(self) -> int:
-        return self.dtype.itemsize
-
-    @property
-    def element(self) -> ir.Type:
-        return register_type(self.dtype)
-
-    @property
-    def paired(self) -> bool:
-        return self.operand is not None
-
-    @property
-    def source(self) -> DType:
-        """The operands' element type in memory."""
-        return self.operand or self.dtype
-
-
-GEMM_DTYPES = frozenset({DType.F32, DType.F64})
-# integer operands that pair into 16-bit halves (u8 and s8 widen exactly), summed in s32
-PAIRED_OPERANDS = frozenset({DType.S8, DType.U8, DType.S16})
-
-
-def gemm_config(target, dtype: DType, operand: DType | None = None) -> GemmConfig | None:
-    """The blocking for a `dtype` result of `operand`s (default: `dtype`) on `target`;
-    None for the types GEMM does not handle."""
-    operand = operand or dtype
-    if not fits_gemm(dtype, [operand]):
-        return None
-    bits = target.vector_bits if target is not None else 128
-    blocks = NEON_BLOCKING if _is_arm(target) else BLOCKING[bits]
-    lanes = bits // (8 * dtype.itemsize)
-    fma = target is None or target.has_fma
-    if dtype.is_float:
-        return GemmConfig(dtype, lanes, blocks, fma)
-    pmaddwd = target is not None and target.has_pmaddwd
-    return GemmConfig(dtype, lanes, blocks, fma, operand, pmaddwd)
-
-
-def fits_gemm(result: DType, operands) -> bool:
-    """Whether GEMM computes a `result` contraction of operands of these types: floats of
-    the result's own type, or 8/16-bit integers (one type) summed in s32."""
-    kinds = set(operands)
-    if result in GEMM_DTYPES:
-        return kinds == {result}
-    return result is DType.S32 and len(kinds) == 1 and kinds <= PAIRED_OPERANDS
-
-
-def _is_arm(target) -> bool:
-    return target is not None and target.arch == "aarch64"
-
-
-# -- the micro-kernel -------------------------------------------------------------
-
-
-def shared_function(ctx: EmitContext, name: str, args: list[ir.Type]):
-    """(function, builder or None): the internal function `name`; a builder at its entry
-    when it still has to be emitted."""
-    existing = ctx.module.globals.get(name)
-    if existing is not None:
-        return existing, None
-    function = ir.Function(ctx.module, ir.FunctionType(VOID, args), name)
-    function.linkage = "internal"
-    function.attributes.add("nounwind")
-    function.attributes.add("noinline")  # one copy per module keeps compile time flat
-    return function, ir.IRBuilder(function.append_basic_block("entry"))
 
 
 def micro_kernel(
@@ -259,7 +142,7 @@ def _column_edge(ctx, b: ir.IRBuilder, cfg: GemmConfig, mr: int, cols: int, nr: 
     # few columns: k split over several accumulators per column, so that the chains
     # of dependent multiply-adds overlap
     chains = max(min(-(-EDGE_IN_FLIGHT // cols), EDGE_IN_FLIGHT), 1)
-    slots = [[entry_slot(b, vec) for _ in range(cols)] for _ in range(chains)]
+    slots = [[entry_alloca(b, vec) for _ in range(cols)] for _ in range(chains)]
     for chain in slots:
         for slot in chain:
             b.store(ir.Constant(vec, None), slot)
@@ -322,13 +205,13 @@ class Tile:
         vectors, tail = divmod(nr, cfg.lanes)
         widths = [cfg.lanes] * vectors + ([tail] if tail else [])
         self.types = [ir.VectorType(cfg.element, w) for w in widths]
-        self.slots = [[entry_slot(b, t) for t in self.types] for _ in range(mr)]
+        self.slots = [[entry_alloca(b, t) for t in self.types] for _ in range(mr)]
         for row in self.slots:
             for slot, t in zip(row, self.types):
                 b.store(ir.Constant(t, None), slot)
         # `extra` column vectors over the MR rows (micro_kernel's edge columns)
         self.column_type = ir.VectorType(cfg.element, mr)
-        self.columns = [entry_slot(b, self.column_type) for _ in range(extra)]
+        self.columns = [entry_alloca(b, self.column_type) for _ in range(extra)]
         for slot in self.columns:
             b.store(ir.Constant(self.column_type, None), slot)
 
@@ -409,274 +292,3 @@ def _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate, rows=None
                             else:
                                 masked_store(ctx, b, cfg, value, p, offset, cols, adding)
                             offset += t.count
-
-
-def masked_store(ctx, b, cfg, value, pointer, first: int, cols, adding: bool) -> None:
-    """Store lanes first + l < cols of `value` (added to what is there when `adding`)."""
-    mask = lanes_below(b, cols, value.type.count, first)
-    if adding:
-        value = plus(b, cfg, masked_load(ctx, b, cfg, pointer, mask), value)
-    store_lanes(ctx, b, cfg, value, pointer, mask)
-
-
-def lanes_below(b: ir.IRBuilder, count: ir.Value, width: int, first: int = 0) -> ir.Value:
-    """<width x i1>: lane l is set where first + l < count (an i64; none when negative)."""
-    lanes = ir.Constant(ir.VectorType(I64, width), [first + lane for lane in range(width)])
-    return b.icmp_signed("<", lanes, splat(b, count, lanes.type))
-
-
-def store_lanes(ctx, b, cfg, value, pointer, mask) -> None:
-    """Store the lanes of `value` where `mask` holds (the others are not touched)."""
-    t = value.type
-    align = ir.Constant(I32, cfg.itemsize)
-    name = f"llvm.masked.store.v{t.count}{_type_tag(cfg)}.p0"
-    b.call(ctx.declare(name, VOID, [value, pointer, align, mask]), [value, pointer, align, mask])
-
-
-def smaller(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    """The signed minimum of two i64 values."""
-    return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def entry_slot(b: ir.IRBuilder, ty: ir.Type) -> ir.Value:
-    with b.goto_entry_block():
-        return b.alloca(ty)
-
-
-def splat(b: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
-    """`value` in every lane of a vector of type `vec`."""
-    one = b.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
-    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vec.count), [0] * vec.count)
-    return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), zeros)
-
-
-def plus(b: ir.IRBuilder, cfg: GemmConfig, x, y) -> ir.Value:
-    """x + y in C's type."""
-    return b.add(x, y) if cfg.paired else b.fadd(x, y)
-
-
-# x86's pmaddwd per vector width (i32 lanes): (<2W x i16>, <2W x i16>) -> <W x i32>
-PMADDWD = {
-    4: "llvm.x86.sse2.pmadd.wd",
-    8: "llvm.x86.avx2.pmadd.wd",
-    16: "llvm.x86.avx512.pmaddw.d.512",
-}
-
-
-def pair_mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
-    """acc + even(x) * even(y) + odd(x) * odd(y) per 32-bit lane of <W x i32> vectors, each
-    lane two signed 16-bit halves.  Sums wrap modulo 2**32, so the result is the exact
-    s32 sum (XLA's integer dot wraps too).
-
-    On x86 it is pmaddwd and an add (vpdpwssd on VNNI CPUs: LLVM fuses them).  The
-    intrinsic is called by name because LLVM, seeing one operand a broadcast, would
-    rewrite the plain form into 32-bit multiplies; elsewhere the plain form it is."""
-    count = x.type.count
-    if cfg.pmaddwd and count in PMADDWD and count <= cfg.lanes:
-        halves = ir.VectorType(ir.IntType(16), 2 * count)
-        args = [b.bitcast(x, halves), b.bitcast(y, halves)]
-        return b.add(b.call(ctx.declare(PMADDWD[count], x.type, args), args), acc)
-    halves = ir.VectorType(ir.IntType(16), 2 * count)
-
-    def half(v, odd: int):
-        picked = pick_lanes(b, b.bitcast(v, halves), range(odd, 2 * count, 2))
-        return b.sext(picked, x.type)
-
-    products = b.add(b.mul(half(x, 0), half(y, 0)), b.mul(half(x, 1), half(y, 1)))
-    return b.add(products, acc)
-
-
-def mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
-    """x*y + acc: one fused instruction where the target has FMA (never emulated); for
-    an integer GEMM the pairs' products (`pair_mul_add`)."""
-    if cfg.paired:
-        return pair_mul_add(ctx, b, cfg, x, y, acc)
-    if not cfg.fma:
-        return b.fadd(b.fmul(x, y), acc)
-    suffix = f"v{x.type.count}{'f32' if cfg.dtype is DType.F32 else 'f64'}"
-    fma = ctx.declare(f"llvm.fma.{suffix}", x.type, [x, y, acc])
-    return b.call(fma, [x, y, acc])
-
-
-# -- packing from strided memory ----------------------------------------------------
-
-
-def strided_packer(ctx: EmitContext, cfg: GemmConfig, width: int, gather: bool):
-    """`pack(src, p_stride, k_stride, count, kc, dst)`: panels of `width` from memory.
-
-    Panels whose rows are contiguous (p_stride == 1) are copied as vectors;
-    others (transposing, strided, the partial last panel) are gathered with
-    32-bit lane offsets (`gather`: p_stride * width fits), else copied element
-    by element; rows past `count` are zeros.
-    """
-    name = f"{ctx.prefix}.gemm.pack.{cfg.dtype.text}.{width}{'' if gather else '.wide'}"
-    function, b = shared_function(ctx, name, [PTR, I64, I64, I64, I64, PTR])
-    if b is None:
-        return function
-    src, p_stride, k_stride, count, kc, dst = function.args
-    ty = cfg.element
-    row_type = ir.VectorType(ty, width)
-    with panel_loop(b, (src, ty), (dst, ty), p_stride, count, kc, width) as panel:
-        source, out, valid, full = panel
-        contiguous = b.and_(full, b.icmp_unsigned("==", p_stride, i64(1)))
-        transposing = b.and_(full, b.icmp_unsigned("==", k_stride, i64(1)))
-        with b.if_else(contiguous) as (vector, other):
-            with vector, for_range(b, kc, "k") as k:
-                p = b.gep(source, [b.mul(k, k_stride)], source_etype=ty)
-                row = b.load(p, typ=row_type, align=cfg.itemsize)
-                b.store(
-                    row, b.gep(out, [b.mul(k, i64(width))], source_etype=ty), align=cfg.itemsize
-                )
-            with other, b.if_else(transposing) as (rows, rest):
-                with rows:
-                    _transposed_panel(b, cfg, source, out, p_stride, kc, width)
-                with rest:
-                    if gather:
-                        _gathered_panel(
-                            ctx, b, cfg, source, out, p_stride, k_stride, kc, valid, width
-                        )
-                    else:
-                        _scalar_panel(b, ty, source, out, p_stride, k_stride, kc, valid, width)
-    b.ret_void()
-    return function
-
-
-@contextmanager
-def panel_loop(b: ir.IRBuilder, src, dst, p_stride, count, kc, width: int):
-    """A loop over the panels of `width` rows that a packer writes from strided memory:
-    yields (where the panel's first row starts in `src`, where its kc x width elements go
-    in `dst`, its rows before `count`, whether it has all `width`); `src` and `dst` are
-    (pointer, element type)."""
-    (src, src_type), (dst, dst_type) = src, dst
-    panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
-    with for_range(b, panels, "panel") as panel:
-        first = b.mul(panel, i64(width))
-        valid = smaller(b, i64(width), b.sub(count, first))
-        source = b.gep(src, [b.mul(first, p_stride)], source_etype=src_type)
-        out = b.gep(dst, [b.mul(first, kc)], source_etype=dst_type)
-        yield source, out, valid, b.icmp_unsigned("==", valid, i64(width))
-
-
-def _transposed_panel(b, cfg: GemmConfig, source, out, p_stride, kc, width) -> None:
-    """A full panel of rows contiguous along k (a row-major A): 4x4 blocks, transposed
-    in registers, four rows at a time over all of k (reading all rows per k would
-    touch `width` lines at once, which conflict in L1 for power-of-two strides)."""
-    ty, align = cfg.element, cfg.itemsize
-    quad = ir.VectorType(ty, 4)
-    i32 = ir.IntType(32)
-
-    def shuffle(x, y, order):
-        return b.shuffle_vector(x, y, ir.Constant(ir.VectorType(i32, 4), order))
-
-    chunks = b.udiv(kc, i64(4))
-    for group in range(0, width - width % 4, 4):
-        rows = [b.gep(source, [b.mul(i64(group + r), p_stride)], source_etype=ty) for r in range(4)]
-        with for_range(b, chunks, f"quad{group}") as chunk:
-            k = b.mul(chunk, i64(4))
-            x = [b.load(b.gep(row, [k], source_etype=ty), typ=quad, align=align) for row in rows]
-            low = [shuffle(x[0], x[1], [0, 4, 1, 5]), shuffle(x[2], x[3], [0, 4, 1, 5])]
-            high = [shuffle(x[0], x[1], [2, 6, 3, 7]), shuffle(x[2], x[3], [2, 6, 3, 7])]
-            columns = [
-                shuffle(low[0], low[1], [0, 1, 4, 5]),
-                shuffle(low[0], low[1], [2, 3, 6, 7]),
-                shuffle(high[0], high[1], [0, 1, 4, 5]),
-                shuffle(high[0], high[1], [2, 3, 6, 7]),
-            ]
-            for t, column in enumerate(columns):
-                at = b.add(b.mul(b.add(k, i64(t)), i64(width)), i64(group))
-                b.store(column, b.gep(out, [at], source_etype=ty), align=align)
-    # the k past the last whole chunk, and the rows past the last group of four
-    done = b.mul(chunks, i64(4))
-    for j in range(width):
-        row = b.gep(source, [b.mul(i64(j), p_stride)], source_etype=ty)
-        start = done if j < width - width % 4 else i64(0)
-        with for_range(b, b.sub(kc, start), f"t{j}") as t:
-            k = b.add(start, t)
-            value = b.load(b.gep(row, [k], source_etype=ty), typ=ty)
-            b.store(value, b.gep(out, [b.add(b.mul(k, i64(width)), i64(j))], source_etype=ty))
-
-
-def _gathered_panel(ctx, b, cfg, source, out, p_stride, k_stride, kc, valid, width) -> None:
-    """Panel rows as masked gathers with 32-bit lane offsets; lanes past `valid` zero."""
-    ty = cfg.element
-    lane = lanes(width)
-    offsets = b.mul(lane, splat(b, b.trunc(p_stride, I32), lane.type))
-    mask = b.icmp_unsigned("<", lane, splat(b, b.trunc(valid, I32), lane.type))
-    with for_range(b, kc, "k") as k:
-        p = b.gep(source, [b.mul(k, k_stride)], source_etype=ty)
-        row = masked_gather(ctx, b, cfg, vector_gep(b, p, offsets, ty), mask)
-        b.store(row, b.gep(out, [b.mul(k, i64(width))], source_etype=ty), align=cfg.itemsize)
-
-
-def clamped_rows(b: ir.IRBuilder, valid, p_stride, width: int) -> list:
-    """Per row j of a panel: (whether it is before `valid`, its offset, row 0's past
-    `valid` so that a load there stays inside the operand)."""
-    rows = []
-    for j in range(width):
-        inside = b.icmp_unsigned("<", i64(j), valid)
-        rows.append((inside, b.mul(b.select(inside, i64(j), i64(0)), p_stride)))
-    return rows
-
-
-def _scalar_panel(b, ty, source, out, p_stride, k_stride, kc, valid, width) -> None:
-    """Panel rows element by element; element j clamped into the panel so its load
-    stays inside, then replaced by zero past `valid`."""
-    zero = ir.Constant(ty, 0)
-    offsets = clamped_rows(b, valid, p_stride, width)
-    with for_range(b, kc, "k") as k:
-        p = b.gep(source, [b.mul(k, k_stride)], source_etype=ty)
-        q = b.gep(out, [b.mul(k, i64(width))], source_etype=ty)
-        for j, (inside, offset) in enumerate(offsets):
-            value = b.load(b.gep(p, [offset], source_etype=ty), typ=ty)
-            b.store(b.select(inside, value, zero), b.gep(q, [i64(j)], source_etype=ty))
-
-
-# -- vector memory helpers (shared with im2col.py) -----------------------------------
-
-
-def lanes(width: int) -> ir.Constant:
-    """<0, 1, ..., width-1> as i32 lanes."""
-    return i32_lanes(range(width))
-
-
-def pick_lanes(b: ir.IRBuilder, vector: ir.Value, which) -> ir.Value:
-    """A vector of the lanes `which` of `vector` (in that order)."""
-    return b.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined), i32_lanes(which))
-
-
-def i32_lanes(values) -> ir.Constant:
-    """A constant i32 vector of `values` (lane indices, shuffle masks)."""
-    values = list(values)
-    return ir.Constant(ir.VectorType(I32, len(values)), values)
-
-
-def vector_gep(b: ir.IRBuilder, base: ir.Value, offsets: ir.Value, ty: ir.Type) -> ir.Value:
-    """<N x ptr>: base + offsets[i] elements of `ty`."""
-    pointers = b.gep(base, [offsets], source_etype=ty)
-    # llvmlite infers a scalar pointer type for a GEP with vector indices
-    pointers.type = ir.VectorType(PTR, offsets.type.count)
-    return pointers
-
-
-def masked_gather(ctx, b, cfg: GemmConfig, pointers, mask) -> ir.Value:
-    """The lanes of `pointers` where `mask` holds, zeros elsewhere (never loaded)."""
-    count = mask.type.count
-    return _masked(ctx, b, cfg, f"llvm.masked.gather.v{count}{_type_tag(cfg)}.v{count}p0",
-                   pointers, mask)  # fmt: skip
-
-
-def masked_load(ctx, b, cfg: GemmConfig, pointer, mask) -> ir.Value:
-    """A contiguous vector from `pointer`, lanes outside `mask` zero (never loaded)."""
-    count = mask.type.count
-    return _masked(ctx, b, cfg, f"llvm.masked.load.v{count}{_type_tag(cfg)}.p0", pointer, mask)
-
-
-def _masked(ctx, b, cfg: GemmConfig, name: str, address, mask) -> ir.Value:
-    """Call masked load/gather intrinsic `name`: (address, align, mask, zeros)."""
-    vec = ir.VectorType(cfg.element, mask.type.count)
-    args = [address, ir.Constant(I32, cfg.itemsize), mask, ir.Constant(vec, None)]
-    return b.call(ctx.declare(name, vec, args), args)
-
-
-def _type_tag(cfg: GemmConfig) -> str:
-    return {DType.F32: "f32", DType.F64: "f64"}.get(cfg.dtype, f"i{cfg.dtype.bits}")

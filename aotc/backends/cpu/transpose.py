@@ -22,7 +22,7 @@ from ..llvm.elemental import element_pointer
 from ..llvm.lltypes import i64, storage_type
 from ..llvm.loops import for_range
 from .parallel import parallel_loop_nest
-from .tiles import i32_lanes, smaller
+from .vectors import i32_lanes, smaller
 
 MIN_ELEMENTS = 1024  # smaller transposes stay in L1 whatever the order
 

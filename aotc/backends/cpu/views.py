@@ -22,6 +22,11 @@ from ..llvm.lltypes import i64, storage_type
 # A dim walked as mixed-radix digits: ((extent, stride), ...), outermost first.
 Digits = tuple[tuple[int, int], ...]
 
+# the ops `fused_view` follows: re-indexings that a strided view of their operand's
+# buffer reads in place.  Not Trait.VIEW (no data movement at all): transpose
+# and broadcast are here too, and get-tuple-element is not (fusion bodies hold arrays).
+STRIDED_VIEW_OPS = frozenset({Op.TRANSPOSE, Op.BROADCAST, Op.RESHAPE, Op.BITCAST})
+
 
 @dataclass(frozen=True)
 class View:
@@ -105,7 +110,7 @@ def fused_view(plan: BufferPlan, fusion: Instruction, instr: Instruction) -> Vie
     fusion operand (parameter, transpose, broadcast, reshape)."""
     if instr.op is Op.PARAMETER:
         return memory_view(plan, fusion.operands[instr.index])
-    if instr.op not in (Op.TRANSPOSE, Op.BROADCAST, Op.RESHAPE, Op.BITCAST):
+    if instr.op not in STRIDED_VIEW_OPS:
         return None
     inner = fused_view(plan, fusion, instr.operands[0])
     if inner is None or instr.array_shape.dtype is not instr.operands[0].shape.dtype:

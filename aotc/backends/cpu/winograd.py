@@ -35,27 +35,14 @@ from ...ir import DType
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I1, I32, i64
 from ..llvm.loops import for_range, if_then
-from .gemm import (
-    GemmPlan,
-    PackedShape,
-    Prepackable,
-    StridedLayout,
-    StridedPanels,
-    aligned,
-    emit_region,
-    pack_operand,
-)
+from .blocked_gemm import emit_region
+from .blocking import aligned
+from .gemm import GemmPlan
+from .gemm_config import GemmConfig
+from .panels import StridedPanels
 from .parallel import parallel_loop_nest_passing
-from .tiles import (
-    GemmConfig,
-    i32_lanes,
-    lanes_below,
-    masked_load,
-    masked_store,
-    mul_add,
-    pick_lanes,
-    splat,
-)
+from .prepackable import PackedShape, Prepackable, StridedLayout, pack_operand
+from .vectors import i32_lanes, lanes_below, masked_load, masked_store, mul_add, pick_lanes, splat
 
 # The saved multiply-adds pay for the transforms (with F2, V and M take 4x the image's and
 # the output's memory) with enough channels on both sides and tiles enough for the GEMMs'

@@ -1,0 +1,147 @@
+"""Packed, cache-blocked GEMM in LLVM IR, in the BLIS/GotoBLAS style.
+
+`emit_gemm` computes C[M, N] = A[M, K] B[K, N] for one batch element; C is
+row-major with row stride `ldc` and unit column stride.  K goes in slices of
+kc; per slice A is packed into MR-row panels (kc x MR each: the micro-panel
+that stays in L1) over MB rows (L3), and B into NR-column panels (kc x NR
+each, streamed from L2) over NB columns (the sizes: blocking.py); the
+micro-kernel (tiles.py) multiplies one A panel by one B panel into an MR x NR
+tile of C.  Panels are zero-padded at the M/N edges and partial tiles stored
+under a mask, so any M, N, K works.
+
+The loop nest is emitted inline in each kernel with its operands' packers
+(panels.py) and the epilogue, which runs on each finished MR x NB sliver of C
+while it is in cache; packing buffers live in the caller's scratch (the plan's
+workspace).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llvmlite import ir
+
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import I64, i64
+from ..llvm.loops import for_range, if_then
+from .blocking import Blocking
+from .panels import PackedPanels, Panels
+from .tiles import edge_kernel, fuses_edge, micro_kernel
+from .vectors import smaller
+
+Epilogue = Callable[[ir.Value, int | ir.Value, ir.Value, int | ir.Value], None]
+
+
+def emit_gemm(
+    ctx: EmitContext,
+    blocks: Blocking,
+    a: Panels,
+    b_operand: Panels,
+    c: ir.Value,
+    ldc: int,
+    workspace: ir.Value,
+    epilogue: Epilogue | None = None,
+) -> None:
+    """C = A B, blocked; `epilogue(m0, rows, n0, cols)` runs on each finished sliver."""
+    b = ctx.builder
+    region_a, region_b = _regions(ctx, blocks, a, b_operand, workspace)
+    k_slices = -(-blocks.k // blocks.kc)
+
+    with for_range(b, -(-blocks.m // blocks.mb), "mblock") as mi:
+        m0, mb = block_span(b, mi, blocks.mb, blocks.m)
+        with for_range(b, k_slices, "kslice") as ki:
+            k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+            packed_a = a.pack(ctx, blocks, region_a, m0, mb, k0, kc, blocks.mr)
+            with for_range(b, -(-blocks.n // blocks.nb), "nblock") as ni:
+                n0, nb = block_span(b, ni, blocks.nb, blocks.n)
+                packed_b = b_operand.pack(ctx, blocks, region_b, n0, nb, k0, kc, blocks.nr)
+                block = (m0, mb, n0, nb)
+                streams = isinstance(a, PackedPanels)
+                multiply_blocks(
+                    ctx, blocks, packed_a, packed_b, c, ldc, block, ki, epilogue, streams
+                )
+
+
+def _regions(ctx, blocks: Blocking, a, b_operand, workspace):
+    """Where A's and B's blocks are packed: the workspace holds A's region, then B's
+    (none for pre-packed operands)."""
+    packed = (isinstance(a, PackedPanels), isinstance(b_operand, PackedPanels))
+    a_bytes, _ = blocks.region_bytes(packed)
+    return workspace, ctx.byte_pointer(workspace, a_bytes)
+
+
+def multiply_blocks(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epilogue,
+                    streams_a: bool) -> None:  # fmt: skip
+    """The packed A block times the packed B block of K slice `ki` into C's `block`
+    (m0, rows, n0, cols), tile by tile; the epilogue on each sliver after the last slice.
+    `streams_a`: A is pre-packed (`micro_kernel` prefetches it)."""
+    b = ctx.builder
+    ty = blocks.config.element
+    kernel = micro_kernel(ctx, blocks.config, blocks.mr, blocks.nr, streams_a=streams_a)
+    k_slices = -(-blocks.k // blocks.kc)
+    m0, mb, n0, nb = block
+    _, kc = block_span(b, ki, blocks.kc, blocks.k)
+    accumulate = b.icmp_unsigned("!=", ki, i64(0))
+    row_panels = b.udiv(b.add(mb, i64(blocks.mr - 1)), i64(blocks.mr))
+    edge = blocks.edge  # then the last block's columns past whole panels go to the edge kernel
+    col_panels = b.udiv(b.add(nb, i64(0 if edge else blocks.nr - 1)), i64(blocks.nr))
+    has_edge = b.icmp_unsigned("<", b.mul(col_panels, i64(blocks.nr)), nb)
+    # or with the last whole panel's call (then the loop leaves that one out)
+    fused = has_edge if edge and fuses_edge(blocks.config, blocks.mr, blocks.nr, edge) else None
+    if fused is not None:
+        fused = b.and_(fused, b.icmp_unsigned("!=", col_panels, i64(0)))
+        col_panels = b.sub(col_panels, b.zext(fused, I64))
+    with for_range(b, row_panels, "ir") as ir_:
+        i0 = b.mul(ir_, i64(blocks.mr))
+        rows = smaller(b, i64(blocks.mr), b.sub(mb, i0))
+        a_panel = b.gep(packed_a, [b.mul(i0, kc)], source_etype=ty)
+        c_row = b.gep(c, [b.mul(b.add(m0, i0), i64(ldc))], source_etype=ty)
+        with for_range(b, col_panels, "jr") as jr:
+            j0 = b.mul(jr, i64(blocks.nr))
+            cols = smaller(b, i64(blocks.nr), b.sub(nb, j0))
+            b_panel = b.gep(packed_b, [b.mul(j0, kc)], source_etype=ty)
+            c_tile = b.gep(c_row, [b.add(n0, j0)], source_etype=ty)
+            args = [kc, a_panel, b_panel, c_tile, i64(ldc), accumulate, rows, cols]
+            b.call(kernel, args)
+        if edge:
+            j0 = b.mul(col_panels, i64(blocks.nr))
+            b_panel = b.gep(packed_b, [b.mul(j0, kc)], source_etype=ty)
+            c_tile = b.gep(c_row, [b.add(n0, j0)], source_etype=ty)
+            args = [kc, a_panel, b_panel, c_tile, i64(ldc), accumulate, rows]
+
+            def alone():
+                with if_then(b, has_edge):
+                    b.call(edge_kernel(ctx, blocks.config, blocks.mr, edge, blocks.nr), args)
+
+            if fused is None:
+                alone()
+            else:
+                with b.if_else(fused) as (whole, otherwise):
+                    with whole:
+                        extra = micro_kernel(ctx, blocks.config, blocks.mr, blocks.nr, edge,
+                                             streams_a)  # fmt: skip
+                        edge_panel = b.gep(b_panel, [b.mul(i64(blocks.nr), kc)], source_etype=ty)
+                        b.call(extra, [*args, i64(blocks.nr), edge_panel])
+                    with otherwise:
+                        alone()
+        if epilogue is not None:
+            last = b.icmp_unsigned("==", ki, i64(k_slices - 1))
+            with if_then(b, last):
+                epilogue(b.add(m0, i0), rows, n0, nb)
+
+
+def block_span(b: ir.IRBuilder, index: ir.Value, size: int, total: int):
+    """(start, extent) of block `index` of `size` in `total` (the last one may be short)."""
+    start = b.mul(index, i64(size))
+    if total <= size:
+        return start, i64(total)
+    return start, smaller(b, i64(size), b.sub(i64(total), start))
+
+
+def emit_region(ctx: EmitContext, m0, rows, n0, cols, body: Callable) -> None:
+    """`body(m, n)` for the rows x cols block of C at (m0, n0), n innermost."""
+    b = ctx.builder
+    with for_range(b, rows, "em") as i:
+        m = b.add(m0, i)
+        with for_range(b, cols, "en") as j:
+            body(m, b.add(n0, j))

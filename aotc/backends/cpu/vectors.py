@@ -1,0 +1,152 @@
+"""Vector building blocks of the CPU kernels, in a GEMM configuration's element type.
+
+Splats, lane constants and shuffles, lane masks, multiply-adds (FMA where the target
+has it; pmaddwd on 16-bit pairs for the integer GEMM), masked and gathered loads and
+masked stores; and `smaller`, the i64 minimum that clips a short last block or panel.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...ir import DType
+from ..llvm.lltypes import I32, I64, PTR, VOID
+from .gemm_config import GemmConfig
+
+# -- lanes and shuffles -----------------------------------------------------------
+
+
+def splat(b: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
+    """`value` in every lane of a vector of type `vec`."""
+    one = b.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vec.count), [0] * vec.count)
+    return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), zeros)
+
+
+def lanes(width: int) -> ir.Constant:
+    """<0, 1, ..., width-1> as i32 lanes."""
+    return i32_lanes(range(width))
+
+
+def pick_lanes(b: ir.IRBuilder, vector: ir.Value, which) -> ir.Value:
+    """A vector of the lanes `which` of `vector` (in that order)."""
+    return b.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined), i32_lanes(which))
+
+
+def i32_lanes(values) -> ir.Constant:
+    """A constant i32 vector of `values` (lane indices, shuffle masks)."""
+    values = list(values)
+    return ir.Constant(ir.VectorType(I32, len(values)), values)
+
+
+def lanes_below(b: ir.IRBuilder, count: ir.Value, width: int, first: int = 0) -> ir.Value:
+    """<width x i1>: lane l is set where first + l < count (an i64; none when negative)."""
+    lanes = ir.Constant(ir.VectorType(I64, width), [first + lane for lane in range(width)])
+    return b.icmp_signed("<", lanes, splat(b, count, lanes.type))
+
+
+def smaller(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """The signed minimum of two i64 values."""
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+# -- arithmetic in C's type --------------------------------------------------------
+
+
+def plus(b: ir.IRBuilder, cfg: GemmConfig, x, y) -> ir.Value:
+    """x + y in C's type."""
+    return b.add(x, y) if cfg.paired else b.fadd(x, y)
+
+
+# x86's pmaddwd per vector width (i32 lanes): (<2W x i16>, <2W x i16>) -> <W x i32>
+PMADDWD = {
+    4: "llvm.x86.sse2.pmadd.wd",
+    8: "llvm.x86.avx2.pmadd.wd",
+    16: "llvm.x86.avx512.pmaddw.d.512",
+}
+
+
+def pair_mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
+    """acc + even(x) * even(y) + odd(x) * odd(y) per 32-bit lane of <W x i32> vectors, each
+    lane two signed 16-bit halves.  Sums wrap modulo 2**32, so the result is the exact
+    s32 sum (XLA's integer dot wraps too).
+
+    On x86 it is pmaddwd and an add (vpdpwssd on VNNI CPUs: LLVM fuses them).  The
+    intrinsic is called by name because LLVM, seeing one operand a broadcast, would
+    rewrite the plain form into 32-bit multiplies; elsewhere the plain form it is."""
+    count = x.type.count
+    if cfg.pmaddwd and count in PMADDWD and count <= cfg.lanes:
+        halves = ir.VectorType(ir.IntType(16), 2 * count)
+        args = [b.bitcast(x, halves), b.bitcast(y, halves)]
+        return b.add(b.call(ctx.declare(PMADDWD[count], x.type, args), args), acc)
+    halves = ir.VectorType(ir.IntType(16), 2 * count)
+
+    def half(v, odd: int):
+        picked = pick_lanes(b, b.bitcast(v, halves), range(odd, 2 * count, 2))
+        return b.sext(picked, x.type)
+
+    products = b.add(b.mul(half(x, 0), half(y, 0)), b.mul(half(x, 1), half(y, 1)))
+    return b.add(products, acc)
+
+
+def mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
+    """x*y + acc: one fused instruction where the target has FMA (never emulated); for
+    an integer GEMM the pairs' products (`pair_mul_add`)."""
+    if cfg.paired:
+        return pair_mul_add(ctx, b, cfg, x, y, acc)
+    if not cfg.fma:
+        return b.fadd(b.fmul(x, y), acc)
+    suffix = f"v{x.type.count}{'f32' if cfg.dtype is DType.F32 else 'f64'}"
+    fma = ctx.declare(f"llvm.fma.{suffix}", x.type, [x, y, acc])
+    return b.call(fma, [x, y, acc])
+
+
+# -- masked and gathered memory ----------------------------------------------------
+
+
+def vector_gep(b: ir.IRBuilder, base: ir.Value, offsets: ir.Value, ty: ir.Type) -> ir.Value:
+    """<N x ptr>: base + offsets[i] elements of `ty`."""
+    pointers = b.gep(base, [offsets], source_etype=ty)
+    # llvmlite infers a scalar pointer type for a GEP with vector indices
+    pointers.type = ir.VectorType(PTR, offsets.type.count)
+    return pointers
+
+
+def masked_gather(ctx, b, cfg: GemmConfig, pointers, mask) -> ir.Value:
+    """The lanes of `pointers` where `mask` holds, zeros elsewhere (never loaded)."""
+    count = mask.type.count
+    return _masked(ctx, b, cfg, f"llvm.masked.gather.v{count}{_type_tag(cfg)}.v{count}p0",
+                   pointers, mask)  # fmt: skip
+
+
+def masked_load(ctx, b, cfg: GemmConfig, pointer, mask) -> ir.Value:
+    """A contiguous vector from `pointer`, lanes outside `mask` zero (never loaded)."""
+    count = mask.type.count
+    return _masked(ctx, b, cfg, f"llvm.masked.load.v{count}{_type_tag(cfg)}.p0", pointer, mask)
+
+
+def _masked(ctx, b, cfg: GemmConfig, name: str, address, mask) -> ir.Value:
+    """Call masked load/gather intrinsic `name`: (address, align, mask, zeros)."""
+    vec = ir.VectorType(cfg.element, mask.type.count)
+    args = [address, ir.Constant(I32, cfg.itemsize), mask, ir.Constant(vec, None)]
+    return b.call(ctx.declare(name, vec, args), args)
+
+
+def store_lanes(ctx, b, cfg, value, pointer, mask) -> None:
+    """Store the lanes of `value` where `mask` holds (the others are not touched)."""
+    t = value.type
+    align = ir.Constant(I32, cfg.itemsize)
+    name = f"llvm.masked.store.v{t.count}{_type_tag(cfg)}.p0"
+    b.call(ctx.declare(name, VOID, [value, pointer, align, mask]), [value, pointer, align, mask])
+
+
+def masked_store(ctx, b, cfg, value, pointer, first: int, cols, adding: bool) -> None:
+    """Store lanes first + l < cols of `value` (added to what is there when `adding`)."""
+    mask = lanes_below(b, cols, value.type.count, first)
+    if adding:
+        value = plus(b, cfg, masked_load(ctx, b, cfg, pointer, mask), value)
+    store_lanes(ctx, b, cfg, value, pointer, mask)
+
+
+def _type_tag(cfg: GemmConfig) -> str:
+    return {DType.F32: "f32", DType.F64: "f64"}.get(cfg.dtype, f"i{cfg.dtype.bits}")
