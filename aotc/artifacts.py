@@ -33,6 +33,7 @@ import jinja2
 from ._version import __version__
 from .errors import AotcError, ToolError
 from .ir import DType, Shape
+from .names import check_c_identifier
 from .resources import resource_dir
 
 # fixed, so that the same sources give byte-identical objects
@@ -63,9 +64,6 @@ _RESERVED_WORDS = """
     uint32_t uint64_t intptr_t uintptr_t intmax_t uintmax_t scratch inputs outputs
 """
 RESERVED_NAMES = frozenset(_RESERVED_WORDS.split())
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -179,8 +177,7 @@ def unique_specs(
 
 def check_model_name(name: str) -> None:
     """Raise unless `name` can prefix the model's C symbols and file names."""
-    if not _IDENTIFIER.match(name):
-        raise AotcError(f"model name '{name}' is not a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
+    check_c_identifier(name, "model name")
     if name.lower().startswith("aotc_"):
         raise AotcError(f"model name '{name}': the prefix 'aotc_' belongs to the runtime")
 

@@ -7,7 +7,6 @@ Writing artifacts and loading the code into Python are methods on that.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from .backends.cuda import (
 from .buffers import BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
 from .ir import Module, Op, Shape
+from .names import check_c_identifier, to_c_identifier
 from .passes.pipeline import make_pipeline
 
 # instructions that are bookkeeping and emit no code
@@ -170,18 +170,13 @@ def _is_hlo_text(path: Path) -> bool:
         raise ModelError(f"{path}: cannot read: {error.strerror or error}") from None
 
 
-_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 def _model_name(requested: str | None, source: str, module: Module) -> str:
     """The symbol prefix: --name, else the file's stem made into a C identifier."""
     if requested is not None:
-        if not _C_IDENTIFIER.match(requested):
-            raise AotcError(f"--name '{requested}' is not a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
+        check_c_identifier(requested, "--name")
         return requested
     stem = Path(source).stem if source else module.name
-    name = re.sub(r"[^A-Za-z0-9_]", "_", stem) or "model"
-    return name if not name[0].isdigit() else f"m_{name}"
+    return to_c_identifier(stem or "model", lead="m_")
 
 
 def _tensor_specs(module: Module):
