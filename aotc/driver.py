@@ -25,13 +25,9 @@ from .backends.cuda import (
 from .buffers import BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
 from .ir import Module, Op, Shape
+from .ir.ops import NO_CODE_OPS
 from .names import check_c_identifier, to_c_identifier
 from .passes.pipeline import make_pipeline
-
-# instructions that are bookkeeping and emit no code
-_NO_CODE_OPS = frozenset(
-    {Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.RESHAPE, Op.BITCAST}
-)
 
 
 @dataclass(frozen=True)
@@ -123,7 +119,7 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
         naive_total=plan.naive_total,
         weight_bytes=plan.weight_bytes,
         kernel_count=len(cuda.launches) if cuda else sum(
-            1 for i in plan.schedule if i.op not in _NO_CODE_OPS
+            1 for i in plan.schedule if i.op not in NO_CODE_OPS
         ),
         workspace_bytes=plan.workspace_bytes,
     )
