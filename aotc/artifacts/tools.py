@@ -30,11 +30,11 @@ from typing import Protocol
 
 import jinja2
 
-from ._version import __version__
-from .errors import AotcError, ToolError
-from .ir import DType, Shape
-from .names import check_c_identifier
-from .resources import resource_dir
+from .._version import __version__
+from ..errors import AotcError, ToolError
+from ..ir import DType, Shape
+from ..names import check_c_identifier
+from ..resources import resource_dir
 
 # fixed, so that the same sources give byte-identical objects
 RUNTIME_CFLAGS = ("-O2", "-fPIC", "-std=c99", "-Wall", "-pthread")
@@ -536,7 +536,7 @@ def write_artifacts(
     give byte-identical files.
     """
     if cuda is not None:
-        from .cuda_artifacts import write_cuda_artifacts  # it builds on this module
+        from ..cuda_artifacts import write_cuda_artifacts  # it builds on this module
 
         return write_cuda_artifacts(out_dir, name, inputs, outputs, cuda, stats, source, cc)
     header = render_header(name, inputs, outputs, stats, target, source)
