@@ -59,7 +59,7 @@ def _template_values(name: str, inputs, outputs, program, stats: MemoryStats, so
         "kernels": len(program.launches),
         "archs": list(program.cubins),
         "ptx_arch_name": program.target.newest,
-        "params": artifacts._wrap_params(f"int {name}_cuda_run(", params),
+        "params": artifacts.wrap_params(f"int {name}_cuda_run(", params),
         "call_args": ", ".join(["&ctx", *(t.c_name for t in tensors), "NULL"]),
         "input_args": ", ".join(t.c_name for t in inputs) or "0",  # C has no empty {}
         "output_args": ", ".join(t.c_name for t in outputs),
@@ -136,6 +136,6 @@ def write_cuda_artifacts(
             ([*archiver, "rcsD", library, files[2], "aotc_cuda.o"], f"archiving {library}"),
         ]  # fmt: skip
         for argv, what in steps:
-            artifacts._run_tool(argv, what, stage)
-        artifacts._install(stage, out_dir, files)
+            artifacts.run_tool(argv, what, stage)
+        artifacts.install(stage, out_dir, files)
     return ArtifactPaths(out_dir / files[0], out_dir / files[2], out_dir / library)
