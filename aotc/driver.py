@@ -22,6 +22,7 @@ from .backends.cuda import (
     is_cuda_target,
     parse_cuda_target,
 )
+from .backends.cuda.artifacts import write_cuda_artifacts
 from .buffers import BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
 from .ir import Module, Op, Shape
@@ -68,10 +69,15 @@ class CompiledModel:
     def write(self, out_dir: str | Path) -> artifacts.ArtifactPaths:
         """Write NAME.h, NAME.o and libNAME.a into `out_dir` (all or nothing; see
         artifacts.write_artifacts for a target without a C compiler)."""
+        # the file name only: a header must not depend on where the build ran
+        source = Path(self.source).name
+        if self.cuda is not None:
+            return write_cuda_artifacts(
+                Path(out_dir), self.name, self.inputs, self.outputs, self.cuda, self.stats, source
+            )
         return artifacts.write_artifacts(
             Path(out_dir), self.name, self.inputs, self.outputs, self.object_bytes,
-            # the file name only: a header must not depend on where the build ran
-            self.stats, self.target, Path(self.source).name, cuda=self.cuda,
+            self.stats, self.target, source,
         )  # fmt: skip
 
     def kernel_forms(self) -> dict[str, str]:

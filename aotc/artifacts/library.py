@@ -28,12 +28,8 @@ def write_artifacts(
     target: Target | str,
     source: str,
     cc: str | Sequence[str] | None = None,
-    cuda=None,
 ) -> ArtifactPaths:
     """Write NAME.h, NAME.o and libNAME.a (NAME.o + the runtime built for `target`).
-
-    For a model compiled for CUDA (`cuda`: its backends.cuda.CudaProgram, whose host
-    object is `object_bytes`), cuda_artifacts.write_cuda_artifacts writes them instead.
 
     `target` is a Target, or a description for the header of code for this machine.
     Without a C compiler for the target's architecture (a cross compiler, see
@@ -43,10 +39,6 @@ def write_artifacts(
     at the end; on failure `out_dir` is as it was (or absent again).  The same arguments
     give byte-identical files.
     """
-    if cuda is not None:
-        from ..cuda_artifacts import write_cuda_artifacts  # it builds on this module
-
-        return write_cuda_artifacts(out_dir, name, inputs, outputs, cuda, stats, source, cc)
     header = render_header(name, inputs, outputs, stats, target, source)
     compiler = runtime_compiler(target, cc)
     archiver = find_archiver() if compiler is not None else None

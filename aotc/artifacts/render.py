@@ -61,7 +61,7 @@ def _environment() -> jinja2.Environment:
 
 
 def render_template(template: str, **values) -> str:
-    """Render templates/`template` (for cuda_artifacts.py; c_string and c_comment filters)."""
+    """Render templates/`template` (for a backend's own writer; c_string and c_comment filters)."""
     return _environment().get_template(template).render(version=__version__, **values)
 
 

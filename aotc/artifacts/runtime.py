@@ -27,7 +27,7 @@ from .tools import (
 # fixed, so that the same sources give byte-identical objects
 RUNTIME_CFLAGS = ("-O2", "-fPIC", "-std=c99", "-Wall", "-pthread")
 LINK_LIBS = ("-lm", "-lpthread")
-# runtime_c/aotc_cuda.{c,h}: the CUDA models' runtime (cuda_artifacts.py), not the CPU's
+# runtime_c/aotc_cuda.{c,h}: the CUDA models' runtime (backends/cuda/artifacts.py), not the CPU's
 CUDA_RUNTIME = "aotc_cuda"
 
 

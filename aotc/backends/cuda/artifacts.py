@@ -1,7 +1,7 @@
 """Artifacts of a model compiled for CUDA: NAME.h, NAME.o, libNAME.a and aotc_cuda.h.
 
-artifacts.write_artifacts hands CUDA models here (one way to write artifacts); the
-templates are rendered through artifacts.render_template (jinja2 stays there).
+What the CUDA backend writes for a model, built from the target-neutral parts in
+aotc.artifacts (its templates rendered through artifacts.render_template).
 
 - NAME.h: templates/cuda_model.h.j2, including aotc_cuda.h (copied beside it);
 - NAME.o: the host launcher (templates/cuda_model.c.j2, compiled by the C compiler)
@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import artifacts
-from .artifacts import ArtifactPaths, MemoryStats, TensorSpec
-from .buffers import BufferKind, Slice
-from .ir import DType
-from .resources import resource_dir
+from ... import artifacts
+from ...artifacts import ArtifactPaths, MemoryStats, TensorSpec
+from ...buffers import BufferKind, Slice
+from ...ir import DType
+from ...resources import resource_dir
 
 RUNTIME_SOURCE = "aotc_cuda.c"
 RUNTIME_HEADER = "aotc_cuda.h"
