@@ -45,3 +45,8 @@ class InputValuesRequired(UnsupportedError):
     def __init__(self, message: str, inputs: tuple[str, ...] | list[str] = ()):
         super().__init__(message)
         self.inputs = list(inputs)
+
+
+def one_line(message: str) -> str:
+    """A message on one line: each run of whitespace (newlines too) becomes one space."""
+    return " ".join(message.split())

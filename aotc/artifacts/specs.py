@@ -99,10 +99,14 @@ class MemoryStats:
 
 
 class Target(Protocol):
-    """What artifacts need to know of a code target (backends.cpu.CpuTarget is one)."""
+    """What artifacts need to know of a code target (each backend's target class is one;
+    read-only, so that frozen dataclasses and properties both qualify)."""
 
-    triple: str
-    cpu: str
+    @property
+    def triple(self) -> str: ...
+
+    @property
+    def cpu(self) -> str: ...
 
     def describe(self) -> str: ...
 
