@@ -1,6 +1,6 @@
 """User-facing errors.  A leaf module: every layer (the IR too) may import it.
 
-The CLI prints any `AotcError` as one line and exits with code 2.
+The CLI prints any `AotcError` as one line (`one_line`) and exits with code 2.
 """
 
 from __future__ import annotations
