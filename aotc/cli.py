@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .errors import AotcError
+from .errors import AotcError, one_line
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -140,48 +139,10 @@ def _compile(args) -> None:
 
 
 def _targets() -> None:
-    """`aotc targets`: a table of the notable targets, then how to name any other."""
-    from . import artifacts
-    from .backends.cpu.target import NOTABLE_TARGETS, parse_target
+    """`aotc targets`: each backend's notable targets, how to name any other, its tools."""
+    from .driver import describe_targets
 
-    rows = [("TARGET", "TRIPLE", "CPU", "VECTORS", "FMA", "RUNTIME C COMPILER", "FOR")]
-    for spec, purpose in NOTABLE_TARGETS:
-        target = parse_target(spec)
-        try:
-            compiler = artifacts.runtime_compiler(target)
-        except AotcError as error:  # a named compiler that is missing: say so in the table
-            compiler = [f"({_one_line(str(error))})"]
-        found = shlex.join([Path(compiler[0]).name, *compiler[1:]]) if compiler else "none found"
-        vectors = f"{target.vector_bits}-bit {target.vector_isa}"
-        fma = "yes" if target.has_fma else "no"
-        rows.append((spec, target.triple, target.cpu, vectors, fma, found, purpose))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths)]
-        print("  ".join([*cells, row[-1]]).rstrip())
-    arch = artifacts.host_arch()
-    print(
-        f"\nAny CPU LLVM knows: --target ARCH:CPU (e.g. x86_64:znver3, aarch64:neoverse-n2)."
-        f"\nThe runtime is built by $CC_<arch> if set, else $CC or cc for this machine's "
-        f"architecture ({arch}), else <arch>-linux-gnu-gcc from PATH."
-    )
-    _cuda_targets()
-
-
-def _cuda_targets() -> None:
-    """The GPU part of `aotc targets`: the architectures and the ptxas that assembles them."""
-    from .backends.cuda.target import arch_number, known_archs
-    from .backends.cuda.tools import find_ptxas, ptxas_version
-
-    archs = ", ".join(sorted(known_archs(), key=lambda a: (arch_number(a), a)))
-    try:
-        ptxas = find_ptxas()
-        found = f"{ptxas} ({ptxas_version(ptxas)})"
-    except AotcError as error:
-        found = _one_line(str(error))
-    print(f"\nNVIDIA GPUs: --target cuda:sm_80,sm_90 (one cubin each, PTX of the newest; "
-          f"+tf32: f32 contractions on TF32 tensor cores); architectures: {archs}."
-          f"\nptxas: {found}")  # fmt: skip
+    print(describe_targets())
 
 
 def _inspect(args) -> None:
@@ -239,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "targets":
             _targets()
     except AotcError as error:
-        print(f"aotc: error: {_one_line(str(error))}", file=sys.stderr)
+        print(f"aotc: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -247,16 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("AOTC_TRACEBACK"):
             raise
         print(
-            f"aotc: internal error: {type(error).__name__}: {_one_line(str(error))} "
+            f"aotc: internal error: {type(error).__name__}: {one_line(str(error))} "
             "(a bug in aotc; rerun with AOTC_TRACEBACK=1 for details)",
             file=sys.stderr,
         )
         return 3
     return 0
-
-
-def _one_line(message: str) -> str:
-    return " ".join(message.split())
 
 
 if __name__ == "__main__":

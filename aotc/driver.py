@@ -2,36 +2,27 @@
 
 `compile_model` turns a model (ONNX file or proto, or XLA HLO text) into a
 `CompiledModel`: the optimized module, its buffer plan and the object code.
-Writing artifacts and loading the code into Python are methods on that.
+Writing artifacts and loading the code into Python are methods on that.  The
+backend comes from the table in aotc.backends, by the target's prefix; this module
+names none.
 """
 
 from __future__ import annotations
 
-import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from . import artifacts
-from .backends.cpu import CpuTarget, contraction_kind, emit_object, parse_target
-from .backends.cuda import (
-    CudaProgram,
-    CudaTarget,
-    compile_cuda,
-    is_cuda_target,
-    parse_cuda_target,
-)
+from .backends import BACKENDS, Backend, backend_for
 from .buffers import BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
 from .ir import Module, Op, Shape
+from .names import check_c_identifier, to_c_identifier
 from .passes.pipeline import make_pipeline
-
-# instructions that are bookkeeping and emit no code
-_NO_CODE_OPS = frozenset(
-    {Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.RESHAPE, Op.BITCAST}
-)
 
 
 @dataclass(frozen=True)
@@ -65,34 +56,33 @@ class CompiledModel:
     inputs: list[artifacts.TensorSpec]
     outputs: list[artifacts.TensorSpec]
     stats: artifacts.MemoryStats
-    target: CpuTarget | CudaTarget  # str(target) describes it
+    target: artifacts.Target  # str(target) describes it
     seconds: float
-    cuda: CudaProgram | None = None  # the kernels, for a CUDA target (object_bytes: host)
+    backend: Backend[Any]  # the one that compiled it (and writes its artifacts)
+    program: Any = None  # the backend's own record of its kernels (CompiledCode.program)
 
     def write(self, out_dir: str | Path) -> artifacts.ArtifactPaths:
         """Write NAME.h, NAME.o and libNAME.a into `out_dir` (all or nothing; see
         artifacts.write_artifacts for a target without a C compiler)."""
-        return artifacts.write_artifacts(
+        return self.backend.write_artifacts(
             Path(out_dir), self.name, self.inputs, self.outputs, self.object_bytes,
             # the file name only: a header must not depend on where the build ran
-            self.stats, self.target, Path(self.source).name, cuda=self.cuda,
+            self.stats, self.target, Path(self.source).name, self.program,
         )  # fmt: skip
 
     def kernel_forms(self) -> dict[str, str]:
-        """Kernel name -> how the CPU backend emits that dot or convolution kernel
-        ("gemm", "winograd", "depthwise", ...); empty for other targets."""
-        if not isinstance(self.target, CpuTarget):
-            return {}
-        kinds = {i.name: contraction_kind(self.target, self.plan, i) for i in self.plan.schedule}
-        return {name: kind for name, kind in kinds.items() if kind}
+        """Kernel name -> how the backend emits that kernel ("gemm", "winograd",
+        "depthwise", ...); empty where it tells none."""
+        return self.backend.kernel_forms(self.target, self.plan)
 
     def load(self):
         """Link a shared object and return a callable `LoadedModel` (cffi)."""
         from .runner import LoadedModel
 
-        if self.cuda is not None:
-            raise AotcError(f"{self.name} is compiled for CUDA: link libNAME.a into a program")
-
+        if not self.backend.loadable:
+            raise AotcError(
+                f"{self.name} is compiled for {self.backend.label}: link libNAME.a into a program"
+            )
         return LoadedModel(self)
 
 
@@ -100,21 +90,14 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     """Compile an ONNX model (path or ModelProto) or an HLO text file."""
     options = options or CompileOptions()
     started = time.perf_counter()
-    cuda_target = is_cuda_target(options.target)
-    if cuda_target:
-        target = parse_cuda_target(options.target)
-    else:  # below -O2, convolutions sum directly (closest to a reference's rounding)
-        target = replace(parse_target(options.target), winograd=options.opt_level >= 2)
+    backend = backend_for(options.target)
+    target = backend.parse_target(options.target, options.opt_level)
     module, source = _import(model, options)
     name = _model_name(options.name, source, module)
     module.name = name
     make_pipeline(options.opt_level, options.dump_hlo, options.verify).run(module)
     plan = assign_buffers(module)
-    cuda = compile_cuda(module, plan, name, target) if cuda_target else None
-    if cuda is None:
-        object_bytes = emit_object(module, plan, name, target, options.threads)
-    else:
-        object_bytes = cuda.host_object
+    code = backend.compile(module, plan, name, target, options.threads)
     inputs, outputs = _tensor_specs(module)
     stats = artifacts.MemoryStats(
         arena_bytes=plan.arena_bytes,
@@ -122,15 +105,18 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
         lower_bound=plan.lower_bound,
         naive_total=plan.naive_total,
         weight_bytes=plan.weight_bytes,
-        kernel_count=len(cuda.launches) if cuda else sum(
-            1 for i in plan.schedule if i.op not in _NO_CODE_OPS
-        ),
+        kernel_count=code.kernel_count,
         workspace_bytes=plan.workspace_bytes,
     )
     return CompiledModel(
-        name, source, module, plan, object_bytes, inputs, outputs, stats,
-        target, time.perf_counter() - started, cuda,
+        name, source, module, plan, code.object_bytes, inputs, outputs, stats,
+        target, time.perf_counter() - started, backend, code.program,
     )  # fmt: skip
+
+
+def describe_targets() -> str:
+    """What `aotc targets` prints: each backend's targets and the tools it found."""
+    return "\n\n".join(backend.describe_targets() for backend in BACKENDS.values())
 
 
 def _import(model, options: CompileOptions) -> tuple[Module, str]:
@@ -170,18 +156,13 @@ def _is_hlo_text(path: Path) -> bool:
         raise ModelError(f"{path}: cannot read: {error.strerror or error}") from None
 
 
-_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 def _model_name(requested: str | None, source: str, module: Module) -> str:
     """The symbol prefix: --name, else the file's stem made into a C identifier."""
     if requested is not None:
-        if not _C_IDENTIFIER.match(requested):
-            raise AotcError(f"--name '{requested}' is not a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
+        check_c_identifier(requested, "--name")
         return requested
     stem = Path(source).stem if source else module.name
-    name = re.sub(r"[^A-Za-z0-9_]", "_", stem) or "model"
-    return name if not name[0].isdigit() else f"m_{name}"
+    return to_c_identifier(stem or "model", lead="m_")
 
 
 def _tensor_specs(module: Module):

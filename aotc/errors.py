@@ -1,6 +1,6 @@
 """User-facing errors.  A leaf module: every layer (the IR too) may import it.
 
-The CLI prints any `AotcError` as one line and exits with code 2.
+The CLI prints any `AotcError` as one line (`one_line`) and exits with code 2.
 """
 
 from __future__ import annotations
@@ -45,3 +45,8 @@ class InputValuesRequired(UnsupportedError):
     def __init__(self, message: str, inputs: tuple[str, ...] | list[str] = ()):
         super().__init__(message)
         self.inputs = list(inputs)
+
+
+def one_line(message: str) -> str:
+    """A message on one line: each run of whitespace (newlines too) becomes one space."""
+    return " ".join(message.split())

@@ -12,10 +12,7 @@ from dataclasses import dataclass
 
 from .buffers import BufferPlan
 from .ir import Instruction, Op, Shape
-
-_NO_CODE = frozenset(
-    {Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.RESHAPE, Op.BITCAST}
-)
+from .ir.ops import NO_CODE_OPS
 
 
 @dataclass(frozen=True)
@@ -31,7 +28,7 @@ def kernels(plan: BufferPlan) -> list[KernelInfo]:
     """One row per scheduled instruction that emits code, in execution order."""
     rows = []
     for instr in plan.schedule:
-        if instr.op in _NO_CODE:
+        if instr.op in NO_CODE_OPS:
             continue
         body = instr.called[0].instructions if instr.op is Op.FUSION else [instr]
         computed = [i for i in body if i.op not in (Op.PARAMETER, Op.CONSTANT)]

@@ -164,7 +164,7 @@ class GpuModel:
                 "-lpthread", "-lm"]  # fmt: skip
         subprocess.run(argv, check=True, capture_output=True, text=True)
         self.lib = ctypes.CDLL(str(library))
-        self.launches = self.compiled.cuda.launches
+        self.launches = self.compiled.program.launches
         self.ctx = ctypes.create_string_buffer(4096 + 8 * len(self.launches))
         getattr(self.lib, f"{name}_cuda_last_error").restype = ctypes.c_char_p
         status = getattr(self.lib, f"{name}_cuda_init")(self.ctx, 0)
@@ -471,9 +471,11 @@ def compile_only(names: list[str], archs: str) -> int:
                                                                           name=name))  # fmt: skip
             with tempfile.TemporaryDirectory(prefix=f"aotc_gpu_{name}_") as tmp:
                 compiled.write(Path(tmp))
-            sizes = ", ".join(f"{a} {len(c) // 1024} KiB" for a, c in compiled.cuda.cubins.items())
+            sizes = ", ".join(
+                f"{a} {len(c) // 1024} KiB" for a, c in compiled.program.cubins.items()
+            )
             print(
-                f"{name}: {len(compiled.cuda.launches)} kernels, cubins {sizes} "
+                f"{name}: {len(compiled.program.launches)} kernels, cubins {sizes} "
                 f"({time.perf_counter() - started:.1f} s)",
                 flush=True,
             )

@@ -119,7 +119,7 @@ def run_program(program: Path, inputs: list[np.ndarray], output_bytes: list[int]
 
 
 def _elf_machine(path: Path) -> str:
-    return artifacts._elf_machine(path.read_bytes()[:20])
+    return artifacts.elf_machine(path.read_bytes()[:20])
 
 
 def reference(path: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -278,7 +278,7 @@ def test_cc_override_is_used_and_checked(tmp_path, monkeypatch):
     wrapper = tmp_path / "my-cross-cc"
     wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec {CROSS_CC} "$@"\n')
     wrapper.chmod(0o755)
-    artifacts._runtime_objects.cache_clear()
+    artifacts.runtime_objects.cache_clear()
     monkeypatch.setenv("CC_aarch64", f"{wrapper} -O2")
     paths = compiled.write(tmp_path / "ok")
     assert "-mcpu=cortex-a72" in log.read_text() and paths.library.exists()

@@ -324,3 +324,12 @@ class Direction(enum.Enum):
     LE = "LE"
     GT = "GT"
     GE = "GE"
+
+
+# Instructions that emit no code of their own: leaves, tuples and views (a place in
+# memory, not a computation; what `aotc inspect` and NAME_NUM_KERNELS leave out).  The
+# buffer plan may still give a view a copy where it placed it apart from its operand
+# (`BufferPlan.needs_code`).
+NO_CODE_OPS = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE}) | frozenset(
+    op for op, op_def in OP_DEFS.items() if Trait.VIEW in op_def.traits
+)

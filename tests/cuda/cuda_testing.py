@@ -288,7 +288,7 @@ def run_emulated(
     program = build_driver(compiled, build, workdir / "driver", runs)
     library, launches = build_emulation(compiled, workdir / "emulation")
     assert [(k.name, k.grid, k.block) for k in launches] == [
-        (k.name, k.grid, k.block) for k in compiled.cuda.launches
+        (k.name, k.grid, k.block) for k in compiled.program.launches
     ], "the emulated kernels must be launched as the real ones"
     env = fake_environment(fake_driver(workdir / "fake"), library, **settings)
     result, outputs = run_driver(program, inputs, outputs_like, workdir, env)

@@ -56,7 +56,7 @@ def cubin_arch(cubin: bytes) -> int:
 def check_compiled(compiled) -> None:
     """Cubins for both architectures, the PTX of the newest, the blobs in the host
     object, and launch configurations every GPU of the architectures can run."""
-    program = compiled.cuda
+    program = compiled.program
     assert tuple(program.cubins) == ARCHS
     for arch, cubin in program.cubins.items():
         assert cubin_arch(cubin) == int(arch[3:])
@@ -124,7 +124,7 @@ def test_kernel_forms():
     axis = numpy_helper.from_array(np.array([1], np.int64), "axis1")
     model = _model(nodes, [_f32("x", [128, 256])], outputs, [w, b, axis])
     compiled = compile_model(model, CompileOptions(target="cuda:sm_90", name="forms"))
-    kinds = [(k.kind, k.block, k.grid) for k in compiled.cuda.launches]
+    kinds = [(k.kind, k.block, k.grid) for k in compiled.program.launches]
     # the GEMM makes 8 tiles of 64 x 64: too few blocks, so its 16 steps of depth split
     # in 4 slices (split-K), which an elementwise kernel adds up (with the epilogue)
     assert sorted(kind for kind, _, _ in kinds) == ["elementwise", "gemm", "reduction",
@@ -132,7 +132,7 @@ def test_kernel_forms():
     rows = [v for v in kinds if v[0] == "reduction" and v[2] == 128 // 8]
     whole = [v for v in kinds if v[0] == "reduction" and v[2] == 1]
     assert len(rows) == 1 and len(whole) == 1  # a warp per row; a block for 32768 elements
-    gemm = next(k for k in compiled.cuda.launches if k.kind == "gemm")
+    gemm = next(k for k in compiled.program.launches if k.kind == "gemm")
     assert gemm.grid == 8 * 4
     assert gemm.flops == 2 * 128 * 256 * 256 + 2 * 128 * 256  # the epilogue's too
 
@@ -147,7 +147,7 @@ def test_math_functions_link_libdevice():
     compiled = compile_model(model, CompileOptions(target="cuda:sm_80,sm_90", name="math"))
     program = build_program(compiled.module, compiled.plan, "math", parse_cuda_target("cuda:sm_90"))
     assert calls_libdevice(program.module)
-    assert "__nv_" not in compiled.cuda.ptx  # inlined and internalized away
+    assert "__nv_" not in compiled.program.ptx  # inlined and internalized away
     check_compiled(compiled)
 
 

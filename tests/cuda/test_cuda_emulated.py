@@ -65,7 +65,7 @@ def _check(model, name, inputs, tmp_path, rtol=1e-4, atol=1e-5, kinds=None, exac
     number -> the exactly rounded result, where onnxruntime accumulates in f16)."""
     compiled = compile_model(model, CompileOptions(target="cuda:sm_90", name=name))
     if kinds is not None:
-        assert sorted(k.kind for k in compiled.cuda.launches) == sorted(kinds)
+        assert sorted(k.kind for k in compiled.program.launches) == sorted(kinds)
     expected = _reference(model if isinstance(model, onnx.ModelProto) else onnx.load(model),
                           inputs)  # fmt: skip
     for k, value in (exact or {}).items():
@@ -125,8 +125,8 @@ def test_row_fusions(columns, tmp_path):
     inputs = [rng.normal(0, 3, dims).astype(np.float32)]
     compiled = _check(model, f"rows{columns}", inputs, tmp_path, kinds=["row", "row"])
     size = 32 if columns <= reduction.WARP_ROW else reduction.BLOCK
-    assert all(k.block == size and k.grid == 15 for k in compiled.cuda.launches)
-    assert ("bra" not in compiled.cuda.ptx) == (columns % size == 0)
+    assert all(k.block == size and k.grid == 15 for k in compiled.program.launches)
+    assert ("bra" not in compiled.program.ptx) == (columns % size == 0)
 
 
 def test_large_elementwise_fusions_take_several_elements_per_thread(tmp_path):
@@ -140,7 +140,7 @@ def test_large_elementwise_fusions_take_several_elements_per_thread(tmp_path):
     inputs = [rng.normal(size=dims).astype(np.float32)]
     compiled = _check(model, "large", inputs, tmp_path, kinds=["elementwise"])
     per_block = elementwise.BLOCK * elementwise.PER_THREAD
-    assert compiled.cuda.launches[0].grid == -(-dims[0] * dims[1] // per_block)
+    assert compiled.program.launches[0].grid == -(-dims[0] * dims[1] // per_block)
 
 
 def test_reductions(tmp_path, monkeypatch):
@@ -157,7 +157,7 @@ def test_reductions(tmp_path, monkeypatch):
     model = _model(nodes, [_value("x", [9, 5, 301])], outputs, [axes])
     inputs = [rng.normal(size=(9, 5, 301)).astype(np.float32)]
     compiled = _check(model, "reductions", inputs, tmp_path)
-    launches = {(k.kind, k.grid) for k in compiled.cuda.launches}
+    launches = {(k.kind, k.grid) for k in compiled.program.launches}
     assert ("reduction", 9) in launches  # 1505 elements per output: a block each
     assert ("reduction", -(-45 // 8)) in launches  # 301: a warp each
 
@@ -204,7 +204,7 @@ def test_gemms_with_partial_tiles(large, tmp_path, small_gemms, monkeypatch):
     )
     compiled = _check(model, "gemms", inputs, tmp_path, rtol=1e-3, atol=1e-3,
                       exact={2: half.astype(np.float16)})  # fmt: skip
-    assert [k.kind for k in compiled.cuda.launches].count("gemm") == 3
+    assert [k.kind for k in compiled.program.launches].count("gemm") == 3
 
 
 def test_deep_gemms_split_their_depth(tmp_path, small_gemms):
@@ -225,7 +225,7 @@ def test_deep_gemms_split_their_depth(tmp_path, small_gemms):
              .astype(np.float32) for v in inputs]  # fmt: skip
     kinds = ["gemm", "elementwise"] * 2
     compiled = _check(model, "split", feeds, tmp_path, rtol=1e-4, atol=1e-4, kinds=kinds)
-    sizes = {k.name: k.grid for k in compiled.cuda.launches if k.kind == "gemm"}
+    sizes = {k.name: k.grid for k in compiled.program.launches if k.kind == "gemm"}
     assert sorted(sizes.values()) == [13, 3 * 8]  # 63 steps: slices of 5; 32: of 4
 
 
@@ -245,7 +245,7 @@ def test_convolutions(tmp_path, small_gemms):
     model = _model(nodes, [_value("x", [2, 6, 13, 11])], outputs, [w, b, w1])
     inputs = [rng.normal(size=(2, 6, 13, 11)).astype(np.float32)]
     compiled = _check(model, "convs", inputs, tmp_path, kinds=["gemm", "gemm"])
-    assert compiled.cuda.launches[0].grid >= 2  # the feature groups are batches
+    assert compiled.program.launches[0].grid >= 2  # the feature groups are batches
 
 
 @pytest.mark.slow
@@ -270,7 +270,7 @@ def test_outputs_made_by_copies(tmp_path):
     model = _model(nodes, [_value("x", [2, 3])], outputs, [table])
     compiled = _check(model, "copies", [np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)],
                       tmp_path)  # fmt: skip
-    assert len(compiled.cuda.output_copies) >= 2
+    assert len(compiled.program.output_copies) >= 2
 
 
 def test_a_model_without_inputs(tmp_path):
@@ -301,7 +301,7 @@ def test_top_k_sorts(dims, axis, k, largest, kind, tmp_path):
                    [_value("values", out), _value("indices", out, TensorProto.INT64)], [kk])  # fmt: skip
     inputs = [rng.integers(-6, 6, size=dims).astype(np.float32)]
     compiled = _check(model, f"topk{kind}", inputs, tmp_path, rtol=0, atol=0)
-    assert kind in [launch.kind for launch in compiled.cuda.launches]
+    assert kind in [launch.kind for launch in compiled.program.launches]
 
 
 def test_matrix_vector_products(tmp_path):
@@ -330,7 +330,7 @@ def test_matrix_vector_products(tmp_path):
     feeds = [rng.normal(size=[d.dim_value for d in i.type.tensor_type.shape.dim])
              .astype(np.float32) for i in inputs]  # fmt: skip
     compiled = _check(model, "gemv", feeds, tmp_path)
-    assert [k.kind for k in compiled.cuda.launches].count("gemv") == 5
+    assert [k.kind for k in compiled.program.launches].count("gemv") == 5
 
 
 def test_random_draws_advance_per_run_as_on_the_cpu(tmp_path):

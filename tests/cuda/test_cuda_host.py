@@ -78,7 +78,7 @@ def test_artifacts(mnist):
                  "probs, aotc_cuda_stream stream);")  # fmt: skip
     assert prototype in " ".join(header.split())
     assert "#define MNIST_INPUT_BYTES 3136u" in header
-    assert f"#define MNIST_NUM_KERNELS {len(compiled.cuda.launches)}" in header
+    assert f"#define MNIST_NUM_KERNELS {len(compiled.program.launches)}" in header
 
 
 def test_the_same_compile_gives_the_same_files(mnist, tmp_path):
@@ -149,7 +149,7 @@ def test_init_picks_the_image_for_the_device(mnist, tmp_path, arch, image, loade
     compiled = mnist[0]
     launches = [line.split() for line in log[1:]]
     assert launches == [["launch", k.name, str(k.grid), str(k.block)]
-                        for k in compiled.cuda.launches]  # fmt: skip
+                        for k in compiled.program.launches]  # fmt: skip
     assert np.isclose(outputs[0].sum(), 1, rtol=1e-5)  # softmax probabilities
 
 

@@ -104,8 +104,8 @@ def test_half_precision_gemms_on_tensor_cores(runner, dtype, large, tmp_path, mo
     xr, wr, br, pr, qr = (_rounded(a, kind) for a in inputs)
     expected = [np.maximum(_rounded(xr @ wr, kind) + br, 0), wr.T @ xr.T, pr @ qr]
     compiled, got = _run(runner, _gemm_model(dtype), ARCHS, inputs, "halfmma", tmp_path)
-    assert [k.kind for k in compiled.cuda.launches].count("gemm") == 3
-    assert (MMA_F16 if dtype == F16 else MMA_BF16) in compiled.cuda.ptx
+    assert [k.kind for k in compiled.program.launches].count("gemm") == 3
+    assert (MMA_F16 if dtype == F16 else MMA_BF16) in compiled.program.ptx
     # f32 accumulation, then one rounding to the result type (its ulp: 2^-10, 2^-7)
     rtol = 2e-3 if dtype == F16 else 1.6e-2
     for g, e, name in zip(got, expected, ("matmul+bias+relu", "gemm^T", "batched")):
@@ -126,8 +126,8 @@ def test_deep_gemms_split_their_depth_on_tensor_cores(runner, tmp_path):
                            _value("bias", [40], F16)], [_value("y", [20, 40], F16)])  # fmt: skip
     x, w, bias = (rng.normal(size=s).astype(np.float16) for s in ((20, 1000), (1000, 40), 40))
     compiled, (got,) = _run(runner, model, ARCHS, [x, w, bias], "splitmma", tmp_path)
-    assert [k.kind for k in compiled.cuda.launches] == ["gemm", "elementwise"]
-    assert compiled.cuda.launches[0].grid > 1
+    assert [k.kind for k in compiled.program.launches] == ["gemm", "elementwise"]
+    assert compiled.program.launches[0].grid > 1
     exact = x.astype(np.float64) @ w.astype(np.float64)
     expected = _rounded(_rounded(exact, DType.F16) + bias, DType.F16)
     np.testing.assert_allclose(got, expected, rtol=4e-3, atol=4e-2)
@@ -145,7 +145,7 @@ def test_half_precision_convolution_on_tensor_cores(runner, tmp_path):
     x = rng.normal(size=(2, 6, 13, 11)).astype(np.float16)
     w = rng.normal(size=(8, 3, 3, 3)).astype(np.float16)
     compiled, (got,) = _run(runner, model, ARCHS, [x, w], "convmma", tmp_path)
-    assert MMA_F16 in compiled.cuda.ptx
+    assert MMA_F16 in compiled.program.ptx
     padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
     expected = np.zeros((2, 8, 7, 11))
     for o in range(8):
@@ -171,9 +171,9 @@ def test_tf32_only_when_asked(runner, tmp_path):
     exact = a.astype(np.float64) @ b.astype(np.float64)
     tf32 = _tf32(a) @ _tf32(b)
     plain, (f32_got,) = _run(runner, model, ARCHS, [a, b], "f32mm", tmp_path / "f32")
-    assert "mma.sync" not in plain.cuda.ptx
+    assert "mma.sync" not in plain.program.ptx
     np.testing.assert_allclose(f32_got, exact, rtol=1e-5, atol=1e-4)
     fast, (tf32_got,) = _run(runner, model, f"{ARCHS}+tf32", [a, b], "tf32mm", tmp_path / "tf32")
-    assert MMA_TF32 in fast.cuda.ptx and "cvt.rna.tf32.f32" in fast.cuda.ptx
+    assert MMA_TF32 in fast.program.ptx and "cvt.rna.tf32.f32" in fast.program.ptx
     np.testing.assert_allclose(tf32_got, tf32, rtol=1e-5, atol=1e-4)
     assert np.abs(tf32_got - exact).max() > 1e-3  # 10-bit mantissas: visibly coarser

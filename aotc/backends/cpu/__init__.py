@@ -11,7 +11,8 @@ Both return 0, or 1 (computing nothing) when scratch is not 64-byte aligned;
 scratch == NULL uses NAME_static_arena, which makes such calls non-reentrant.
 NAME_weights holds the constants in a read-only section.  See program.py.
 `contraction_kind` says how a dot or convolution kernel is emitted ("gemm",
-"winograd", ...).
+"winograd", ...).  backend.py puts these behind the `Backend` protocol (backends/base.py)
+for the driver.
 """
 
 from .codegen import emit_llvm_ir, emit_object

@@ -19,14 +19,13 @@ values; the plan says where every operand and result lives.
 from __future__ import annotations
 
 import math
-import re
 
 from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
-from ...errors import AotcError
 from ...ir import Instruction, Module, Op, Shape
 from ...ir.index_maps import row_values
+from ...names import check_c_identifier
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import (
     bind_instructions,
@@ -51,15 +50,13 @@ from .transpose import emit_transpose
 
 ARENA_ALIGNMENT = 64
 KERNEL_ARGS = ("inputs", "outputs", "arena")
-C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def build_module(
     module: Module, plan: BufferPlan, name: str, target: CpuTarget | None = None, threads: int = 1
 ) -> ir.Module:
     """The unoptimized LLVM module for `module` laid out by `plan`."""
-    if not C_IDENTIFIER.fullmatch(name):
-        raise AotcError(f"model name '{name}' must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
+    check_c_identifier(name, "model name")
     llmod = ir.Module(name=name)
     weights = _global_bytes(llmod, f"{name}_weights", max(len(plan.weights), 1))
     weights.section = f".rodata.{name}_weights"

@@ -4,8 +4,9 @@
 laid out by a buffer plan to one kernel per scheduled instruction (program.py), PTX per
 architecture through llvmlite, cubins through ptxas (tools.py), and a host object with
 the blobs and the weights (codegen.py).  The host launcher that loads and runs them is
-generated C (templates/cuda_model.c.j2, written by aotc/cuda_artifacts.py) on top of
-runtime_c/aotc_cuda.c, which opens libcuda at run time.
+generated C (templates/cuda_model.c.j2, written by artifacts.py) on top of
+runtime_c/aotc_cuda.c, which opens libcuda at run time.  backend.py puts these behind
+the `Backend` protocol (backends/base.py) for the driver.
 """
 
 from .codegen import CudaProgram, compile_cuda

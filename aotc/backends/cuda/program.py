@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
-from ...errors import AotcError, UnsupportedError
+from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Op
+from ...names import check_c_identifier
 from ..llvm.elemental import ELEMENTWISE_EMITTERS, make_elementwise_rule
 from ..llvm.lltypes import F32, F64
 from ..llvm.rules import KERNELS, RULES
@@ -37,7 +38,6 @@ from .serial import emit_serial
 from .sort import emit_sort
 from .target import CudaTarget
 
-C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # tried in order; each returns its launches, or None when the instruction is not its kind
 EMITTERS = (emit_contraction, emit_rows, emit_reduce)
 
@@ -71,8 +71,7 @@ def build_program(
     device: Device | None = None,
 ) -> KernelProgram:  # fmt: skip
     """The kernels of `module`'s entry laid out by `plan`, for `device` (NVPTX default)."""
-    if not C_IDENTIFIER.fullmatch(name):
-        raise AotcError(f"model name '{name}' must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
+    check_c_identifier(name, "model name")
     device = device or NvptxDevice()
     llmod = ir.Module(name=name)
     llmod.triple = device.triple

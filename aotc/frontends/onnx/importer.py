@@ -13,7 +13,6 @@ enclosing graphs' values, as ONNX scoping says.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from google.protobuf.message import DecodeError
 
 from ...errors import AotcError, ModelError, UnsupportedError
 from ...ir import ComputationBuilder, Instruction, Module
+from ...names import to_c_identifier
 from . import (
     activation,
     attention,
@@ -106,7 +106,7 @@ def import_onnx(
     model = load_model(model)
     opsets = model_opsets(model)
     check_supported(model.graph, opsets)
-    module = Module(c_identifier(name or model.graph.name or "model"))
+    module = Module(to_c_identifier(name or model.graph.name or "model"))
     b = ComputationBuilder(module, "main")
     top = GraphLowering(b, model.graph, opsets, _used_names(model.graph))
     boundary = ModelBoundary(top, input_shapes, input_values, input_structure)
@@ -132,12 +132,6 @@ def load_model(source: onnx.ModelProto | str | Path) -> onnx.ModelProto:
     if not model.HasField("graph"):
         raise ModelError(f"{path}: not a readable ONNX model (it has no graph)")
     return model
-
-
-def c_identifier(name: str) -> str:
-    """`name` made a C identifier (it prefixes the generated C API)."""
-    cleaned = re.sub(r"\W", "_", name)
-    return cleaned if cleaned and not cleaned[0].isdigit() else "_" + cleaned
 
 
 def model_opsets(model: onnx.ModelProto) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """Artifacts of a model compiled for CUDA: NAME.h, NAME.o, libNAME.a and aotc_cuda.h.
 
-artifacts.write_artifacts hands CUDA models here (one way to write artifacts); the
-templates are rendered through artifacts.render_template (jinja2 stays there).
+What the CUDA backend writes for a model, built from the target-neutral parts in
+aotc.artifacts (its templates rendered through artifacts.render_template).
 
 - NAME.h: templates/cuda_model.h.j2, including aotc_cuda.h (copied beside it);
 - NAME.o: the host launcher (templates/cuda_model.c.j2, compiled by the C compiler)
@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import artifacts
-from .artifacts import ArtifactPaths, MemoryStats, TensorSpec
-from .buffers import BufferKind, Slice
-from .ir import DType
-from .resources import resource_dir
+from ... import artifacts
+from ...artifacts import ArtifactPaths, MemoryStats, TensorSpec
+from ...buffers import BufferKind, Slice
+from ...ir import DType
+from ...resources import resource_dir
 
 RUNTIME_SOURCE = "aotc_cuda.c"
 RUNTIME_HEADER = "aotc_cuda.h"
@@ -59,7 +59,7 @@ def _template_values(name: str, inputs, outputs, program, stats: MemoryStats, so
         "kernels": len(program.launches),
         "archs": list(program.cubins),
         "ptx_arch_name": program.target.newest,
-        "params": artifacts._wrap_params(f"int {name}_cuda_run(", params),
+        "params": artifacts.wrap_params(f"int {name}_cuda_run(", params),
         "call_args": ", ".join(["&ctx", *(t.c_name for t in tensors), "NULL"]),
         "input_args": ", ".join(t.c_name for t in inputs) or "0",  # C has no empty {}
         "output_args": ", ".join(t.c_name for t in outputs),
@@ -136,6 +136,6 @@ def write_cuda_artifacts(
             ([*archiver, "rcsD", library, files[2], "aotc_cuda.o"], f"archiving {library}"),
         ]  # fmt: skip
         for argv, what in steps:
-            artifacts._run_tool(argv, what, stage)
-        artifacts._install(stage, out_dir, files)
+            artifacts.run_tool(argv, what, stage)
+        artifacts.install(stage, out_dir, files)
     return ArtifactPaths(out_dir / files[0], out_dir / files[2], out_dir / library)

@@ -1,0 +1,146 @@
+"""The text of the artifacts: NAME.h (templates/model.h.j2), the cffi declarations of a
+model, the memory plan as SVG, and `render_template` for the other writers (the CUDA
+backend's).  The only jinja2 user; C strings and comments in templates go through the
+`c_string` and `c_comment` filters.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import jinja2
+
+from .._version import __version__
+from ..ir import DType
+from ..resources import resource_dir
+from .specs import MemoryStats, Target, TensorSpec, check_model_name, unique_specs
+from .tools import cross_compiler_name, target_arch
+
+
+def c_string(text: str) -> str:
+    """A C string literal for any text: UTF-8 bytes, non-printables and `?` escaped.
+
+    `?` is escaped because `??/` and friends are trigraphs in strict C99; octal escapes
+    because a hex escape would swallow the hex digits that follow it.
+    """
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char in '"\\?':
+            out.append("\\" + char)
+        elif 0x20 <= byte < 0x7F:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def c_comment(text: str) -> str:
+    """Text safe inside a block comment: printable ASCII, no comment delimiters."""
+    text = "".join(c if " " <= c < "\x7f" else "?" for c in text)
+    text = text.replace("*/", "* /").replace("/*", "/ *")
+    while "??" in text:  # trigraphs (`??/` could splice lines)
+        text = text.replace("??", "? ?")
+    return text
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["c_string"] = c_string
+    env.filters["c_comment"] = c_comment
+    return env
+
+
+def render_template(template: str, **values) -> str:
+    """Render templates/`template` (for a backend's own writer; c_string and c_comment filters)."""
+    return _environment().get_template(template).render(version=__version__, **values)
+
+
+def render_header(
+    name: str,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    stats: MemoryStats,
+    target: Target | str,
+    source: str,
+) -> str:
+    """The text of NAME.h.  `source` is shown as given: pass a relative path or a file
+    name if the header should not depend on where the model was compiled.  `target` is
+    a Target (recorded as NAME_TARGET_TRIPLE / NAME_TARGET_CPU) or just a description."""
+    check_model_name(name)
+    inputs, outputs = unique_specs(inputs, outputs)
+    tensors = [*inputs, *outputs]
+    params = [f"const {t.c_type} *{t.c_name}" for t in inputs]
+    params += [f"{t.c_type} *{t.c_name}" for t in outputs]
+    template = _environment().get_template("model.h.j2")
+    return template.render(
+        name=name,
+        upper=name.upper(),
+        version=__version__,
+        source=source,
+        target=target if isinstance(target, str) else target.describe(),
+        triple=None if isinstance(target, str) else target.triple,
+        cpu=None if isinstance(target, str) else target.cpu,
+        cross_cc=cross_compiler_name(target_arch(target)),
+        inputs=inputs,
+        outputs=outputs,
+        stats=stats,
+        scratch_bytes=stats.scratch_bytes,
+        params=wrap_params(f"int {name}_run(", [*params, "void *scratch"]),
+        call_args=", ".join([*(t.c_name for t in tensors), "scratch"]),
+        width=max((len(t.c_name) for t in tensors), default=0),
+        type_width=max((len(t.type_text) for t in tensors), default=0),
+        has_16bit_floats=any(t.dtype in (DType.F16, DType.BF16) for t in tensors),
+    )
+
+
+def wrap_params(opening: str, params: Sequence[str], width: int = 92) -> str:
+    """Parameters on one line if the prototype fits in `width`, else one per line."""
+    one_line = ", ".join(params)
+    if len(opening) + len(one_line) + 2 <= width:
+        return one_line
+    return "\n    " + ",\n    ".join(params)
+
+
+def cffi_cdef(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
+    """Declarations of NAME_run and NAME_run_generic that cffi can parse."""
+    check_model_name(name)
+    inputs, outputs = unique_specs(inputs, outputs)
+    params = [f"const {t.c_type} *{t.c_name}" for t in inputs]
+    params += [f"{t.c_type} *{t.c_name}" for t in outputs]
+    return (
+        f"int {name}_run({', '.join([*params, 'void *scratch'])});\n"
+        f"int {name}_run_generic(void *const *inputs, void *const *outputs, void *scratch);\n"
+    )
+
+
+# the runtime's controls, for one cdef per FFI (declaring them twice is an error in cffi)
+RUNTIME_CDEF = "void aotc_set_num_threads(int n);\nint aotc_get_num_threads(void);\n"
+
+
+def render_memory_plan_svg(title: str, plan, width: int = 1000, height: int = 600) -> str:
+    """The plan as SVG: time across, arena offset down, one labelled rectangle per buffer."""
+    steps = max(len(plan.schedule), 1)
+    arena = max(plan.arena_bytes, 1)
+    rects = []
+    for n, b in enumerate(plan.buffers):
+        label = b.name + ("" if not b.shape_index else str(list(b.shape_index)))
+        rects.append({
+            "x": width * b.start / steps, "w": width * (b.end + 1 - b.start) / steps,
+            "y": height * b.slice.offset / arena, "h": max(height * b.slice.size / arena, 0.5),
+            "label": label, "hue": (n * 47) % 360, "start": b.start, "end": b.end,
+            "begin": b.slice.offset, "stop": b.slice.offset + b.slice.size,
+        })  # fmt: skip
+    return _environment().get_template("memory_plan.svg.j2").render(
+        title=title, rects=rects, width=width, height=height, margin=20, steps=steps,
+        arena=plan.arena_bytes, lower=plan.lower_bound, naive=plan.naive_total,
+    )  # fmt: skip

@@ -1,0 +1,74 @@
+"""What every backend offers the driver: the `Backend` protocol and `CompiledCode`.
+
+A backend owns the `--target` specs that start with its `prefix`: it parses them,
+compiles a module laid out by a buffer plan, writes the artifacts of the result and
+describes its kernels and its targets.  `aotc.backends.BACKENDS` is the table of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from ..artifacts import ArtifactPaths, MemoryStats, Target, TensorSpec
+from ..buffers import BufferPlan
+from ..ir import Module
+
+
+@dataclass(frozen=True)
+class CompiledCode:
+    """What a backend made of a planned module."""
+
+    object_bytes: bytes  # the relocatable object of NAME.o (CUDA: the host blobs)
+    kernel_count: int  # the kernels one run executes
+    program: Any = None  # the backend's own record of its kernels (CUDA: a CudaProgram)
+
+
+# a backend's own target class (CpuTarget, CudaTarget)
+T = TypeVar("T", bound=Target)
+
+
+class Backend(Protocol[T]):
+    """One code generator: the `--target` specs it reads and what it makes of a module."""
+
+    prefix: str  # the specs it owns start with this ("": every spec no other one owns)
+    label: str  # how messages name its code, e.g. "CUDA"
+    loadable: bool  # whether its code runs in this process (CompiledModel.load)
+
+    def parse_target(self, spec: str, opt_level: int = 2) -> T:
+        """The target `spec` names, as compiled at `opt_level`; one-line error otherwise."""
+        ...
+
+    def compile(
+        self, module: Module, plan: BufferPlan, name: str, target: T, threads: int = 1
+    ) -> CompiledCode:
+        """The code of `module` laid out by `plan`, its symbols prefixed with `name`;
+        `threads` is the compiled model's default thread count where it has threads."""
+        ...
+
+    def write_artifacts(
+        self,
+        out_dir: Path,
+        name: str,
+        inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec],
+        object_bytes: bytes,
+        stats: MemoryStats,
+        target: T,
+        source: str,
+        program: Any = None,
+    ) -> ArtifactPaths:
+        """Write the artifacts of compiled code (NAME.h, NAME.o, libNAME.a...) into
+        `out_dir`, all or nothing; `source` is shown in the header as given."""
+        ...
+
+    def kernel_forms(self, target: T, plan: BufferPlan) -> dict[str, str]:
+        """Kernel name -> how this backend emits it ("gemm", "winograd"...), for the
+        kernels whose form it tells."""
+        ...
+
+    def describe_targets(self) -> str:
+        """Its part of `aotc targets`: the targets it offers and the tools it found."""
+        ...

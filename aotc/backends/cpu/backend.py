@@ -1,0 +1,94 @@
+"""The CPU backend behind the `Backend` protocol: every `--target` spec no other backend
+claims ("host", "x86_64:x86-64-v3", "aarch64-linux-gnu:cortex-a72"...), ELF objects
+linked with the C runtime, and the forms of its dot and convolution kernels.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ... import artifacts
+from ...artifacts import ArtifactPaths, MemoryStats, TensorSpec
+from ...buffers import BufferPlan
+from ...errors import AotcError, one_line
+from ...ir import Module
+from ...ir.ops import NO_CODE_OPS
+from ..base import Backend, CompiledCode
+from .codegen import emit_object
+from .contraction import contraction_kind
+from .target import NOTABLE_TARGETS, CpuTarget, parse_target
+
+_TABLE_HEADINGS = ("TARGET", "TRIPLE", "CPU", "VECTORS", "FMA", "RUNTIME C COMPILER", "FOR")
+
+
+class CpuBackend(Backend[CpuTarget]):
+    prefix = ""
+    label = "CPU"
+    loadable = True  # the object links into a shared library (aotc.runner)
+
+    def parse_target(self, spec: str, opt_level: int = 2) -> CpuTarget:
+        # below -O2, convolutions sum directly (closest to a reference's rounding)
+        return replace(parse_target(spec), winograd=opt_level >= 2)
+
+    def compile(
+        self, module: Module, plan: BufferPlan, name: str, target: CpuTarget, threads: int = 1
+    ) -> CompiledCode:
+        object_bytes = emit_object(module, plan, name, target, threads)
+        kernels = sum(1 for instr in plan.schedule if instr.op not in NO_CODE_OPS)
+        return CompiledCode(object_bytes, kernels)
+
+    def write_artifacts(
+        self,
+        out_dir: Path,
+        name: str,
+        inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec],
+        object_bytes: bytes,
+        stats: MemoryStats,
+        target: CpuTarget,
+        source: str,
+        program: Any = None,
+    ) -> ArtifactPaths:
+        """NAME.h, NAME.o and libNAME.a; without a C compiler for the target, the runtime
+        sources instead of the library (see artifacts.write_artifacts)."""
+        return artifacts.write_artifacts(
+            out_dir, name, inputs, outputs, object_bytes, stats, target, source
+        )
+
+    def kernel_forms(self, target: CpuTarget, plan: BufferPlan) -> dict[str, str]:
+        """How each dot or convolution kernel is emitted ("gemm", "winograd", "depthwise"...)."""
+        kinds = {i.name: contraction_kind(target, plan, i) for i in plan.schedule}
+        return {name: kind for name, kind in kinds.items() if kind}
+
+    def describe_targets(self) -> str:
+        """A table of the notable targets, then how to name any other."""
+        rows = [_TABLE_HEADINGS, *(_target_row(spec, purpose) for spec, purpose in NOTABLE_TARGETS)]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+        lines = []
+        for row in rows:
+            cells = [cell.ljust(width) for cell, width in zip(row, widths)]
+            lines.append("  ".join([*cells, row[-1]]).rstrip())
+        arch = artifacts.host_arch()
+        lines.append(
+            f"\nAny CPU LLVM knows: --target ARCH:CPU (e.g. x86_64:znver3, aarch64:neoverse-n2)."
+            f"\nThe runtime is built by $CC_<arch> if set, else $CC or cc for this machine's "
+            f"architecture ({arch}), else <arch>-linux-gnu-gcc from PATH."
+        )
+        return "\n".join(lines)
+
+
+def _target_row(spec: str, purpose: str) -> tuple[str, ...]:
+    """One row of the table: what the target implies and the C compiler of its runtime."""
+    target = parse_target(spec)
+    try:
+        compiler = artifacts.runtime_compiler(target)
+    except AotcError as error:  # a named compiler that is missing: say so in the table
+        compiler = [f"({one_line(str(error))})"]
+    found = shlex.join([Path(compiler[0]).name, *compiler[1:]]) if compiler else "none found"
+    vectors = f"{target.vector_bits}-bit {target.vector_isa}"
+    fma = "yes" if target.has_fma else "no"
+    return (spec, target.triple, target.cpu, vectors, fma, found, purpose)
