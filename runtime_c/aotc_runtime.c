@@ -228,15 +228,12 @@ static int online_cpus(void) {
     return n > 0 ? (int)n : 1;
 }
 
-void aotc_set_num_threads(int n) {
+/* Stops the workers past the first `keep` and joins them. */
+static void stop_workers_beyond(int keep) {
     aotc_worker *surplus[AOTC_MAX_THREADS];
     int count = 0;
-    if (n <= 0) n = online_cpus();
-    if (n > AOTC_MAX_THREADS) n = AOTC_MAX_THREADS;
     pthread_mutex_lock(&pool.mutex);
-    pool.num_threads = n;
-    __atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
-    while (pool.num_workers > n - 1) {
+    while (pool.num_workers > keep) {
         aotc_worker *w = pool.workers[--pool.num_workers];
         __atomic_store_n(&w->stop, 1, __ATOMIC_RELAXED);
         surplus[count++] = w;
@@ -250,6 +247,23 @@ void aotc_set_num_threads(int n) {
         pthread_join(w->thread, NULL);
         free(w);
     }
+}
+
+void aotc_set_num_threads(int n) {
+    if (n <= 0) n = online_cpus();
+    if (n > AOTC_MAX_THREADS) n = AOTC_MAX_THREADS;
+    pthread_mutex_lock(&pool.mutex);
+    pool.num_threads = n;
+    __atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&pool.mutex);
+    stop_workers_beyond(n - 1);
+}
+
+/* A library unloaded (dlclose: a shared object of the model dropped by its host, as
+ * Python drops cffi's at exit) with workers alive would unmap the code they spin in:
+ * they stop and are joined first.  At a plain exit this joins idle workers. */
+__attribute__((destructor)) static void stop_all_workers(void) {
+    stop_workers_beyond(0);
 }
 
 void aotc_configure_threads(int default_threads) {
