@@ -1,15 +1,16 @@
 """Contraction kernels: a dot or convolution with its elementwise epilogue, as GEMM.
 
 `program._emit_kernel` asks `emit_contraction` first.  It takes a DOT or
-CONVOLUTION kernel, or a loop FUSION whose root reaches its contractions only
-through elementwise ops at their shape (bias, residual, activation: each output
-element uses only the same element of each contraction; a ResNet shortcut block
-sums two), in f32/f64 (or s32 sums of 8/16-bit integers, see pairs.py), when a
-form of forms.py's tables plans each (a `KernelPlan`, plans.py).  All but the
-last contraction are written to the workspace; the last one into the output
-buffer, or into the workspace when the output cannot hold it (another element
-type, or an epilogue operand computed in place there).  The epilogue then runs
-per finished block of the last one, while it is in cache, the contractions'
+CONVOLUTION kernel, or an OUTPUT fusion (aotc/ir/fusion_kinds.py: its root reaches
+its contractions only through elementwise ops at their shape, as bias, residual and
+activation do: each output element uses only the same element of each contraction;
+the fusion pass makes them of one contraction, a hand-made one may sum two, as a
+ResNet shortcut block), in f32/f64 (or s32 sums of 8/16-bit integers, see
+pairs.py), when a form of forms.py's tables plans each (a `KernelPlan`, plans.py).
+All but the last contraction are written to the workspace; the last one into the
+output buffer, or into the workspace when the output cannot hold it (another
+element type, or an epilogue operand computed in place there).  The epilogue then
+runs per finished block of the last one, while it is in cache, the contractions'
 generators replaced by loads of their values.
 
 Operands are read through their generators, or directly from memory when
@@ -26,17 +27,15 @@ from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...ir import DType, Instruction, Op, Shape
-from ...ir.index_maps import read_elementwise_only
+from ...ir.fusion_kinds import CONTRACTION_OPS, output_contractions
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import element_pointer, make_generator, memory_generator
 from ..llvm.lltypes import store_element
-from .forms import CONTRACTION_FORMS, plan_contraction
+from .forms import plan_contraction
 from .gemm import aligned, use_packed
 from .plans import KernelPlan
 from .tiles import fits_gemm
 from .views import View, fused_view, memory_view
-
-CONTRACTIONS = frozenset(CONTRACTION_FORMS)
 
 
 @dataclass
@@ -110,7 +109,7 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
         places.append(Slice(BufferKind.ARENA, 0, offset, size) if size else out_where)
         offset += size
     packing = Slice(BufferKind.ARENA, 0, offset, workspace.offset + workspace.size - offset)
-    if instr.op in CONTRACTIONS:
+    if instr.op in CONTRACTION_OPS:
         views = [memory_view(ctx.plan, o) for o in instr.operands]
         sources = [[Source(gen, view) for gen, view in zip(operands, views)]]
         epilogue = None
@@ -134,7 +133,7 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
 
 
 def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
-    contractions = _find_contractions(instr)
+    contractions = output_contractions(instr)
     if not contractions:
         return None
     plans = []
@@ -171,20 +170,6 @@ def widens_to_pairs(instr: Instruction) -> bool:
         and instr.array_shape.dtype is DType.S16
         and instr.operands[0].shape.dtype in (DType.S8, DType.U8)
     )
-
-
-def _find_contractions(instr: Instruction) -> list[Instruction]:
-    """The DOT/CONVOLUTION `instr` is, or those its fused root reaches elementwise
-    (bias, residual, activation; also a sum of two, as a ResNet shortcut block)."""
-    if instr.op in CONTRACTIONS:
-        return [instr] if isinstance(instr.shape, Shape) else []
-    if instr.op is not Op.FUSION or not isinstance(instr.shape, Shape):
-        return []
-    body = instr.called[0]
-    found = [i for i in body.instructions if i.op in CONTRACTIONS]
-    if not all(read_elementwise_only(body, c, c.array_shape.dims) for c in found):
-        return []
-    return found
 
 
 def _can_compute_in_place(plan: BufferPlan, instr: Instruction, contraction) -> bool:
