@@ -185,6 +185,63 @@ def _weights_factory(g: ConvGeometry, layout: StridedLayout | None):
     return generated
 
 
+# -- the im2col forms ------------------------------------------------------------------
+
+
+def plan_im2col(problem: ConvProblem) -> GemmPlan | None:
+    """A float NCHW convolution, depthwise ones aside, as GEMMs per image and feature
+    group: C[Cout_g, pixels] = weights[Cout_g, Cin_g * taps] x columns[Cin_g * taps,
+    pixels], the columns packed straight from the image (implicit im2col) or, for 1x1
+    stride-1 windows, the image itself."""
+    g = problem.geometry
+    if not problem.float_nchw or g.is_depthwise:
+        return None
+    weights = problem.weights_factory()
+    columns = _columns_factory(g, problem.image_view)
+    return GemmPlan(
+        problem.config, (g.batch, g.groups), g.cout_g, g.pixels, g.k, g.pixels, weights,
+        columns, *_placement(g), layouts=(problem.weights_layout, None), operands=(1, 0),
+    )  # fmt: skip
+
+
+def plan_paired_im2col(problem: ConvProblem) -> GemmPlan | None:
+    """An integer convolution (16-bit pairs, pairs.py) with an NCHW output as im2col
+    GEMMs; depthwise ones and other layouts are left to the element rule."""
+    g, config = problem.geometry, problem.config
+    if not config.paired or not g.nchw_output or g.work == 0 or g.is_depthwise:
+        return None
+    lhs_view, weights_layout = problem.image_view, problem.weights_layout
+    weights_source = problem.kernel_view.dtype if weights_layout is not None else g.rhs.dtype
+    if lhs_view is not None and (lhs_view.dtype is not DType.S16 or g.k % 2):
+        lhs_view = None  # im2col packs whole pairs of s16 rows only
+    columns_source = lhs_view.dtype if lhs_view is not None else g.lhs.dtype
+    paired = []
+    for factory, source in ((problem.weights_factory(), weights_source),
+                            (_columns_factory(g, lhs_view), columns_source)):  # fmt: skip
+        paired.append(paired_factory(factory, source, g.k))
+    return GemmPlan(
+        config, (g.batch, g.groups), g.cout_g, g.pixels, pairs_of(g.k), g.pixels, *paired,
+        *_placement(g), layouts=(weights_layout, None), operands=(1, 0), paired_k=g.k,
+        sources=(weights_source, columns_source),
+    )  # fmt: skip
+
+
+def _placement(g: ConvGeometry):
+    """GemmPlan's `c_offset` and `out_index` of an NCHW convolution's result."""
+
+    def c_offset(ctx, index):
+        b = ctx.builder
+        image, group = index
+        return b.mul(b.add(b.mul(image, i64(g.cout)), b.mul(group, i64(g.cout_g))), i64(g.pixels))
+
+    def out_index(ctx, index, row, col):
+        image, group = index
+        feature = ctx.builder.add(ctx.builder.mul(group, i64(g.cout_g)), row)
+        return g.output_index(ctx.builder, image, feature, col)
+
+    return c_offset, out_index
+
+
 def _columns_factory(g: ConvGeometry, view):
     """B[k, pixel]: the image's window taps, k = (ci, taps...)."""
     dims = g.dims
@@ -273,60 +330,3 @@ def _column_element(ctx, g: ConvGeometry, gen: Gen, index):
         return branch_value(b, valid, lambda: gen(lhs_index), lambda: zero)
 
     return element
-
-
-# -- the im2col forms ------------------------------------------------------------------
-
-
-def plan_im2col(problem: ConvProblem) -> GemmPlan | None:
-    """A float NCHW convolution, depthwise ones aside, as GEMMs per image and feature
-    group: C[Cout_g, pixels] = weights[Cout_g, Cin_g * taps] x columns[Cin_g * taps,
-    pixels], the columns packed straight from the image (implicit im2col) or, for 1x1
-    stride-1 windows, the image itself."""
-    g = problem.geometry
-    if not problem.float_nchw or g.is_depthwise:
-        return None
-    weights = problem.weights_factory()
-    columns = _columns_factory(g, problem.image_view)
-    return GemmPlan(
-        problem.config, (g.batch, g.groups), g.cout_g, g.pixels, g.k, g.pixels, weights,
-        columns, *_placement(g), layouts=(problem.weights_layout, None), operands=(1, 0),
-    )  # fmt: skip
-
-
-def plan_paired_im2col(problem: ConvProblem) -> GemmPlan | None:
-    """An integer convolution (16-bit pairs, pairs.py) with an NCHW output as im2col
-    GEMMs; depthwise ones and other layouts are left to the element rule."""
-    g, config = problem.geometry, problem.config
-    if not config.paired or not g.nchw_output or g.work == 0 or g.is_depthwise:
-        return None
-    lhs_view, weights_layout = problem.image_view, problem.weights_layout
-    weights_source = problem.kernel_view.dtype if weights_layout is not None else g.rhs.dtype
-    if lhs_view is not None and (lhs_view.dtype is not DType.S16 or g.k % 2):
-        lhs_view = None  # im2col packs whole pairs of s16 rows only
-    columns_source = lhs_view.dtype if lhs_view is not None else g.lhs.dtype
-    paired = []
-    for factory, source in ((problem.weights_factory(), weights_source),
-                            (_columns_factory(g, lhs_view), columns_source)):  # fmt: skip
-        paired.append(paired_factory(factory, source, g.k))
-    return GemmPlan(
-        config, (g.batch, g.groups), g.cout_g, g.pixels, pairs_of(g.k), g.pixels, *paired,
-        *_placement(g), layouts=(weights_layout, None), operands=(1, 0), paired_k=g.k,
-        sources=(weights_source, columns_source),
-    )  # fmt: skip
-
-
-def _placement(g: ConvGeometry):
-    """GemmPlan's `c_offset` and `out_index` of an NCHW convolution's result."""
-
-    def c_offset(ctx, index):
-        b = ctx.builder
-        image, group = index
-        return b.mul(b.add(b.mul(image, i64(g.cout)), b.mul(group, i64(g.cout_g))), i64(g.pixels))
-
-    def out_index(ctx, index, row, col):
-        image, group = index
-        feature = ctx.builder.add(ctx.builder.mul(group, i64(g.cout_g)), row)
-        return g.output_index(ctx.builder, image, feature, col)
-
-    return c_offset, out_index

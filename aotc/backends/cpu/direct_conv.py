@@ -133,8 +133,8 @@ def channels_last_image(conv: Instruction) -> Image | None:
 
 
 def plan_direct(problem: ConvProblem) -> DirectConvPlan | None:
-    """The direct form of a float convolution (conv.py's problem) whose output is not
-    NCHW: of a channels-last one, or None."""
+    """The direct form of a float convolution whose output is not NCHW (conv.py's
+    problem): of one that `channels_last_image` takes, else None."""
     config, conv = problem.config, problem.conv
     if config.paired or problem.geometry.nchw_output:
         return None
