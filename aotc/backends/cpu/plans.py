@@ -17,9 +17,6 @@ from typing import Protocol
 from ...buffers import Slice
 from ..llvm.context import EmitContext
 
-# the epilogue of a kernel's last contraction: store the fused root at an output index
-Epilogue = Callable[[list], None]
-
 
 class KernelPlan(Protocol):
     """One contraction's kernel, decided at compile time."""
@@ -36,9 +33,14 @@ class KernelPlan(Protocol):
         ...
 
     def emit(
-        self, ctx: EmitContext, sources: list, c: Slice, workspace: Slice, epilogue: Epilogue | None
+        self,
+        ctx: EmitContext,
+        sources: list,
+        c: Slice,
+        workspace: Slice,
+        epilogue: Callable[[list], None] | None,
     ) -> None:
         """Compute the contraction into `c` from its operands' `sources` (contraction.py's
-        `Source`: generator and memory view), in `workspace`; then `epilogue` at each
-        output index, when given."""
+        `Source`: generator and memory view), in `workspace`; then, when given, call
+        `epilogue` (which stores the fused root there) at each output index."""
         ...
