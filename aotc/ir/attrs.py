@@ -167,6 +167,8 @@ class ScatterDims:
 
 
 class FusionKind(enum.Enum):
+    """What a fusion computes, in XLA's words: fusion_kinds.py works it out."""
+
     LOOP = "kLoop"
     INPUT = "kInput"
     OUTPUT = "kOutput"

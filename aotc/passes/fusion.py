@@ -26,8 +26,9 @@ become one kernel each.  The pass tracks, per group member, which root
 output dim each of its dims equals (its index maps) to decide this; the
 backend relies on exactly that (every reduction in a fusion but its root is
 such a row value, all of the same rank; see aotc/ir/index_maps.py).  Each group becomes a
-`fusion` instruction (kind kLoop) calling a computation built from clones of
-its members.
+`fusion` instruction calling a computation built from clones of its members, its kind
+from aotc/ir/fusion_kinds.py (kOutput for a dot or convolution with its epilogue,
+kInput for a reduction at the root, else kLoop), which the backends choose kernels by.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import dataclasses
 import heapq
 
 from ..ir import Computation, ComputationBuilder, FusionKind, Instruction, Module, Op, Shape
+from ..ir.fusion_kinds import CONTRACTION_OPS, fusion_kind
 from ..ir.index_maps import (
     IndexMap,
     dims_of,
@@ -58,9 +60,6 @@ CHEAP_OPS = FREE_OPS | frozenset(
     {Op.ADD, Op.SUBTRACT, Op.MULTIPLY, Op.NEGATE, Op.ABS, Op.MAXIMUM, Op.MINIMUM,
      Op.COMPARE, Op.SELECT, Op.AND, Op.OR, Op.NOT, Op.CLAMP}
 )  # fmt: skip
-
-# tiled kernels: fused only with an elementwise epilogue (see _Group.takes_contraction)
-CONTRACTION_OPS = frozenset({Op.DOT, Op.CONVOLUTION})
 
 # consumers that read an operand element several times per output element pass
 REUSING_OPS = frozenset(
@@ -118,9 +117,10 @@ class _Group:
         return frozenset(found)
 
     def takes_contraction(self, producer: Instruction, maps: frozenset[IndexMap]) -> bool:
-        """A dot or convolution joins only as the one contraction of an epilogue: read at
-        the root's own index through elementwise ops (so the backend runs it as a tiled
-        GEMM and applies the rest per output element)."""
+        """A dot or convolution (a tiled kernel) joins only as the one contraction of an
+        epilogue: read at the root's own index through elementwise ops (so the backend
+        runs it as a tiled GEMM and applies the rest per output element: an OUTPUT
+        fusion, see aotc/ir/fusion_kinds.py)."""
         root_rank = len(self.root_dims)
         if self.contraction is not None or self.root.op in CONTRACTION_OPS:
             return False
@@ -307,9 +307,13 @@ def _outline(module: Module, computation: Computation, group: _Group) -> None:
             cloned_operands.append(clones[id(operand)])
         clones[id(instr)] = _clone(builder, instr, cloned_operands)
     body = builder.build(clones[id(group.root)])
+    kind = fusion_kind(body)
+    # a contraction joins a group only as one the backends run ahead of its epilogue
+    contraction = group.contraction is not None or group.root.op in CONTRACTION_OPS
+    assert (kind is FusionKind.OUTPUT) == contraction, f"{body.name}: {kind}"
     fusion = Instruction(
         Op.FUSION, group.root.shape, operands, module.unique_name(f"fusion.{group.root.name}"),
-        called=(body,), fusion_kind=FusionKind.LOOP, origin=group.root.origin,
+        called=(body,), fusion_kind=kind, origin=group.root.origin,
     )  # fmt: skip
     position = computation.instructions.index(group.root)
     computation.instructions.insert(position, fusion)

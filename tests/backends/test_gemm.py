@@ -20,6 +20,7 @@ from aotc.backends.cpu.gemm_config import gemm_config
 from aotc.backends.cpu.tiles import edge_form, fuses_edge
 from aotc.buffers import assign_buffers
 from aotc.ir import ComputationBuilder, ConvDims, DotDims, DType, Module, Op, Shape, Window
+from aotc.ir.text import parse_module
 
 TARGETS = ["host", "x86_64:x86-64-v2"]
 # the AVX2 tiles run here too (the shape tests only)
@@ -199,6 +200,33 @@ def test_dot_epilogues(compile_module, fuse, rng, target):
     # two dots summed in one fusion (a ResNet shortcut block): both GEMMs, the first
     # one's values in the workspace
     assert kinds == ["gemm"] * 7 + ["gemv.axpy"]
+
+
+# a dot with its bias as XLA's CPU may print it: recorded as a loop fusion (kLoop)
+PARSED_DOT_FUSION = """HloModule parsed
+
+%fused_dot (p0: f32[6,40], p1: f32[40,24], p2: f32[6,24]) -> f32[6,24] {
+  %p0 = f32[6,40]{1,0} parameter(0)
+  %p1 = f32[40,24]{1,0} parameter(1)
+  %p2 = f32[6,24]{1,0} parameter(2)
+  %d = f32[6,24]{1,0} dot(f32[6,40]{1,0} %p0, f32[40,24]{1,0} %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %y = f32[6,24]{1,0} add(f32[6,24]{1,0} %d, f32[6,24]{1,0} %p2)
+}
+
+ENTRY %main (x: f32[6,40], w: f32[40,24], c: f32[6,24]) -> f32[6,24] {
+  %x = f32[6,40]{1,0} parameter(0)
+  %w = f32[40,24]{1,0} parameter(1)
+  %c = f32[6,24]{1,0} parameter(2)
+  ROOT %f = f32[6,24]{1,0} fusion(f32[6,40]{1,0} %x, f32[40,24]{1,0} %w, f32[6,24]{1,0} %c), kind=kLoop, calls=%fused_dot
+}"""
+
+
+def test_a_parsed_fusions_recorded_kind_is_not_trusted(check, rng):
+    """The kernel follows the fusion's body (aotc/ir/fusion_kinds.py): a GEMM."""
+    module = parse_module(PARSED_DOT_FUSION)
+    args = [_normal(rng, (6, 40)), _normal(rng, (40, 24)), _normal(rng, (6, 24))]
+    compiled = check(module, args, rtol=1e-4, atol=1e-4)
+    assert _kind(compiled, "host", module.entry.root) == "gemm"
 
 
 # -- convolution -------------------------------------------------------------------

@@ -137,6 +137,34 @@ def test_kernel_forms():
     assert gemm.flops == 2 * 128 * 256 * 256 + 2 * 128 * 256  # the epilogue's too
 
 
+# a dot with its bias as XLA's CPU may print it: recorded as a loop fusion (kLoop)
+PARSED_DOT_FUSION = """HloModule parsed
+
+%fused_dot (p0: f32[1024,64], p1: f32[64,1024], p2: f32[1024,1024]) -> f32[1024,1024] {
+  %p0 = f32[1024,64]{1,0} parameter(0)
+  %p1 = f32[64,1024]{1,0} parameter(1)
+  %p2 = f32[1024,1024]{1,0} parameter(2)
+  %d = f32[1024,1024]{1,0} dot(f32[1024,64]{1,0} %p0, f32[64,1024]{1,0} %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %y = f32[1024,1024]{1,0} add(f32[1024,1024]{1,0} %d, f32[1024,1024]{1,0} %p2)
+}
+
+ENTRY %main (x: f32[1024,64], w: f32[64,1024], c: f32[1024,1024]) -> f32[1024,1024] {
+  %x = f32[1024,64]{1,0} parameter(0)
+  %w = f32[64,1024]{1,0} parameter(1)
+  %c = f32[1024,1024]{1,0} parameter(2)
+  ROOT %f = f32[1024,1024]{1,0} fusion(f32[1024,64]{1,0} %x, f32[64,1024]{1,0} %w, f32[1024,1024]{1,0} %c), kind=kLoop, calls=%fused_dot
+}"""
+
+
+def test_a_parsed_fusions_recorded_kind_is_not_trusted(tmp_path):
+    """The kernel follows the fusion's body (aotc/ir/fusion_kinds.py): a GEMM with its
+    epilogue, in one kernel."""
+    path = tmp_path / "parsed.hlo"
+    path.write_text(PARSED_DOT_FUSION)
+    compiled = compile_model(path, CompileOptions(target="cuda:sm_90", name="parsed"))
+    assert [k.kind for k in compiled.cuda.launches] == ["gemm"]
+
+
 def test_math_functions_link_libdevice():
     nodes = [
         helper.make_node("Sin", ["x"], ["s"]),

@@ -124,7 +124,7 @@ VARIANCE_FUSED = """HloModule var
 
 ENTRY %main (x: f32[5,9]) -> f32[5] {
   %x = f32[5,9]{1,0} parameter(0)
-  ROOT %fusion = f32[5]{0} fusion(f32[5,9]{1,0} %x), kind=kLoop, calls=%fused_v
+  ROOT %fusion = f32[5]{0} fusion(f32[5,9]{1,0} %x), kind=kInput, calls=%fused_v
 }"""
 
 

@@ -1,17 +1,17 @@
 """Contraction kernels: a dot or convolution with its elementwise epilogue, as GEMM.
 
 `program._emit_kernel` asks `emit_contraction` first.  It takes a DOT or
-CONVOLUTION kernel, or a loop FUSION whose root reaches its contractions
-only through elementwise ops at their shape (bias, residual, activation:
-each output element uses only the same element of each contraction; a
-ResNet shortcut block sums two), in f32/f64 (or s32 sums of 8/16-bit integers, see
-pairs.py), when dot.py or conv.py has a
-fast plan for each.  All but the last contraction are written to the
-workspace; the last one into the output buffer, or into the workspace when
-the output cannot hold it (another element type, or an epilogue operand
-computed in place there).  The epilogue then runs per finished block of the
-last one, while it is in cache, the contractions' generators replaced by
-loads of their values.
+CONVOLUTION kernel, or an OUTPUT fusion (aotc/ir/fusion_kinds.py: its root reaches
+its contractions only through elementwise ops at their shape, as bias, residual and
+activation do: each output element uses only the same element of each contraction;
+the fusion pass makes them of one contraction, a hand-made one may sum two, as a
+ResNet shortcut block), in f32/f64 (or s32 sums of 8/16-bit integers, see
+pairs.py), when a form of forms.py's tables plans each (a `KernelPlan`, plans.py).
+All but the last contraction are written to the workspace; the last one into the
+output buffer, or into the workspace when the output cannot hold it (another
+element type, or an epilogue operand computed in place there).  The epilogue then
+runs per finished block of the last one, while it is in cache, the contractions'
+generators replaced by loads of their values.
 
 Operands are read through their generators, or directly from memory when
 they are plain views of a buffer (a fused parameter, possibly transposed,
@@ -27,20 +27,16 @@ from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...ir import DType, Instruction, Op, Shape
-from ...ir.index_maps import read_elementwise_only
+from ...ir.fusion_kinds import CONTRACTION_OPS, output_contractions
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import element_pointer, make_generator, memory_generator
 from ..llvm.lltypes import store_element
 from .blocking import aligned
-from .conv import plan_convolution
-from .dot import plan_dot
+from .forms import plan_contraction
 from .gemm_config import fits_gemm
+from .plans import KernelPlan
 from .prepackable import use_packed
 from .views import View, fused_view, memory_view
-
-# opcode -> planner(target, instruction, operand views) -> plan, or None: not fast
-PLANNERS = {Op.DOT: plan_dot, Op.CONVOLUTION: plan_convolution}
-CONTRACTIONS = frozenset(PLANNERS)
 
 
 @dataclass
@@ -59,7 +55,7 @@ class _Kernel:
     """A kernel's contractions (in body order; the last one runs with the epilogue)."""
 
     contractions: list[Instruction]
-    plans: list  # one per contraction: GemmPlan, or conv.py's other plans
+    plans: list[KernelPlan]  # one per contraction
     last_in_place: bool  # the last contraction's values go to the output buffer itself
 
     @property
@@ -89,8 +85,9 @@ def workspace_bytes(target, plan: BufferPlan) -> int:
 
 
 def contraction_kind(target, plan: BufferPlan, instr: Instruction) -> str | None:
-    """How `instr` is emitted: "gemm", "gemv.axpy", "gemv.dot", "depthwise", "direct",
-    "winograd" (the last contraction's), or None (by the element rules)."""
+    """How `instr` is emitted: the `kind` of its last contraction's plan ("gemm",
+    "gemv.axpy", "gemv.dot", "direct", "depthwise", "planes", "winograd"), or None (by
+    the element rules)."""
     kernel = _analyze(target, plan, instr)
     return None if kernel is None else kernel.plans[-1].kind
 
@@ -113,7 +110,7 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
         places.append(Slice(BufferKind.ARENA, 0, offset, size) if size else out_where)
         offset += size
     packing = Slice(BufferKind.ARENA, 0, offset, workspace.offset + workspace.size - offset)
-    if instr.op in CONTRACTIONS:
+    if instr.op in CONTRACTION_OPS:
         views = [memory_view(ctx.plan, o) for o in instr.operands]
         sources = [[Source(gen, view) for gen, view in zip(operands, views)]]
         epilogue = None
@@ -137,7 +134,7 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
 
 
 def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
-    contractions = _find_contractions(instr)
+    contractions = output_contractions(instr)
     if not contractions:
         return None
     plans = []
@@ -149,7 +146,7 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
             views = [memory_view(plan, o) for o in instr.operands]
         else:
             views = [operand_view(plan, instr, o) for o in contraction.operands]
-        planned = PLANNERS[contraction.op](target, contraction, views)
+        planned = plan_contraction(target, contraction, views)
         if planned is None:
             return None
         plans.append(use_packed(planned, plan.slices, instr, len(plans)))  # see prepack.py
@@ -174,20 +171,6 @@ def widens_to_pairs(instr: Instruction) -> bool:
         and instr.array_shape.dtype is DType.S16
         and instr.operands[0].shape.dtype in (DType.S8, DType.U8)
     )
-
-
-def _find_contractions(instr: Instruction) -> list[Instruction]:
-    """The DOT/CONVOLUTION `instr` is, or those its fused root reaches elementwise
-    (bias, residual, activation; also a sum of two, as a ResNet shortcut block)."""
-    if instr.op in CONTRACTIONS:
-        return [instr] if isinstance(instr.shape, Shape) else []
-    if instr.op is not Op.FUSION or not isinstance(instr.shape, Shape):
-        return []
-    body = instr.called[0]
-    found = [i for i in body.instructions if i.op in CONTRACTIONS]
-    if not all(read_elementwise_only(body, c, c.array_shape.dims) for c in found):
-        return []
-    return found
 
 
 def _can_compute_in_place(plan: BufferPlan, instr: Instruction, contraction) -> bool:

@@ -35,14 +35,15 @@ from ..llvm.lltypes import I1, I64, PTR, i64
 from ..llvm.loops import for_range, loop_nest
 from .blocked_gemm import emit_region
 from .blocking import Blocking, aligned
-from .gemm_config import FEWER_ACCUMULATORS_COST, GemmConfig, gemm_config
+from .conv import ConvProblem
+from .gemm_config import FEWER_ACCUMULATORS_COST, GemmConfig
 from .panels import GeneratedPanels, StridedPanels
 from .parallel import parallel_loop_nest_passing
 from .prepackable import PackedShape, Prepackable, StridedLayout, strided_layout
 from .shared_functions import shared_function
 from .tiles import Tile
 from .vectors import smaller
-from .views import View, affine, merged_stride
+from .views import View, merged_stride
 
 # pixels of a unit of work of a pointwise convolution's flat tiles (about a row's worth)
 FLAT_RUN = 48
@@ -127,13 +128,16 @@ def channels_last_image(conv: Instruction) -> Image | None:
     )
 
 
-def plan_direct(target, conv: Instruction, views) -> DirectConvPlan | None:
-    """The direct plan of a channels-last convolution, or None."""
-    config = gemm_config(target, conv.array_shape.dtype)
-    image = channels_last_image(conv)
-    if config is None or image is None or image.pixels * image.cout * image.k == 0:
+def plan_direct(problem: ConvProblem) -> DirectConvPlan | None:
+    """The direct form of a float convolution whose output is not NCHW (conv.py's
+    problem): of one that `channels_last_image` takes, else None."""
+    config, conv = problem.config, problem.conv
+    if config.paired or problem.geometry.nchw_output:
         return None
-    lhs_view, rhs_view = affine(views[0]), affine(views[1])
+    image = channels_last_image(conv)
+    if image is None or image.pixels * image.cout * image.k == 0:
+        return None
+    lhs_view, rhs_view = problem.image_view, problem.kernel_view
     flat = image.is_pointwise and _reads_in_place(conv, image, lhs_view, flat=True)
     in_place = flat or _reads_in_place(conv, image, lhs_view, flat=False)
     mr, nr = _tile(config, image.cout)

@@ -1,12 +1,13 @@
-"""Dot: the element rule (any dtype), and the GEMM plan for f32/f64 kernels.
+"""A dot as the CPU's kernel forms see it (`DotProblem`), and its forms.
 
-Output dims are [batch..., lhs free..., rhs free...].  The rule computes an
-element as a loop over the contracting dims (used for other dtypes and where
-a dot is fused into a consumer that is not its elementwise epilogue);
-`plan_dot` maps a dot to batched GEMMs (contraction.py emits them): M over
-the lhs free dims, N over the rhs free dims, K over the contracting dims,
-each operand read from memory with merged strides when it is a plain view,
-else through its generator.
+Output dims are [batch..., lhs free..., rhs free...].  `dot_problem` maps a dot to
+batched GEMMs: M over the lhs free dims, N over the rhs free dims, K over the
+contracting dims, each operand read from memory with merged strides when it is a
+plain view, else through its generator.  forms.py's DOT_FORMS asks, in turn,
+`plan_paired_dot` (integers in 16-bit pairs), `plan_gemv` (matrix-vector products,
+gemv.py) and `plan_gemm`; contraction.py emits the plan.  Dots no form takes (other
+dtypes, or fused into a consumer that is not their elementwise epilogue) run by
+llvm/dot_conv.py's element rule, a loop over the contracting dims per element.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from ...ir import DType, Instruction
 from ..llvm.elemental import delinearize, linearize, split_index
 from ..llvm.lltypes import i64
 from .gemm import GemmPlan
-from .gemm_config import gemm_config
+from .gemm_config import GemmConfig, gemm_config
 from .gemv import gemv_kind
 from .pairs import paired_factory, pairs_of
 from .panels import GeneratedPanels, StridedPanels
 from .prepackable import StridedLayout
 from .views import affine, merged_stride
 
-# -- GEMM plans (contraction.py) ---------------------------------------------------
+# -- the problem -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,9 @@ class _Side:
         return GeneratedPanels(element)
 
 
-def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
-    """A dot as batched GEMMs: M, N over the free dims, K over the contracting ones."""
+def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
+    """The problem the forms plan `dot` from (`views`: its operands' memory views, or
+    None), or None: no form takes it (no GEMM blocking for its types, nothing to do)."""
     config = gemm_config(target, dot.array_shape.dtype, dot.operands[0].shape.dtype)
     if config is None:
         return None
@@ -114,20 +116,60 @@ def plan_dot(target, dot: Instruction, views) -> GemmPlan | None:
     if m * n * k == 0:
         return None
     batch = tuple(lhs.dims[d] for d in lhs.batch)
-    factories = (lhs.factory(), rhs.factory())
-    gemv = None
-    if config.paired:  # K in pairs of values; no gemv kernels of pairs
-        factories = tuple(paired_factory(f, s.source, k) for f, s in zip(factories, sides))
-        return GemmPlan(config, batch, m, n, pairs_of(k), n, *factories,
-                        *_placement(batch, m, n, lhs, rhs), None, tuple(layouts),
-                        paired_k=k, sources=(lhs.source, rhs.source))  # fmt: skip
-    if lhs.strides is not None and rhs.strides is not None:
-        if m == 1:
-            gemv = gemv_kind(m, n, rhs.strides, lhs.strides[1])
-        elif n == 1:
-            gemv = gemv_kind(m, n, lhs.strides, rhs.strides[1])
-    return GemmPlan(config, batch, m, n, k, n, *factories, *_placement(batch, m, n, lhs, rhs),
-                    gemv, tuple(layouts))  # fmt: skip
+    return DotProblem(config, batch, m, n, k, lhs, rhs, tuple(layouts))
+
+
+@dataclass(frozen=True)
+class DotProblem:
+    """One dot as batched GEMMs: M, N over the free dims, K over the contracting ones."""
+
+    config: GemmConfig
+    batch: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+    lhs: _Side
+    rhs: _Side
+    layouts: tuple[StridedLayout | None, StridedLayout | None]
+
+    def gemm(self, factories, k: int, gemv: str | None = None, **paired) -> GemmPlan:
+        """The GemmPlan of the batch, K `k` deep, reading A and B through `factories`."""
+        placement = _placement(self.batch, self.m, self.n, self.lhs, self.rhs)
+        return GemmPlan(self.config, self.batch, self.m, self.n, k, self.n, *factories,
+                        *placement, gemv, self.layouts, **paired)  # fmt: skip
+
+
+def plan_paired_dot(problem: DotProblem) -> GemmPlan | None:
+    """An integer dot: GEMMs of K in pairs of values (pairs.py); no gemv kernels of them."""
+    if not problem.config.paired:
+        return None
+    lhs, rhs, k = problem.lhs, problem.rhs, problem.k
+    factories = tuple(paired_factory(s.factory(), s.source, k) for s in (lhs, rhs))
+    return problem.gemm(factories, pairs_of(k), paired_k=k, sources=(lhs.source, rhs.source))
+
+
+def plan_gemv(problem: DotProblem) -> GemmPlan | None:
+    """A float matrix-vector product (M or N 1) of operands in memory: gemv.py's kernels,
+    where `gemv_kind` has one for their strides."""
+    lhs, rhs, m, n = problem.lhs, problem.rhs, problem.m, problem.n
+    if problem.config.paired or lhs.strides is None or rhs.strides is None:
+        return None
+    if m == 1:
+        gemv = gemv_kind(m, n, rhs.strides, lhs.strides[1])
+    elif n == 1:
+        gemv = gemv_kind(m, n, lhs.strides, rhs.strides[1])
+    else:
+        return None
+    if gemv is None:
+        return None
+    return problem.gemm((lhs.factory(), rhs.factory()), problem.k, gemv)
+
+
+def plan_gemm(problem: DotProblem) -> GemmPlan | None:
+    """A float dot as batched GEMMs."""
+    if problem.config.paired:
+        return None
+    return problem.gemm((problem.lhs.factory(), problem.rhs.factory()), problem.k)
 
 
 def _placement(batch, m: int, n: int, lhs: _Side, rhs: _Side):

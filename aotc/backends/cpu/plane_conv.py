@@ -32,6 +32,7 @@ from ..llvm.lltypes import I1, I64, PTR, i64
 from ..llvm.loops import for_range, if_then
 from .blocked_gemm import emit_region
 from .blocking import Blocking, aligned, blocking
+from .conv import ConvGeometry, ConvProblem
 from .direct_conv import Image
 from .gemm_config import GemmConfig
 from .parallel import parallel_loop_nest_passing
@@ -100,11 +101,13 @@ class Planes(Image):
         return self.stride == (1, 1) and not any((*self.pad_low, *self.pad_high))
 
 
-def plan_planes(config: GemmConfig, g, view, weights_layout, weights) -> PlaneConvPlan | None:
-    """The plane plan of conv.py's geometry `g` over an image in memory (`view`), when
-    its tiles waste little: at most MAX_WASTE of the pixels' work in grid columns past
-    the rows' ends and in the last tile.  `weights(ctx, sources, index)` gives the
-    kernel's GEMM panels (conv.py's factory), for a kernel not pre-packed."""
+def plan_planes(problem: ConvProblem) -> PlaneConvPlan | None:
+    """The plane form of a float NCHW convolution (conv.py's problem) over an image in
+    memory, when its tiles waste little: at most MAX_WASTE of the pixels' work in grid
+    columns past the rows' ends and in the last tile."""
+    g, view, config = problem.geometry, problem.image_view, problem.config
+    if not problem.float_nchw:
+        return None
     planes = planes_of(g)
     if planes is None or view is None:
         return None
@@ -114,6 +117,7 @@ def plan_planes(config: GemmConfig, g, view, weights_layout, weights) -> PlaneCo
     dims = g.dims
     strides = tuple(view.strides[d] for d in (dims.input_batch, dims.input_feature,
                                               *dims.input_spatial))  # fmt: skip
+    weights = problem.weights_factory()  # the kernel's GEMM panels, when not pre-packed
     return PlaneConvPlan(
         config,
         planes,
@@ -121,13 +125,13 @@ def plan_planes(config: GemmConfig, g, view, weights_layout, weights) -> PlaneCo
         g.output_index,
         blocks.mr,
         blocks.nr,
-        layouts=(weights_layout, None),
+        layouts=(problem.weights_layout, None),
         weights=lambda ctx, sources: weights(ctx, sources, (None, i64(0))),
     )
 
 
-def planes_of(g) -> Planes | None:
-    """The `Planes` of conv.py's geometry `g`: a 2-D convolution of one group without
+def planes_of(g: ConvGeometry) -> Planes | None:
+    """The `Planes` of a convolution's geometry `g`: a 2-D convolution of one group without
     dilation and with padding not negative; None otherwise."""
     w = g.window
     if len(g.out_spatial) != 2 or g.groups != 1:

@@ -12,7 +12,7 @@ a buffer (`views.fused_view`); anything else stays with the element rules.
 
 A window kernel runs per output plane and row, a vector of output columns at a
 time, all taps folded in registers and stored once.  Each tap's valid columns
-are known at compile time (conv.py `valid_span`): the chunks every tap fills
+are known at compile time (depthwise.py `valid_span`): the chunks every tap fills
 run in a loop with plain loads (stride-2 columns: one wide load, shuffled);
 the edge chunks are emitted one by one with constant lane masks, a masked lane
 holding the init value, as do window rows in the padding.  That is what the
@@ -46,7 +46,7 @@ from ..llvm.elemental import (
 from ..llvm.lltypes import I1, I32, VOID, constant, i64, literal_value, register_type, store_element
 from ..llvm.loops import for_range
 from ..llvm.scalar import FLOAT_BINARY_INTRINSIC  # max/min: NaN-propagating, as the rules
-from .conv import valid_span
+from .depthwise import valid_span
 from .gemm_config import GemmConfig, gemm_config
 from .parallel import parallel_loop_nest
 from .vectors import i32_lanes, masked_gather, masked_load, pick_lanes, splat, vector_gep

@@ -11,9 +11,13 @@ Symbols (all prefixed with the model name, so models link side by side):
   `int NAME_run_generic(inputs[], outputs[], scratch)`: return 0, or 1 when
   scratch is neither NULL nor 64-byte aligned.
 
-Each kernel is an internal function `(inputs[], outputs[], arena)` holding one
-loop nest over its instruction's output that stores the element generator's
-values; the plan says where every operand and result lives.
+Each kernel is an internal function `(inputs[], outputs[], arena)` computing one
+scheduled instruction; the plan says where every operand and result lives.  A while
+or conditional's kernel calls its computations' kernels (control.py); any other's
+body comes from the first row of EMITTERS that takes the instruction: dots and
+convolutions with their epilogues (contraction.py), pooling (pooling.py), tiled
+transposes (transpose.py), ops with kernel rules of their own (sort, scatter), row
+fusions (rows.py), and else loop nests storing the element generator's values.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...ir import Instruction, Module, Op, Shape
-from ...ir.index_maps import row_values
 from ...names import check_c_identifier
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import (
@@ -139,6 +142,8 @@ def _emit_control(ctx: EmitContext, weights, instr: Instruction, scope: str) -> 
 
 
 def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instruction, scope=""):
+    """The kernel computing `instr`: a control-flow kernel calling its computations'
+    kernels, or one whose body the first of EMITTERS that takes `instr` emits."""
     if instr.op in CONTROL_KERNELS:
         return _emit_control(ctx, weights, instr, scope)
     kernel = _function(ctx.module, f"{ctx.prefix}.{scope}{instr.name}", VOID, KERNEL_ARGS,
@@ -146,37 +151,49 @@ def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instructio
     b = ir.IRBuilder(kernel.append_basic_block("entry"))
     _bind_buffers(ctx, b, kernel, weights)
     operands = [_operand_generator(ctx, o) for o in instr.operands]
-    if emit_contraction(ctx, instr, operands):  # dot/conv (+ epilogue) as GEMM
-        b.ret_void()
-        return kernel
-    if emit_pooling(ctx, instr, operands):  # max/avg/global pooling (+ epilogue)
-        b.ret_void()
-        return kernel
-    if emit_transpose(ctx, instr):  # a transpose moving the last dim, tile by tile
-        b.ret_void()
-        return kernel
-    if instr.op in KERNELS:
-        KERNELS[instr.op](ctx, instr, operands, _outputs(ctx, instr))
-        b.ret_void()
-        return kernel
-    if row_values(instr)[1]:
-        emit_row_fusion(ctx, instr, operands, _outputs(ctx, instr)[0])
-        b.ret_void()
-        return kernel
+    for _, emit in EMITTERS:
+        if emit(ctx, instr, operands):
+            break
+    b.ret_void()
+    return kernel
+
+
+def _emit_rule_kernel(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> bool:
+    """An op with a kernel rule of its own (llvm/rules.py's KERNELS: sort, scatter...)."""
+    rule = KERNELS.get(instr.op)
+    if rule is None:
+        return False
+    rule(ctx, instr, operands, _outputs(ctx, instr))
+    return True
+
+
+def _emit_loops(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> bool:
+    """Anything: its element generator stored by loop nests over the output."""
     gen = make_generator(ctx, instr, operands)
     if isinstance(instr.shape, Shape):
         _store_loop(ctx, instr, gen, [(instr.shape, ctx.plan.slice_of(instr))])
-    else:
-        elements = instr.shape.elements
-        assert all(isinstance(e, Shape) for e in elements), f"nested tuple in {instr.name}"
-        outputs = [(e, ctx.plan.slice_of(instr, (k,))) for k, e in enumerate(elements)]
-        if len({e.dims for e in elements}) == 1:
-            _store_loop(ctx, instr, gen, outputs)
-        else:  # a multi-output fusion with differently shaped outputs: one nest each
-            for k, output in enumerate(outputs):
-                _store_loop(ctx, instr, _element_generator(ctx, instr, gen, k), [output])
-    b.ret_void()
-    return kernel
+        return True
+    elements = instr.shape.elements
+    assert all(isinstance(e, Shape) for e in elements), f"nested tuple in {instr.name}"
+    outputs = [(e, ctx.plan.slice_of(instr, (k,))) for k, e in enumerate(elements)]
+    if len({e.dims for e in elements}) == 1:
+        _store_loop(ctx, instr, gen, outputs)
+    else:  # a multi-output fusion with differently shaped outputs: one nest each
+        for k, output in enumerate(outputs):
+            _store_loop(ctx, instr, _element_generator(ctx, instr, gen, k), [output])
+    return True
+
+
+# (name, emit(ctx, instr, operand generators) -> whether it emitted the kernel's body),
+# tried in order; the last takes every instruction
+EMITTERS = (
+    ("contraction", emit_contraction),  # dot/conv (+ epilogue): forms.py's kernels
+    ("pooling", emit_pooling),  # max/avg/global pooling (+ epilogue)
+    ("transpose", emit_transpose),  # a transpose moving the last dim, tile by tile
+    ("kernel", _emit_rule_kernel),  # sort, scatter...: a rule that emits a whole kernel
+    ("rows", emit_row_fusion),  # a row fusion: its reductions once per row
+    ("loops", _emit_loops),  # element generators stored in loop nests
+)
 
 
 def _outputs(ctx: EmitContext, instr: Instruction) -> list[tuple[Shape, Slice]]:

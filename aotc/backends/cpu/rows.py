@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...buffers import Slice
 from ...errors import AotcError
-from ...ir import Instruction, Op, Shape
+from ...ir import Instruction, Op
 from ...ir.index_maps import dims_of, row_dims, row_values
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import bind_instructions, element_pointer, make_generator
@@ -24,16 +23,17 @@ from ..llvm.loops import loop_nest
 from .parallel import parallel_loop_nest
 
 
-def emit_row_fusion(
-    ctx: EmitContext, instr: Instruction, params: list[Gen], output: tuple[Shape, Slice]
-) -> None:
-    """Store `instr`'s output, computing its row values once per row."""
-    fused = instr.called[0]
+def emit_row_fusion(ctx: EmitContext, instr: Instruction, params: list[Gen]) -> bool:
+    """Store `instr`'s output, computing its row values once per row, if it is a row
+    fusion; False leaves it to the rules."""
     rank, hoisted = row_values(instr)
+    if not hoisted:
+        return False
+    fused = instr.called[0]
     row_index: list[ir.Value] = []
     computed: dict[int, object] = {}
 
-    shape, where = output
+    shape, where = instr.shape, ctx.plan.slice_of(instr)
     live_rows = row_dims(shape.dims, rank)  # the row index dims a row value reads
 
     def row_value(value: Instruction) -> Gen:
@@ -65,3 +65,4 @@ def emit_row_fusion(
             index = [*outer, *inner]
             pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
             store_element(ctx.builder, shape.dtype, gens[id(fused.root)](index), pointer)
+    return True

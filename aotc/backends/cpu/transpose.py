@@ -17,7 +17,7 @@ import math
 from llvmlite import ir
 
 from ...ir import Instruction, Op
-from ..llvm.context import EmitContext
+from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import element_pointer
 from ..llvm.lltypes import i64, storage_type
 from ..llvm.loops import for_range
@@ -27,9 +27,9 @@ from .vectors import i32_lanes, smaller
 MIN_ELEMENTS = 1024  # smaller transposes stay in L1 whatever the order
 
 
-def emit_transpose(ctx: EmitContext, instr: Instruction) -> bool:
-    """Emit `instr` as a tiled transpose if it is one worth it; False leaves it to the
-    rules."""
+def emit_transpose(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> bool:
+    """Emit `instr` as a tiled transpose if it is one worth it (reading its operand from
+    memory); False leaves it to the rules."""
     width = tile_width(instr, ctx.target)
     if width is None:
         return False

@@ -37,6 +37,7 @@ from ..llvm.lltypes import I1, I32, i64
 from ..llvm.loops import for_range, if_then
 from .blocked_gemm import emit_region
 from .blocking import aligned
+from .conv import ConvGeometry, ConvProblem
 from .gemm import GemmPlan
 from .gemm_config import GemmConfig
 from .panels import StridedPanels
@@ -135,7 +136,24 @@ class WinogradGeometry:
         return self.tile_rows * self.tile_columns
 
 
-def eligible(g, image_view, weights_layout) -> bool:
+def plan_winograd(problem: ConvProblem) -> WinogradPlan | None:
+    """The Winograd form of a convolution (conv.py's problem), where the target allows it
+    (not below -O2) and `eligible` accepts it."""
+    g, image_view, weights_layout = problem.geometry, problem.image_view, problem.weights_layout
+    if not (problem.target.winograd and problem.float_nchw):
+        return None
+    if not eligible(g, image_view, weights_layout):
+        return None
+    dims = g.dims
+    strides = tuple(image_view.strides[d] for d in (dims.input_batch, dims.input_feature,
+                                                   dims.input_spatial[0]))  # fmt: skip
+    transform = choose_transform(g.out_spatial)
+    geometry = WinogradGeometry(g.batch, g.cin_g, g.cout, *g.in_spatial, *g.out_spatial,
+                                *g.window.pad_low, strides, transform)  # fmt: skip
+    return WinogradPlan(problem.config, geometry, g.output_index, layouts=(weights_layout, None))
+
+
+def eligible(g: ConvGeometry, image_view, weights_layout) -> bool:
     """An f32 2-D convolution with a constant 3x3 kernel at stride 1 (no dilation, one
     group, padding not negative) over an image in memory with unit column stride,
     at least MIN_CHANNELS in, MIN_OUTPUT_CHANNELS out, and outputs of at least
@@ -156,17 +174,6 @@ def eligible(g, image_view, weights_layout) -> bool:
     return channels and min(g.out_spatial) >= MIN_OUTPUT_SIZE
 
 
-def plan_winograd(config: GemmConfig, g, image_view, weights_layout) -> WinogradPlan:
-    """The plan of a convolution that `eligible` accepts (`g`: conv.py's geometry)."""
-    dims = g.dims
-    strides = tuple(image_view.strides[d] for d in (dims.input_batch, dims.input_feature,
-                                                   dims.input_spatial[0]))  # fmt: skip
-    transform = choose_transform(g.out_spatial)
-    geometry = WinogradGeometry(g.batch, g.cin_g, g.cout, *g.in_spatial, *g.out_spatial,
-                                *g.window.pad_low, strides, transform)  # fmt: skip
-    return WinogradPlan(config, geometry, g.output_index, layouts=(weights_layout, None))
-
-
 def choose_transform(out_spatial) -> Transform:
     """F4 where its tiles are enough columns for the GEMMs, else F2."""
     tiles = [-(-size // F4.m) for size in out_spatial]
@@ -183,8 +190,7 @@ def transformed_kernel(kernel: np.ndarray, transform: Transform) -> np.ndarray:
 
 @dataclass
 class WinogradPlan(Prepackable):
-    """A convolution as Winograd F(m x m, 3x3); what conv.py plans for the shapes it pays
-    on.  Operand A (the kernel, convolution operand 1) is always pre-packed, as U."""
+    """A convolution as Winograd F(m x m, 3x3), for the shapes it pays on.  Operand A (the kernel, convolution operand 1) is always pre-packed, as U."""
 
     config: GemmConfig
     geometry: WinogradGeometry

@@ -14,9 +14,9 @@ the arena, and a second kernel adds them up in slice order and finishes each ele
 
 Finished elements go through the fusion's epilogue (bias, residual, activation) with the
 contraction's value from the registers, then to memory.  Taken for float results when
-the GEMM is big enough; a fusion qualifies when its root reads the contraction at its
-own output index (index maps, see aotc/ir/index_maps.py).  Others run one thread per
-output element.
+the GEMM is big enough; a fusion qualifies when it is an OUTPUT fusion of one
+contraction (its root reads it through elementwise ops at its own output index, see
+aotc/ir/fusion_kinds.py).  Others run one thread per output element.
 """
 
 from __future__ import annotations

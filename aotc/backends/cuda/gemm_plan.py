@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ...ir import Instruction, Op, Shape
-from ...ir.index_maps import computation_maps, identity
+from ...ir import Instruction, Op
+from ...ir.fusion_kinds import output_contractions
 from ..llvm.context import Gen
 from ..llvm.lltypes import I64, i32
 from ..llvm.scalar import zero_like
@@ -56,23 +56,10 @@ def transposed(gemm: Gemm) -> Gemm:
 
 
 def contraction_of(instr: Instruction) -> Instruction | None:
-    """The dot/convolution a kernel computes as GEMM: itself, or the one in a fusion whose
-    root reads it at the root's own index (an elementwise epilogue)."""
-    if instr.op in (Op.DOT, Op.CONVOLUTION):
-        return instr
-    if instr.op is not Op.FUSION or not isinstance(instr.shape, Shape):
-        return None
-    fused = instr.called[0]
-    found = [i for i in fused.instructions if i.op in (Op.DOT, Op.CONVOLUTION)]
-    if len(found) != 1:
-        return None
-    (contraction,) = found
-    if contraction.array_shape.dims != instr.shape.dims:
-        return None
-    maps = computation_maps(fused).get(id(contraction))
-    if maps != frozenset({identity(instr.shape.rank)}):
-        return None
-    return contraction
+    """The dot/convolution a kernel computes as GEMM: itself, or the one of an OUTPUT
+    fusion (its root reads it through an elementwise epilogue)."""
+    found = output_contractions(instr)
+    return found[0] if len(found) == 1 else None
 
 
 # -- contractions as GEMMs ---------------------------------------------------------------

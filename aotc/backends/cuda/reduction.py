@@ -6,7 +6,7 @@ consecutive elements, so loads coalesce when the innermost dim is reduced), then
 partials combine by butterfly warp shuffles, and across the warps of a block through
 shared memory; every thread of the group ends with the same result.
 
-- `emit_reduce`: a reduce (or an input fusion ending in one) whose innermost operand
+- `emit_reduce`: a reduce (or an INPUT fusion ending in one) whose innermost operand
   dim is reduced takes a warp per output, or a block for long reductions.  Others keep
   one thread per output (elementwise.py), which coalesces across outputs instead.
 - `emit_rows`: a row fusion (softmax, layer norm; cpu/rows.py) takes a block per row:
@@ -28,7 +28,8 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ...ir import DType, Instruction, Op
+from ...ir import DType, FusionKind, Instruction, Op
+from ...ir.fusion_kinds import fusion_kind
 from ...ir.index_maps import dims_of, row_dims, row_values
 from ..llvm.context import Gen
 from ..llvm.elemental import bind_instructions, make_generator
@@ -226,9 +227,11 @@ def _innermost_reduced(reduce: Instruction) -> bool:
 def emit_reduce(
     ctx: GpuContext, instr: Instruction, name: str, outputs
 ) -> list[KernelLaunch] | None:
-    """A warp or block per output of a reduce, or of a fusion whose root is one."""
+    """A warp or block per output of a reduce, or of an INPUT fusion (one at its root)."""
     fusion = instr if instr.op is Op.FUSION else None
-    reduce = instr.called[0].root if fusion is not None else instr
+    if fusion is not None and fusion_kind(fusion.called[0]) is not FusionKind.INPUT:
+        return None
+    reduce = fusion.called[0].root if fusion is not None else instr
     if reduce.op is not Op.REDUCE or not _innermost_reduced(reduce):
         return None
     if not has_identity_inits(reduce, fusion):

@@ -1,0 +1,56 @@
+"""The kernel forms of dots and convolutions, in priority order: the first that plans wins.
+
+A form is a way to compute one contraction on the CPU.  Its planner, in the form's own
+module, takes the contraction's problem (conv.py's `ConvProblem`, dot.py's
+`DotProblem`: the target, the instruction, its operands' memory views, its GEMM
+blocking and extents) and returns a plan (plans.py's `KernelPlan`), or None when the
+form does not take the contraction: the conditions on target, dtypes and shapes that
+gate a form are in its planner.  `plan_contraction` asks the forms of a table in order;
+a contraction no form takes runs by the element rules.
+
+Adding a convolution algorithm: a module with its plan class (`kind`,
+`workspace_bytes`, `emit`) and its planner, and one row in CONV_FORMS at its priority.
+"""
+
+from __future__ import annotations
+
+from ...ir import Instruction, Op
+from . import conv, depthwise, direct_conv, dot, plane_conv, winograd
+from .plans import KernelPlan
+
+# (name, planner(ConvProblem) -> KernelPlan | None)
+CONV_FORMS = (
+    ("paired", conv.plan_paired_im2col),  # integers, NCHW: im2col GEMMs of 16-bit pairs
+    ("direct", direct_conv.plan_direct),  # channels-last: the micro-kernel on the image
+    ("depthwise", depthwise.plan_depthwise),  # one input channel per group: direct loops
+    ("winograd", winograd.plan_winograd),  # 3x3 stride 1, constant kernel, -O2
+    ("planes", plane_conv.plan_planes),  # the micro-kernel on (phase) planes of the image
+    ("im2col", conv.plan_im2col),  # GEMMs of the weights by the image's columns
+)
+
+# (name, planner(DotProblem) -> KernelPlan | None)
+DOT_FORMS = (
+    ("paired", dot.plan_paired_dot),  # integers: GEMMs of 16-bit pairs
+    ("gemv", dot.plan_gemv),  # matrix-vector products of operands in memory
+    ("gemm", dot.plan_gemm),
+)
+
+# opcode -> (its problem maker(target, instruction, views) -> problem | None, its forms)
+CONTRACTION_FORMS = {
+    Op.DOT: (dot.dot_problem, DOT_FORMS),
+    Op.CONVOLUTION: (conv.conv_problem, CONV_FORMS),
+}
+
+
+def plan_contraction(target, contraction: Instruction, views) -> KernelPlan | None:
+    """The plan of the first form that takes `contraction` (`views`: its operands' memory
+    views, or None), or None: the element rules compute it."""
+    make_problem, forms = CONTRACTION_FORMS[contraction.op]
+    problem = make_problem(target, contraction, views)
+    if problem is None:
+        return None
+    for _, planner in forms:
+        plan = planner(problem)
+        if plan is not None:
+            return plan
+    return None

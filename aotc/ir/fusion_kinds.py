@@ -1,0 +1,62 @@
+"""Fusion kinds: what a fused computation computes, worked out once for pass and backends.
+
+The fusion pass records the kind of each fusion it builds (`kind=` in the text);
+both backends choose a fusion's kernel by the kind and the contractions found
+here.  They ask `fusion_kind` and `output_contractions` of the body rather than
+trusting a recorded kind: a fusion parsed from XLA's text may carry another one
+(XLA's CPU calls its reduction fusions kLoop).
+
+- OUTPUT (XLA's kOutput): dots and convolutions whose values the root reads only
+  through elementwise ops at their own shape, their epilogue (bias, residual,
+  activation); or a dot or convolution at the root, producers of its operands fused
+  in.  Backends run the contractions as tiled kernels and apply the epilogue to each
+  finished element.
+- INPUT (kInput): a reduction at the root, producers of its operands fused in.
+- LOOP (kLoop): anything else, one loop over the output; row fusions (reductions read
+  back per row, see index_maps.py) and reduce-windows among them.
+"""
+
+from __future__ import annotations
+
+from .attrs import FusionKind
+from .index_maps import read_elementwise_only
+from .module import Computation, Instruction
+from .ops import Op
+from .types import Shape
+
+# the ops computed as tiled kernels, ahead of an epilogue
+CONTRACTION_OPS = frozenset({Op.DOT, Op.CONVOLUTION})
+
+
+def fusion_kind(body: Computation) -> FusionKind:
+    """The kind of a fusion calling `body`."""
+    if _epilogue_contractions(body):
+        return FusionKind.OUTPUT
+    if body.root.op is Op.REDUCE:
+        return FusionKind.INPUT
+    return FusionKind.LOOP
+
+
+def output_contractions(instr: Instruction) -> list[Instruction]:
+    """The contractions a kernel computes ahead of its epilogue, in body order: `instr`
+    itself if it is a dot or convolution, an OUTPUT fusion's; else none."""
+    if not isinstance(instr.shape, Shape):
+        return []
+    if instr.op in CONTRACTION_OPS:
+        return [instr]
+    if instr.op is not Op.FUSION:
+        return []
+    return _epilogue_contractions(instr.called[0])
+
+
+def _epilogue_contractions(body: Computation) -> list[Instruction]:
+    """The contractions of `body` if its root is an array reading each of them only
+    through elementwise ops at its shape (each output element reads only the same
+    element of each: the contraction may be computed in place); else none."""
+    if not isinstance(body.root.shape, Shape):
+        return []
+    found = [i for i in body.instructions if i.op in CONTRACTION_OPS]
+    users = body.users()
+    if not all(read_elementwise_only(body, c, c.array_shape.dims, users) for c in found):
+        return []
+    return found
