@@ -162,7 +162,7 @@ def test_a_parsed_fusions_recorded_kind_is_not_trusted(tmp_path):
     path = tmp_path / "parsed.hlo"
     path.write_text(PARSED_DOT_FUSION)
     compiled = compile_model(path, CompileOptions(target="cuda:sm_90", name="parsed"))
-    assert [k.kind for k in compiled.cuda.launches] == ["gemm"]
+    assert [k.kind for k in compiled.program.launches] == ["gemm"]
 
 
 def test_math_functions_link_libdevice():
