@@ -223,4 +223,3 @@ def _workspace_slice(ctx: EmitContext, size: int) -> Slice:
     workspace = ctx.workspace
     assert workspace is not None and size <= workspace.size, "workspace sized before emission"
     return Slice(BufferKind.ARENA, 0, workspace.offset, size)
-

@@ -36,12 +36,13 @@ from .im2col import IMAGE_FIELDS, ImagePanels
 from .pairs import paired_factory, pairs_of
 from .panels import GeneratedPanels, StridedPanels
 from .prepackable import StridedLayout, strided_layout
+from .target import CpuTarget
 from .views import View, affine, merged_stride
 
 # -- the problem -------------------------------------------------------------------
 
 
-def conv_problem(target, conv: Instruction, views) -> ConvProblem | None:
+def conv_problem(target: CpuTarget, conv: Instruction, views) -> ConvProblem | None:
     """The problem the forms plan `conv` from (`views`: its operands' memory views, or
     None), or None: no form takes it (no GEMM blocking for its types, batch groups)."""
     config = gemm_config(target, conv.array_shape.dtype, conv.operands[0].shape.dtype)
@@ -54,7 +55,7 @@ def conv_problem(target, conv: Instruction, views) -> ConvProblem | None:
 class ConvProblem:
     """One convolution to plan, and what several forms read of it."""
 
-    target: object  # the CpuTarget
+    target: CpuTarget
     conv: Instruction
     views: tuple[View | None, View | None]  # the image's and the kernel's, as found
     config: GemmConfig
@@ -91,11 +92,13 @@ class ConvGeometry:
     """Extents of one convolution, in the terms of its NCHW GEMM."""
 
     def __init__(self, conv: Instruction):
+        dims, window = conv.conv, conv.window
+        assert dims is not None and window is not None, conv.name
         self.conv = conv
-        self.dims = dims = conv.conv
-        self.window = conv.window
-        self.lhs = conv.operands[0].shape
-        self.rhs = conv.operands[1].shape
+        self.dims = dims
+        self.window = window
+        self.lhs = conv.operands[0].array_shape
+        self.rhs = conv.operands[1].array_shape
         self.out = conv.array_shape
         rank, spatial = self.out.rank, len(dims.output_spatial)
         self.nchw_output = (
@@ -207,7 +210,10 @@ def plan_paired_im2col(problem: ConvProblem) -> GemmPlan | None:
     if not config.paired or not g.nchw_output or g.work == 0 or g.is_depthwise:
         return None
     lhs_view, weights_layout = problem.image_view, problem.weights_layout
-    weights_source = problem.kernel_view.dtype if weights_layout is not None else g.rhs.dtype
+    kernel_view = problem.kernel_view  # not None where the weights have a layout
+    weights_source = (
+        g.rhs.dtype if kernel_view is None or weights_layout is None else kernel_view.dtype
+    )
     if lhs_view is not None and (lhs_view.dtype is not DType.S16 or g.k % 2):
         lhs_view = None  # im2col packs whole pairs of s16 rows only
     columns_source = lhs_view.dtype if lhs_view is not None else g.lhs.dtype

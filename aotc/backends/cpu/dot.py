@@ -130,7 +130,7 @@ class DotProblem:
     k: int
     lhs: _Side
     rhs: _Side
-    layouts: tuple[StridedLayout | None, StridedLayout | None]
+    layouts: tuple[StridedLayout | None, ...]  # A's, B's
 
     def gemm(self, factories, k: int, gemv: str | None = None, **paired) -> GemmPlan:
         """The GemmPlan of the batch, K `k` deep, reading A and B through `factories`."""
@@ -185,4 +185,3 @@ def _placement(batch, m: int, n: int, lhs: _Side, rhs: _Side):
         return [*index, *split_index(b, row, free_m), *split_index(b, col, free_n)]
 
     return c_offset, out_index
-

@@ -14,12 +14,19 @@ Adding a convolution algorithm: a module with its plan class (`kind`,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ...ir import Instruction, Op
 from . import conv, depthwise, direct_conv, dot, plane_conv, winograd
 from .plans import KernelPlan
 
-# (name, planner(ConvProblem) -> KernelPlan | None)
-CONV_FORMS = (
+# a form's planner: its problem -> its plan, or None (the form does not take it)
+Planner = Callable[[Any], KernelPlan | None]
+Forms = tuple[tuple[str, Planner], ...]
+
+# (name, planner(ConvProblem))
+CONV_FORMS: Forms = (
     ("paired", conv.plan_paired_im2col),  # integers, NCHW: im2col GEMMs of 16-bit pairs
     ("direct", direct_conv.plan_direct),  # channels-last: the micro-kernel on the image
     ("depthwise", depthwise.plan_depthwise),  # one input channel per group: direct loops
@@ -28,15 +35,15 @@ CONV_FORMS = (
     ("im2col", conv.plan_im2col),  # GEMMs of the weights by the image's columns
 )
 
-# (name, planner(DotProblem) -> KernelPlan | None)
-DOT_FORMS = (
+# (name, planner(DotProblem))
+DOT_FORMS: Forms = (
     ("paired", dot.plan_paired_dot),  # integers: GEMMs of 16-bit pairs
     ("gemv", dot.plan_gemv),  # matrix-vector products of operands in memory
     ("gemm", dot.plan_gemm),
 )
 
 # opcode -> (its problem maker(target, instruction, views) -> problem | None, its forms)
-CONTRACTION_FORMS = {
+CONTRACTION_FORMS: dict[Op, tuple[Callable[..., Any], Forms]] = {
     Op.DOT: (dot.dot_problem, DOT_FORMS),
     Op.CONVOLUTION: (conv.conv_problem, CONV_FORMS),
 }

@@ -33,7 +33,7 @@ def emit_row_fusion(ctx: EmitContext, instr: Instruction, params: list[Gen]) -> 
     row_index: list[ir.Value] = []
     computed: dict[int, object] = {}
 
-    shape, where = instr.shape, ctx.plan.slice_of(instr)
+    shape, where = instr.array_shape, ctx.plan.slice_of(instr)
     live_rows = row_dims(shape.dims, rank)  # the row index dims a row value reads
 
     def row_value(value: Instruction) -> Gen:
