@@ -60,31 +60,46 @@ def _build_parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument("-o", "--output", default="build", help="output folder (build)")
     compile_cmd.add_argument("--name", help="symbol prefix (default: the file name)")
     compile_cmd.add_argument(
-        "--input", action="append", default=[], metavar="NAME=DIMS",
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=DIMS",
         help="shape of an input, e.g. input=1x3x224x224 (repeatable)",
-    )  # fmt: skip
+    )
     compile_cmd.add_argument(
-        "--const", action="append", default=[], metavar="NAME=VALUES",
+        "--const",
+        action="append",
+        default=[],
+        metavar="NAME=VALUES",
         help="fix an input to values, e.g. shape=1,-1 (it becomes a constant; repeatable)",
-    )  # fmt: skip
+    )
     compile_cmd.add_argument(
-        "--target", default="host",
+        "--target",
+        default="host",
         help="host (default), x86_64:x86-64-v2, aarch64-linux-gnu:cortex-a72, ... (aotc "
         "targets), or NVIDIA GPUs: cuda:sm_90, cuda:sm_80,sm_90",
-    )  # fmt: skip
+    )
     compile_cmd.add_argument(
-        "-O", dest="opt_level", type=int, default=2, choices=range(4), metavar="{0..3}",
+        "-O",
+        dest="opt_level",
+        type=int,
+        default=2,
+        choices=range(4),
+        metavar="{0..3}",
         help="optimization level (default 2; below 2, no Winograd convolutions)",
-    )  # fmt: skip
+    )
     compile_cmd.add_argument(
         "--dump-hlo", type=Path, metavar="DIR", help="write the module after every pass"
     )
     compile_cmd.add_argument("--verify", action="store_true", help="verify the IR after every pass")
     compile_cmd.add_argument(
-        "--threads", type=int, default=1, metavar="N",
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
         help="threads the model uses unless NAME_set_num_threads or $AOTC_NUM_THREADS say "
         "otherwise (default 1; 0: all CPUs)",
-    )  # fmt: skip
+    )
     compile_cmd.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
 
     inspect_cmd = commands.add_parser(
@@ -95,10 +110,15 @@ def _build_parser() -> argparse.ArgumentParser:
     inspect_cmd.add_argument("--input", action="append", default=[], metavar="NAME=DIMS")
     inspect_cmd.add_argument("--const", action="append", default=[], metavar="NAME=VALUES")
     inspect_cmd.add_argument("--target", default="host")
-    inspect_cmd.add_argument("-O", dest="opt_level", type=int, default=2, choices=range(4),
-                             metavar="{0..3}")  # fmt: skip
-    inspect_cmd.add_argument("--memory-plan", type=Path, metavar="PLAN.svg",
-                             help="also draw the memory plan as an SVG picture")  # fmt: skip
+    inspect_cmd.add_argument(
+        "-O", dest="opt_level", type=int, default=2, choices=range(4), metavar="{0..3}"
+    )
+    inspect_cmd.add_argument(
+        "--memory-plan",
+        type=Path,
+        metavar="PLAN.svg",
+        help="also draw the memory plan as an SVG picture",
+    )
 
     commands.add_parser(
         "targets", help="list the supported targets, what each implies, and the C compilers found"
@@ -131,8 +151,11 @@ def _compile(args) -> None:
     paths = compiled.write(args.output)
     if paths.library is None:  # no C compiler for the target: the object is still useful
         library = f"lib{compiled.name}.a"
-        print(f"aotc: warning: {paths.missing}: wrote the runtime sources instead of "
-              f"{library}; to build it run the command below", file=sys.stderr)  # fmt: skip
+        print(
+            f"aotc: warning: {paths.missing}: wrote the runtime sources instead of "
+            f"{library}; to build it run the command below",
+            file=sys.stderr,
+        )
         print(paths.finish)
     if not args.quiet:
         print(summary(compiled, paths, time.perf_counter() - started))

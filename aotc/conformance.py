@@ -83,7 +83,9 @@ def run_case(case, opt_level: int = 2) -> CaseResult:
     except onnx.checker.ValidationError as e:
         return CaseResult(case.name, False, "invalid model: " + _first_line(str(e)))
     except Exception as e:  # noqa: BLE001 - a compiler bug, reported per case
-        return CaseResult(case.name, False, f"internal error {type(e).__name__}: {_first_line(str(e))}")
+        return CaseResult(
+            case.name, False, f"internal error {type(e).__name__}: {_first_line(str(e))}"
+        )
     return CaseResult(case.name, True, "")
 
 
@@ -122,8 +124,10 @@ def _worker(names: list[str], opt_level: int) -> None:
             continue
         print(json.dumps({"start": case.name}), flush=True)
         result = run_case(case, opt_level)
-        print(json.dumps({"name": result.name, "passed": result.passed, "reason": result.reason}),
-              flush=True)  # fmt: skip
+        print(
+            json.dumps({"name": result.name, "passed": result.passed, "reason": result.reason}),
+            flush=True,
+        )
 
 
 def run_all(names: list[str], jobs: int, opt_level: int = 2) -> list[CaseResult]:
@@ -163,10 +167,19 @@ def _run_chunk(chunk: list[str], results: dict[str, CaseResult], opt_level: int)
 
 def _spawn(names: list[str], opt_level: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "aotc.conformance", "-O", str(opt_level),
-         "--worker", ",".join(names)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "aotc.conformance",
+            "-O",
+            str(opt_level),
+            "--worker",
+            ",".join(names),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 def coverage_table(cases, results: list[CaseResult]) -> str:
@@ -215,9 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         args.coverage.parent.mkdir(parents=True, exist_ok=True)
         args.coverage.write_text(coverage_table(cases, results))
     if args.write_expected:
-        args.write_expected.write_text(
-            "".join(f"{r.name}\t{r.reason}\n" for r in failures)
-        )
+        args.write_expected.write_text("".join(f"{r.name}\t{r.reason}\n" for r in failures))
     return 0
 
 

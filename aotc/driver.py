@@ -65,10 +65,17 @@ class CompiledModel:
         """Write NAME.h, NAME.o and libNAME.a into `out_dir` (all or nothing; see
         artifacts.write_artifacts for a target without a C compiler)."""
         return self.backend.write_artifacts(
-            Path(out_dir), self.name, self.inputs, self.outputs, self.object_bytes,
+            Path(out_dir),
+            self.name,
+            self.inputs,
+            self.outputs,
+            self.object_bytes,
             # the file name only: a header must not depend on where the build ran
-            self.stats, self.target, Path(self.source).name, self.program,
-        )  # fmt: skip
+            self.stats,
+            self.target,
+            Path(self.source).name,
+            self.program,
+        )
 
     def kernel_forms(self) -> dict[str, str]:
         """Kernel name -> how the backend emits that kernel ("gemm", "winograd",
@@ -109,9 +116,19 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
         workspace_bytes=plan.workspace_bytes,
     )
     return CompiledModel(
-        name, source, module, plan, code.object_bytes, inputs, outputs, stats,
-        target, time.perf_counter() - started, backend, code.program,
-    )  # fmt: skip
+        name,
+        source,
+        module,
+        plan,
+        code.object_bytes,
+        inputs,
+        outputs,
+        stats,
+        target,
+        time.perf_counter() - started,
+        backend,
+        code.program,
+    )
 
 
 def describe_targets() -> str:

@@ -76,9 +76,7 @@ def kernel_table(rows: list[KernelInfo], how: dict[str, str] | None = None) -> s
         if how and r.name in how:
             ops += f" [{how[r.name]}]"
         name = r.name[:32]
-        lines.append(
-            f"{name:<32} {r.bytes_read:>12,} {r.bytes_written:>12,} {r.flops:>14,}  {ops}"
-        )
+        lines.append(f"{name:<32} {r.bytes_read:>12,} {r.bytes_written:>12,} {r.flops:>14,}  {ops}")
     total_flops = sum(r.flops for r in rows)
     lines.append(f"{len(rows)} kernels, {total_flops:,} FLOPs")
     return "\n".join(lines)

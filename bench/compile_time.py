@@ -44,17 +44,23 @@ def measure(name: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             [sys.executable, "-c", _CHILD, str(Path(__file__).parent), name, tmp],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(names: list[str]) -> None:
-    print(f"{'model':<14} {'compile s':>10} {'peak RSS MB':>12} {'weights MB':>11} {'max |err|':>10}")
+    print(
+        f"{'model':<14} {'compile s':>10} {'peak RSS MB':>12} {'weights MB':>11} {'max |err|':>10}"
+    )
     for name in names:
         r = measure(name)
-        print(f"{name:<14} {r['seconds']:>10.1f} {r['peak_bytes'] / 2**20:>12.0f} "
-              f"{r['weights'] / 2**20:>11.1f} {r['max_abs_err']:>10.2e}")  # fmt: skip
+        print(
+            f"{name:<14} {r['seconds']:>10.1f} {r['peak_bytes'] / 2**20:>12.0f} "
+            f"{r['weights'] / 2**20:>11.1f} {r['max_abs_err']:>10.2e}"
+        )
 
 
 if __name__ == "__main__":

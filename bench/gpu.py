@@ -133,8 +133,9 @@ class Driver:
         size = megabytes << 20
         a, b = ctypes.c_uint64(), ctypes.c_uint64()
         for pointer in (a, b):
-            self.check(self.lib.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(size)),
-                       "cuMemAlloc")  # fmt: skip
+            self.check(
+                self.lib.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(size)), "cuMemAlloc"
+            )
         copy = self.lib.cuMemcpyDtoD_v2
         copy.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t]
         ms = self.time_ms(lambda: self.check(copy(b.value, a.value, size), "cuMemcpyDtoD"), 10)
@@ -159,9 +160,18 @@ class GpuModel:
         name = self.compiled.name
         self.compiled.write(self.directory)
         library = self.directory / f"lib{name}.so"
-        argv = [*find_compiler(), "-shared", "-o", str(library), "-Wl,--whole-archive",
-                str(self.directory / f"lib{name}.a"), "-Wl,--no-whole-archive", "-ldl",
-                "-lpthread", "-lm"]  # fmt: skip
+        argv = [
+            *find_compiler(),
+            "-shared",
+            "-o",
+            str(library),
+            "-Wl,--whole-archive",
+            str(self.directory / f"lib{name}.a"),
+            "-Wl,--no-whole-archive",
+            "-ldl",
+            "-lpthread",
+            "-lm",
+        ]
         subprocess.run(argv, check=True, capture_output=True, text=True)
         self.lib = ctypes.CDLL(str(library))
         self.launches = self.compiled.program.launches
@@ -173,8 +183,10 @@ class GpuModel:
         self.lib.aotc_cuda_upload.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
         self.lib.aotc_cuda_download.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
         self.lib.aotc_cuda_free.argtypes = [ctypes.c_uint64]
-        raw = [np.ascontiguousarray(to_storage(x, s.dtype))
-               for x, s in zip(self.inputs, self.compiled.inputs)]  # fmt: skip
+        raw = [
+            np.ascontiguousarray(to_storage(x, s.dtype))
+            for x, s in zip(self.inputs, self.compiled.inputs)
+        ]
         self.in_ptrs = [self.alloc(r.nbytes) for r in raw]
         for pointer, array in zip(self.in_ptrs, raw):
             self._check(self.lib.aotc_cuda_upload(pointer, array.ctypes.data, array.nbytes))
@@ -226,8 +238,10 @@ def torch_version(name: str, model: onnx.ModelProto):
         return None
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    w = {i.name: torch.from_numpy(numpy_helper.to_array(i).copy()).cuda()
-         for i in model.graph.initializer}  # fmt: skip
+    w = {
+        i.name: torch.from_numpy(numpy_helper.to_array(i).copy()).cuda()
+        for i in model.graph.initializer
+    }
     if name.startswith("mlp"):
         layers = sum(1 for key in w if key.startswith("w"))
 
@@ -320,8 +334,10 @@ def measure_model(driver: Driver, name: str, prepared, args, work: Path) -> Resu
     gpu.run()
     result.agree = compare(gpu.outputs(), expected, name in QUANTIZED)[0]
     result.ms = driver.time_ms(gpu.run, args.reps)
-    times = [(k, driver.time_ms(lambda k=k: gpu.run_kernel(k), max(args.reps // 4, 3), 1))
-             for k in range(len(gpu.launches))]  # fmt: skip
+    times = [
+        (k, driver.time_ms(lambda k=k: gpu.run_kernel(k), max(args.reps // 4, 3), 1))
+        for k in range(len(gpu.launches))
+    ]
     times.sort(key=lambda kt: -kt[1])
     result.top = [(gpu.launches[k], ms) for k, ms in times[: args.top]]
     if args.torch:
@@ -358,31 +374,47 @@ def acceptance_models(n: int = 4096, rows: int = 8192) -> dict[str, onnx.ModelPr
     gemms = {}
     for name, (dtype, _, _, _) in GEMMS.items():
         value = lambda v, dtype=dtype: helper.make_tensor_value_info(v, dtype, [n, n])
-        gemms[name] = _model([n_("MatMul", ["a", "b"], ["c"])], [value("a"), value("b")],
-                             [value("c")])  # fmt: skip
+        gemms[name] = _model(
+            [n_("MatMul", ["a", "b"], ["c"])], [value("a"), value("b")], [value("c")]
+        )
     return {
         **gemms,
-        "gelu_elementwise": _model([
-            n_("Constant", [], ["s"], value=sqrt2), n_("Div", ["x", "s"], ["t"]),
-            n_("Erf", ["t"], ["e"]), n_("Mul", ["x", "e"], ["y"])],
-            [_f32("x", [rows, cols])], [_f32("y", [rows, cols])]),
-        "row_sum": _model([n_("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
-                          [_f32("x", [rows, cols])], [_f32("y", [rows])],
-                          [numpy_helper.from_array(np.array([1], np.int64), "axes")]),
-        "softmax_rows": _model([n_("Softmax", ["x"], ["y"], axis=-1)],
-                               [_f32("x", [rows, cols])], [_f32("y", [rows, cols])]),
-    }  # fmt: skip
+        "gelu_elementwise": _model(
+            [
+                n_("Constant", [], ["s"], value=sqrt2),
+                n_("Div", ["x", "s"], ["t"]),
+                n_("Erf", ["t"], ["e"]),
+                n_("Mul", ["x", "e"], ["y"]),
+            ],
+            [_f32("x", [rows, cols])],
+            [_f32("y", [rows, cols])],
+        ),
+        "row_sum": _model(
+            [n_("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+            [_f32("x", [rows, cols])],
+            [_f32("y", [rows])],
+            [numpy_helper.from_array(np.array([1], np.int64), "axes")],
+        ),
+        "softmax_rows": _model(
+            [n_("Softmax", ["x"], ["y"], axis=-1)],
+            [_f32("x", [rows, cols])],
+            [_f32("y", [rows, cols])],
+        ),
+    }
 
 
 def measure_acceptance(driver: Driver, args, work: Path, peak_bw: float, lines: list) -> None:
     rng = np.random.default_rng(0)
     models = acceptance_models()
-    selected = [k for k in models if (k in GEMMS and args.gemm) or
-                (k not in GEMMS and args.fusions)]  # fmt: skip
+    selected = [
+        k for k in models if (k in GEMMS and args.gemm) or (k not in GEMMS and args.fusions)
+    ]
     for name in selected:
         model = models[name]
-        feeds = [rng.random([d.dim_value for d in i.type.tensor_type.shape.dim],
-                            dtype=np.float32) for i in model.graph.input]  # fmt: skip
+        feeds = [
+            rng.random([d.dim_value for d in i.type.tensor_type.shape.dim], dtype=np.float32)
+            for i in model.graph.input
+        ]
         options = GEMMS[name][1] if name in GEMMS else ""
         options = CompileOptions(target=f"cuda:sm_{driver.arch}{options}", name=name)
         gpu = GpuModel(compile_model(model, options), work / name, feeds)
@@ -394,8 +426,10 @@ def measure_acceptance(driver: Driver, args, work: Path, peak_bw: float, lines: 
                 lines.append(text + _torch_gemm(args, *GEMMS[name][2:]))
             else:
                 bandwidth = launch.bytes / (ms * 1e-3)
-                lines.append(f"| {name} | {launch.kind} | {ms:.3f} | {bandwidth / 1e9:.0f} GB/s "
-                             f"({100 * bandwidth / peak_bw:.0f}% of peak) | |")  # fmt: skip
+                lines.append(
+                    f"| {name} | {launch.kind} | {ms:.3f} | {bandwidth / 1e9:.0f} GB/s "
+                    f"({100 * bandwidth / peak_bw:.0f}% of peak) | |"
+                )
 
 
 def _torch_gemm(args, dtype: str, tf32: bool) -> str:
@@ -418,12 +452,16 @@ def _torch_gemm(args, dtype: str, tf32: bool) -> str:
 def report(driver: Driver, results: list[Result], acceptance: list[str], copy_bw: float) -> str:
     peak_bw, peak_flops = driver.peak_bandwidth(), driver.peak_flops()
     lines = [
-        f"# aotc on GPU sm_{driver.arch}", "",
-        (f"Peak: {peak_bw / 1e9:.0f} GB/s (memory clock x bus), {copy_bw / 1e9:.0f} GB/s "
-         f"measured device-to-device copy, {peak_flops / 1e12:.1f} TFLOP/s FP32."), "",
+        f"# aotc on GPU sm_{driver.arch}",
+        "",
+        (
+            f"Peak: {peak_bw / 1e9:.0f} GB/s (memory clock x bus), {copy_bw / 1e9:.0f} GB/s "
+            f"measured device-to-device copy, {peak_flops / 1e12:.1f} TFLOP/s FP32."
+        ),
+        "",
         "| model | kernels | aotc ms | torch ms | aotc / torch | matches CPU | torch matches |",
         "|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for r in results:
         if r.error:
             lines.append(f"| {r.name} | failed: {r.error} | | | | | |")
@@ -434,9 +472,13 @@ def report(driver: Driver, results: list[Result], acceptance: list[str], copy_bw
             f"| {r.name} | {r.kernels} | {r.ms:.3f} | {torch_ms_text} | {ratio} | "
             f"{r.agree} | {'-' if r.torch_agree is None else r.torch_agree} |"
         )
-    lines += ["", "Dominant kernels (timed alone):", "",
-              "| model | kernel | kind | grid x block | ms | GB/s (% peak) | TFLOP/s (% peak) |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "Dominant kernels (timed alone):",
+        "",
+        "| model | kernel | kind | grid x block | ms | GB/s (% peak) | TFLOP/s (% peak) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         for launch, ms in r.top:
             bandwidth, flops = launch.bytes / (ms * 1e-3), launch.flops / (ms * 1e-3)
@@ -467,8 +509,9 @@ def compile_only(names: list[str], archs: str) -> int:
     for name in names:
         started = time.perf_counter()
         try:
-            compiled = compile_model(BENCH_MODELS[name](), CompileOptions(target=f"cuda:{archs}",
-                                                                          name=name))  # fmt: skip
+            compiled = compile_model(
+                BENCH_MODELS[name](), CompileOptions(target=f"cuda:{archs}", name=name)
+            )
             with tempfile.TemporaryDirectory(prefix=f"aotc_gpu_{name}_") as tmp:
                 compiled.write(Path(tmp))
             sizes = ", ".join(
@@ -497,8 +540,12 @@ def parse_args(argv: list[str]):
     parser.add_argument("--archs", default="sm_80,sm_90")
     parser.add_argument("--copy-mb", type=int, default=1024, help="size of the copy measured")
     parser.add_argument("--out", type=Path, default=BENCH / "gpu_results.md")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count(),
-                        help="models compiled at once (before any is timed)")  # fmt: skip
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count(),
+        help="models compiled at once (before any is timed)",
+    )
     args = parser.parse_args(argv)
     unknown = [m for m in args.models if m not in BENCH_MODELS]
     if unknown:
@@ -513,8 +560,11 @@ def main(argv: list[str]) -> int:
     try:
         driver = Driver()
     except OSError as error:  # no libcuda.so.1
-        print(f"bench/gpu.py: no CUDA driver ({error}): run it on a machine with an NVIDIA GPU, "
-              "or use --compile-only", file=sys.stderr)  # fmt: skip
+        print(
+            f"bench/gpu.py: no CUDA driver ({error}): run it on a machine with an NVIDIA GPU, "
+            "or use --compile-only",
+            file=sys.stderr,
+        )
         return 2
     # compiled in fresh processes (spawned: this one has initialized CUDA)
     context = multiprocessing.get_context("spawn")
@@ -530,8 +580,11 @@ def main(argv: list[str]) -> int:
             except (AotcError, OSError, subprocess.SubprocessError) as error:
                 result = Result(name, error=" ".join(str(error).split()))
             results.append(result)
-            print(f"{name}: {result.error or f'{result.ms:.3f} ms'} (torch {result.torch_ms:.3f} "
-                  f"ms, matches the CPU: {result.agree})", flush=True)  # fmt: skip
+            print(
+                f"{name}: {result.error or f'{result.ms:.3f} ms'} (torch {result.torch_ms:.3f} "
+                f"ms, matches the CPU: {result.agree})",
+                flush=True,
+            )
         copy_bw = driver.copy_bandwidth(args.copy_mb)
         measure_acceptance(driver, args, work, driver.peak_bandwidth(), acceptance)
     text = report(driver, results, acceptance, copy_bw)

@@ -51,11 +51,17 @@ def measure(name: str) -> dict:
     scale = max(float(np.max(np.abs(w))) for w in want)
     error = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
     return {
-        "model": name, "kernels": compiled.stats.kernel_count, "kernels_O0": unfused,
-        "arena": plan.arena_bytes, "lower": plan.lower_bound, "topo_lower": topo.lower_bound,
-        "naive": plan.naive_total, "ratio": plan.arena_bytes / max(plan.lower_bound, 1),
-        "rel_err": error / max(scale, 1e-30), "seconds": seconds,
-    }  # fmt: skip
+        "model": name,
+        "kernels": compiled.stats.kernel_count,
+        "kernels_O0": unfused,
+        "arena": plan.arena_bytes,
+        "lower": plan.lower_bound,
+        "topo_lower": topo.lower_bound,
+        "naive": plan.naive_total,
+        "ratio": plan.arena_bytes / max(plan.lower_bound, 1),
+        "rel_err": error / max(scale, 1e-30),
+        "seconds": seconds,
+    }
 
 
 def table(rows: list[dict]) -> str:

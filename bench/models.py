@@ -20,9 +20,16 @@ from onnx import numpy_helper
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 LIGHT_MODELS = (
-    "resnet50", "squeezenet", "shufflenet", "densenet121", "inception_v1",
-    "inception_v2", "vgg19", "bvlc_alexnet", "zfnet512",
-)  # fmt: skip
+    "resnet50",
+    "squeezenet",
+    "shufflenet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "vgg19",
+    "bvlc_alexnet",
+    "zfnet512",
+)
 
 
 def _random_weight(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -134,7 +141,11 @@ def transformer_layer(hidden: int = 256, seq: int = 128, heads: int = 4, seed: i
         nodes += [
             n("MatMul", ["x", weight(f"w{p}", (hidden, hidden), s)], [f"{p}0"]),
             n("Add", [f"{p}0", weight(f"b{p}", (hidden,), 0.02)], [f"{p}1"]),
-            n("Reshape", [f"{p}1", const(f"shape_{p}", np.array([1, seq, heads, head]))], [f"{p}2"]),
+            n(
+                "Reshape",
+                [f"{p}1", const(f"shape_{p}", np.array([1, seq, heads, head]))],
+                [f"{p}2"],
+            ),
             n("Transpose", [f"{p}2"], [f"{p}h"], perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3]),
         ]
     nodes += [
@@ -147,8 +158,16 @@ def transformer_layer(hidden: int = 256, seq: int = 128, heads: int = 4, seed: i
         n("MatMul", ["ctx", weight("wo", (hidden, hidden), s)], ["attn0"]),
         n("Add", ["attn0", weight("bo", (hidden,), 0.02)], ["attn"]),
         n("Add", ["attn", "x"], ["res1"]),
-        n("LayerNormalization", ["res1", const("g1", np.ones(hidden, np.float32)),
-                                 const("beta1", np.zeros(hidden, np.float32))], ["ln1"], axis=-1),
+        n(
+            "LayerNormalization",
+            [
+                "res1",
+                const("g1", np.ones(hidden, np.float32)),
+                const("beta1", np.zeros(hidden, np.float32)),
+            ],
+            ["ln1"],
+            axis=-1,
+        ),
         n("MatMul", ["ln1", weight("w1", (hidden, 4 * hidden), s)], ["f0"]),
         n("Add", ["f0", weight("b1", (4 * hidden,), 0.02)], ["f1"]),
         # GELU, Erf form: 0.5 * x * (1 + erf(x / sqrt(2)))
@@ -160,9 +179,17 @@ def transformer_layer(hidden: int = 256, seq: int = 128, heads: int = 4, seed: i
         n("MatMul", ["gelu", weight("w2", (4 * hidden, hidden), 1 / np.sqrt(4 * hidden))], ["f2"]),
         n("Add", ["f2", weight("b2", (hidden,), 0.02)], ["f3"]),
         n("Add", ["f3", "ln1"], ["res2"]),
-        n("LayerNormalization", ["res2", const("g2w", np.ones(hidden, np.float32)),
-                                 const("beta2", np.zeros(hidden, np.float32))], ["y"], axis=-1),
-    ]  # fmt: skip
+        n(
+            "LayerNormalization",
+            [
+                "res2",
+                const("g2w", np.ones(hidden, np.float32)),
+                const("beta2", np.zeros(hidden, np.float32)),
+            ],
+            ["y"],
+            axis=-1,
+        ),
+    ]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, hidden])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, hidden])
     return _model(nodes, [x], [y], inits, f"transformer{hidden}")
@@ -199,8 +226,14 @@ def quantized(model: onnx.ModelProto, static: bool, seed: int = 0) -> onnx.Model
         source, target = Path(tmp, "model.onnx"), Path(tmp, "quantized.onnx")
         onnx.save(model, source)
         if static:
-            quantize_static(source, target, Feeds(), quant_format=QuantFormat.QOperator,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)  # fmt: skip
+            quantize_static(
+                source,
+                target,
+                Feeds(),
+                quant_format=QuantFormat.QOperator,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+            )
         else:
             quantize_dynamic(source, target, weight_type=QuantType.QInt8)
         return onnx.load(target)
@@ -211,10 +244,18 @@ BENCH_MODELS = {
     "mlp_16_32_4": lambda: mlp((16, 32, 4)),
     "mlp_784_b1": lambda: mlp(batch=1),
     "mlp_784_b64": lambda: mlp(batch=64),
-    **{name: (lambda name=name: light_model(name)) for name in (
-        "resnet50", "squeezenet", "shufflenet", "densenet121", "inception_v1", "vgg19",
-        "bvlc_alexnet",
-    )},
+    **{
+        name: (lambda name=name: light_model(name))
+        for name in (
+            "resnet50",
+            "squeezenet",
+            "shufflenet",
+            "densenet121",
+            "inception_v1",
+            "vgg19",
+            "bvlc_alexnet",
+        )
+    },
     "transformer_256x128": lambda: transformer_layer(256, 128),
     # BERT-base width: 12 heads of 64
     "transformer_768x128": lambda: transformer_layer(768, 128, heads=12),
@@ -224,7 +265,7 @@ BENCH_MODELS = {
         transformer_layer(768, 128, heads=12), True
     ),
     "resnet50_int8": lambda: quantized(light_model("resnet50"), True),
-}  # fmt: skip
+}
 QUANTIZED = frozenset(name for name in BENCH_MODELS if name.endswith("_int8"))
 # Their outputs agree with another run's within this share of its max|output|: a float
 # that lands on a rounding tie of a (re)quantization goes a whole quantization step one

@@ -39,18 +39,30 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         model = compile_model(args.model, work)
         data = work / "perf.data"
-        driver = [str(model.program), str(model.inputs_bin), str(work / "out.bin"),
-                  str(args.threads)]  # fmt: skip
-        subprocess.run(["perf", "record", "-q", "-o", str(data), *driver],
-                       input=f"1 {args.runs}\nq\n", text=True, check=True,
-                       capture_output=True)  # fmt: skip
+        driver = [
+            str(model.program),
+            str(model.inputs_bin),
+            str(work / "out.bin"),
+            str(args.threads),
+        ]
+        subprocess.run(
+            ["perf", "record", "-q", "-o", str(data), *driver],
+            input=f"1 {args.runs}\nq\n",
+            text=True,
+            check=True,
+            capture_output=True,
+        )
         report = subprocess.run(
             ["perf", "report", "-i", str(data), "--sort", "symbol", "--stdio"],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     lines = [line for line in report.stdout.splitlines() if line.strip() and line[0] != "#"]
-    print(f"{args.model}: compiled in {model.compile_s:.1f} s; {args.runs} runs, "
-          f"{args.threads} thread(s); share of samples:")  # fmt: skip
+    print(
+        f"{args.model}: compiled in {model.compile_s:.1f} s; {args.runs} runs, "
+        f"{args.threads} thread(s); share of samples:"
+    )
     for line in lines[: args.top]:
         print(line.rstrip(" -"))
     return 0

@@ -207,9 +207,17 @@ def compile_model(name: str, workdir: Path) -> Compiled:
             np.ascontiguousarray(feeds[s.name], s.dtype.numpy).tobytes() for s in compiled.inputs
         )
     return Compiled(
-        name, path, program, inputs_bin, feeds, compiled.outputs, gflop, compile_s,
-        threaded, workdir,
-    )  # fmt: skip
+        name,
+        path,
+        program,
+        inputs_bin,
+        feeds,
+        compiled.outputs,
+        gflop,
+        compile_s,
+        threaded,
+        workdir,
+    )
 
 
 def build_driver(name: str, n_in: int, n_out: int, build: Path, setter: str | None) -> Path:
@@ -221,9 +229,19 @@ def build_driver(name: str, n_in: int, n_out: int, build: Path, setter: str | No
         defines.append(f"-DAOTC_SET_THREADS={setter}")
     program = build / f"{name}_bench"
     argv = [
-        *find_compiler(), "-O2", "-I", str(build), *defines, call, str(BENCH / "driver.c"),
-        str(build / f"lib{name}.a"), "-lm", "-lpthread", "-o", str(program),
-    ]  # fmt: skip
+        *find_compiler(),
+        "-O2",
+        "-I",
+        str(build),
+        *defines,
+        call,
+        str(BENCH / "driver.c"),
+        str(build / f"lib{name}.a"),
+        "-lm",
+        "-lpthread",
+        "-o",
+        str(program),
+    ]
     done = subprocess.run(argv, check=False, capture_output=True, text=True)
     if done.returncode != 0:
         raise BenchError(f"building the driver for {name} failed:\n{done.stderr.strip()}")
@@ -527,8 +545,9 @@ def main(argv: list[str]) -> int:
                 measured = measure(model, args.threads, settings)
             except (AotcError, OSError, subprocess.SubprocessError) as e:
                 error = f"failed: {e}".replace("\n", " ")
-                measured = [Row(name, t, model.gflop, model.compile_s, error=error)
-                            for t in args.threads]  # fmt: skip
+                measured = [
+                    Row(name, t, model.gflop, model.compile_s, error=error) for t in args.threads
+                ]
             rows += measured
             for row in measured:
                 line = table([row], peak).splitlines()[-1]

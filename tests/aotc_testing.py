@@ -19,8 +19,12 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`aotc ARGS` in a subprocess (the installed entry point's module)."""
     return subprocess.run(
         [sys.executable, "-m", "aotc.cli", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def c_compiler() -> str:
@@ -77,8 +81,9 @@ int main(int argc, char **argv) {{
 """
 
 
-def run_c_model(program: Path, inputs: list[np.ndarray], outputs_like: list[np.ndarray],
-                workdir: Path) -> list[np.ndarray]:  # fmt: skip
+def run_c_model(
+    program: Path, inputs: list[np.ndarray], outputs_like: list[np.ndarray], workdir: Path
+) -> list[np.ndarray]:
     """Run a generic driver program on arrays; outputs take dtypes/shapes from `outputs_like`."""
     in_files, out_files = [], []
     for i, array in enumerate(inputs):

@@ -212,8 +212,10 @@ def test_header_values(tmp_path):
     write_headers(tmp_path)
     inputs, outputs = artifacts.unique_specs(TRICKY_INPUTS, TRICKY_OUTPUTS)
     lines = ["#include <stdio.h>", '#include "tricky.h"', "int main(void) {"]
-    lines.append('printf("%u %u %d %d\\n", TRICKY_SCRATCH_BYTES, TRICKY_SCRATCH_ALIGN, '
-                 "TRICKY_NUM_INPUTS, TRICKY_NUM_OUTPUTS);")  # fmt: skip
+    lines.append(
+        'printf("%u %u %d %d\\n", TRICKY_SCRATCH_BYTES, TRICKY_SCRATCH_ALIGN, '
+        "TRICKY_NUM_INPUTS, TRICKY_NUM_OUTPUTS);"
+    )
     for t in inputs + outputs:
         m = f"TRICKY_{t.c_name.upper()}"
         dims = "".join(f'printf(" %d", {m}_DIM{i});' for i in range(t.rank))
@@ -289,8 +291,10 @@ def test_write_artifacts_deterministic(tmp_path):
     assert str(tmp_path).encode() not in a.library.read_bytes()
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["build"]  # no staging left
     assert sorted(p.name for p in (tmp_path / "a" / "build").iterdir()) == [
-        "libmnist.a", "mnist.h", "mnist.o"
-    ]  # fmt: skip
+        "libmnist.a",
+        "mnist.h",
+        "mnist.o",
+    ]
 
 
 def test_write_artifacts_replaces_old_files(tmp_path):
@@ -406,8 +410,22 @@ def test_two_models_in_one_program(tmp_path):
     (tmp_path / "app.c").write_text(TWO_MODELS_APP)
     app = tmp_path / "app"
     libs = [build / "libmnist.a", build / "libcnn.a"]
-    run([CC, "-std=c11", "-Wall", "-Werror", "app.c", f"-I{build}", *libs, "-lm", "-lpthread",
-         "-o", app], cwd=tmp_path)  # fmt: skip
+    run(
+        [
+            CC,
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            "app.c",
+            f"-I{build}",
+            *libs,
+            "-lm",
+            "-lpthread",
+            "-o",
+            app,
+        ],
+        cwd=tmp_path,
+    )
     lines = run([app]).stdout.splitlines()
     assert lines[-1] == "threads 3"
     got = np.array([[float(v) for v in line.split()] for line in lines[:-1]])

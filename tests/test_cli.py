@@ -21,9 +21,10 @@ def unsupported_model(path):
     ]
     graph = helper.make_graph(nodes, "g", [x], [y])
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
         ir_version=10,
-    )  # fmt: skip
+    )
     onnx.save(model, str(path))
     return path
 
@@ -55,7 +56,9 @@ def test_corrupt_file(tmp_path):
 def test_unsupported_ops_are_all_listed(tmp_path):
     model = unsupported_model(tmp_path / "m.onnx")
     result = run_cli("compile", model, "-o", tmp_path / "out")
-    line = assert_one_line_error(result, "ImageDecoder", "FancyOp", "StringNormalizer", "decode", "strnorm")
+    line = assert_one_line_error(
+        result, "ImageDecoder", "FancyOp", "StringNormalizer", "decode", "strnorm"
+    )
     assert "Relu" not in line
     assert not (tmp_path / "out").exists()
 
@@ -114,8 +117,11 @@ def test_foreign_target_without_cross_compiler_writes_sources(tmp_path, monkeypa
     runs that command)."""
     import platform
 
-    foreign, arch = ("x86_64", "x86_64") if platform.machine() in ("aarch64", "arm64") else (
-        "aarch64-linux-gnu", "aarch64")  # fmt: skip
+    foreign, arch = (
+        ("x86_64", "x86_64")
+        if platform.machine() in ("aarch64", "arm64")
+        else ("aarch64-linux-gnu", "aarch64")
+    )
     monkeypatch.delenv(f"CC_{arch}", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no cross compiler on it
     result = run_cli("compile", MNIST, "-o", tmp_path / "out", "--target", foreign, "-q")

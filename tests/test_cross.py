@@ -93,16 +93,30 @@ def build_program(cc: str, build: Path, name: str, out: Path) -> Path:
     driver = build / "aotc_test_driver.c"
     if not driver.exists():
         driver.write_text(DRIVER_C)
-    cmd = [cc, "-std=c11", "-O1", "-Wall", "-Werror", f"-DMODEL={name}",
-           f"-DMODEL_UPPER={name.upper()}", f"-I{build}", driver, build / f"lib{name}.a",
-           "-lm", "-lpthread", "-o", out]  # fmt: skip
+    cmd = [
+        cc,
+        "-std=c11",
+        "-O1",
+        "-Wall",
+        "-Werror",
+        f"-DMODEL={name}",
+        f"-DMODEL_UPPER={name.upper()}",
+        f"-I{build}",
+        driver,
+        build / f"lib{name}.a",
+        "-lm",
+        "-lpthread",
+        "-o",
+        out,
+    ]
     result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     return out
 
 
-def run_program(program: Path, inputs: list[np.ndarray], output_bytes: list[int],
-                workdir: Path) -> list[bytes]:  # fmt: skip
+def run_program(
+    program: Path, inputs: list[np.ndarray], output_bytes: list[int], workdir: Path
+) -> list[bytes]:
     """Run a driver program (under qemu-aarch64 if it is aarch64); the outputs' bytes."""
     workdir.mkdir(parents=True, exist_ok=True)
     in_files = [workdir / f"in{i}.bin" for i in range(len(inputs))]
@@ -140,8 +154,9 @@ def example_inputs(path: Path, seed: int) -> list[np.ndarray]:
     ]
 
 
-def check_example(cc: str, build: Path, name: str, tmp_path: Path, seed: int,
-                  path: Path | None = None) -> None:  # fmt: skip
+def check_example(
+    cc: str, build: Path, name: str, tmp_path: Path, seed: int, path: Path | None = None
+) -> None:
     """Link the example `name` (or the model at `path`) from `build`, run it, compare
     with onnxruntime."""
     from test_e2e import ATOL, RTOL  # the host's end-to-end tolerances
@@ -241,8 +256,11 @@ def test_targets_command_lists_them(monkeypatch, tmp_path):
     assert expect in a72, a72
     if IS_X86_HOST:  # with no cross compiler on PATH the table says so
         monkeypatch.setenv("PATH", str(tmp_path))
-        (a72,) = [line for line in run_cli("targets").stdout.splitlines()
-                  if line.startswith(f"{AARCH64} ")]  # fmt: skip
+        (a72,) = [
+            line
+            for line in run_cli("targets").stdout.splitlines()
+            if line.startswith(f"{AARCH64} ")
+        ]
         assert "none found" in a72
 
 
@@ -264,8 +282,12 @@ def test_cpu_the_c_compiler_does_not_know_builds_a_baseline_runtime(tmp_path):
     """GCC 12 knows no neoverse-v2 (LLVM does): the runtime is built without -mcpu."""
     target = parse_target("aarch64-linux-gnu:neoverse-v2")
     argv = artifacts.runtime_compiler(target)
-    unknown = subprocess.run([CROSS_CC, "-mcpu=neoverse-v2", "-x", "c", "-c", "-o", os.devnull,
-                              "-"], input="", capture_output=True, check=False)  # fmt: skip
+    unknown = subprocess.run(
+        [CROSS_CC, "-mcpu=neoverse-v2", "-x", "c", "-c", "-o", os.devnull, "-"],
+        input="",
+        capture_output=True,
+        check=False,
+    )
     assert ("-mcpu=neoverse-v2" in argv) == (unknown.returncode == 0)
     (obj,) = artifacts.compile_runtime(tmp_path, target=target)
     assert _elf_machine(obj) == "aarch64"
@@ -309,8 +331,12 @@ def test_aarch64_artifacts(aarch64_build, tmp_path):
         assert f'#define {name.upper()}_TARGET_TRIPLE "aarch64-linux-gnu"' in header
         assert f'#define {name.upper()}_TARGET_CPU "cortex-a72"' in header
         assert "Target:  aarch64-linux-gnu (cortex-a72)" in header
-        members = subprocess.run(["ar", "t", str(aarch64_build / f"lib{name}.a")],
-                                 capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+        members = subprocess.run(
+            ["ar", "t", str(aarch64_build / f"lib{name}.a")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         assert members == [f"{name}.o", "aotc_runtime.o"]
     subprocess.run(["ar", "x", str(aarch64_build / "libcnn.a")], cwd=tmp_path, check=True)
     for obj in ("cnn.o", "aotc_runtime.o"):
@@ -330,16 +356,25 @@ def _winograd_model(path: Path) -> Path:
 
     rng = np.random.default_rng(4)
     # weights scaled by 1/sqrt(fan-in) as a trained model's, so outputs are about 1
-    weights = [numpy_helper.from_array((rng.standard_normal(s) / np.sqrt(9 * s[1])).astype(np.float32), n)
-               for n, s in (("w", (64, 16, 3, 3)), ("v", (64, 64, 3, 3)))]  # fmt: skip
+    weights = [
+        numpy_helper.from_array((rng.standard_normal(s) / np.sqrt(9 * s[1])).astype(np.float32), n)
+        for n, s in (("w", (64, 16, 3, 3)), ("v", (64, 64, 3, 3)))
+    ]
     weights.append(numpy_helper.from_array(rng.standard_normal(64).astype(np.float32) / 10, "b"))
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
-             helper.make_node("Conv", ["p", "v"], ["d"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["d"], ["y"])]  # fmt: skip
-    graph = helper.make_graph(nodes, "wino", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 22])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 12, 11])], weights)  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p", "v"], ["d"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["d"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "wino",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 22])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 12, 11])],
+        weights,
+    )
     onnx.save(
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), path
     )
@@ -368,9 +403,18 @@ def test_winograd_convolutions_run_on_other_targets(target, tmp_path):
 def test_aarch64_library_does_not_link_into_a_host_program(aarch64_build, tmp_path):
     """The wrong architecture fails at link time, with the linker's own message."""
     (tmp_path / "driver.c").write_text(DRIVER_C)
-    cmd = [c_compiler(), "-DMODEL=cnn", "-DMODEL_UPPER=CNN", f"-I{aarch64_build}",
-           str(tmp_path / "driver.c"), str(aarch64_build / "libcnn.a"), "-lm", "-lpthread",
-           "-o", str(tmp_path / "app")]  # fmt: skip
+    cmd = [
+        c_compiler(),
+        "-DMODEL=cnn",
+        "-DMODEL_UPPER=CNN",
+        f"-I{aarch64_build}",
+        str(tmp_path / "driver.c"),
+        str(aarch64_build / "libcnn.a"),
+        "-lm",
+        "-lpthread",
+        "-o",
+        str(tmp_path / "app"),
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert result.returncode != 0
     assert re.search(r"wrong format|incompatible|EM: 183", result.stderr), result.stderr
@@ -384,16 +428,33 @@ def test_missing_cross_compiler_then_the_printed_command(tmp_path):
     build = tmp_path / "build"
     env = {k: v for k, v in os.environ.items() if k != "CC_aarch64"}
     result = subprocess.run(
-        [sys.executable, "-m", "aotc.cli", "compile", MODELS["cnn"], "-o", build, "--target", AARCH64, "-q"],
-        capture_output=True, text=True, env={**env, "PATH": str(tmp_path / "empty")},
-        timeout=600, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "aotc.cli",
+            "compile",
+            MODELS["cnn"],
+            "-o",
+            build,
+            "--target",
+            AARCH64,
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        env={**env, "PATH": str(tmp_path / "empty")},
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     (warning,) = result.stderr.splitlines()
     assert "no C compiler for aarch64" in warning and "libcnn.a" in warning
     assert sorted(p.name for p in build.iterdir()) == [
-        "aotc_runtime.c", "aotc_runtime.h", "cnn.h", "cnn.o"
-    ]  # fmt: skip
+        "aotc_runtime.c",
+        "aotc_runtime.h",
+        "cnn.h",
+        "cnn.o",
+    ]
     (command,) = result.stdout.splitlines()
     assert "-mcpu=cortex-a72" in command
     subprocess.run(command, shell=True, check=True, capture_output=True)
@@ -409,8 +470,9 @@ def test_x86_64_v2_examples_run_without_avx(tmp_path):
     compile_examples(build, "x86_64:x86-64-v2")
     for name in MODELS:
         for path in (build / f"{name}.o", build / f"lib{name}.a"):
-            disassembly = subprocess.run(["objdump", "-d", str(path)], capture_output=True,
-                                         text=True, check=True).stdout  # fmt: skip
+            disassembly = subprocess.run(
+                ["objdump", "-d", str(path)], capture_output=True, text=True, check=True
+            ).stdout
             assert "%xmm" in disassembly  # vectorized, with SSE only
             assert "%ymm" not in disassembly and "%zmm" not in disassembly, path.name
         check_example(c_compiler(), build, name, tmp_path, seed=13)
@@ -464,9 +526,11 @@ def compile_case(case, name: str, inputs: dict[str, np.ndarray]):
     fixed: list[str] = []
     while True:
         options = CompileOptions(
-            name=name, input_shapes={n: a.shape for n, a in inputs.items()},
-            input_values={n: inputs[n] for n in fixed}, target=AARCH64,
-        )  # fmt: skip
+            name=name,
+            input_shapes={n: a.shape for n, a in inputs.items()},
+            input_values={n: inputs[n] for n in fixed},
+            target=AARCH64,
+        )
         try:
             return compile_model(case.model, options)
         except InputValuesRequired as need:
@@ -491,8 +555,7 @@ def run_case_aarch64(case, name: str, build: Path, workdir: Path) -> None:
     raw = run_program(program, raw_inputs, [s.nbytes for s in compiled.outputs], workdir)
     got = []
     for data, spec, want in zip(raw, compiled.outputs, expected):
-        value = from_storage(np.frombuffer(data, spec.dtype.storage).reshape(spec.dims),
-                             spec.dtype)  # fmt: skip
+        value = from_storage(np.frombuffer(data, spec.dtype.storage).reshape(spec.dims), spec.dtype)
         got.append(value if value.dtype == want.dtype else value.astype(want.dtype))
     check_outputs(expected, got, case.rtol, case.atol)
 

@@ -74,12 +74,14 @@ def test_compiled_model_matches_onnxruntime(name, built, tmp_path):
 
 def test_example_c_app_builds_and_runs(built, tmp_path):
     """The README's command: cc examples/c_app/main.c -Ibuild build/libmnist.a -lm -lpthread."""
-    app = build_c([EXAMPLES / "c_app" / "main.c"], tmp_path / "app", [built],
-                  [built / "libmnist.a"])  # fmt: skip
+    app = build_c(
+        [EXAMPLES / "c_app" / "main.c"], tmp_path / "app", [built], [built / "libmnist.a"]
+    )
     inputs = random_inputs(MODELS["mnist"], seed=3)
     (tmp_path / "input.bin").write_bytes(inputs[0].tobytes())
-    result = subprocess.run([str(app), str(tmp_path / "input.bin")], capture_output=True,
-                            text=True, check=True)  # fmt: skip
+    result = subprocess.run(
+        [str(app), str(tmp_path / "input.bin")], capture_output=True, text=True, check=True
+    )
     # main.c prints one output value per line, then "argmax: N"
     lines = result.stdout.splitlines()
     values = np.array([float(line) for line in lines if not line.startswith("argmax")])
@@ -110,8 +112,9 @@ int main(void) {{
     return 0;
 }}
 """)
-    program = build_c([source], tmp_path / "both", [built],
-                      [built / "libmnist.a", built / "libcnn.a"])  # fmt: skip
+    program = build_c(
+        [source], tmp_path / "both", [built], [built / "libmnist.a", built / "libcnn.a"]
+    )
     (tmp_path / "a.bin").write_bytes(mnist_in[0].tobytes())
     (tmp_path / "b.bin").write_bytes(cnn_in[0].tobytes())
     subprocess.run([str(program)], cwd=tmp_path, check=True)
@@ -147,8 +150,9 @@ def test_generic_x86_64_v2_build_runs(tmp_path):
     build = tmp_path / "build"
     result = run_cli("compile", MODELS["cnn"], "-o", build, "--target", "x86_64:x86-64-v2", "-q")
     assert result.returncode == 0, result.stderr
-    disassembly = subprocess.run(["objdump", "-d", str(build / "cnn.o")], capture_output=True,
-                                 text=True, check=True).stdout  # fmt: skip
+    disassembly = subprocess.run(
+        ["objdump", "-d", str(build / "cnn.o")], capture_output=True, text=True, check=True
+    ).stdout
     assert "%ymm" not in disassembly and "%zmm" not in disassembly
     inputs = random_inputs(MODELS["cnn"], seed=7)
     expected = reference(MODELS["cnn"], inputs)

@@ -68,8 +68,10 @@ def run_compiled(build: Path, name: str, inputs, outputs) -> list[np.ndarray]:
     scratch = scratch[(-scratch.ctypes.data) % 64 :]
     raw_in = [np.ascontiguousarray(a) for a in inputs]
     raw_out = [np.zeros(raw.shape, raw.dtype) for _, raw in outputs]
-    pointers = [ffi.new("void *[]", [ffi.from_buffer(a) for a in arrays] or [ffi.NULL])
-                for arrays in (raw_in, raw_out)]  # fmt: skip
+    pointers = [
+        ffi.new("void *[]", [ffi.from_buffer(a) for a in arrays] or [ffi.NULL])
+        for arrays in (raw_in, raw_out)
+    ]
     assert getattr(lib, f"{name}_run_generic")(*pointers, ffi.from_buffer(scratch)) == 0
     return [raw.reshape(expected.shape) for raw, (_, expected) in zip(raw_out, outputs)]
 
@@ -94,8 +96,9 @@ def test_fixture_evaluates(path):
     printed = print_module(module)
     assert print_module(parse_module(printed)) == printed
     inputs, outputs = fixture_arrays(path.stem)
-    values = evaluate(module, [from_storage(a, p.shape.dtype)
-                               for a, p in zip(inputs, module.entry.parameters)])  # fmt: skip
+    values = evaluate(
+        module, [from_storage(a, p.shape.dtype) for a, p in zip(inputs, module.entry.parameters)]
+    )
     values = values if isinstance(values, tuple) else (values,)
     for k, (value, (dtype, expected)) in enumerate(zip(values, outputs)):
         compare(path.stem, k, dtype, value, from_storage(expected, dtype))

@@ -42,11 +42,16 @@ HEADER = """\
 def run_mypy(extra_args: list[str]) -> tuple[collections.Counter[str], str]:
     """The errors mypy reports now, as normalized keys with their counts, and its output."""
     command = [
-        sys.executable, "-m", "mypy",
-        "--no-error-summary", "--no-pretty", "--no-color-output", "--show-error-codes",
+        sys.executable,
+        "-m",
+        "mypy",
+        "--no-error-summary",
+        "--no-pretty",
+        "--no-color-output",
+        "--show-error-codes",
         "--hide-error-context",
         *extra_args,
-    ]  # fmt: skip
+    ]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
     if result.returncode not in (0, 1):  # 2: mypy itself failed (bad configuration, crash)
         sys.exit(f"mypy failed (exit {result.returncode}):\n{result.stdout}{result.stderr}")

@@ -67,11 +67,13 @@ def write_artifacts(
         return ArtifactPaths(out_dir / files[0], out_dir / files[1], out_dir / library)
     arch = target_arch(target)
     return ArtifactPaths(
-        out_dir / files[0], out_dir / files[1], None,
+        out_dir / files[0],
+        out_dir / files[1],
+        None,
         runtime_sources=tuple(out_dir / f for f in files[2:]),
         finish=finish_command(out_dir, name, target),
         missing=missing_compiler_message(arch),
-    )  # fmt: skip
+    )
 
 
 # ELF e_machine values of the architectures aotc targets

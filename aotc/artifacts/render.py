@@ -134,13 +134,32 @@ def render_memory_plan_svg(title: str, plan, width: int = 1000, height: int = 60
     rects = []
     for n, b in enumerate(plan.buffers):
         label = b.name + ("" if not b.shape_index else str(list(b.shape_index)))
-        rects.append({
-            "x": width * b.start / steps, "w": width * (b.end + 1 - b.start) / steps,
-            "y": height * b.slice.offset / arena, "h": max(height * b.slice.size / arena, 0.5),
-            "label": label, "hue": (n * 47) % 360, "start": b.start, "end": b.end,
-            "begin": b.slice.offset, "stop": b.slice.offset + b.slice.size,
-        })  # fmt: skip
-    return _environment().get_template("memory_plan.svg.j2").render(
-        title=title, rects=rects, width=width, height=height, margin=20, steps=steps,
-        arena=plan.arena_bytes, lower=plan.lower_bound, naive=plan.naive_total,
-    )  # fmt: skip
+        rects.append(
+            {
+                "x": width * b.start / steps,
+                "w": width * (b.end + 1 - b.start) / steps,
+                "y": height * b.slice.offset / arena,
+                "h": max(height * b.slice.size / arena, 0.5),
+                "label": label,
+                "hue": (n * 47) % 360,
+                "start": b.start,
+                "end": b.end,
+                "begin": b.slice.offset,
+                "stop": b.slice.offset + b.slice.size,
+            }
+        )
+    return (
+        _environment()
+        .get_template("memory_plan.svg.j2")
+        .render(
+            title=title,
+            rects=rects,
+            width=width,
+            height=height,
+            margin=20,
+            steps=steps,
+            arena=plan.arena_bytes,
+            lower=plan.lower_bound,
+            naive=plan.naive_total,
+        )
+    )

@@ -114,9 +114,13 @@ def _accepts(compiler: tuple[str, ...], flags: tuple[str, ...]) -> bool:
     argv = [*compiler, *flags, "-x", "c", "-c", "-o", os.devnull, "-"]
     try:
         result = subprocess.run(
-            argv, input="int aotc_probe;\n", capture_output=True, text=True, timeout=60,
+            argv,
+            input="int aotc_probe;\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
             check=False,
-        )  # fmt: skip
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return result.returncode == 0

@@ -30,6 +30,7 @@ from .schedule import candidate_schedules
 
 ALIGNMENT = 64
 
+
 class _Role(enum.Enum):
     """What a computation's root values are for, which decides where they go."""
 
@@ -288,8 +289,10 @@ class _StateFrame:
 
     def staging(self, end: int) -> list[Interval]:
         """The temporaries of staged copies, live at the copies after the body."""
-        return [Interval(("stage", n), end, end, destination.size)
-                for n, (_, destination) in enumerate(self.staged)]  # fmt: skip
+        return [
+            Interval(("stage", n), end, end, destination.size)
+            for n, (_, destination) in enumerate(self.staged)
+        ]
 
     def _state_free(self, key, number: int) -> bool:
         state = self.state_keys[number]
@@ -301,8 +304,11 @@ class _StateFrame:
         instr = self.order[start]
         if self.sets.find((id(instr), ())) != key:
             return False
-        reads = [k for k, o in enumerate(instr.operands)
-                 if any((id(s), i) == state for s, i in self.defs.sources(o))]  # fmt: skip
+        reads = [
+            k
+            for k, o in enumerate(instr.operands)
+            if any((id(s), i) == state for s, i in self.defs.sources(o))
+        ]
         return all(reads_at_output_index(instr, k) for k in reads)
 
 
@@ -313,8 +319,10 @@ def _plan_called(instr: Instruction, context: _Context) -> list[BufferPlan]:
         plans = []
         for k, computation in enumerate(instr.called):
             role = roles[min(k, len(roles) - 1)]
-            candidates = [_plan_frame(computation, order, role, context)
-                          for order in candidate_schedules(computation)]  # fmt: skip
+            candidates = [
+                _plan_frame(computation, order, role, context)
+                for order in candidate_schedules(computation)
+            ]
             plans.append(min(candidates, key=lambda p: (p.lower_bound, p.arena_bytes)))
         context.called[id(instr)] = plans
     return context.called[id(instr)]

@@ -143,8 +143,10 @@ class BufferPlan:
             for src, dst in nested.init_copies:
                 lines.append(f"{indent}  init copy {src.text()} -> {dst.text()}")
             for computation, plan in zip(nested.computations, nested.plans):
-                lines.append(f"{indent}  %{computation}: {plan.arena_bytes} bytes (lower bound "
-                             f"{plan.lower_bound}, naive {plan.naive_total})")  # fmt: skip
+                lines.append(
+                    f"{indent}  %{computation}: {plan.arena_bytes} bytes (lower bound "
+                    f"{plan.lower_bound}, naive {plan.naive_total})"
+                )
                 lines += plan._body_lines(indent + "    ")
         return lines
 

@@ -12,7 +12,7 @@ from .attrs import (
     ScatterDims,
     SliceSpec,
     Window,
-)  # fmt: skip
+)
 from .builder import ComputationBuilder, comparator, replacer, scalar_reducer
 from .module import Computation, Instruction, Module
 from .ops import OP_DEFS, Direction, Op, Trait
@@ -41,4 +41,4 @@ __all__ = [
     "comparator",
     "replacer",
     "scalar_reducer",
-]  # fmt: skip
+]

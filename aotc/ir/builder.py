@@ -159,8 +159,7 @@ class ComputationBuilder:
     ) -> Instruction:
         """XLA scatter: `combiner(current, update)` into a copy of `operand`, update windows
         in order; windows not wholly inside the operand are skipped."""
-        return self.add(Op.SCATTER, [operand, indices, updates], scatter=dims,
-                        called=(combiner,))  # fmt: skip
+        return self.add(Op.SCATTER, [operand, indices, updates], scatter=dims, called=(combiner,))
 
     def sort(
         self,
@@ -171,8 +170,9 @@ class ComputationBuilder:
     ) -> Instruction:
         """Sort `xs` together along `dimension` by `comparator` (see `comparator()`);
         one operand gives an array, several a tuple."""
-        return self.add(Op.SORT, xs, dimensions=(dimension,), called=(comparator,),
-                        is_stable=is_stable)  # fmt: skip
+        return self.add(
+            Op.SORT, xs, dimensions=(dimension,), called=(comparator,), is_stable=is_stable
+        )
 
     # -- reductions and contractions ----------------------------------------
 
@@ -190,8 +190,9 @@ class ComputationBuilder:
         self, lhs, rhs, window: Window, dims: ConvDims, groups: int = 1, dtype=None
     ) -> Instruction:
         shape = Shape(dtype, ()) if dtype else None
-        return self.add(Op.CONVOLUTION, [lhs, rhs], shape, window=window, conv=dims,
-                        feature_group_count=groups)  # fmt: skip
+        return self.add(
+            Op.CONVOLUTION, [lhs, rhs], shape, window=window, conv=dims, feature_group_count=groups
+        )
 
     # -- structure --------------------------------------------------------
 
@@ -243,8 +244,10 @@ def comparator(
             return comp
     b = ComputationBuilder(module, name)
     dtypes = [dtype, *carried]
-    params = [b.parameter(i, Shape(dtypes[i // 2], ()), f"p{i // 2}_{'lr'[i % 2]}")
-              for i in range(2 * len(dtypes))]  # fmt: skip
+    params = [
+        b.parameter(i, Shape(dtypes[i // 2], ()), f"p{i // 2}_{'lr'[i % 2]}")
+        for i in range(2 * len(dtypes))
+    ]
     lhs, rhs = _total_order_keys(b, params[:2], dtype)
     return b.build(b.compare(lhs, rhs, direction))
 

@@ -76,8 +76,10 @@ def map_computation(comp: Computation, args: Sequence[np.ndarray]) -> Value:
                 values[id(instr)] = _as_shape(result, instr.shape, instr, exact_dims=False)
         return values[id(comp.root)]
     arrays = np.broadcast_arrays(*(np.asarray(a) for a in args))
-    results = [evaluate_computation(comp, [a[index] for a in arrays])
-               for index in np.ndindex(arrays[0].shape)]  # fmt: skip
+    results = [
+        evaluate_computation(comp, [a[index] for a in arrays])
+        for index in np.ndindex(arrays[0].shape)
+    ]
     return _stack(results, arrays[0].shape, comp.root.shape)
 
 

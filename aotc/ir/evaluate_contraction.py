@@ -54,8 +54,9 @@ def _convolution(instr: Instruction, operands: list) -> np.ndarray:
     n = len(c.input_spatial)
     lhs = lhs.transpose([c.input_batch, c.input_feature, *c.input_spatial])
     rhs = rhs.transpose([c.kernel_output_feature, c.kernel_input_feature, *c.kernel_spatial])
-    lhs = pad_array(lhs, 0, (0, 0, *w.pad_low), (0, 0, *w.pad_high),
-                    (0, 0, *(d - 1 for d in w.lhs_dilation)))  # fmt: skip
+    lhs = pad_array(
+        lhs, 0, (0, 0, *w.pad_low), (0, 0, *w.pad_high), (0, 0, *(d - 1 for d in w.lhs_dilation))
+    )
     framed = windows(lhs, range(2, 2 + n), w.size, w.stride, w.rhs_dilation)
     # framed: (batch, in feature, out spatial..., window...)
     feature_groups, batch_groups = instr.feature_group_count, instr.batch_group_count

@@ -30,8 +30,7 @@ def _evaluator() -> ModuleType:
 
 def _clamped_starts(starts: list, dims, sizes) -> list[int]:
     """XLA clamps run-time starts so that the whole block lies inside the array."""
-    return [int(np.clip(as_index(np.asarray(s)), 0, d - n))
-            for s, d, n in zip(starts, dims, sizes)]  # fmt: skip
+    return [int(np.clip(as_index(np.asarray(s)), 0, d - n)) for s, d, n in zip(starts, dims, sizes)]
 
 
 def _dynamic_slice(instr: Instruction, operands: list) -> np.ndarray:
@@ -79,8 +78,9 @@ def _scatter(instr: Instruction, operands: list) -> np.ndarray:
             start[d] = position[axis]
         if any(b < 0 or b + n > extent for b, n, extent in zip(start, sizes, operand.shape)):
             continue
-        region = tuple(slice(b, b + n) if d in window_dims else b
-                       for d, (b, n) in enumerate(zip(start, sizes)))  # fmt: skip
+        region = tuple(
+            slice(b, b + n) if d in window_dims else b for d, (b, n) in enumerate(zip(start, sizes))
+        )
         result[region] = evaluator.map_computation(combiner, [result[region], windows[position]])
     return result
 

@@ -177,7 +177,8 @@ def row_values(instr: Instruction) -> tuple[int, list[Instruction]]:
         return 0, []
     rank = ranks.pop()
     hoisted = [
-        i for i in fused.instructions
+        i
+        for i in fused.instructions
         if i is not fused.root and id(i) in maps and row_rank(i, maps[id(i)], root_dims) == rank
-    ]  # fmt: skip
+    ]
     return rank, hoisted

@@ -23,8 +23,9 @@ def inline_calls(module: Module) -> bool:
             _inline(module, comp, instr)
     if not callees:
         return False
-    still_called = {id(c) for comp in module.computations for i in comp.instructions
-                    for c in i.called}  # fmt: skip
+    still_called = {
+        id(c) for comp in module.computations for i in comp.instructions for c in i.called
+    }
     dropped = {id(c) for c in callees if id(c) not in still_called and c is not module.entry}
     module.computations = [c for c in module.computations if id(c) not in dropped]
     return True

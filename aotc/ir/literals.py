@@ -18,8 +18,12 @@ from .types import AnyShape, DType, Shape, cast_array
 
 _FLOAT_RE = re.compile(r"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|inf|nan)")
 _PRED = {"true": True, "false": False, "1": True, "0": False}
-_WINDOW_FIELDS = {"size": "size", "stride": "stride", "lhs_dilate": "lhs_dilation",
-                  "rhs_dilate": "rhs_dilation"}  # fmt: skip
+_WINDOW_FIELDS = {
+    "size": "size",
+    "stride": "stride",
+    "lhs_dilate": "lhs_dilation",
+    "rhs_dilate": "rhs_dilation",
+}
 
 # -- literals -----------------------------------------------------------------------
 
@@ -148,8 +152,7 @@ def window(ts: TokenStream) -> Window:
             fields["pad_high"] = [p[1] for p in pairs]
         elif key in ("window_reversal", "rhs_reversal"):
             if any(_split_ints(ts, token.text, "x", token)):
-                raise ts.error("reversed windows are not supported", token,
-                                 UnsupportedError)  # fmt: skip
+                raise ts.error("reversed windows are not supported", token, UnsupportedError)
         elif key in _WINDOW_FIELDS:
             fields[_WINDOW_FIELDS[key]] = _split_ints(ts, token.text, "x", token)
         else:
@@ -167,10 +170,16 @@ def dim_labels(ts: TokenStream) -> ConvDims:
     lhs, _, rhs = first.text.partition("_")
     try:
         return ConvDims(
-            lhs.index("b"), lhs.index("f"), _spatial(lhs, "bf"),
-            rhs.index("i"), rhs.index("o"), _spatial(rhs, "io"),
-            out.index("b"), out.index("f"), _spatial(out, "bf"),
-        )  # fmt: skip
+            lhs.index("b"),
+            lhs.index("f"),
+            _spatial(lhs, "bf"),
+            rhs.index("i"),
+            rhs.index("o"),
+            _spatial(rhs, "io"),
+            out.index("b"),
+            out.index("f"),
+            _spatial(out, "bf"),
+        )
     except ValueError:
         raise ts.error(f"cannot read dim_labels={first.text}->{out}", first) from None
 

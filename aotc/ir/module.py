@@ -22,7 +22,7 @@ from .attrs import (
     ScatterDims,
     SliceSpec,
     Window,
-)  # fmt: skip
+)
 from .ops import Direction, Op
 from .types import AnyShape, Shape
 
@@ -130,9 +130,7 @@ class Computation:
         """Drop instructions the root does not reach (parameters stay)."""
         live = {id(i) for i in self.post_order()}
         before = len(self.instructions)
-        self.instructions = [
-            i for i in self.instructions if id(i) in live or i.op is Op.PARAMETER
-        ]
+        self.instructions = [i for i in self.instructions if id(i) in live or i.op is Op.PARAMETER]
         return len(self.instructions) != before
 
     def post_order(self) -> list[Instruction]:

@@ -163,16 +163,48 @@ _EW = Trait.ELEMENTWISE
 _CA = Trait.ELEMENTWISE | Trait.COMMUTATIVE | Trait.ASSOCIATIVE
 
 UNARY_ELEMENTWISE = (
-    Op.ABS, Op.NEGATE, Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P, Op.SQRT, Op.RSQRT, Op.CBRT,
-    Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.TAN, Op.ERF, Op.FLOOR, Op.CEIL,
-    Op.ROUND_NEAREST_EVEN, Op.ROUND_NEAREST_AFZ, Op.SIGN, Op.NOT, Op.POPCNT, Op.CLZ,
-)  # fmt: skip
+    Op.ABS,
+    Op.NEGATE,
+    Op.EXP,
+    Op.EXPM1,
+    Op.LOG,
+    Op.LOG1P,
+    Op.SQRT,
+    Op.RSQRT,
+    Op.CBRT,
+    Op.TANH,
+    Op.LOGISTIC,
+    Op.SIN,
+    Op.COS,
+    Op.TAN,
+    Op.ERF,
+    Op.FLOOR,
+    Op.CEIL,
+    Op.ROUND_NEAREST_EVEN,
+    Op.ROUND_NEAREST_AFZ,
+    Op.SIGN,
+    Op.NOT,
+    Op.POPCNT,
+    Op.CLZ,
+)
 
 BINARY_ELEMENTWISE = (
-    Op.ADD, Op.SUBTRACT, Op.MULTIPLY, Op.DIVIDE, Op.REMAINDER, Op.POWER, Op.MAXIMUM,
-    Op.MINIMUM, Op.ATAN2, Op.AND, Op.OR, Op.XOR, Op.SHIFT_LEFT,
-    Op.SHIFT_RIGHT_ARITHMETIC, Op.SHIFT_RIGHT_LOGICAL,
-)  # fmt: skip
+    Op.ADD,
+    Op.SUBTRACT,
+    Op.MULTIPLY,
+    Op.DIVIDE,
+    Op.REMAINDER,
+    Op.POWER,
+    Op.MAXIMUM,
+    Op.MINIMUM,
+    Op.ATAN2,
+    Op.AND,
+    Op.OR,
+    Op.XOR,
+    Op.SHIFT_LEFT,
+    Op.SHIFT_RIGHT_ARITHMETIC,
+    Op.SHIFT_RIGHT_LOGICAL,
+)
 
 _TRAITS = {
     Op.ADD: _CA,
@@ -211,10 +243,19 @@ def _needs(*fields: str, **spelled: str) -> tuple[tuple[str, str], ...]:
 
 
 # ops on the bits of integer and pred operands: their shape rules refuse floats
-_BITWISE = frozenset({
-    Op.NOT, Op.POPCNT, Op.CLZ, Op.AND, Op.OR, Op.XOR, Op.SHIFT_LEFT,
-    Op.SHIFT_RIGHT_ARITHMETIC, Op.SHIFT_RIGHT_LOGICAL,
-})  # fmt: skip
+_BITWISE = frozenset(
+    {
+        Op.NOT,
+        Op.POPCNT,
+        Op.CLZ,
+        Op.AND,
+        Op.OR,
+        Op.XOR,
+        Op.SHIFT_LEFT,
+        Op.SHIFT_RIGHT_ARITHMETIC,
+        Op.SHIFT_RIGHT_LOGICAL,
+    }
+)
 _CONDITIONAL_BRANCHES = "true_computation= and false_computation= (or branch_computations=)"
 
 OP_DEFS: dict[Op, OpDef] = {

@@ -41,33 +41,58 @@ _Scope = dict[str, Instruction]  # a computation's instructions by name, as pars
 
 # text attribute -> Instruction field it sets as read
 _DIRECT_FIELDS = {
-    "dimensions": "dimensions", "index": "index", "slice": "slice", "padding": "padding",
-    "window": "window", "dim_labels": "conv", "feature_group_count": "feature_group_count",
-    "batch_group_count": "batch_group_count", "direction": "direction", "kind": "fusion_kind",
-    "metadata": "origin", "is_stable": "is_stable",
+    "dimensions": "dimensions",
+    "index": "index",
+    "slice": "slice",
+    "padding": "padding",
+    "window": "window",
+    "dim_labels": "conv",
+    "feature_group_count": "feature_group_count",
+    "batch_group_count": "batch_group_count",
+    "direction": "direction",
+    "kind": "fusion_kind",
+    "metadata": "origin",
+    "is_stable": "is_stable",
     "dynamic_slice_sizes": "dynamic_slice_sizes",
-}  # fmt: skip
+}
 # attributes that together make one DotDims / GatherDims, in constructor order
 _DOT_ATTRIBUTES = (
-    "lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims",
-)  # fmt: skip
+    "lhs_batch_dims",
+    "rhs_batch_dims",
+    "lhs_contracting_dims",
+    "rhs_contracting_dims",
+)
 _GATHER_ATTRIBUTES = (
-    "offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim", "slice_sizes",
-    "operand_batching_dims", "start_indices_batching_dims",
-)  # fmt: skip
+    "offset_dims",
+    "collapsed_slice_dims",
+    "start_index_map",
+    "index_vector_dim",
+    "slice_sizes",
+    "operand_batching_dims",
+    "start_indices_batching_dims",
+)
 _GATHER_REQUIRED = _GATHER_ATTRIBUTES[:5]
 _SCATTER_ATTRIBUTES = (
-    "update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
-    "index_vector_dim", "input_batching_dims", "scatter_indices_batching_dims",
-)  # fmt: skip
+    "update_window_dims",
+    "inserted_window_dims",
+    "scatter_dims_to_operand_dims",
+    "index_vector_dim",
+    "input_batching_dims",
+    "scatter_indices_batching_dims",
+)
 _SCATTER_REQUIRED = _SCATTER_ATTRIBUTES[:4]
 
 
 # attributes naming called computations, in the order `Instruction.called` holds them
 _CALLED_ATTRIBUTES = (
-    "to_apply", "calls", "condition", "body", "true_computation", "false_computation",
+    "to_apply",
+    "calls",
+    "condition",
+    "body",
+    "true_computation",
+    "false_computation",
     "branch_computations",
-)  # fmt: skip
+)
 
 
 def _called_names(attributes: dict) -> tuple[str, ...]:

@@ -185,8 +185,12 @@ def _philox_words(o: BitOps, key: Instruction, counter: Instruction, words: int)
     for _ in range(10):
         product0 = o.mul(o.u64(x[0]), _PHILOX_M[0])
         product1 = o.mul(o.u64(x[2]), _PHILOX_M[1])
-        x = [o.xor(o.xor(o.u32(o.shr(product1, 32)), x[1]), k[0]), o.u32(product1),
-             o.xor(o.xor(o.u32(o.shr(product0, 32)), x[3]), k[1]), o.u32(product0)]  # fmt: skip
+        x = [
+            o.xor(o.xor(o.u32(o.shr(product1, 32)), x[1]), k[0]),
+            o.u32(product1),
+            o.xor(o.xor(o.u32(o.shr(product0, 32)), x[3]), k[1]),
+            o.u32(product0),
+        ]
         k = [o.add(k[0], _PHILOX_W[0]), o.add(k[1], _PHILOX_W[1])]
     after_low = o.add(low, n)
     wrapped = o.b.compare(after_low, low, Direction.LT)
@@ -245,6 +249,5 @@ def _threefry2x32(o: BitOps, x: list[Instruction], key: list[Instruction]) -> li
             x0 = o.add(x[0], x[1])
             rotated = o.or_(o.shl(x[1], rotation), o.shr(x[1], 32 - rotation))
             x = [x0, o.xor(x0, rotated)]
-        x = [o.add(x[0], ks[(block + 1) % 3]),
-             o.add(o.add(x[1], ks[(block + 2) % 3]), block + 1)]  # fmt: skip
+        x = [o.add(x[0], ks[(block + 1) % 3]), o.add(o.add(x[1], ks[(block + 2) % 3]), block + 1)]
     return x

@@ -148,16 +148,22 @@ def _starts(instr: Instruction, first: int, rank: int) -> None:
     starts = [_arr(instr, i) for i in range(first, len(instr.operands))]
     _check(len(starts) == rank, instr, f"needs {rank} start indices, one per dim")
     _check(all(s.dims == () for s in starts), instr, "start indices must be scalars")
-    _check(all(s.dtype.is_int and s.dtype == starts[0].dtype for s in starts), instr,
-           "start indices must be integers of one dtype")  # fmt: skip
+    _check(
+        all(s.dtype.is_int and s.dtype == starts[0].dtype for s in starts),
+        instr,
+        "start indices must be integers of one dtype",
+    )
 
 
 def dynamic_slice(instr: Instruction) -> Shape:
     _check(len(instr.operands) >= 1, instr, "needs an operand")
     x, sizes = _arr(instr, 0), instr.dynamic_slice_sizes
     _starts(instr, 1, x.rank)
-    _check(sizes is not None and len(sizes) == x.rank, instr,
-           "dynamic_slice_sizes= must cover every dim")  # fmt: skip
+    _check(
+        sizes is not None and len(sizes) == x.rank,
+        instr,
+        "dynamic_slice_sizes= must cover every dim",
+    )
     for d, (size, extent) in enumerate(zip(sizes, x.dims)):
         _check(0 <= size <= extent, instr, f"slice size {size} exceeds dim {d}")
     return x.with_dims(sizes)
@@ -167,8 +173,11 @@ def dynamic_update_slice(instr: Instruction) -> Shape:
     _check(len(instr.operands) >= 2, instr, "needs an operand and an update")
     x, update = _arr(instr, 0), _arr(instr, 1)
     _starts(instr, 2, x.rank)
-    _check(update.dtype == x.dtype and update.rank == x.rank, instr,
-           "the update must have the operand's dtype and rank")  # fmt: skip
+    _check(
+        update.dtype == x.dtype and update.rank == x.rank,
+        instr,
+        "the update must have the operand's dtype and rank",
+    )
     for d, (size, extent) in enumerate(zip(update.dims, x.dims)):
         _check(size <= extent, instr, f"the update exceeds dim {d}")
     return x
@@ -328,26 +337,48 @@ def scatter(instr: Instruction) -> Shape:
     scatter_dims = [d for i, d in enumerate(indices.dims) if i != s.index_vector_dim]
     vector = indices.dims[s.index_vector_dim] if s.index_vector_dim < indices.rank else 1
     window = s.update_window_dims
-    _check(list(window) == sorted(window) and _is_dim_set(window, updates.rank), instr,
-           "update_window_dims must be increasing dims of the updates")  # fmt: skip
+    _check(
+        list(window) == sorted(window) and _is_dim_set(window, updates.rank),
+        instr,
+        "update_window_dims must be increasing dims of the updates",
+    )
     removed = s.inserted_window_dims + s.input_batching_dims
-    _check(_is_dim_set(removed, operand.rank), instr,
-           "inserted_window_dims and input_batching_dims must be distinct operand dims")
-    _check(len(window) + len(removed) == operand.rank, instr,
-           "update_window_dims, inserted_window_dims and input_batching_dims must add up "
-           "to the operand's rank")  # fmt: skip
-    _check(len(s.scatter_dims_to_operand_dims) == vector, instr,
-           f"scatter_dims_to_operand_dims needs {vector} entries, the index vector's size")
-    _check(_is_dim_set(s.scatter_dims_to_operand_dims, operand.rank)
-           and not set(s.scatter_dims_to_operand_dims) & set(s.input_batching_dims), instr,
-           "scatter_dims_to_operand_dims must be distinct, non-batching operand dims")
+    _check(
+        _is_dim_set(removed, operand.rank),
+        instr,
+        "inserted_window_dims and input_batching_dims must be distinct operand dims",
+    )
+    _check(
+        len(window) + len(removed) == operand.rank,
+        instr,
+        "update_window_dims, inserted_window_dims and input_batching_dims must add up "
+        "to the operand's rank",
+    )
+    _check(
+        len(s.scatter_dims_to_operand_dims) == vector,
+        instr,
+        f"scatter_dims_to_operand_dims needs {vector} entries, the index vector's size",
+    )
+    _check(
+        _is_dim_set(s.scatter_dims_to_operand_dims, operand.rank)
+        and not set(s.scatter_dims_to_operand_dims) & set(s.input_batching_dims),
+        instr,
+        "scatter_dims_to_operand_dims must be distinct, non-batching operand dims",
+    )
     batching = s.scatter_indices_batching_dims
-    _check(len(batching) == len(s.input_batching_dims) and _is_dim_set(batching, indices.rank)
-           and s.index_vector_dim not in batching, instr,
-           "scatter_indices_batching_dims must pair input_batching_dims with index dims")
+    _check(
+        len(batching) == len(s.input_batching_dims)
+        and _is_dim_set(batching, indices.rank)
+        and s.index_vector_dim not in batching,
+        instr,
+        "scatter_indices_batching_dims must pair input_batching_dims with index dims",
+    )
     update_scatter = [d for i, d in enumerate(updates.dims) if i not in window]
-    _check(update_scatter == scatter_dims, instr,
-           "the updates' non-window dims must equal the indices' dims (less index_vector_dim)")
+    _check(
+        update_scatter == scatter_dims,
+        instr,
+        "the updates' non-window dims must equal the indices' dims (less index_vector_dim)",
+    )
     window_operand_dims = [d for d in range(operand.rank) if d not in removed]
     for k, d in enumerate(window_operand_dims):
         extent = updates.dims[window[k]]
@@ -397,8 +428,11 @@ def _signature(instr: Instruction, role: str, comp, params: list[AnyShape], root
     if have != params or (root is not None and have_root != root):
         want = ", ".join(str(s) for s in params)
         got = ", ".join(str(s) for s in have)
-        _check(False, instr, f"{role} %{comp.name} must be ({want}) -> {root or '...'}, "
-                             f"is ({got}) -> {have_root}")  # fmt: skip
+        _check(
+            False,
+            instr,
+            f"{role} %{comp.name} must be ({want}) -> {root or '...'}, is ({got}) -> {have_root}",
+        )
 
 
 def while_(instr: Instruction) -> AnyShape:
@@ -416,8 +450,11 @@ def conditional(instr: Instruction) -> AnyShape:
     two branches (true first), an s32 index among any number."""
     selector = _arr(instr, 0)
     branches = instr.called
-    _check(selector.dims == () and selector.dtype in (DType.PRED, DType.S32), instr,
-           "the selector must be a pred[] or s32[] scalar")  # fmt: skip
+    _check(
+        selector.dims == () and selector.dtype in (DType.PRED, DType.S32),
+        instr,
+        "the selector must be a pred[] or s32[] scalar",
+    )
     if selector.dtype is DType.PRED:
         _check(len(branches) == 2, instr, "needs true_computation= and false_computation=")
     _check(len(branches) >= 1, instr, "needs branch_computations=")

@@ -21,9 +21,16 @@ from .parser import parse_module
 from .types import AnyShape, DType, Shape, cast_array
 
 __all__ = [
-    "dim_labels_text", "literal_text", "padding_text", "parse_module", "print_computation",
-    "print_instruction", "print_module", "slice_text", "window_text",
-]  # fmt: skip
+    "dim_labels_text",
+    "literal_text",
+    "padding_text",
+    "parse_module",
+    "print_computation",
+    "print_instruction",
+    "print_module",
+    "slice_text",
+    "window_text",
+]
 
 # -- printing ---------------------------------------------------------------------
 
@@ -275,8 +282,10 @@ def _print_conv(i: Instruction) -> list[str]:
 
 
 def _print_groups(i: Instruction) -> list[str]:
-    counts = (("feature_group_count", i.feature_group_count),
-              ("batch_group_count", i.batch_group_count))  # fmt: skip
+    counts = (
+        ("feature_group_count", i.feature_group_count),
+        ("batch_group_count", i.batch_group_count),
+    )
     return [f"{name}={n}" for name, n in counts if n != 1]
 
 
@@ -362,7 +371,20 @@ def _print_metadata(i: Instruction) -> list[str]:
 
 
 _ATTRIBUTE_PRINTERS: tuple[Callable[[Instruction], list[str]], ...] = (
-    _print_index, _print_dimensions, _print_slice, _print_dynamic_slice_sizes, _print_padding,
-    _print_window, _print_conv, _print_groups, _print_dot, _print_gather, _print_scatter,
-    _print_direction, _print_is_stable, _print_kind, _print_called, _print_metadata,
-)  # fmt: skip
+    _print_index,
+    _print_dimensions,
+    _print_slice,
+    _print_dynamic_slice_sizes,
+    _print_padding,
+    _print_window,
+    _print_conv,
+    _print_groups,
+    _print_dot,
+    _print_gather,
+    _print_scatter,
+    _print_direction,
+    _print_is_stable,
+    _print_kind,
+    _print_called,
+    _print_metadata,
+)

@@ -63,8 +63,19 @@ def tokenize(text: str) -> list[Token]:
     return tokens
 
 
-_UNESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\", "a": "\a",
-              "b": "\b", "f": "\f", "v": "\v", "?": "?"}  # fmt: skip
+_UNESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    '"': '"',
+    "'": "'",
+    "\\": "\\",
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+    "?": "?",
+}
 
 
 def _unquote(token: str) -> str:

@@ -86,8 +86,9 @@ def _verify_computation(comp: Computation, names: dict[str, Computation]) -> Non
         names[instr.name] = comp
         arity = OP_DEFS[instr.op].arity
         if arity != VARIADIC and len(instr.operands) != arity:
-            raise _fail(comp, instr, f"{instr.op.text} takes {arity} operands, "
-                                     f"has {len(instr.operands)}")  # fmt: skip
+            raise _fail(
+                comp, instr, f"{instr.op.text} takes {arity} operands, has {len(instr.operands)}"
+            )
         for operand in instr.operands:
             if id(operand) not in defined:
                 raise _fail(comp, instr, f"operand %{operand.name} is not defined before its use")
@@ -160,8 +161,11 @@ def _check_signature(comp: Computation, instr: Instruction, role: str, want_para
     if have_params != want_params or have_root != want_root:
         want = ", ".join(str(s) for s in want_params)
         have = ", ".join(str(s) for s in have_params)
-        raise _fail(comp, instr, f"{role} %{callee.name} must be ({want}) -> {want_root}, "
-                                 f"is ({have}) -> {have_root}")  # fmt: skip
+        raise _fail(
+            comp,
+            instr,
+            f"{role} %{callee.name} must be ({want}) -> {want_root}, is ({have}) -> {have_root}",
+        )
 
 
 # opcode -> check of its called computation's signature

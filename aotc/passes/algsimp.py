@@ -123,9 +123,16 @@ def _transposed_broadcast(b: InsertingBuilder, x: Instruction, perm) -> Instruct
 # ops a transpose moves through: elementwise ones (their attributes: a compare's
 # direction) and reduce-window (its window permuted)
 TRANSPOSABLE = frozenset(
-    {*UNARY_ELEMENTWISE, *BINARY_ELEMENTWISE, Op.SELECT, Op.CLAMP, Op.COMPARE, Op.CONVERT,
-     Op.REDUCE_WINDOW}
-)  # fmt: skip
+    {
+        *UNARY_ELEMENTWISE,
+        *BINARY_ELEMENTWISE,
+        Op.SELECT,
+        Op.CLAMP,
+        Op.COMPARE,
+        Op.CONVERT,
+        Op.REDUCE_WINDOW,
+    }
+)
 
 
 @rule(Op.TRANSPOSE)
@@ -255,10 +262,21 @@ def double_negation(b: InsertingBuilder, instr: Instruction):
 
 
 ALGSIMP_RULES = [
-    add_zero, subtract_zero, multiply_one, divide_by_constant, reshape_chain, transpose_chain,
-    transpose_toward_operands, transpose_toward_users, broadcast_chain, convert_noop, slice_full, pad_nothing,
-    concatenate_single, double_negation,
-]  # fmt: skip
+    add_zero,
+    subtract_zero,
+    multiply_one,
+    divide_by_constant,
+    reshape_chain,
+    transpose_chain,
+    transpose_toward_operands,
+    transpose_toward_users,
+    broadcast_chain,
+    convert_noop,
+    slice_full,
+    pad_nothing,
+    concatenate_single,
+    double_negation,
+]
 
 
 class AlgebraicSimplifier:

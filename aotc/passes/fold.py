@@ -17,8 +17,18 @@ SMALL_BYTES = 4096
 
 # never folded: leaves, structure, ops whose result is cheaper left unfolded, and control
 # flow (a loop over constants may still run for long; its body's constants fold inside)
-_KEEP = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION,
-                   Op.WHILE, Op.CONDITIONAL, Op.CALL})  # fmt: skip
+_KEEP = frozenset(
+    {
+        Op.PARAMETER,
+        Op.CONSTANT,
+        Op.TUPLE,
+        Op.GET_TUPLE_ELEMENT,
+        Op.FUSION,
+        Op.WHILE,
+        Op.CONDITIONAL,
+        Op.CALL,
+    }
+)
 
 
 class ConstantFolding:

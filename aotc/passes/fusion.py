@@ -50,28 +50,52 @@ from ..ir.index_maps import (
 
 # recomputing these costs (almost) nothing: index arithmetic and a load
 FREE_OPS = frozenset(
-    {Op.BROADCAST, Op.RESHAPE, Op.BITCAST, Op.TRANSPOSE, Op.SLICE, Op.IOTA, Op.CONVERT,
-     Op.REVERSE}
-)  # fmt: skip
+    {Op.BROADCAST, Op.RESHAPE, Op.BITCAST, Op.TRANSPOSE, Op.SLICE, Op.IOTA, Op.CONVERT, Op.REVERSE}
+)
 
 # cheap enough to compute again in each consumer rather than store once and reload:
 # one arithmetic instruction per element (transcendentals and division are not)
 CHEAP_OPS = FREE_OPS | frozenset(
-    {Op.ADD, Op.SUBTRACT, Op.MULTIPLY, Op.NEGATE, Op.ABS, Op.MAXIMUM, Op.MINIMUM,
-     Op.COMPARE, Op.SELECT, Op.AND, Op.OR, Op.NOT, Op.CLAMP}
-)  # fmt: skip
+    {
+        Op.ADD,
+        Op.SUBTRACT,
+        Op.MULTIPLY,
+        Op.NEGATE,
+        Op.ABS,
+        Op.MAXIMUM,
+        Op.MINIMUM,
+        Op.COMPARE,
+        Op.SELECT,
+        Op.AND,
+        Op.OR,
+        Op.NOT,
+        Op.CLAMP,
+    }
+)
 
 # consumers that read an operand element several times per output element pass
-REUSING_OPS = frozenset(
-    {Op.BROADCAST, Op.DOT, Op.CONVOLUTION, Op.REDUCE_WINDOW, Op.GATHER}
-)  # fmt: skip
+REUSING_OPS = frozenset({Op.BROADCAST, Op.DOT, Op.CONVOLUTION, Op.REDUCE_WINDOW, Op.GATHER})
 
 # ops a fused loop can compute element by element (leaves and tuples never fuse)
 FUSIBLE_OPS = frozenset(
     {op for op in Op if op.is_elementwise}
-    | {Op.BROADCAST, Op.RESHAPE, Op.BITCAST, Op.TRANSPOSE, Op.SLICE, Op.CONCATENATE, Op.PAD,
-       Op.REVERSE, Op.IOTA, Op.GATHER, Op.REDUCE, Op.REDUCE_WINDOW, Op.DOT, Op.CONVOLUTION}
-)  # fmt: skip
+    | {
+        Op.BROADCAST,
+        Op.RESHAPE,
+        Op.BITCAST,
+        Op.TRANSPOSE,
+        Op.SLICE,
+        Op.CONCATENATE,
+        Op.PAD,
+        Op.REVERSE,
+        Op.IOTA,
+        Op.GATHER,
+        Op.REDUCE,
+        Op.REDUCE_WINDOW,
+        Op.DOT,
+        Op.CONVOLUTION,
+    }
+)
 
 
 class Fusion:
@@ -250,10 +274,11 @@ def _form_groups(computation: Computation) -> list[_Group]:
             # read outside: by a user in no group of ours, or by a copy of a user that
             # another kernel computes without computing this producer too
             outside = [
-                u for u in users[id(producer)]
+                u
+                for u in users[id(producer)]
                 if id(u) not in group.members
                 or any(id(producer) not in g.members for g in copies.get(id(u), []))
-            ]  # fmt: skip
+            ]
             # what a copy pulls in, the other copies need too: only cheap ops; and not
             # what would need a reduction or a contraction stored for it, though the kernel
             # computing that (a layer norm, a dot with its epilogue) keeps it inside
@@ -312,9 +337,14 @@ def _outline(module: Module, computation: Computation, group: _Group) -> None:
     contraction = group.contraction is not None or group.root.op in CONTRACTION_OPS
     assert (kind is FusionKind.OUTPUT) == contraction, f"{body.name}: {kind}"
     fusion = Instruction(
-        Op.FUSION, group.root.shape, operands, module.unique_name(f"fusion.{group.root.name}"),
-        called=(body,), fusion_kind=kind, origin=group.root.origin,
-    )  # fmt: skip
+        Op.FUSION,
+        group.root.shape,
+        operands,
+        module.unique_name(f"fusion.{group.root.name}"),
+        called=(body,),
+        fusion_kind=kind,
+        origin=group.root.origin,
+    )
     position = computation.instructions.index(group.root)
     computation.instructions.insert(position, fusion)
     computation.replace_all_uses(group.root, fusion)

@@ -85,10 +85,16 @@ def scale_into_weights(b: InsertingBuilder, instr: Instruction):
         scaled = b.binary(
             Op.MULTIPLY, weights, b.broadcast(vector, [weight_dim], weights.shape.dims)
         )
-        return b.add(producer.op, [producer.operands[0], scaled], producer.shape,
-                     window=producer.window, conv=producer.conv, dot=producer.dot,
-                     feature_group_count=producer.feature_group_count,
-                     batch_group_count=producer.batch_group_count)  # fmt: skip
+        return b.add(
+            producer.op,
+            [producer.operands[0], scaled],
+            producer.shape,
+            window=producer.window,
+            conv=producer.conv,
+            dot=producer.dot,
+            feature_group_count=producer.feature_group_count,
+            batch_group_count=producer.batch_group_count,
+        )
     return None
 
 

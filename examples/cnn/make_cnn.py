@@ -47,26 +47,49 @@ def make_model() -> onnx.ModelProto:
     w3 = he(rng, (FLAT, CLASSES), FLAT)
     b3 = (rng.standard_normal(CLASSES) * 0.05).astype(np.float32)
     weights = {
-        "conv1.weight": w1, "conv1.bias": b1, "bn1.scale": gamma, "bn1.bias": beta,
-        "bn1.mean": mean.astype(np.float32), "bn1.var": var.astype(np.float32),
-        "conv2.weight": w2, "conv2.bias": b2, "fc.weight": w3, "fc.bias": b3,
-    }  # fmt: skip
+        "conv1.weight": w1,
+        "conv1.bias": b1,
+        "bn1.scale": gamma,
+        "bn1.bias": beta,
+        "bn1.mean": mean.astype(np.float32),
+        "bn1.var": var.astype(np.float32),
+        "conv2.weight": w2,
+        "conv2.bias": b2,
+        "fc.weight": w3,
+        "fc.bias": b3,
+    }
     node = helper.make_node
     nodes = [
-        node("Conv", ["image", "conv1.weight", "conv1.bias"], ["conv1"], name="conv1",
-             kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        node("BatchNormalization", ["conv1", "bn1.scale", "bn1.bias", "bn1.mean", "bn1.var"],
-             ["bn1"], name="bn1", epsilon=1e-5),
+        node(
+            "Conv",
+            ["image", "conv1.weight", "conv1.bias"],
+            ["conv1"],
+            name="conv1",
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
+        node(
+            "BatchNormalization",
+            ["conv1", "bn1.scale", "bn1.bias", "bn1.mean", "bn1.var"],
+            ["bn1"],
+            name="bn1",
+            epsilon=1e-5,
+        ),
         node("Relu", ["bn1"], ["relu1"], name="relu1"),
         node("MaxPool", ["relu1"], ["pool1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
-        node("Conv", ["pool1", "conv2.weight", "conv2.bias"], ["conv2"], name="conv2",
-             kernel_shape=[3, 3]),
+        node(
+            "Conv",
+            ["pool1", "conv2.weight", "conv2.bias"],
+            ["conv2"],
+            name="conv2",
+            kernel_shape=[3, 3],
+        ),
         node("Relu", ["conv2"], ["relu2"], name="relu2"),
         node("MaxPool", ["relu2"], ["pool2"], name="pool2", kernel_shape=[2, 2], strides=[2, 2]),
         node("Flatten", ["pool2"], ["flat"], name="flatten", axis=1),
         node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], name="fc"),
         node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1),
-    ]  # fmt: skip
+    ]
     graph = helper.make_graph(
         nodes,
         "small_cnn",

@@ -100,7 +100,8 @@ NOT_ONE = """%not_one (s: (s32[], s32[])) -> pred[] {
 }
 """
 
-COLLATZ = """HloModule collatz
+COLLATZ = (
+    """HloModule collatz
 %step (s: (s32[], s32[])) -> (s32[], s32[]) {
   %s = (s32[], s32[]) parameter(0)
   %n = s32[] get-tuple-element(%s), index=0
@@ -117,7 +118,9 @@ COLLATZ = """HloModule collatz
   %steps2 = s32[] add(%steps, %one)
   ROOT %t = (s32[], s32[]) tuple(%n2, %steps2)
 }
-""" + NOT_ONE + """ENTRY %main (n: s32[]) -> (s32[]) {
+"""
+    + NOT_ONE
+    + """ENTRY %main (n: s32[]) -> (s32[]) {
   %n = s32[] parameter(0)
   %zero = s32[] constant(0)
   %init = (s32[], s32[]) tuple(%n, %zero)
@@ -126,6 +129,7 @@ COLLATZ = """HloModule collatz
   ROOT %r = (s32[]) tuple(%steps)
 }
 """
+)
 
 
 def collatz_steps(n: int) -> int:
@@ -143,8 +147,11 @@ def test_collatz_steps_data_dependent_condition(run_hlo):
         assert steps == collatz_steps(n)
 
 
-HALVING = """HloModule halving
-""" + hlo_reducer("max", "maximum") + """
+HALVING = (
+    """HloModule halving
+"""
+    + hlo_reducer("max", "maximum")
+    + """
 %big (x: f32[5]) -> pred[] {
   %x = f32[5]{0} parameter(0)
   %lowest = f32[] constant(-inf)
@@ -164,6 +171,7 @@ ENTRY %main (x: f32[5]) -> (f32[5]) {
   ROOT %r = (f32[5]{0}) tuple(%w)
 }
 """
+)
 
 
 def test_halving_until_below_one_array_state(run_hlo):
@@ -394,8 +402,11 @@ def test_call_is_inlined_and_runs(run_hlo, rng):
     assert {c.name for c in module.computations}.isdisjoint({"scale", "affine"})
 
 
-RNN = """HloModule rnn
-""" + hlo_reducer("add", "add") + """
+RNN = (
+    """HloModule rnn
+"""
+    + hlo_reducer("add", "add")
+    + """
 %body (s: (s32[], f32[4,8], f32[8,8], f32[])) -> (s32[], f32[4,8], f32[8,8], f32[]) {
   %s = (s32[], f32[4,8]{1,0}, f32[8,8]{1,0}, f32[]) parameter(0)
   %i = s32[] get-tuple-element(%s), index=0
@@ -434,6 +445,7 @@ ENTRY %main (h: f32[4,8], w: f32[8,8]) -> (f32[4,8], f32[]) {
   ROOT %r = (f32[4,8]{1,0}, f32[]) tuple(%h5, %t5)
 }
 """
+)
 
 
 def test_while_body_with_dot_and_reduce(run_hlo, rng):
@@ -507,7 +519,8 @@ def test_state_arrays_that_move_or_swap(run_hlo, rng):
     np.testing.assert_array_equal(g1, a)
 
 
-COND_IN_LOOP = """HloModule collatz_cond
+COND_IN_LOOP = (
+    """HloModule collatz_cond
 %half (n: s32[]) -> s32[] {
   %n = s32[] parameter(0)
   %two = s32[] constant(2)
@@ -531,7 +544,9 @@ COND_IN_LOOP = """HloModule collatz_cond
   %steps2 = s32[] add(%steps, %one)
   ROOT %t = (s32[], s32[]) tuple(%n2, %steps2)
 }
-""" + NOT_ONE + """ENTRY %main (n: s32[]) -> (s32[], s32[]) {
+"""
+    + NOT_ONE
+    + """ENTRY %main (n: s32[]) -> (s32[], s32[]) {
   %n = s32[] parameter(0)
   %zero = s32[] constant(0)
   %init = (s32[], s32[]) tuple(%n, %zero)
@@ -541,6 +556,7 @@ COND_IN_LOOP = """HloModule collatz_cond
   ROOT %r = (s32[], s32[]) tuple(%last, %steps)
 }
 """
+)
 
 
 def test_conditional_inside_a_loop(run_hlo):

@@ -178,10 +178,15 @@ def test_dot_epilogues(compile_module, fuse, rng, target):
     outputs = [fused[0], b.unary(Op.NEGATE, fused[1]), *fused[2:]]
     b.build(b.tuple(outputs), entry=True)
     args = [
-        _normal(rng, (37, 70)), _normal(rng, (70, 45)), _normal(rng, (45,)),
-        _normal(rng, (37, 45)) * 0.5, _normal(rng, (45, 70)),
-        _normal(rng, (70, 45), np.float16), _normal(rng, (70,)), _normal(rng, (1, 70)),
-    ]  # fmt: skip
+        _normal(rng, (37, 70)),
+        _normal(rng, (70, 45)),
+        _normal(rng, (45,)),
+        _normal(rng, (37, 45)) * 0.5,
+        _normal(rng, (45, 70)),
+        _normal(rng, (70, 45), np.float16),
+        _normal(rng, (70,)),
+        _normal(rng, (1, 70)),
+    ]
     compiled = compile_module(module, target=target)
     assert compiled.plan.slice_of(fused[1]) == compiled.plan.slice_of(staged)
     got = compiled.run(*args)
@@ -247,9 +252,12 @@ def _conv_reference(x, w, stride, pad_low, pad_high, dilation, groups):
         for i in range(kh):
             for j in range(kw):
                 top, left = i * dilation[0], j * dilation[1]
-                patch = xp[:, g * cg : (g + 1) * cg,
-                           top : top + stride[0] * (out_h - 1) + 1 : stride[0],
-                           left : left + stride[1] * (out_w - 1) + 1 : stride[1]]  # fmt: skip
+                patch = xp[
+                    :,
+                    g * cg : (g + 1) * cg,
+                    top : top + stride[0] * (out_h - 1) + 1 : stride[0],
+                    left : left + stride[1] * (out_w - 1) + 1 : stride[1],
+                ]
                 out[:, g * og : (g + 1) * og] += np.einsum(
                     "nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j]
                 )
@@ -357,8 +365,9 @@ def test_convolutions(compile_module, rng, target):
     compiled = compile_module(module, target=target)
     got = compiled.run(*args)
     for i, (_, _, stride, low, high, dilation, groups, _) in enumerate(CONVS):
-        expected = _conv_reference(args[2 * i], args[2 * i + 1], stride, low, high,
-                                   dilation, groups)  # fmt: skip
+        expected = _conv_reference(
+            args[2 * i], args[2 * i + 1], stride, low, high, dilation, groups
+        )
         _close(got[i], expected, str(CONVS[i][:2]))
     # "gemm" cases whose tiles waste little run on image planes (plane_conv.py) instead;
     # which ones depends on the target's tile width, but both paths are covered
@@ -396,8 +405,16 @@ def test_convolution_layouts(check, rng, target):
         b.convolution(nhwc, hwio, Window.make((3, 2)), nhwc_to_nhwc),
     ]
     b.build(b.tuple(outputs), entry=True)
-    shapes = [(2, 3, 30), (5, 3, 4), (1, 2, 5, 6, 7), (4, 2, 2, 3, 2), (2, 7, 6, 3),
-              (3, 2, 3, 5), (1, 4, 6, 5), (3, 4, 3, 3)]  # fmt: skip
+    shapes = [
+        (2, 3, 30),
+        (5, 3, 4),
+        (1, 2, 5, 6, 7),
+        (4, 2, 2, 3, 2),
+        (2, 7, 6, 3),
+        (3, 2, 3, 5),
+        (1, 4, 6, 5),
+        (3, 4, 3, 3),
+    ]
     args = [_normal(rng, s) for s in shapes]
     compiled = check(module, args, rtol=1e-4, atol=1e-4, target=target)
     assert [_kind(compiled, target, o) for o in outputs] == ["gemm"] * 4 + ["direct"]
@@ -434,8 +451,9 @@ def _bias_residual_relu(window, dims: ConvDims, out):
 
 def _direct_reference(x, w, stride, low, high, dilation):
     """NHWC x HWIO -> NHWC through the NCHW reference."""
-    out = _conv_reference(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), stride, low,
-                          high, dilation, 1)  # fmt: skip
+    out = _conv_reference(
+        x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), stride, low, high, dilation, 1
+    )
     return out.transpose(0, 2, 3, 1)
 
 
@@ -467,8 +485,9 @@ def test_direct_convolutions(compile_module, rng, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_direct_convolution_epilogue_on_threads(compile_module, fuse, rng, target,
-                                                 same_across_threads):  # fmt: skip
+def test_direct_convolution_epilogue_on_threads(
+    compile_module, fuse, rng, target, same_across_threads
+):
     """bias + residual + relu fused on a channels-last convolution, shared out to
     two threads: the same bits as on one."""
     module = Module("directepi")
@@ -514,8 +533,13 @@ def test_convolution_epilogues(compile_module, fuse, rng, target):
         fuse(b, [x, dw], depthwise_relu6),
     ]
     b.build(b.tuple([b.unary(Op.NEGATE, fused[0]), fused[1]]), entry=True)
-    args = [_normal(rng, (2, 8, 11, 13)), _normal(rng, (16, 8, 3, 3)), _normal(rng, (16,)),
-            _normal(rng, out), _normal(rng, (8, 1, 3, 3)) * 3]  # fmt: skip
+    args = [
+        _normal(rng, (2, 8, 11, 13)),
+        _normal(rng, (16, 8, 3, 3)),
+        _normal(rng, (16,)),
+        _normal(rng, out),
+        _normal(rng, (8, 1, 3, 3)) * 3,
+    ]
     compiled = compile_module(module, target=target)
     got = compiled.run(*args)
     conv = _conv_reference(args[0], args[1], (1, 1), (1, 1), (1, 1), (1, 1), 1)
@@ -528,8 +552,9 @@ def test_convolution_epilogues(compile_module, fuse, rng, target):
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("groups,per_group,multiplier", [(4, 3, 1), (3, 5, 2), (2, 1, 1)])
-def test_depthwise_through_channel_shuffle(compile_module, fuse, rng, target, groups,
-                                           per_group, multiplier):  # fmt: skip
+def test_depthwise_through_channel_shuffle(
+    compile_module, fuse, rng, target, groups, per_group, multiplier
+):
     """ShuffleNet's channel shuffle (reshape, transpose, reshape) fused into a depthwise
     convolution: the image is read in place, each channel's plane at its shuffled place."""
     channels = groups * per_group
@@ -552,8 +577,9 @@ def test_depthwise_through_channel_shuffle(compile_module, fuse, rng, target, gr
     compiled = compile_module(module, target=target)
     got = compiled.run(*args)
     shuffled = args[0].reshape(2, groups, per_group, 9, 7).transpose(0, 2, 1, 3, 4)
-    expected = _conv_reference(shuffled.reshape(image), args[1], (1, 1), (1, 1), (1, 1),
-                               (1, 1), channels)  # fmt: skip
+    expected = _conv_reference(
+        shuffled.reshape(image), args[1], (1, 1), (1, 1), (1, 1), (1, 1), channels
+    )
     _close(got[0], expected, "shuffled depthwise")
     assert _kind(compiled, target, fused) == "depthwise"
 

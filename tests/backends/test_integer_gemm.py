@@ -20,9 +20,13 @@ TARGETS = ["host", "x86_64:x86-64-v2", "x86_64:sandybridge"]
 
 
 def _model(node, inputs, output, shape, initializers):
-    graph = helper.make_graph([node], "g", inputs, [
-        helper.make_tensor_value_info(output, TensorProto.INT32, list(shape))
-    ], initializers)  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "g",
+        inputs,
+        [helper.make_tensor_value_info(output, TensorProto.INT32, list(shape))],
+        initializers,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
@@ -48,8 +52,10 @@ def test_matmul_integer_is_exact(rng, target, m, k, n, constant_weights):
     a = _int8(rng, (m, k), unsigned=True)
     w = _int8(rng, (k, n), unsigned=False)
     a_zero, w_zero = np.uint8(rng.integers(0, 256)), np.int8(-5)
-    initializers = [numpy_helper.from_array(np.array(a_zero), "azp"),
-                    numpy_helper.from_array(np.array(w_zero), "wzp")]  # fmt: skip
+    initializers = [
+        numpy_helper.from_array(np.array(a_zero), "azp"),
+        numpy_helper.from_array(np.array(w_zero), "wzp"),
+    ]
     inputs = [helper.make_tensor_value_info("a", TensorProto.UINT8, [m, k])]
     if constant_weights:
         initializers.append(numpy_helper.from_array(w, "w"))
@@ -70,8 +76,10 @@ def test_batched_matmul_of_unsigned_and_symmetric_weights(rng, target):
     a = _int8(rng, (2, 3, 9, 31), unsigned=True)
     w = _int8(rng, (31, 20), unsigned=False)
     a_zero = np.uint8(128)
-    initializers = [numpy_helper.from_array(np.array(a_zero), "azp"),
-                    numpy_helper.from_array(w, "w")]  # fmt: skip
+    initializers = [
+        numpy_helper.from_array(np.array(a_zero), "azp"),
+        numpy_helper.from_array(w, "w"),
+    ]
     inputs = [helper.make_tensor_value_info("a", TensorProto.UINT8, list(a.shape))]
     node = helper.make_node("MatMulInteger", ["a", "w", "azp"], ["y"])
     model = _model(node, inputs, "y", (2, 3, 9, 20), initializers)
@@ -93,7 +101,9 @@ def _reference_conv(x, w, stride: int, pad: int, groups: int) -> np.ndarray:
         outs = slice(g * per_group, (g + 1) * per_group)
         for i in range(kh):
             for j in range(kw):
-                patch = padded[:, channels, i : i + stride * oh : stride, j : j + stride * ow : stride]
+                patch = padded[
+                    :, channels, i : i + stride * oh : stride, j : j + stride * ow : stride
+                ]
                 out[:, outs] += np.einsum("nchw,oc->nohw", patch, w[outs, :, i, j])
     return out
 
@@ -117,13 +127,22 @@ def test_conv_integer_is_exact(rng, target, case):
     x = _int8(rng, (n, c, h, w_), unsigned=True)
     w = _int8(rng, (out, c // groups, k, k), unsigned=False)
     x_zero = np.uint8(rng.integers(0, 256))
-    want = _reference_conv(x.astype(np.int64) - int(x_zero), w.astype(np.int64) - w_zero,
-                           stride, pad, groups)  # fmt: skip
-    initializers = [numpy_helper.from_array(np.array(x_zero), "xzp"),
-                    numpy_helper.from_array(w, "w"),
-                    numpy_helper.from_array(np.array(w_zero, np.int8), "wzp")]  # fmt: skip
-    node = helper.make_node("ConvInteger", ["x", "w", "xzp", "wzp"], ["y"],
-                            strides=[stride] * 2, pads=[pad] * 4, group=groups)  # fmt: skip
+    want = _reference_conv(
+        x.astype(np.int64) - int(x_zero), w.astype(np.int64) - w_zero, stride, pad, groups
+    )
+    initializers = [
+        numpy_helper.from_array(np.array(x_zero), "xzp"),
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.array(w_zero, np.int8), "wzp"),
+    ]
+    node = helper.make_node(
+        "ConvInteger",
+        ["x", "w", "xzp", "wzp"],
+        ["y"],
+        strides=[stride] * 2,
+        pads=[pad] * 4,
+        group=groups,
+    )
     inputs = [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x.shape))]
     got, forms = _run(_model(node, inputs, "y", want.shape, initializers), target, x)
     np.testing.assert_array_equal(got, want.astype(np.int32))

@@ -24,8 +24,21 @@ def f32_samples() -> np.ndarray:
     """Every f16 value (as f32), random f32 bit patterns and the special values."""
     halves = np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float32)
     bits = np.random.default_rng(3).integers(0, 2**32, 30000, dtype=np.uint64).astype(np.uint32)
-    specials = np.array([0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001, 1,
-                         0x80000001, 0x00400000, 0x00400001, 0x7F7FFFFF], np.uint32)  # fmt: skip
+    specials = np.array(
+        [
+            0x7F800000,
+            0xFF800000,
+            0x7FC00000,
+            0xFFC00000,
+            0x7F800001,
+            1,
+            0x80000001,
+            0x00400000,
+            0x00400001,
+            0x7F7FFFFF,
+        ],
+        np.uint32,
+    )
     return np.concatenate([halves, bits.view(np.float32), specials.view(np.float32)])
 
 
@@ -49,8 +62,14 @@ def test_minifloat_round_once_from_f64_and_wide_ints(check):
     rng = np.random.default_rng(5)
     # midpoints of e4m3 and e5m2 values nudged by amounts only f64 holds, and big integers
     base = cast_array(rng.uniform(-500, 500, 64), DType.F8E4M3FN).astype(np.float64)
-    wide = np.concatenate([base * (1 + 2.0**-4) + 2.0**-35, base * (1 + 2.0**-3) - 2.0**-33,
-                           rng.normal(0, 1e4, 64), [1e300, -1e300, 2.0**-1070]])  # fmt: skip
+    wide = np.concatenate(
+        [
+            base * (1 + 2.0**-4) + 2.0**-35,
+            base * (1 + 2.0**-3) - 2.0**-33,
+            rng.normal(0, 1e4, 64),
+            [1e300, -1e300, 2.0**-1070],
+        ]
+    )
     ints = np.concatenate([rng.integers(-(2**40), 2**40, 64), [2**25 + 1, 3 * 2**24 + 1]])
     module = Module("once")
     b = ComputationBuilder(module, "main")
@@ -81,8 +100,27 @@ def test_minifloat_arithmetic_and_reduce(check):
 
 
 def test_sub_byte_int_converts(check):
-    floats = np.array([0.0, 1.9, -1.9, 2.5, 7.5, -8.5, 100.0, -100.0, np.inf, -np.inf, np.nan,
-                       15.2, 3.0, -3.0, 0.5, -0.5], np.float32)  # fmt: skip
+    floats = np.array(
+        [
+            0.0,
+            1.9,
+            -1.9,
+            2.5,
+            7.5,
+            -8.5,
+            100.0,
+            -100.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            15.2,
+            3.0,
+            -3.0,
+            0.5,
+            -0.5,
+        ],
+        np.float32,
+    )
     ints = np.arange(-40, 40, 5, dtype=np.int32)
     module = Module("subbyte")
     b = ComputationBuilder(module, "main")

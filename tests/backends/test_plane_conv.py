@@ -20,8 +20,10 @@ from aotc.ir import DType
 
 def _planes(x, w, stride, pad_low, pad_high) -> Planes:
     (n, c, h, wd), (o, _, kh, kw) = x, w
-    out = [(size + lo + hi - k) // s + 1
-           for size, lo, hi, k, s in zip((h, wd), pad_low, pad_high, (kh, kw), stride)]  # fmt: skip
+    out = [
+        (size + lo + hi - k) // s + 1
+        for size, lo, hi, k, s in zip((h, wd), pad_low, pad_high, (kh, kw), stride)
+    ]
     return Planes(n, h, wd, c, *out, o, (kh, kw), stride, (1, 1), pad_low, pad_high)
 
 
@@ -67,8 +69,10 @@ def test_wasteful_grids_stay_on_the_gemm():
     """A 7x7 image's grid of 49 pixels would take two 48-pixel tiles on AVX-512; 56x56
     wastes 1%."""
     config = gemm_config(parse_target("x86_64:skylake-avx512"), DType.F32)
-    for x, w, takes in [((1, 512, 7, 7), (2048, 512, 1, 1), False),
-                        ((1, 256, 56, 56), (64, 256, 1, 1), True)]:  # fmt: skip
+    for x, w, takes in [
+        ((1, 512, 7, 7), (2048, 512, 1, 1), False),
+        ((1, 256, 56, 56), (64, 256, 1, 1), True),
+    ]:
         p = _planes(x, w, (1, 1), (0, 0), (0, 0))
         nr = blocking(config, p.cout, p.grid, p.k).nr
         assert (-(-p.grid // nr) * nr <= MAX_WASTE * p.pixels) == takes
@@ -95,14 +99,23 @@ def _conv_model(x, w, stride, pads, weights, bias):
     else:
         initializers.append(numpy_helper.from_array(weights, "w"))
     nodes = [
-        helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=list(stride), pads=list(pads),
-                         kernel_shape=list(w[2:])),
+        helper.make_node(
+            "Conv",
+            ["x", "w", "b"],
+            ["y"],
+            strides=list(stride),
+            pads=list(pads),
+            kernel_shape=list(w[2:]),
+        ),
         helper.make_node("Relu", ["y"], ["z"]),
-    ]  # fmt: skip
+    ]
     graph = helper.make_graph(
-        nodes, "planes", inputs, [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        nodes,
+        "planes",
+        inputs,
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
         initializers,
-    )  # fmt: skip
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
@@ -129,8 +142,10 @@ def test_plane_convolutions_in_float64():
     """Doubles take the same path (8-lane vectors on AVX-512), to rounding (1e-12)."""
     rng = np.random.default_rng(12)
     for x, w, stride, pads in [CASES[2], CASES[3]]:
-        inputs = [helper.make_tensor_value_info("x", TensorProto.DOUBLE, x),
-                  helper.make_tensor_value_info("w", TensorProto.DOUBLE, w)]  # fmt: skip
+        inputs = [
+            helper.make_tensor_value_info("x", TensorProto.DOUBLE, x),
+            helper.make_tensor_value_info("w", TensorProto.DOUBLE, w),
+        ]
         node = helper.make_node("Conv", ["x", "w"], ["y"], strides=list(stride), pads=list(pads))
         output = helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)
         graph = helper.make_graph([node], "planes64", inputs, [output])

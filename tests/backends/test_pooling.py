@@ -48,48 +48,131 @@ def _close(got: np.ndarray, expected: np.ndarray, dtype) -> None:
 CASES = [
     ("max_k1", "MaxPool", (1, 2, 5, 6), {"kernel_shape": [1, 1]}, "window"),
     ("max_k2s2", "MaxPool", (2, 3, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}, "window"),
-    ("max_squeezenet", "MaxPool", (1, 8, 111, 111),
-     {"kernel_shape": [3, 3], "strides": [2, 2]}, "window"),
-    ("max_resnet", "MaxPool", (1, 4, 112, 112),
-     {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, "window"),
-    ("max_k7s3_asymmetric", "MaxPool", (1, 3, 40, 37),
-     {"kernel_shape": [7, 7], "strides": [3, 3], "pads": [3, 1, 2, 0]}, "window"),
-    ("max_nonsquare", "MaxPool", (2, 2, 9, 20),
-     {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [0, 1, 1, 1]}, "window"),
-    ("max_ceil", "MaxPool", (1, 2, 10, 11),
-     {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, "window"),
-    ("max_dilated", "MaxPool", (1, 2, 12, 13),
-     {"kernel_shape": [3, 2], "strides": [1, 2], "dilations": [2, 3], "pads": [2, 1, 2, 1]},
-     "window"),
-    ("max_1d", "MaxPool", (2, 3, 50), {"kernel_shape": [3], "strides": [2], "pads": [1, 2]},
-     "window"),
-    ("max_1x1_input", "MaxPool", (1, 3, 1, 1), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
-     "window"),
-    ("max_window_over_input", "MaxPool", (1, 2, 3, 3),
-     {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}, "window"),
-    ("avg_k3s1_pad", "AveragePool", (1, 4, 14, 14),
-     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "window"),
-    ("avg_k3s1_pad_count", "AveragePool", (1, 4, 14, 14),
-     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}, "window"),
-    ("avg_k2s2", "AveragePool", (2, 3, 16, 16), {"kernel_shape": [2, 2], "strides": [2, 2]},
-     "window"),
-    ("avg_k7s3_asymmetric", "AveragePool", (1, 3, 30, 41),
-     {"kernel_shape": [7, 7], "strides": [3, 3], "pads": [0, 3, 3, 1]}, "window"),
-    ("avg_k7s3_asymmetric_count", "AveragePool", (1, 3, 30, 41),
-     {"kernel_shape": [7, 7], "strides": [3, 3], "pads": [0, 3, 3, 1], "count_include_pad": 1},
-     "window"),
-    ("avg_nonsquare_ceil", "AveragePool", (1, 2, 11, 17),
-     {"kernel_shape": [3, 2], "strides": [2, 3], "ceil_mode": 1}, "window"),
-    ("avg_1d", "AveragePool", (2, 3, 33), {"kernel_shape": [7], "strides": [3], "pads": [3, 0]},
-     "window"),
+    (
+        "max_squeezenet",
+        "MaxPool",
+        (1, 8, 111, 111),
+        {"kernel_shape": [3, 3], "strides": [2, 2]},
+        "window",
+    ),
+    (
+        "max_resnet",
+        "MaxPool",
+        (1, 4, 112, 112),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        "window",
+    ),
+    (
+        "max_k7s3_asymmetric",
+        "MaxPool",
+        (1, 3, 40, 37),
+        {"kernel_shape": [7, 7], "strides": [3, 3], "pads": [3, 1, 2, 0]},
+        "window",
+    ),
+    (
+        "max_nonsquare",
+        "MaxPool",
+        (2, 2, 9, 20),
+        {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [0, 1, 1, 1]},
+        "window",
+    ),
+    (
+        "max_ceil",
+        "MaxPool",
+        (1, 2, 10, 11),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+        "window",
+    ),
+    (
+        "max_dilated",
+        "MaxPool",
+        (1, 2, 12, 13),
+        {"kernel_shape": [3, 2], "strides": [1, 2], "dilations": [2, 3], "pads": [2, 1, 2, 1]},
+        "window",
+    ),
+    (
+        "max_1d",
+        "MaxPool",
+        (2, 3, 50),
+        {"kernel_shape": [3], "strides": [2], "pads": [1, 2]},
+        "window",
+    ),
+    (
+        "max_1x1_input",
+        "MaxPool",
+        (1, 3, 1, 1),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+        "window",
+    ),
+    (
+        "max_window_over_input",
+        "MaxPool",
+        (1, 2, 3, 3),
+        {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]},
+        "window",
+    ),
+    (
+        "avg_k3s1_pad",
+        "AveragePool",
+        (1, 4, 14, 14),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+        "window",
+    ),
+    (
+        "avg_k3s1_pad_count",
+        "AveragePool",
+        (1, 4, 14, 14),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        "window",
+    ),
+    (
+        "avg_k2s2",
+        "AveragePool",
+        (2, 3, 16, 16),
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+        "window",
+    ),
+    (
+        "avg_k7s3_asymmetric",
+        "AveragePool",
+        (1, 3, 30, 41),
+        {"kernel_shape": [7, 7], "strides": [3, 3], "pads": [0, 3, 3, 1]},
+        "window",
+    ),
+    (
+        "avg_k7s3_asymmetric_count",
+        "AveragePool",
+        (1, 3, 30, 41),
+        {"kernel_shape": [7, 7], "strides": [3, 3], "pads": [0, 3, 3, 1], "count_include_pad": 1},
+        "window",
+    ),
+    (
+        "avg_nonsquare_ceil",
+        "AveragePool",
+        (1, 2, 11, 17),
+        {"kernel_shape": [3, 2], "strides": [2, 3], "ceil_mode": 1},
+        "window",
+    ),
+    (
+        "avg_1d",
+        "AveragePool",
+        (2, 3, 33),
+        {"kernel_shape": [7], "strides": [3], "pads": [3, 0]},
+        "window",
+    ),
     ("avg_whole_plane", "AveragePool", (1, 16, 13, 13), {"kernel_shape": [13, 13]}, "window"),
-    ("avg_window_over_input", "AveragePool", (1, 2, 1, 1),
-     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}, "window"),
+    (
+        "avg_window_over_input",
+        "AveragePool",
+        (1, 2, 1, 1),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        "window",
+    ),
     ("global_avg", "GlobalAveragePool", (1, 100, 13, 13), {}, "global"),
     ("global_avg_resnet", "GlobalAveragePool", (2, 64, 7, 7), {}, "global"),
     ("global_max", "GlobalMaxPool", (1, 20, 9, 11), {}, "global"),
     ("global_avg_1d", "GlobalAveragePool", (2, 5, 30), {}, "global"),
-]  # fmt: skip
+]
 
 
 def _dtype_cases():
@@ -113,8 +196,9 @@ def test_pooling_matches_reference(op, shape, attrs, kind, dtype):
 
 def _max_pool_numpy(x: np.ndarray, kernel, strides, pads) -> np.ndarray:
     """2-D max pool with -inf padding; np.max propagates NaN."""
-    padded = np.pad(x, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])],
-                    constant_values=-np.inf)  # fmt: skip
+    padded = np.pad(
+        x, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])], constant_values=-np.inf
+    )
     windows = np.lib.stride_tricks.sliding_window_view(padded, kernel, axis=(2, 3))
     return windows[:, :, :: strides[0], :: strides[1]].max(axis=(-2, -1))
 
@@ -226,8 +310,9 @@ def test_vector_widths(compile_module, fuse, target):
 
     def transposed_max(fb, p):  # columns a stride apart in memory: gathered
         window = Window.make((1, 1, 3, 2), (1, 1, 1, 2))
-        return fb.reduce_window(fb.transpose(p[0], (0, 1, 3, 2)), fb.scalar(-np.inf, f64),
-                                window, mx)  # fmt: skip
+        return fb.reduce_window(
+            fb.transpose(p[0], (0, 1, 3, 2)), fb.scalar(-np.inf, f64), window, mx
+        )
 
     def average(fb, p):  # the division fused, applied per row
         total = fb.reduce_window(p[0], fb.scalar(0.0, f64), wide, add)

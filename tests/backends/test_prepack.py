@@ -183,8 +183,9 @@ def test_direct_convolutions(compile_module, fuse, rng):
     arg = _normal(rng, xs)
     compiled = compile_module(module)
     got = compiled.run(arg)
-    nchw = _conv_reference(arg.transpose(0, 3, 1, 2), w_value.transpose(3, 2, 0, 1), (1, 1),
-                           (1, 1), (1, 1), (1, 1), 1)  # fmt: skip
+    nchw = _conv_reference(
+        arg.transpose(0, 3, 1, 2), w_value.transpose(3, 2, 0, 1), (1, 1), (1, 1), (1, 1), (1, 1), 1
+    )
     expected = nchw.transpose(0, 2, 3, 1)
     _close(got[0], expected, "plain")
     _close(got[1], np.maximum(expected + bias_value, 0), "fused")
@@ -356,8 +357,9 @@ def test_other_blockings(compile_module, rng, spec):
     b = ComputationBuilder(module, "main")
     x = b.parameter(0, Shape(F32, (2, 8, 9, 9)))
     w_value = _normal(rng, (10, 8, 3, 3))
-    conv = b.convolution(x, b.constant(w_value), Window.make((3, 3), (1, 1), (1, 1), (1, 1)),
-                         ConvDims.nchw(2))  # fmt: skip
+    conv = b.convolution(
+        x, b.constant(w_value), Window.make((3, 3), (1, 1), (1, 1), (1, 1)), ConvDims.nchw(2)
+    )
     d_value = _normal(rng, (500, 13))
     y = b.parameter(1, Shape(F32, (11, 500)))
     b.build(b.tuple([conv, _dot(b, y, b.constant(d_value))]), entry=True)

@@ -16,8 +16,11 @@ from aotc.passes.fusion import Fusion
 
 REDUCERS = hlo_reducer("add", "add") + hlo_reducer("max", "maximum")
 
-SOFTMAX_LAST = """HloModule sm
-""" + REDUCERS + """
+SOFTMAX_LAST = (
+    """HloModule sm
+"""
+    + REDUCERS
+    + """
 ENTRY %main (x: f32[3,5,7]) -> f32[3,5,7] {
   %x = f32[3,5,7]{2,1,0} parameter(0)
   %ninf = f32[] constant(-inf)
@@ -30,10 +33,14 @@ ENTRY %main (x: f32[3,5,7]) -> f32[3,5,7] {
   %sumb = f32[3,5,7]{2,1,0} broadcast(f32[3,5]{1,0} %sum), dimensions={0,1}
   ROOT %y = f32[3,5,7]{2,1,0} divide(f32[3,5,7]{2,1,0} %e, f32[3,5,7]{2,1,0} %sumb)
 }"""
+)
 
 # layer normalization as ONNX lowers it: keepdims reductions reshaped to [4,1]
-LAYER_NORM = """HloModule ln
-""" + REDUCERS + """
+LAYER_NORM = (
+    """HloModule ln
+"""
+    + REDUCERS
+    + """
 ENTRY %main (x: f32[4,16], g: f32[16]) -> f32[4,16] {
   %x = f32[4,16]{1,0} parameter(0)
   %g = f32[16]{0} parameter(1)
@@ -58,10 +65,14 @@ ENTRY %main (x: f32[4,16], g: f32[16]) -> f32[4,16] {
   %gb = f32[4,16]{1,0} broadcast(f32[16]{0} %g), dimensions={1}
   ROOT %y = f32[4,16]{1,0} multiply(f32[4,16]{1,0} %n, f32[4,16]{1,0} %gb)
 }"""
+)
 
 # a reduction over the leading dim is not a row of the consumer's loop: separate kernels
-SOFTMAX_FIRST = """HloModule sm0
-""" + REDUCERS + """
+SOFTMAX_FIRST = (
+    """HloModule sm0
+"""
+    + REDUCERS
+    + """
 ENTRY %main (x: f32[6,5]) -> f32[6,5] {
   %x = f32[6,5]{1,0} parameter(0)
   %zero = f32[] constant(0)
@@ -70,10 +81,14 @@ ENTRY %main (x: f32[6,5]) -> f32[6,5] {
   %sumb = f32[6,5]{1,0} broadcast(f32[5]{0} %sum), dimensions={1}
   ROOT %y = f32[6,5]{1,0} divide(f32[6,5]{1,0} %e, f32[6,5]{1,0} %sumb)
 }"""
+)
 
 # x / sum(x): the whole array is one row (row rank 0)
-GLOBAL_NORMALIZE = """HloModule gn
-""" + REDUCERS + """
+GLOBAL_NORMALIZE = (
+    """HloModule gn
+"""
+    + REDUCERS
+    + """
 ENTRY %main (x: f32[4,8]) -> f32[4,8] {
   %x = f32[4,8]{1,0} parameter(0)
   %zero = f32[] constant(0)
@@ -82,10 +97,14 @@ ENTRY %main (x: f32[4,8]) -> f32[4,8] {
   %sumb = f32[4,8]{1,0} broadcast(f32[] %sum), dimensions={}
   ROOT %y = f32[4,8]{1,0} divide(f32[4,8]{1,0} %x, f32[4,8]{1,0} %sumb)
 }"""
+)
 
 # the root is itself a reduction (variance over the last dim of a 3-d array)
-VARIANCE = """HloModule var
-""" + REDUCERS + """
+VARIANCE = (
+    """HloModule var
+"""
+    + REDUCERS
+    + """
 ENTRY %main (x: f32[2,5,9]) -> f32[2,5] {
   %x = f32[2,5,9]{2,1,0} parameter(0)
   %zero = f32[] constant(0)
@@ -95,10 +114,14 @@ ENTRY %main (x: f32[2,5,9]) -> f32[2,5] {
   %a = f32[2,5,9]{2,1,0} abs(f32[2,5,9]{2,1,0} %d)
   ROOT %v = f32[2,5]{1,0} reduce(f32[2,5,9]{2,1,0} %a, f32[] %zero), dimensions={2}, to_apply=%add
 }"""
+)
 
 # reductions of two row ranks read by one consumer: only one rank joins the kernel
-TWO_RANKS = """HloModule tr
-""" + REDUCERS + """
+TWO_RANKS = (
+    """HloModule tr
+"""
+    + REDUCERS
+    + """
 ENTRY %main (x: f32[2,3,4]) -> f32[2,3,4] {
   %x = f32[2,3,4]{2,1,0} parameter(0)
   %zero = f32[] constant(0)
@@ -109,6 +132,7 @@ ENTRY %main (x: f32[2,3,4]) -> f32[2,3,4] {
   %t = f32[2,3,4]{2,1,0} subtract(f32[2,3,4]{2,1,0} %x, f32[2,3,4]{2,1,0} %rb)
   ROOT %y = f32[2,3,4]{2,1,0} multiply(f32[2,3,4]{2,1,0} %t, f32[2,3,4]{2,1,0} %pb)
 }"""
+)
 
 CASES = {
     "softmax_last": (SOFTMAX_LAST, 1),
@@ -138,22 +162,22 @@ def test_row_fusion_kernel_count_and_numerics(case, compile_module):
     module = _fused(text)
     assert len(_kernels(module)) == kernels, [k.name for k in _kernels(module)]
     rng = np.random.default_rng(7)
-    args = [rng.uniform(-3, 3, p.shape.dims).astype(np.float32)
-            for p in module.entry.parameters]  # fmt: skip
+    args = [rng.uniform(-3, 3, p.shape.dims).astype(np.float32) for p in module.entry.parameters]
     expected = evaluate(parse_module(text), args)
     (got,) = compile_module(module).run(*args)
     np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-6)
 
 
 def test_reduction_with_a_user_outside_stays_separate():
-    text = SOFTMAX_LAST.replace(
-        "-> f32[3,5,7] {", "-> (f32[3,5,7], f32[3,5]) {"
-    ).replace(
+    text = SOFTMAX_LAST.replace("-> f32[3,5,7] {", "-> (f32[3,5,7], f32[3,5]) {").replace(
         "ROOT %y = f32[3,5,7]{2,1,0} divide(f32[3,5,7]{2,1,0} %e, f32[3,5,7]{2,1,0} %sumb)",
         "%y = f32[3,5,7]{2,1,0} divide(f32[3,5,7]{2,1,0} %e, f32[3,5,7]{2,1,0} %sumb)\n"
         "  ROOT %t = (f32[3,5,7]{2,1,0}, f32[3,5]{1,0}) tuple(%y, %sum)",
     )
     module = _fused(text)
-    reduces_outside = [k for k in _kernels(module) if k.op is Op.REDUCE or (
-        k.op is Op.FUSION and k.called[0].root.op is Op.REDUCE)]
+    reduces_outside = [
+        k
+        for k in _kernels(module)
+        if k.op is Op.REDUCE or (k.op is Op.FUSION and k.called[0].root.op is Op.REDUCE)
+    ]
     assert reduces_outside, "the stored sum must be its own kernel"

@@ -17,7 +17,7 @@ from aotc.ir import (
     comparator,
     replacer,
     scalar_reducer,
-)  # fmt: skip
+)
 from aotc.ir.types import cast_array
 
 # -- sort ---------------------------------------------------------------------------------
@@ -178,8 +178,14 @@ def test_scatter_elements_with_repeats_and_out_of_bounds(check, rng, dtype):
 def test_scatter_nd_rows(check, rng):
     """ONNX ScatterND: index pairs along the last dim pick rows of dim 2."""
     dims = ScatterDims((2,), (0, 1), (0, 1), 2)
-    module = scatter_module("nd", Shape(DType.F32, (4, 5, 6)), Shape(DType.S32, (2, 3, 2)),
-                            Shape(DType.F32, (2, 3, 6)), dims, [add_of(DType.F32)])  # fmt: skip
+    module = scatter_module(
+        "nd",
+        Shape(DType.F32, (4, 5, 6)),
+        Shape(DType.S32, (2, 3, 2)),
+        Shape(DType.F32, (2, 3, 6)),
+        dims,
+        [add_of(DType.F32)],
+    )
     operand = rng.standard_normal((4, 5, 6)).astype(np.float32)
     updates = rng.standard_normal((2, 3, 6)).astype(np.float32)
     indices = np.array([[[0, 1], [3, 4], [0, 1]], [[1, 0], [4, 0], [-1, 2]]], np.int32)
@@ -195,8 +201,14 @@ def test_scatter_nd_rows(check, rng):
 def test_scatter_2d_windows_skip_partly_outside(check, rng):
     """2x3 windows placed by one start index along dim 1; starts 5 and -1 do not fit."""
     dims = ScatterDims((1, 2), (), (1,), 1)
-    module = scatter_module("windows", Shape(DType.F32, (6, 7)), Shape(DType.U8, (5,)),
-                            Shape(DType.F32, (5, 2, 3)), dims, [multiply_add])  # fmt: skip
+    module = scatter_module(
+        "windows",
+        Shape(DType.F32, (6, 7)),
+        Shape(DType.U8, (5,)),
+        Shape(DType.F32, (5, 2, 3)),
+        dims,
+        [multiply_add],
+    )
     operand = rng.integers(-3, 3, (6, 7)).astype(np.float32)
     updates = rng.integers(-3, 3, (5, 2, 3)).astype(np.float32)
     indices = np.array([0, 4, 5, 255, 3], np.uint8)

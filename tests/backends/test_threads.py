@@ -117,8 +117,11 @@ def test_thread_count_from_environment_else_compile_default(library, env, defaul
         environment["AOTC_NUM_THREADS"] = env
     result = subprocess.run(
         [sys.executable, "-c", CHILD, str(compile_(default))],
-        env=environment, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert result.stdout.split() == ["0", str(expected)]
 
 
@@ -178,15 +181,17 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, sa
         ([(9, 48, 64), (9, 64, 72)], lambda p: _dot(b, *p, batch=(0,))),  # GEMM per unit
         ([(1, 700), (700, 2003)], lambda p: _dot(b, *p)),  # gemv.axpy, ragged tail
         ([(3001, 500), (500, 1)], lambda p: _dot(b, *p)),  # gemv.dot
-        ([(1, 64, 7, 7), (128, 64, 3, 3), (128,)],  # ResNet's last stage: N = 49
-         lambda p: fuse(b, p, _conv_bias_relu(1))),
+        (
+            [(1, 64, 7, 7), (128, 64, 3, 3), (128,)],  # ResNet's last stage: N = 49
+            lambda p: fuse(b, p, _conv_bias_relu(1)),
+        ),
         ([(1, 32, 56, 56), (64, 32, 3, 3), (64,)], lambda p: fuse(b, p, _conv_bias_relu(1))),
         ([(2, 16, 20, 20), (32, 8, 3, 3)], lambda p: _conv(b, *p, pad=1, groups=2)),
         ([(2, 32, 40, 40), (32, 1, 3, 3)], lambda p: _conv(b, *p, pad=1, groups=32)),
         ([(384, 300), (300, 256)], lambda p: _dot(b, *p)),  # B blocks packed in parallel
         ([(256, 300), (300, 2048)], lambda p: _dot(b, *p)),  # A blocks packed in parallel
         ([(2, 24, 57, 57), (40, 24, 3, 3)], lambda p: _conv(b, *p, pad=1, stride=2)),
-    ]  # fmt: skip
+    ]
     outputs, args, count = [], [], 0
     for shapes, make in specs:
         params = [b.parameter(count + i, Shape(F32, s)) for i, s in enumerate(shapes)]
@@ -200,8 +205,20 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, sa
     for out in outputs:  # each of them shared out, not left on the calling thread
         plan = _analyze(target, compiled.plan, out).plans[-1]
         modes.append(plan.kind if plan.kind in ("depthwise", "planes") else plan.split.mode)
-    assert modes == ["m", "m", "batch", "batch", "batch", "m", "planes", "n", "depthwise", "m",
-                     "n", "planes"]  # fmt: skip
+    assert modes == [
+        "m",
+        "m",
+        "batch",
+        "batch",
+        "batch",
+        "m",
+        "planes",
+        "n",
+        "depthwise",
+        "m",
+        "n",
+        "planes",
+    ]
     for out in outputs[-3:-1]:
         blocks = _analyze(target, compiled.plan, out).plans[-1].split.blocks
         shared = blocks.nb if out is outputs[-3] else blocks.mb

@@ -55,7 +55,9 @@ def test_which_transposes_go_in_tiles():
 def test_tiled_transpose_is_the_same_across_threads(compile_module, rng, same_across_threads):
     module = Module("big")
     b = ComputationBuilder(module, "main")
-    b.build(b.transpose(b.parameter(0, Shape(DType.F32, (1, 56, 56, 64))), (0, 3, 1, 2)), entry=True)
+    b.build(
+        b.transpose(b.parameter(0, Shape(DType.F32, (1, 56, 56, 64))), (0, 3, 1, 2)), entry=True
+    )
     x = rng.standard_normal((1, 56, 56, 64)).astype(np.float32)
     (got,) = same_across_threads(compile_module(module), [x])
     np.testing.assert_array_equal(got, x.transpose(0, 3, 1, 2))

@@ -36,14 +36,50 @@ FUNCTIONS = list(REFERENCE)
 
 # where each function changes formula or its result changes regime
 THRESHOLDS = [
-    0.0, 2.0**-126, 2.0**-24, 0.3466, 0.625, 0.6931, 1.0, 4.0 / 3.0, 2.0 / 3.0, 2.25, 3.92,
-    3.9375, 9.01, 9.5, 17.33, 18.0, 87.336, 88.7228, 103.97, 104.0,
-]  # fmt: skip
+    0.0,
+    2.0**-126,
+    2.0**-24,
+    0.3466,
+    0.625,
+    0.6931,
+    1.0,
+    4.0 / 3.0,
+    2.0 / 3.0,
+    2.25,
+    3.92,
+    3.9375,
+    9.01,
+    9.5,
+    17.33,
+    18.0,
+    87.336,
+    88.7228,
+    103.97,
+    104.0,
+]
 SPECIALS = [
-    0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0**-149, -(2.0**-149), 2.0**-126 * 0.75,
-    2.0**-126, 3.4028235e38, -3.4028235e38, 88.72283935546875, 88.72284, -87.33654, -103.97208,
-    -103.972084, -1.0 + 2.0**-24, 1e-30, -1e-30,
-]  # fmt: skip
+    0.0,
+    -0.0,
+    np.inf,
+    -np.inf,
+    np.nan,
+    1.0,
+    -1.0,
+    2.0**-149,
+    -(2.0**-149),
+    2.0**-126 * 0.75,
+    2.0**-126,
+    3.4028235e38,
+    -3.4028235e38,
+    88.72283935546875,
+    88.72284,
+    -87.33654,
+    -103.97208,
+    -103.972084,
+    -1.0 + 2.0**-24,
+    1e-30,
+    -1e-30,
+]
 
 X86 = platform.machine() in ("x86_64", "AMD64")
 
@@ -223,9 +259,21 @@ def test_fma_only_where_the_target_has_it():
 
 POW_BOUND = 0.51  # ulps; vmath.pow rounds an f64 value good to 2^-35 (0.5002 measured)
 POW_GRID = [
-    0.0, 2.0**-149, 2.0**-130, 1.0, 0.5, 2.0, 3.0, np.inf, 2.0**24, 2.0**24 + 2, 2.0**24 - 1,
-    0.75, 1e-38, 3e38,
-]  # fmt: skip
+    0.0,
+    2.0**-149,
+    2.0**-130,
+    1.0,
+    0.5,
+    2.0,
+    3.0,
+    np.inf,
+    2.0**24,
+    2.0**24 + 2,
+    2.0**24 - 1,
+    0.75,
+    1e-38,
+    3e38,
+]
 
 
 def pow_module(dtype: DType, n: int) -> Module:
@@ -243,9 +291,7 @@ def exact_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _same_bits(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
-    return (got.view(np.uint32) == expected.view(np.uint32)) | (
-        np.isnan(got) & np.isnan(expected)
-    )
+    return (got.view(np.uint32) == expected.view(np.uint32)) | (np.isnan(got) & np.isnan(expected))
 
 
 def pow_inputs() -> tuple[np.ndarray, np.ndarray]:

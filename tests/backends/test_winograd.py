@@ -175,10 +175,12 @@ def test_below_O2_convolutions_sum_directly(level, forms):
     w = np.random.default_rng(6).uniform(-1, 1, (64, 16, 3, 3)).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
     graph = helper.make_graph(
-        [node], "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 22])],
+        [node],
+        "c",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 22])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 24, 22])],
         [numpy_helper.from_array(w, "w")],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     compiled = compile_model(model, CompileOptions(opt_level=level))
     assert set(compiled.kernel_forms().values()) - {""} == forms

@@ -37,8 +37,11 @@ def random_concat_module(seed: int) -> Module:
             same = [v for v in values if v.shape == x.shape]
             values.append(b.binary(Op.ADD, x, rng.choice(same)))
         else:
-            parts = [x] + [v for v in rng.sample(values, k=min(2, len(values)))
-                           if v.shape.dims[::2] == x.shape.dims[::2]]  # fmt: skip
+            parts = [x] + [
+                v
+                for v in rng.sample(values, k=min(2, len(values)))
+                if v.shape.dims[::2] == x.shape.dims[::2]
+            ]
             joined = b.concatenate(parts, 1)
             if rng.random() < 0.2 and all(p.shape.dims == x.shape.dims for p in parts):
                 joined = b.concatenate(parts, rng.choice([0, 2]))

@@ -23,7 +23,7 @@ from aotc.ir import (
     Shape,
     TupleShape,
     scalar_reducer,
-)  # fmt: skip
+)
 from aotc.ir.evaluate import EVAL_RULES, branch_index, evaluate
 from aotc.ir.text import parse_module
 from aotc.ir.types import cast_array, from_storage, to_storage
@@ -68,8 +68,10 @@ class Memory:
 
 def _value(memory: Memory, plan: BufferPlan, instr):
     """An instruction's (possibly tuple) value, read from its slices."""
-    leaves = {index: memory.read(plan.slice_of(instr, index), shape)
-              for index, shape in array_indices(instr.shape)}  # fmt: skip
+    leaves = {
+        index: memory.read(plan.slice_of(instr, index), shape)
+        for index, shape in array_indices(instr.shape)
+    }
 
     def build(shape, prefix):
         if isinstance(shape, TupleShape):
@@ -115,8 +117,10 @@ def simulate(module: Module, plan: BufferPlan, inputs) -> list[np.ndarray]:
     memory.copy(plan.output_copies)
     root = module.entry.root
     outs = root.operands if root.op is Op.TUPLE else [root]
-    return [memory.read(Slice(BufferKind.OUTPUT, k, 0, o.shape.nbytes), o.shape)
-            for k, o in enumerate(outs)]  # fmt: skip
+    return [
+        memory.read(Slice(BufferKind.OUTPUT, k, 0, o.shape.nbytes), o.shape)
+        for k, o in enumerate(outs)
+    ]
 
 
 # -- plan invariants --------------------------------------------------------------------
@@ -186,8 +190,9 @@ def random_loop_module(seed: int) -> Module:
             negate = nb.build(nb.unary(Op.NEGATE, nb.parameter(0, vec, "v")))
             db = ComputationBuilder(module, "sum_branch")
             pair = db.parameter(0, TupleShape((vec, vec)), "pair")
-            summed = db.build(db.binary(Op.ADD, db.get_tuple_element(pair, 0),
-                                        db.get_tuple_element(pair, 1)))  # fmt: skip
+            summed = db.build(
+                db.binary(Op.ADD, db.get_tuple_element(pair, 0), db.get_tuple_element(pair, 1))
+            )
             parity = bb.binary(Op.REMAINDER, i, bb.scalar(2, S32))
             odd = bb.compare(parity, bb.scalar(1, S32), Direction.EQ)
             values.append(bb.conditional(odd, [negate, summed], [x, bb.tuple([x, y])]))

@@ -151,8 +151,14 @@ def run_driver(program: Path, inputs, outputs_like, workdir: Path, env=None):
         path.write_bytes(np.ascontiguousarray(array).tobytes())
         in_files.append(path)
     out_files = [workdir / f"out{i}.bin" for i in range(len(outputs_like))]
-    result = subprocess.run([str(program), *map(str, in_files + out_files)], capture_output=True,
-                            text=True, timeout=1800, env=env, check=False)  # fmt: skip
+    result = subprocess.run(
+        [str(program), *map(str, in_files + out_files)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+        check=False,
+    )
     if result.returncode != 0:
         return result, None
     outputs = [
@@ -226,8 +232,9 @@ class EmulatedDevice:
 
 def build_emulation(compiled, directory: Path) -> tuple[Path, list]:
     """The model's kernels for the emulator: (shared library path, launches)."""
-    program = build_program(compiled.module, compiled.plan, compiled.name, compiled.target,
-                            EmulatedDevice())  # fmt: skip
+    program = build_program(
+        compiled.module, compiled.plan, compiled.name, compiled.target, EmulatedDevice()
+    )
     machine = target_machine(parse_target("host"))
     parsed = llvm.parse_assembly(str(program.module))
     parsed.verify()
@@ -238,20 +245,38 @@ def build_emulation(compiled, directory: Path) -> tuple[Path, list]:
     kernels = directory / "kernels.o"
     kernels.write_bytes(machine.emit_object(parsed))
     rows = [f"void {k.name}_emu(void **);" for k in program.launches]
-    rows.append("typedef struct { const char *name; void (*fn)(void **); unsigned shared; "
-                "int cooperative; } row;")  # fmt: skip
+    rows.append(
+        "typedef struct { const char *name; void (*fn)(void **); unsigned shared; "
+        "int cooperative; } row;"
+    )
     rows.append("const row aotc_emu_kernels[] = {")
-    rows += [f'    {{"{k.name}", {k.name}_emu, {k.shared_bytes}u, {int(k.cooperative)}}},'
-             for k in program.launches]  # fmt: skip
+    rows += [
+        f'    {{"{k.name}", {k.name}_emu, {k.shared_bytes}u, {int(k.cooperative)}}},'
+        for k in program.launches
+    ]
     rows.append("    {0, 0, 0u, 0},\n};")
     table = directory / "table.c"
     table.write_text("\n".join(rows) + "\n")
     library = directory / f"lib{compiled.name}_emu.so"
     subprocess.run(
-        [c_compiler(), "-std=c11", "-O1", "-shared", "-fPIC", str(HERE / "emulator.c"), str(table),
-         str(kernels), "-o", str(library), "-lm", "-pthread"],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            c_compiler(),
+            "-std=c11",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            str(HERE / "emulator.c"),
+            str(table),
+            str(kernels),
+            "-o",
+            str(library),
+            "-lm",
+            "-pthread",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return library, program.launches
 
 
@@ -260,9 +285,22 @@ def fake_driver(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     library = directory / "libcuda.so.1"
     if not library.exists():
-        subprocess.run([c_compiler(), "-std=c11", "-O1", "-shared", "-fPIC",
-                        str(HERE / "fake_cuda.c"), "-o", str(library), "-ldl"],
-                       check=True, capture_output=True, text=True)  # fmt: skip
+        subprocess.run(
+            [
+                c_compiler(),
+                "-std=c11",
+                "-O1",
+                "-shared",
+                "-fPIC",
+                str(HERE / "fake_cuda.c"),
+                "-o",
+                str(library),
+                "-ldl",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     return directory
 
 
@@ -312,28 +350,84 @@ def run_on_gpu(compiled, inputs, outputs_like, workdir: Path) -> list[np.ndarray
 # GPU kernels treat differently: elementwise math (libdevice), reductions, row fusions,
 # contractions, pooling, data movement, sort and scatter (serial)
 CONFORMANCE = (
-    "test_abs", "test_acos", "test_add_bcast", "test_and2d", "test_argmax_default_axis_random",
-    "test_asinh", "test_atan", "test_averagepool_2d_pads", "test_batchnorm_epsilon",
-    "test_cast_FLOAT_to_FLOAT16", "test_ceil", "test_clip", "test_concat_3d_axis_1",
-    "test_conv_with_autopad_same", "test_conv_with_strides_padding", "test_convtranspose",
-    "test_cos", "test_cosh", "test_cumsum_1d", "test_depthtospace_example", "test_div",
-    "test_einsum_batch_matmul", "test_elu", "test_equal", "test_erf", "test_exp",
-    "test_expand_dim_changed", "test_floor", "test_gather_0", "test_gelu_tanh_2",
-    "test_gemm_all_attributes", "test_gemm_default_matrix_bias", "test_globalaveragepool",
-    "test_hardsigmoid", "test_hardswish", "test_instancenorm_example", "test_isnan",
-    "test_layer_normalization_4d_axis1", "test_leakyrelu", "test_log",
-    "test_logsoftmax_axis_1", "test_lrn", "test_matmul_3d", "test_matmul_4d",
-    "test_max_example", "test_maxpool_2d_pads", "test_mean_example", "test_min_example",
-    "test_mod_mixed_sign_float32", "test_neg", "test_pow", "test_prelu_example",
-    "test_reciprocal", "test_reduce_max_default_axes_keepdim_example",
+    "test_abs",
+    "test_acos",
+    "test_add_bcast",
+    "test_and2d",
+    "test_argmax_default_axis_random",
+    "test_asinh",
+    "test_atan",
+    "test_averagepool_2d_pads",
+    "test_batchnorm_epsilon",
+    "test_cast_FLOAT_to_FLOAT16",
+    "test_ceil",
+    "test_clip",
+    "test_concat_3d_axis_1",
+    "test_conv_with_autopad_same",
+    "test_conv_with_strides_padding",
+    "test_convtranspose",
+    "test_cos",
+    "test_cosh",
+    "test_cumsum_1d",
+    "test_depthtospace_example",
+    "test_div",
+    "test_einsum_batch_matmul",
+    "test_elu",
+    "test_equal",
+    "test_erf",
+    "test_exp",
+    "test_expand_dim_changed",
+    "test_floor",
+    "test_gather_0",
+    "test_gelu_tanh_2",
+    "test_gemm_all_attributes",
+    "test_gemm_default_matrix_bias",
+    "test_globalaveragepool",
+    "test_hardsigmoid",
+    "test_hardswish",
+    "test_instancenorm_example",
+    "test_isnan",
+    "test_layer_normalization_4d_axis1",
+    "test_leakyrelu",
+    "test_log",
+    "test_logsoftmax_axis_1",
+    "test_lrn",
+    "test_matmul_3d",
+    "test_matmul_4d",
+    "test_max_example",
+    "test_maxpool_2d_pads",
+    "test_mean_example",
+    "test_min_example",
+    "test_mod_mixed_sign_float32",
+    "test_neg",
+    "test_pow",
+    "test_prelu_example",
+    "test_reciprocal",
+    "test_reduce_max_default_axes_keepdim_example",
     "test_reduce_mean_default_axes_keepdims_random",
-    "test_reduce_sum_default_axes_keepdims_random", "test_relu",
-    "test_resize_upsample_scales_nearest", "test_round", "test_scatter_elements_with_axis",
-    "test_selu", "test_sigmoid", "test_sign", "test_sin", "test_sinh", "test_slice",
-    "test_softmax_axis_1", "test_softmax_large_number", "test_softplus", "test_sqrt",
-    "test_sum_example", "test_tan", "test_tanh", "test_tile", "test_top_k",
-    "test_transpose_all_permutations_0", "test_where_example",
-)  # fmt: skip
+    "test_reduce_sum_default_axes_keepdims_random",
+    "test_relu",
+    "test_resize_upsample_scales_nearest",
+    "test_round",
+    "test_scatter_elements_with_axis",
+    "test_selu",
+    "test_sigmoid",
+    "test_sign",
+    "test_sin",
+    "test_sinh",
+    "test_slice",
+    "test_softmax_axis_1",
+    "test_softmax_large_number",
+    "test_softplus",
+    "test_sqrt",
+    "test_sum_example",
+    "test_tan",
+    "test_tanh",
+    "test_tile",
+    "test_top_k",
+    "test_transpose_all_permutations_0",
+    "test_where_example",
+)
 
 
 def conformance_cases() -> list:
@@ -369,6 +463,8 @@ def run_conformance_case(case, runner, workdir: Path) -> None:
         like = [np.zeros(spec.dims, spec.dtype.storage) for spec in compiled.outputs]
         raw = runner(compiled, raw_inputs, like, workdir / f"set{number}")
         expected = [np.asarray(_to_array(x)) for x in expected]
-        got = [from_storage(r, spec.dtype).astype(e.dtype)
-               for r, spec, e in zip(raw, compiled.outputs, expected)]  # fmt: skip
+        got = [
+            from_storage(r, spec.dtype).astype(e.dtype)
+            for r, spec, e in zip(raw, compiled.outputs, expected)
+        ]
         check_outputs(expected, got, case.rtol, case.atol)

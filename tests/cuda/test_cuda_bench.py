@@ -33,8 +33,13 @@ def _models():
 def test_compile_only_needs_no_gpu(tmp_path):
     require_ptxas()
     c_compiler()
-    result = subprocess.run([sys.executable, str(GPU_BENCH), "mlp_16_32_4", "--compile-only"],
-                            capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(GPU_BENCH), "mlp_16_32_4", "--compile-only"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("mlp_16_32_4: 2 kernels, cubins sm_80")
 
@@ -48,8 +53,20 @@ def test_a_run_against_the_stand_in_driver(tmp_path):
     library, _ = build_emulation(compiled, tmp_path / "emulation")
     env = fake_environment(fake_driver(tmp_path / "fake"), library)
     out = tmp_path / "results.md"
-    argv = [sys.executable, str(GPU_BENCH), name, "--reps", "2", "--no-torch", "--no-gemm",
-            "--no-fusions", "--copy-mb", "1", "--out", str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(GPU_BENCH),
+        name,
+        "--reps",
+        "2",
+        "--no-torch",
+        "--no-gemm",
+        "--no-fusions",
+        "--copy-mb",
+        "1",
+        "--out",
+        str(out),
+    ]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     text = out.read_text()
@@ -64,12 +81,22 @@ def test_without_a_driver_it_says_so(tmp_path):
     # short"), so bench/gpu.py finds no driver even on a machine that has one
     (tmp_path / "libcuda.so.1").write_bytes(b"")
     env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
-    probe = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libcuda.so.1')"],
-                           capture_output=True, env=env, check=False)  # fmt: skip
+    probe = subprocess.run(
+        [sys.executable, "-c", "import ctypes; ctypes.CDLL('libcuda.so.1')"],
+        capture_output=True,
+        env=env,
+        check=False,
+    )
     if probe.returncode == 0:
         pytest.skip("libcuda.so.1 still loads here (preloaded?): no driver-less run to check")
-    result = subprocess.run([sys.executable, str(GPU_BENCH), "mlp_16_32_4"], capture_output=True,
-                            text=True, timeout=600, env=env, check=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(GPU_BENCH), "mlp_16_32_4"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "bench/gpu.py: no CUDA driver" in result.stderr, result.stderr
     assert "--compile-only" in result.stderr

@@ -83,16 +83,18 @@ def test_end_to_end_models(name):
 
 @pytest.mark.parametrize("name", LIGHT_BENCH)
 def test_light_benchmark_models(name):
-    compiled = compile_model(BENCH_MODELS[name](),
-                             CompileOptions(target="cuda:sm_80,sm_90", name=name))  # fmt: skip
+    compiled = compile_model(
+        BENCH_MODELS[name](), CompileOptions(target="cuda:sm_80,sm_90", name=name)
+    )
     check_compiled(compiled)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", HEAVY_BENCH)
 def test_heavy_benchmark_models(name):
-    compiled = compile_model(BENCH_MODELS[name](),
-                             CompileOptions(target="cuda:sm_80,sm_90", name=name))  # fmt: skip
+    compiled = compile_model(
+        BENCH_MODELS[name](), CompileOptions(target="cuda:sm_80,sm_90", name=name)
+    )
     check_compiled(compiled)
 
 
@@ -118,17 +120,26 @@ def test_kernel_forms():
         helper.make_node("ReduceSum", ["x", "axis1"], ["rows"], keepdims=0),
         helper.make_node("Flatten", ["x"], ["flat"], axis=0),
         helper.make_node("ReduceMax", ["flat"], ["peak"], keepdims=0, axes=[1]),
-    ]  # fmt: skip
-    outputs = [_f32("dense", [128, 256]), _f32("probs", [128, 256]), _f32("rows", [128]),
-               _f32("peak", [1])]  # fmt: skip
+    ]
+    outputs = [
+        _f32("dense", [128, 256]),
+        _f32("probs", [128, 256]),
+        _f32("rows", [128]),
+        _f32("peak", [1]),
+    ]
     axis = numpy_helper.from_array(np.array([1], np.int64), "axis1")
     model = _model(nodes, [_f32("x", [128, 256])], outputs, [w, b, axis])
     compiled = compile_model(model, CompileOptions(target="cuda:sm_90", name="forms"))
     kinds = [(k.kind, k.block, k.grid) for k in compiled.program.launches]
     # the GEMM makes 8 tiles of 64 x 64: too few blocks, so its 16 steps of depth split
     # in 4 slices (split-K), which an elementwise kernel adds up (with the epilogue)
-    assert sorted(kind for kind, _, _ in kinds) == ["elementwise", "gemm", "reduction",
-                                                    "reduction", "row"]  # fmt: skip
+    assert sorted(kind for kind, _, _ in kinds) == [
+        "elementwise",
+        "gemm",
+        "reduction",
+        "reduction",
+        "row",
+    ]
     rows = [v for v in kinds if v[0] == "reduction" and v[2] == 128 // 8]
     whole = [v for v in kinds if v[0] == "reduction" and v[2] == 1]
     assert len(rows) == 1 and len(whole) == 1  # a warp per row; a block for 32768 elements
@@ -170,7 +181,7 @@ def test_math_functions_link_libdevice():
         helper.make_node("Sin", ["x"], ["s"]),
         helper.make_node("Pow", ["s", "x"], ["p"]),
         helper.make_node("Mod", ["p", "x"], ["y"], fmod=1),
-    ]  # fmt: skip
+    ]
     model = _model(nodes, [_f32("x", [64])], [_f32("y", [64])])
     compiled = compile_model(model, CompileOptions(target="cuda:sm_80,sm_90", name="math"))
     program = build_program(compiled.module, compiled.plan, "math", parse_cuda_target("cuda:sm_90"))

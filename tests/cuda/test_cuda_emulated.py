@@ -66,14 +66,12 @@ def _check(model, name, inputs, tmp_path, rtol=1e-4, atol=1e-5, kinds=None, exac
     compiled = compile_model(model, CompileOptions(target="cuda:sm_90", name=name))
     if kinds is not None:
         assert sorted(k.kind for k in compiled.program.launches) == sorted(kinds)
-    expected = _reference(model if isinstance(model, onnx.ModelProto) else onnx.load(model),
-                          inputs)  # fmt: skip
+    expected = _reference(model if isinstance(model, onnx.ModelProto) else onnx.load(model), inputs)
     for k, value in (exact or {}).items():
         expected[k] = value
     got = run_emulated(compiled, inputs, expected, tmp_path)
     for g, e in zip(got, expected):
-        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol,
-                                   atol=atol)  # fmt: skip
+        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol)
     return compiled
 
 
@@ -81,8 +79,10 @@ def _check(model, name, inputs, tmp_path, rtol=1e-4, atol=1e-5, kinds=None, exac
 def test_end_to_end_models(name, tmp_path):
     model = onnx.load(str(E2E[name]))
     rng = np.random.default_rng(0)
-    inputs = [rng.random([d.dim_value for d in i.type.tensor_type.shape.dim], dtype=np.float32)
-              for i in model.graph.input]  # fmt: skip
+    inputs = [
+        rng.random([d.dim_value for d in i.type.tensor_type.shape.dim], dtype=np.float32)
+        for i in model.graph.input
+    ]
     _check(model, name, inputs, tmp_path)
 
 
@@ -95,8 +95,13 @@ def test_hlo_fixtures(name, tmp_path, small_gemms):
     got = run_emulated(compiled, inputs, [raw for _, raw in outputs], tmp_path)
     for k, (raw, (dtype, expected)) in enumerate(zip(got, outputs)):
         rtol, atol = LOOSER.get((name, k), TOLERANCES.get(dtype, (0, 0)))
-        np.testing.assert_allclose(from_storage(raw, dtype), from_storage(expected, dtype),
-                                   rtol=rtol, atol=atol, err_msg=f"output {k}")  # fmt: skip
+        np.testing.assert_allclose(
+            from_storage(raw, dtype),
+            from_storage(expected, dtype),
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"output {k}",
+        )
 
 
 def _model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
@@ -118,10 +123,11 @@ def test_row_fusions(columns, tmp_path):
     nodes = [
         helper.make_node("Softmax", ["x"], ["probs"], axis=-1),
         helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["norm"], axis=-1),
-    ]  # fmt: skip
+    ]
     dims = [3, 5, columns]
-    model = _model(nodes, [_value("x", dims)], [_value("probs", dims), _value("norm", dims)],
-                   [gamma, beta])  # fmt: skip
+    model = _model(
+        nodes, [_value("x", dims)], [_value("probs", dims), _value("norm", dims)], [gamma, beta]
+    )
     inputs = [rng.normal(0, 3, dims).astype(np.float32)]
     compiled = _check(model, f"rows{columns}", inputs, tmp_path, kinds=["row", "row"])
     size = 32 if columns <= reduction.WARP_ROW else reduction.BLOCK
@@ -152,7 +158,7 @@ def test_reductions(tmp_path, monkeypatch):
         helper.make_node("ReduceSum", ["x", "axes"], ["sum"], keepdims=0),
         helper.make_node("ReduceMax", ["x"], ["max"], axes=[1, 2], keepdims=0),
         helper.make_node("ArgMax", ["x"], ["arg"], axis=2, keepdims=0),
-    ]  # fmt: skip
+    ]
     outputs = [_value("sum", [9, 5]), _value("max", [9]), _value("arg", [9, 5], TensorProto.INT64)]
     model = _model(nodes, [_value("x", [9, 5, 301])], outputs, [axes])
     inputs = [rng.normal(size=(9, 5, 301)).astype(np.float32)]
@@ -168,10 +174,14 @@ def test_half_precision_reduction_and_softmax(tmp_path):
     nodes = [
         helper.make_node("ReduceSum", ["x", "axes"], ["sum"], keepdims=0),
         helper.make_node("Softmax", ["x"], ["probs"], axis=-1),
-    ]  # fmt: skip
+    ]
     f16 = TensorProto.FLOAT16
-    model = _model(nodes, [_value("x", [6, 200], f16)],
-                   [_value("sum", [6], f16), _value("probs", [6, 200], f16)], [axes])  # fmt: skip
+    model = _model(
+        nodes,
+        [_value("x", [6, 200], f16)],
+        [_value("sum", [6], f16), _value("probs", [6, 200], f16)],
+        [axes],
+    )
     inputs = [rng.normal(size=(6, 200)).astype(np.float16)]
     _check(model, "half", inputs, tmp_path, rtol=1e-2, atol=1e-3, kinds=["reduction", "row"])
 
@@ -192,18 +202,25 @@ def test_gemms_with_partial_tiles(large, tmp_path, small_gemms, monkeypatch):
         helper.make_node("MatMul", ["w", "x3"], ["batched"]),
         helper.make_node("Cast", ["x3"], ["x16"], to=TensorProto.FLOAT16),
         helper.make_node("MatMul", ["x16", "h"], ["half"]),
-    ]  # fmt: skip
-    outputs = [_value("gemm", [133, 37]), _value("batched", [3, 19, 19]),
-               _value("half", [3, 70, 21], TensorProto.FLOAT16)]  # fmt: skip
-    model = _model(nodes, [_value("x", [130, 133]), _value("x3", [3, 70, 19])], outputs,
-                   [a, bias, w, h])  # fmt: skip
-    inputs = [rng.normal(size=(130, 133)).astype(np.float32),
-              rng.normal(size=(3, 70, 19)).astype(np.float32)]  # fmt: skip
+    ]
+    outputs = [
+        _value("gemm", [133, 37]),
+        _value("batched", [3, 19, 19]),
+        _value("half", [3, 70, 21], TensorProto.FLOAT16),
+    ]
+    model = _model(
+        nodes, [_value("x", [130, 133]), _value("x3", [3, 70, 19])], outputs, [a, bias, w, h]
+    )
+    inputs = [
+        rng.normal(size=(130, 133)).astype(np.float32),
+        rng.normal(size=(3, 70, 19)).astype(np.float32),
+    ]
     half = inputs[1].astype(np.float16).astype(np.float64) @ numpy_helper.to_array(h).astype(
         np.float64
     )
-    compiled = _check(model, "gemms", inputs, tmp_path, rtol=1e-3, atol=1e-3,
-                      exact={2: half.astype(np.float16)})  # fmt: skip
+    compiled = _check(
+        model, "gemms", inputs, tmp_path, rtol=1e-3, atol=1e-3, exact={2: half.astype(np.float16)}
+    )
     assert [k.kind for k in compiled.program.launches].count("gemm") == 3
 
 
@@ -217,12 +234,19 @@ def test_deep_gemms_split_their_depth(tmp_path, small_gemms):
         helper.make_node("Add", ["mm", "bias"], ["biased"]),
         helper.make_node("Relu", ["biased"], ["y"]),
         helper.make_node("MatMul", ["p", "q"], ["batched"]),
-    ]  # fmt: skip
-    inputs = [_value("x", [20, 1000]), _value("w", [1000, 64]), _value("bias", [64]),
-              _value("p", [3, 24, 512]), _value("q", [3, 512, 40])]  # fmt: skip
+    ]
+    inputs = [
+        _value("x", [20, 1000]),
+        _value("w", [1000, 64]),
+        _value("bias", [64]),
+        _value("p", [3, 24, 512]),
+        _value("q", [3, 512, 40]),
+    ]
     model = _model(nodes, inputs, [_value("y", [20, 64]), _value("batched", [3, 24, 40])])
-    feeds = [rng.normal(size=[d.dim_value for d in v.type.tensor_type.shape.dim])
-             .astype(np.float32) for v in inputs]  # fmt: skip
+    feeds = [
+        rng.normal(size=[d.dim_value for d in v.type.tensor_type.shape.dim]).astype(np.float32)
+        for v in inputs
+    ]
     kinds = ["gemm", "elementwise"] * 2
     compiled = _check(model, "split", feeds, tmp_path, rtol=1e-4, atol=1e-4, kinds=kinds)
     sizes = {k.name: k.grid for k in compiled.program.launches if k.kind == "gemm"}
@@ -236,11 +260,18 @@ def test_convolutions(tmp_path, small_gemms):
     b = numpy_helper.from_array(rng.normal(size=(8,)).astype(np.float32), "b")
     w1 = numpy_helper.from_array(rng.normal(size=(5, 6, 1, 1)).astype(np.float32), "w1")
     nodes = [
-        helper.make_node("Conv", ["x", "w", "b"], ["c"], group=2, pads=[2, 1, 0, 2],
-                         strides=[2, 1], dilations=[2, 1]),
+        helper.make_node(
+            "Conv",
+            ["x", "w", "b"],
+            ["c"],
+            group=2,
+            pads=[2, 1, 0, 2],
+            strides=[2, 1],
+            dilations=[2, 1],
+        ),
         helper.make_node("Relu", ["c"], ["y"]),
         helper.make_node("Conv", ["x", "w1"], ["z"]),
-    ]  # fmt: skip
+    ]
     outputs = [_value("y", [2, 8, 6, 12]), _value("z", [2, 5, 13, 11])]
     model = _model(nodes, [_value("x", [2, 6, 13, 11])], outputs, [w, b, w1])
     inputs = [rng.normal(size=(2, 6, 13, 11)).astype(np.float32)]
@@ -264,19 +295,26 @@ def test_outputs_made_by_copies(tmp_path):
         helper.make_node("Relu", ["x"], ["relu"]),
         helper.make_node("Identity", ["relu"], ["again"]),
         helper.make_node("Identity", ["table"], ["constant"]),
-    ]  # fmt: skip
-    outputs = [_value("same", [2, 3]), _value("relu", [2, 3]), _value("again", [2, 3]),
-               _value("constant", [2, 3])]  # fmt: skip
+    ]
+    outputs = [
+        _value("same", [2, 3]),
+        _value("relu", [2, 3]),
+        _value("again", [2, 3]),
+        _value("constant", [2, 3]),
+    ]
     model = _model(nodes, [_value("x", [2, 3])], outputs, [table])
-    compiled = _check(model, "copies", [np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)],
-                      tmp_path)  # fmt: skip
+    compiled = _check(
+        model, "copies", [np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)], tmp_path
+    )
     assert len(compiled.program.output_copies) >= 2
 
 
 def test_a_model_without_inputs(tmp_path):
     value = helper.make_tensor("v", TensorProto.FLOAT, [4], [-2.0, -1.0, 1.0, 2.0])
-    nodes = [helper.make_node("Constant", [], ["c"], value=value),
-             helper.make_node("Relu", ["c"], ["y"])]  # fmt: skip
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=value),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
     _check(_model(nodes, [], [_value("y", [4])]), "constant", [], tmp_path)
 
 
@@ -293,12 +331,17 @@ def test_top_k_sorts(dims, axis, k, largest, kind, tmp_path):
     order, as onnxruntime; the bitonic kernel where rows fit, else the serial one."""
     rng = np.random.default_rng(6)
     kk = numpy_helper.from_array(np.array([k], np.int64), "k")
-    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=axis,
-                            largest=largest, sorted=1)  # fmt: skip
+    node = helper.make_node(
+        "TopK", ["x", "k"], ["values", "indices"], axis=axis, largest=largest, sorted=1
+    )
     out = list(dims)
     out[axis] = k
-    model = _model([node], [_value("x", dims)],
-                   [_value("values", out), _value("indices", out, TensorProto.INT64)], [kk])  # fmt: skip
+    model = _model(
+        [node],
+        [_value("x", dims)],
+        [_value("values", out), _value("indices", out, TensorProto.INT64)],
+        [kk],
+    )
     inputs = [rng.integers(-6, 6, size=dims).astype(np.float32)]
     compiled = _check(model, f"topk{kind}", inputs, tmp_path, rtol=0, atol=0)
     assert kind in [launch.kind for launch in compiled.program.launches]
@@ -321,14 +364,27 @@ def test_matrix_vector_products(tmp_path):
         helper.make_node("Gemm", ["u", "wt"], ["z"], transB=1),
         helper.make_node("MatMul", ["wt", "v"], ["column"]),
         helper.make_node("MatMul", ["p", "q"], ["batched"]),
-    ]  # fmt: skip
-    inputs = [_value("x", [3, 300]), _value("u", [2, 257]), _value("v", [257, 2]),
-              _value("p", [4, 1, 128]), _value("q", [4, 128, 50]), _value("image", [1, 16, 9, 9])]  # fmt: skip
-    outputs = [_value("y", [3, 70]), _value("z", [2, 45]), _value("column", [45, 2]),
-               _value("batched", [4, 1, 50]), _value("features", [1, 4, 9, 9])]  # fmt: skip
+    ]
+    inputs = [
+        _value("x", [3, 300]),
+        _value("u", [2, 257]),
+        _value("v", [257, 2]),
+        _value("p", [4, 1, 128]),
+        _value("q", [4, 128, 50]),
+        _value("image", [1, 16, 9, 9]),
+    ]
+    outputs = [
+        _value("y", [3, 70]),
+        _value("z", [2, 45]),
+        _value("column", [45, 2]),
+        _value("batched", [4, 1, 50]),
+        _value("features", [1, 4, 9, 9]),
+    ]
     model = _model(nodes, inputs, outputs, [w, wt, bias, kernel])
-    feeds = [rng.normal(size=[d.dim_value for d in i.type.tensor_type.shape.dim])
-             .astype(np.float32) for i in inputs]  # fmt: skip
+    feeds = [
+        rng.normal(size=[d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+        for i in inputs
+    ]
     compiled = _check(model, "gemv", feeds, tmp_path)
     assert [k.kind for k in compiled.program.launches].count("gemv") == 5
 
@@ -336,10 +392,11 @@ def test_matrix_vector_products(tmp_path):
 def test_random_draws_advance_per_run_as_on_the_cpu(tmp_path):
     """The rng counters live in the GPU module's globals: the first and the third run draw
     what the CPU build draws in its first and third run (Philox bits, then Box-Muller)."""
-    nodes = [helper.make_node("RandomNormal", [], ["z"], shape=[6, 40], seed=2.0),
-             helper.make_node("Bernoulli", ["p"], ["hit"], seed=3.0)]  # fmt: skip
-    model = _model(nodes, [_value("p", [300])],
-                   [_value("z", [6, 40]), _value("hit", [300])])  # fmt: skip
+    nodes = [
+        helper.make_node("RandomNormal", [], ["z"], shape=[6, 40], seed=2.0),
+        helper.make_node("Bernoulli", ["p"], ["hit"], seed=3.0),
+    ]
+    model = _model(nodes, [_value("p", [300])], [_value("z", [6, 40]), _value("hit", [300])])
     model.opset_import[0].version = 15
     p = np.linspace(0, 1, 300, dtype=np.float32)
     cpu = aotc_backend.prepare(model)

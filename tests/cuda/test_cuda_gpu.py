@@ -57,8 +57,12 @@ def _tools():
 def _gpu_arch() -> str:
     import subprocess
 
-    result = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                            capture_output=True, text=True, check=True)  # fmt: skip
+    result = subprocess.run(
+        ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     major, minor = result.stdout.split()[0].split(".")
     return f"sm_{major}{minor}"
 
@@ -72,16 +76,19 @@ def _compare_with_cpu(model, name, inputs, tmp_path, atol_scale=0.0):
     got = run_on_gpu(gpu, raw, like, tmp_path)
     for g, e, spec in zip(got, expected, gpu.outputs):
         atol = max(ATOL, atol_scale * float(np.max(np.abs(e), initial=0)))
-        np.testing.assert_allclose(from_storage(g, spec.dtype), e, rtol=RTOL, atol=atol,
-                                   err_msg=spec.name)  # fmt: skip
+        np.testing.assert_allclose(
+            from_storage(g, spec.dtype), e, rtol=RTOL, atol=atol, err_msg=spec.name
+        )
 
 
 @pytest.mark.parametrize("name", sorted(E2E))
 def test_end_to_end_models(name, tmp_path):
     model = onnx.load(str(E2E[name]))
     rng = np.random.default_rng(0)
-    inputs = [rng.random([d.dim_value for d in i.type.tensor_type.shape.dim], dtype=np.float32)
-              for i in model.graph.input]  # fmt: skip
+    inputs = [
+        rng.random([d.dim_value for d in i.type.tensor_type.shape.dim], dtype=np.float32)
+        for i in model.graph.input
+    ]
     _compare_with_cpu(model, name, inputs, tmp_path)
 
 
@@ -116,15 +123,29 @@ def test_a_missing_device_is_an_error_with_the_drivers_message(tmp_path):
     compiled = compile_model(E2E["mnist"], CompileOptions(target="cuda:sm_80", name="mnist"))
     compiled.write(tmp_path / "build")
     source = tmp_path / "bad.c"
-    source.write_text('#include <stdio.h>\n#include "mnist.h"\nint main(void) {\n'
-                      "    mnist_cuda_ctx ctx;\n    int status = mnist_cuda_init(&ctx, 999);\n"
-                      '    printf("%d %s", status, mnist_cuda_last_error(&ctx));\n'
-                      "    mnist_cuda_destroy(&ctx);\n    return 0;\n}\n")  # fmt: skip
+    source.write_text(
+        '#include <stdio.h>\n#include "mnist.h"\nint main(void) {\n'
+        "    mnist_cuda_ctx ctx;\n    int status = mnist_cuda_init(&ctx, 999);\n"
+        '    printf("%d %s", status, mnist_cuda_last_error(&ctx));\n'
+        "    mnist_cuda_destroy(&ctx);\n    return 0;\n}\n"
+    )
     import subprocess
 
     program = tmp_path / "bad"
     build = tmp_path / "build"
-    subprocess.run([c_compiler(), str(source), f"-I{build}", str(build / "libmnist.a"), "-lm",
-                    "-lpthread", "-ldl", "-o", str(program)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            c_compiler(),
+            str(source),
+            f"-I{build}",
+            str(build / "libmnist.a"),
+            "-lm",
+            "-lpthread",
+            "-ldl",
+            "-o",
+            str(program),
+        ],
+        check=True,
+    )
     result = subprocess.run([str(program)], capture_output=True, text=True, timeout=60, check=False)
     assert result.stdout.startswith("101 mnist: cuDeviceGet: CUDA_ERROR_INVALID_DEVICE")

@@ -33,8 +33,17 @@ def mnist(tmp_path_factory):
     require_ptxas()
     c_compiler()
     build = tmp_path_factory.mktemp("build")
-    argv = [sys.executable, "-m", "aotc", "compile", str(MNIST), "--target", "cuda:sm_80,sm_90",
-            "-o", str(build)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "aotc",
+        "compile",
+        str(MNIST),
+        "--target",
+        "cuda:sm_80,sm_90",
+        "-o",
+        str(build),
+    ]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr
     assert "CUDA sm_80, sm_90" in result.stdout
@@ -56,9 +65,14 @@ def _symbols(path) -> dict[str, str]:
 def test_artifacts(mnist):
     compiled, build, _ = mnist
     assert sorted(p.name for p in build.iterdir() if not p.name.startswith("driver")) == [
-        "aotc_cuda.h", "libmnist.a", "mnist.h", "mnist.o"]  # fmt: skip
-    members = subprocess.run(["ar", "t", str(build / "libmnist.a")], capture_output=True,
-                             text=True, check=True).stdout.split()  # fmt: skip
+        "aotc_cuda.h",
+        "libmnist.a",
+        "mnist.h",
+        "mnist.o",
+    ]
+    members = subprocess.run(
+        ["ar", "t", str(build / "libmnist.a")], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert members == ["mnist.o", "aotc_cuda.o"]
     symbols = _symbols(build / "mnist.o")
     for name in (
@@ -74,8 +88,10 @@ def test_artifacts(mnist):
         assert symbols.get(name) == "R", name
     assert symbols.get("aotc_cuda_load") == "U"  # from aotc_cuda.o
     header = (build / "mnist.h").read_text()
-    prototype = ("int mnist_cuda_run( mnist_cuda_ctx *ctx, aotc_cuda_ptr input, aotc_cuda_ptr "
-                 "probs, aotc_cuda_stream stream);")  # fmt: skip
+    prototype = (
+        "int mnist_cuda_run( mnist_cuda_ctx *ctx, aotc_cuda_ptr input, aotc_cuda_ptr "
+        "probs, aotc_cuda_stream stream);"
+    )
     assert prototype in " ".join(header.split())
     assert "#define MNIST_INPUT_BYTES 3136u" in header
     assert f"#define MNIST_NUM_KERNELS {len(compiled.program.launches)}" in header
@@ -91,8 +107,10 @@ def test_the_same_compile_gives_the_same_files(mnist, tmp_path):
 def test_header_compiles_as_c_and_cpp(mnist, tmp_path):
     _, build, _ = mnist
     source = tmp_path / "both.c"
-    source.write_text('#include "mnist.h"\nint main(void) { mnist_cuda_ctx c; '
-                      "return (int)sizeof c > 0 ? 0 : 1; }\n")  # fmt: skip
+    source.write_text(
+        '#include "mnist.h"\nint main(void) { mnist_cuda_ctx c; '
+        "return (int)sizeof c > 0 ? 0 : 1; }\n"
+    )
     subprocess.run(
         [
             c_compiler(),
@@ -111,16 +129,30 @@ def test_header_compiles_as_c_and_cpp(mnist, tmp_path):
     )
     cxx = os.environ.get("CXX") or "g++"
     if subprocess.run(["which", cxx], capture_output=True, check=False).returncode == 0:
-        subprocess.run([cxx, "-x", "c++", "-Wall", "-Werror", f"-I{build}", "-c", str(source),
-                        "-o", str(tmp_path / "cpp.o")], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                cxx,
+                "-x",
+                "c++",
+                "-Wall",
+                "-Werror",
+                f"-I{build}",
+                "-c",
+                str(source),
+                "-o",
+                str(tmp_path / "cpp.o"),
+            ],
+            check=True,
+        )
 
 
 @pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="a CUDA driver is here")
 def test_without_a_driver_init_fails_with_a_message(mnist, tmp_path):
     program = mnist[2]
     env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
-    result, _ = run_driver(program, [np.zeros((1, 784), np.float32)],
-                           [np.zeros((1, 10), np.float32)], tmp_path, env)  # fmt: skip
+    result, _ = run_driver(
+        program, [np.zeros((1, 784), np.float32)], [np.zeros((1, 10), np.float32)], tmp_path, env
+    )
     assert result.returncode == 2
     assert result.stderr.startswith("-1 mnist: cannot open the CUDA driver: libcuda.so.1")
 
@@ -148,8 +180,9 @@ def test_init_picks_the_image_for_the_device(mnist, tmp_path, arch, image, loade
     assert log[0] == loaded
     compiled = mnist[0]
     launches = [line.split() for line in log[1:]]
-    assert launches == [["launch", k.name, str(k.grid), str(k.block)]
-                        for k in compiled.program.launches]  # fmt: skip
+    assert launches == [
+        ["launch", k.name, str(k.grid), str(k.block)] for k in compiled.program.launches
+    ]
     assert np.isclose(outputs[0].sum(), 1, rtol=1e-5)  # softmax probabilities
 
 
@@ -171,14 +204,30 @@ def test_driver_errors_carry_the_drivers_message(mnist, tmp_path):
 def test_run_before_init_is_an_error(mnist, tmp_path):
     _, build, _ = mnist
     source = tmp_path / "early.c"
-    source.write_text('#include <stdio.h>\n#include "mnist.h"\nint main(void) {\n'
-                      "    mnist_cuda_ctx ctx = {0};\n"
-                      "    int status = mnist_cuda_run(&ctx, 0, 0, NULL);\n"
-                      '    printf("%d %s", status, mnist_cuda_last_error(&ctx));\n'
-                      "    mnist_cuda_destroy(&ctx);\n    return 0;\n}\n")  # fmt: skip
+    source.write_text(
+        '#include <stdio.h>\n#include "mnist.h"\nint main(void) {\n'
+        "    mnist_cuda_ctx ctx = {0};\n"
+        "    int status = mnist_cuda_run(&ctx, 0, 0, NULL);\n"
+        '    printf("%d %s", status, mnist_cuda_last_error(&ctx));\n'
+        "    mnist_cuda_destroy(&ctx);\n    return 0;\n}\n"
+    )
     program = tmp_path / "early"
-    subprocess.run([c_compiler(), "-std=c11", "-Wall", "-Werror", str(source), f"-I{build}",
-                    str(build / "libmnist.a"), "-lm", "-lpthread", "-ldl", "-o", str(program)],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        [
+            c_compiler(),
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            str(source),
+            f"-I{build}",
+            str(build / "libmnist.a"),
+            "-lm",
+            "-lpthread",
+            "-ldl",
+            "-o",
+            str(program),
+        ],
+        check=True,
+    )
     result = subprocess.run([str(program)], capture_output=True, text=True, timeout=60, check=False)
     assert result.stdout.startswith("-3 run: invalid model context")

@@ -24,10 +24,15 @@ MMA_TF32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 ARCHS = "cuda:sm_80,sm_90"
 RUNNERS = [
     pytest.param(run_emulated, id="emulated"),
-    pytest.param(run_on_gpu, id="gpu", marks=[
-        pytest.mark.gpu, pytest.mark.skipif(not has_gpu(), reason="no NVIDIA GPU with a driver here"),
-    ]),
-]  # fmt: skip
+    pytest.param(
+        run_on_gpu,
+        id="gpu",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not has_gpu(), reason="no NVIDIA GPU with a driver here"),
+        ],
+    ),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -82,11 +87,19 @@ def _gemm_model(dtype: int):
         helper.make_node("Cast", ["p"], ["pc"], to=dtype),
         helper.make_node("Cast", ["q"], ["qc"], to=dtype),
         helper.make_node("MatMul", ["pc", "qc"], ["batched"]),
-    ]  # fmt: skip
-    inputs = [_value("x", [70, 45]), _value("w", [45, 37]), _value("bias", [37]),
-              _value("p", [3, 40, 24]), _value("q", [3, 24, 50])]  # fmt: skip
-    outputs = [_value("y", [70, 37], dtype), _value("t", [37, 70], dtype),
-               _value("batched", [3, 40, 50], dtype)]  # fmt: skip
+    ]
+    inputs = [
+        _value("x", [70, 45]),
+        _value("w", [45, 37]),
+        _value("bias", [37]),
+        _value("p", [3, 40, 24]),
+        _value("q", [3, 24, 50]),
+    ]
+    outputs = [
+        _value("y", [70, 37], dtype),
+        _value("t", [37, 70], dtype),
+        _value("batched", [3, 40, 50], dtype),
+    ]
     return _model(nodes, inputs, outputs)
 
 
@@ -122,8 +135,11 @@ def test_deep_gemms_split_their_depth_on_tensor_cores(runner, tmp_path):
         helper.make_node("MatMul", ["x", "w"], ["mm"]),
         helper.make_node("Add", ["mm", "bias"], ["y"]),
     ]
-    model = _model(nodes, [_value("x", [20, 1000], F16), _value("w", [1000, 40], F16),
-                           _value("bias", [40], F16)], [_value("y", [20, 40], F16)])  # fmt: skip
+    model = _model(
+        nodes,
+        [_value("x", [20, 1000], F16), _value("w", [1000, 40], F16), _value("bias", [40], F16)],
+        [_value("y", [20, 40], F16)],
+    )
     x, w, bias = (rng.normal(size=s).astype(np.float16) for s in ((20, 1000), (1000, 40), 40))
     compiled, (got,) = _run(runner, model, ARCHS, [x, w, bias], "splitmma", tmp_path)
     assert [k.kind for k in compiled.program.launches] == ["gemm", "elementwise"]
@@ -140,8 +156,11 @@ def test_half_precision_convolution_on_tensor_cores(runner, tmp_path):
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["y"], group=2, pads=[1, 1, 1, 1], strides=[2, 1]),
     ]
-    model = _model(nodes, [_value("x", [2, 6, 13, 11], F16), _value("w", [8, 3, 3, 3], F16)],
-                   [_value("y", [2, 8, 7, 11], F16)])  # fmt: skip
+    model = _model(
+        nodes,
+        [_value("x", [2, 6, 13, 11], F16), _value("w", [8, 3, 3, 3], F16)],
+        [_value("y", [2, 8, 7, 11], F16)],
+    )
     x = rng.normal(size=(2, 6, 13, 11)).astype(np.float16)
     w = rng.normal(size=(8, 3, 3, 3)).astype(np.float16)
     compiled, (got,) = _run(runner, model, ARCHS, [x, w], "convmma", tmp_path)
@@ -166,8 +185,11 @@ def test_tf32_only_when_asked(runner, tmp_path):
         rng.normal(size=(67, 90)).astype(np.float32),
         rng.normal(size=(90, 45)).astype(np.float32),
     )
-    model = _model([helper.make_node("MatMul", ["a", "b"], ["c"])],
-                   [_value("a", [67, 90]), _value("b", [90, 45])], [_value("c", [67, 45])])  # fmt: skip
+    model = _model(
+        [helper.make_node("MatMul", ["a", "b"], ["c"])],
+        [_value("a", [67, 90]), _value("b", [90, 45])],
+        [_value("c", [67, 45])],
+    )
     exact = a.astype(np.float64) @ b.astype(np.float64)
     tf32 = _tf32(a) @ _tf32(b)
     plain, (f32_got,) = _run(runner, model, ARCHS, [a, b], "f32mm", tmp_path / "f32")

@@ -112,8 +112,14 @@ def test_tools_of_the_wheel_layout_are_found(monkeypatch, tmp_path):
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "aotc", *map(str, args)], capture_output=True,
-                          text=True, timeout=600, env=env, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "aotc", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
 
 
 def test_cli_refuses_an_old_architecture_in_one_line(tmp_path):

@@ -143,12 +143,22 @@ def graph_model(
     return model
 
 
-def graph_case(name, nodes, inputs, consts=None, outputs=("y",), opset=DEFAULT_OPSET,
-               domains=None, checked=True, **extra):  # fmt: skip
+def graph_case(
+    name,
+    nodes,
+    inputs,
+    consts=None,
+    outputs=("y",),
+    opset=DEFAULT_OPSET,
+    domains=None,
+    checked=True,
+    **extra,
+):
     typing_run = onnxruntime_outputs if extra.get("reference") is ort_reference else None
     try:
-        model = graph_model(nodes, inputs, consts or {}, list(outputs), opset, domains,
-                            typing_run, checked)  # fmt: skip
+        model = graph_model(
+            nodes, inputs, consts or {}, list(outputs), opset, domains, typing_run, checked
+        )
     except (ValueError, TypeError, onnx.checker.ValidationError) as e:
         e.add_note(f"while building ONNX case {name!r}")
         raise

@@ -445,8 +445,10 @@ def _scan_reversed() -> OnnxCase:
     attrs = {"num_scan_inputs": 1, "scan_input_axes": [1], "scan_input_directions": [1]}
     attrs |= {"scan_output_axes": [-1], "scan_output_directions": [1]}
     node = helper.make_node("Scan", ["s0", "x"], ["s", "y"], body=body, **attrs)
-    values = [helper.make_tensor_value_info(n, TensorProto.FLOAT, d) for n, d in
-              (("s0", [2]), ("x", [2, 4]), ("s", [2]), ("y", [2, 4]))]  # fmt: skip
+    values = [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, d)
+        for n, d in (("s0", [2]), ("x", [2, 4]), ("s", [2]), ("y", [2, 4]))
+    ]
     graph = helper.make_graph([node], "case", values[:2], values[2:])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
@@ -457,48 +459,102 @@ def _scan_reversed() -> OnnxCase:
             steps.append(state * case.inputs["x"][:, t])
         return [state, np.stack(steps[::-1], axis=-1)]
 
-    return OnnxCase("scan_axis1_reversed", model, {"s0": f32(2), "x": f32(2, 4)},
-                    atol=1e-5, reference=reference)  # fmt: skip
+    return OnnxCase(
+        "scan_axis1_reversed", model, {"s0": f32(2), "x": f32(2, 4)}, atol=1e-5, reference=reference
+    )
 
 
 def _indexing(cases: CaseList) -> None:
     """Index-driven and selection ops, beyond what the node conformance cases cover."""
     data = f32(3, 4)
-    cases.add(op_case("gather_elements_partial", "GatherElements",
-                      [In(data), In(ints(2, 4, low=-3, high=3))], {"axis": 0}))  # fmt: skip
-    cases.add(op_case("gather_elements_axis1", "GatherElements",
-                      [In(data), In(ints(3, 2, low=-4, high=4))], {"axis": 1}))  # fmt: skip
+    cases.add(
+        op_case(
+            "gather_elements_partial",
+            "GatherElements",
+            [In(data), In(ints(2, 4, low=-3, high=3))],
+            {"axis": 0},
+        )
+    )
+    cases.add(
+        op_case(
+            "gather_elements_axis1",
+            "GatherElements",
+            [In(data), In(ints(3, 2, low=-4, high=4))],
+            {"axis": 1},
+        )
+    )
     indices = ints(2, 3, 1, 1, low=-4, high=4)
-    cases.add(op_case("gathernd_batch2_slices", "GatherND",
-                      [In(f32(2, 3, 4, 5)), In(indices)], {"batch_dims": 2}))  # fmt: skip
+    cases.add(
+        op_case(
+            "gathernd_batch2_slices",
+            "GatherND",
+            [In(f32(2, 3, 4, 5)), In(indices)],
+            {"batch_dims": 2},
+        )
+    )
     hot = np.array([[0.0, 1.5, 2.0], [-1.0, 3.0, -4.0]], np.float32)
-    cases.add(op_case("onehot_float_indices", "OneHot",
-                      [In(hot), Const(np.float32(3)), Const(np.array([2, 5], np.int32))],
-                      {"axis": 0}))  # fmt: skip
-    cases.add(op_case("eyelike_k_negative", "EyeLike", [In(ints(3, 5))],
-                      {"k": -2, "dtype": TensorProto.BOOL}))  # fmt: skip
+    cases.add(
+        op_case(
+            "onehot_float_indices",
+            "OneHot",
+            [In(hot), Const(np.float32(3)), Const(np.array([2, 5], np.int32))],
+            {"axis": 0},
+        )
+    )
+    cases.add(
+        op_case(
+            "eyelike_k_negative", "EyeLike", [In(ints(3, 5))], {"k": -2, "dtype": TensorProto.BOOL}
+        )
+    )
     nan = np.array([[3.0, np.nan, 1.0, 3.0], [np.nan, -0.0, 0.0, 2.0]], np.float32)
     for largest in (0, 1):
-        cases.add(op_case(f"top_k_nan_largest{largest}", "TopK", [In(nan), Const(i64(3))],
-                          {"largest": largest}, outputs=2))  # fmt: skip
-    cases.add(op_case("top_k_opset9", "TopK", [In(f32(3, 5))], {"k": 2, "axis": 0},
-                      opset=9, outputs=2))  # fmt: skip
+        cases.add(
+            op_case(
+                f"top_k_nan_largest{largest}",
+                "TopK",
+                [In(nan), Const(i64(3))],
+                {"largest": largest},
+                outputs=2,
+            )
+        )
+    cases.add(
+        op_case("top_k_opset9", "TopK", [In(f32(3, 5))], {"k": 2, "axis": 0}, opset=9, outputs=2)
+    )
     cases.add(op_case("unique_nan", "Unique", [Const(nan)], outputs=4))
     rows = np.array([[2, 1], [0, 5], [2, 1], [0, 4], [0, 5]], np.int64)
-    cases.add(op_case("unique_unsorted_axis0", "Unique", [Const(rows)],
-                      {"axis": 0, "sorted": 0}, outputs=4))  # fmt: skip
+    cases.add(
+        op_case(
+            "unique_unsorted_axis0", "Unique", [Const(rows)], {"axis": 0, "sorted": 0}, outputs=4
+        )
+    )
     slices = np.array([[-1], [1], [3]], np.int64)  # rows 3 and -1 are one: the last wins
-    cases.add(op_case("scatternd_slices_repeated", "ScatterND",
-                      [In(f32(4, 3, 2)), In(slices), In(f32(3, 3, 2))]))  # fmt: skip
+    cases.add(
+        op_case(
+            "scatternd_slices_repeated",
+            "ScatterND",
+            [In(f32(4, 3, 2)), In(slices), In(f32(3, 3, 2))],
+        )
+    )
     targets = np.array([[0, 2, -3], [1, 1, 0]], np.int64)
-    cases.add(op_case("scatter_elements_add_repeated", "ScatterElements",
-                      [In(data), In(targets), In(f32(2, 3))], {"axis": 1, "reduction": "add"},
-                      atol=1e-5))  # fmt: skip
+    cases.add(
+        op_case(
+            "scatter_elements_add_repeated",
+            "ScatterElements",
+            [In(data), In(targets), In(f32(2, 3))],
+            {"axis": 1, "reduction": "add"},
+            atol=1e-5,
+        )
+    )
     cube = ints(2, 3, 4, low=-1, high=2)
     cases.add(op_case("nonzero_3d", "NonZero", [Const(cube)]))
-    cases.add(op_case("compress_long_condition", "Compress",
-                      [In(data), Const(np.array([True, False, True, False, False]))],
-                      {"axis": 0}))  # fmt: skip
+    cases.add(
+        op_case(
+            "compress_long_condition",
+            "Compress",
+            [In(data), Const(np.array([True, False, True, False, False]))],
+            {"axis": 0},
+        )
+    )
 
 
 def _resampling(cases: CaseList) -> None:
@@ -507,52 +563,118 @@ def _resampling(cases: CaseList) -> None:
     RoiAlign's per-roi sampling grid; NonMaxSuppression without a score threshold."""
     x = f32(2, 3, 5, 7)
     u8 = ints(1, 2, 4, 5, low=0, high=256, dtype=np.uint8)
-    cases.add(op_case("resize_linear_u8", "Resize", [In(u8), None, None, Const(i64(1, 2, 7, 3))],
-                      {"mode": "linear"}, opset=19))  # fmt: skip
+    cases.add(
+        op_case(
+            "resize_linear_u8",
+            "Resize",
+            [In(u8), None, None, Const(i64(1, 2, 7, 3))],
+            {"mode": "linear"},
+            opset=19,
+        )
+    )
     i8 = ints(1, 1, 4, 4, low=-128, high=128, dtype=np.int8)
     scales = np.array([1, 1, 2.0, 1.5], np.float32)
-    cases.add(op_case("resize_cubic_s8", "Resize", [In(i8), None, Const(scales)],
-                      {"mode": "cubic"}, opset=19))  # fmt: skip
-    cases.add(op_case("resize_cubic_antialias_axis", "Resize",
-                      [In(x), None, Const(np.array([0.55], np.float32))],
-                      {"mode": "cubic", "antialias": 1, "axes": [3], "exclude_outside": 1},
-                      opset=19))  # fmt: skip
+    cases.add(
+        op_case(
+            "resize_cubic_s8", "Resize", [In(i8), None, Const(scales)], {"mode": "cubic"}, opset=19
+        )
+    )
+    cases.add(
+        op_case(
+            "resize_cubic_antialias_axis",
+            "Resize",
+            [In(x), None, Const(np.array([0.55], np.float32))],
+            {"mode": "cubic", "antialias": 1, "axes": [3], "exclude_outside": 1},
+            opset=19,
+        )
+    )
     roi = np.array([0.2, -0.3, 0.9, 1.4], np.float32)
-    cases.add(op_case("resize_nearest_crop_extrapolate", "Resize",
-                      [In(x), Const(roi), None, Const(i64(6, 9))],
-                      {"mode": "nearest", "coordinate_transformation_mode": "tf_crop_and_resize",
-                       "axes": [2, 3], "extrapolation_value": -7.0}, opset=19))  # fmt: skip
+    cases.add(
+        op_case(
+            "resize_nearest_crop_extrapolate",
+            "Resize",
+            [In(x), Const(roi), None, Const(i64(6, 9))],
+            {
+                "mode": "nearest",
+                "coordinate_transformation_mode": "tf_crop_and_resize",
+                "axes": [2, 3],
+                "extrapolation_value": -7.0,
+            },
+            opset=19,
+        )
+    )
     scales = np.array([1, 1, 1.5, 0.7, 2], np.float32)
-    cases.add(op_case("resize_linear_3d", "Resize", [In(f32(1, 2, 3, 4, 5)), None, Const(scales)],
-                      {"mode": "linear"}, opset=19))  # fmt: skip
+    cases.add(
+        op_case(
+            "resize_linear_3d",
+            "Resize",
+            [In(f32(1, 2, 3, 4, 5)), None, Const(scales)],
+            {"mode": "linear"},
+            opset=19,
+        )
+    )
     image, grid = f32(2, 3, 4, 5), f32(2, 6, 7, 2, low=-3, high=3)
     for mode, padding in (("cubic", "reflection"), ("cubic", "border"), ("nearest", "reflection")):
-        cases.add(op_case(f"gridsample_{mode}_{padding}_far", "GridSample", [In(image), In(grid)],
-                          {"mode": mode, "padding_mode": padding}, opset=22))  # fmt: skip
-    cases.add(op_case("gridsample_3d_reflection", "GridSample",
-                      [In(f32(1, 2, 3, 4, 5)), In(f32(1, 2, 3, 4, 3, low=-2.5, high=2.5))],
-                      {"mode": "linear", "padding_mode": "reflection", "align_corners": 1},
-                      opset=22))  # fmt: skip
-    rois = np.array([[0, 0, 9, 9], [1.3, 2.2, 4.1, 8.9], [-3, -2, 3, 4], [5, 5, 20, 14]],
-                    np.float32)  # fmt: skip
+        cases.add(
+            op_case(
+                f"gridsample_{mode}_{padding}_far",
+                "GridSample",
+                [In(image), In(grid)],
+                {"mode": mode, "padding_mode": padding},
+                opset=22,
+            )
+        )
+    cases.add(
+        op_case(
+            "gridsample_3d_reflection",
+            "GridSample",
+            [In(f32(1, 2, 3, 4, 5)), In(f32(1, 2, 3, 4, 3, low=-2.5, high=2.5))],
+            {"mode": "linear", "padding_mode": "reflection", "align_corners": 1},
+            opset=22,
+        )
+    )
+    rois = np.array(
+        [[0, 0, 9, 9], [1.3, 2.2, 4.1, 8.9], [-3, -2, 3, 4], [5, 5, 20, 14]], np.float32
+    )
     for mode in ("avg", "max"):
-        cases.add(op_case(f"roialign_{mode}_adaptive_grid", "RoiAlign",
-                          [In(f32(2, 3, 10, 12)), Const(rois), In(i64(0, 1, 1, 0))],
-                          {"mode": mode, "output_height": 3, "output_width": 4,
-                           "spatial_scale": 0.8}, opset=22))  # fmt: skip
+        cases.add(
+            op_case(
+                f"roialign_{mode}_adaptive_grid",
+                "RoiAlign",
+                [In(f32(2, 3, 10, 12)), Const(rois), In(i64(0, 1, 1, 0))],
+                {"mode": mode, "output_height": 3, "output_width": 4, "spatial_scale": 0.8},
+                opset=22,
+            )
+        )
     boxes = f32(2, 12, 4, low=0, high=10)
     boxes[..., 2:] = np.abs(boxes[..., 2:]) / 2.5 + 0.5
     scores = f32(2, 3, 12, low=0, high=1)
     scores[0, 0, 3] = scores[0, 0, 5]  # a tie goes to the lower index
-    cases.add(op_case("nms_center_no_score_threshold", "NonMaxSuppression",
-                      [Const(boxes), Const(scores), Const(i64(4)),
-                       Const(np.array([0.3], np.float32))],
-                      {"center_point_box": 1}, opset=11))  # fmt: skip
+    cases.add(
+        op_case(
+            "nms_center_no_score_threshold",
+            "NonMaxSuppression",
+            [Const(boxes), Const(scores), Const(i64(4)), Const(np.array([0.3], np.float32))],
+            {"center_point_box": 1},
+            opset=11,
+        )
+    )
     offsets, mask = f32(2, 24, 3, 6), f32(2, 12, 3, 6, low=0, high=1)
-    cases.add(op_case("deform_conv_groups", "DeformConv",
-                      [In(f32(2, 4, 6, 7)), In(f32(6, 2, 3, 2)), In(offsets), In(f32(6)), In(mask)],
-                      {"group": 2, "offset_group": 2, "strides": [2, 1], "dilations": [2, 2],
-                       "pads": [2, 1, 1, 0]}, opset=22))  # fmt: skip
+    cases.add(
+        op_case(
+            "deform_conv_groups",
+            "DeformConv",
+            [In(f32(2, 4, 6, 7)), In(f32(6, 2, 3, 2)), In(offsets), In(f32(6)), In(mask)],
+            {
+                "group": 2,
+                "offset_group": 2,
+                "strides": [2, 1],
+                "dilations": [2, 2],
+                "pads": [2, 1, 1, 0],
+            },
+            opset=22,
+        )
+    )
 
 
 def _numpy_coerced_hardmax(case: OnnxCase) -> list[np.ndarray]:
@@ -574,21 +696,55 @@ def _losses_norms(cases: CaseList) -> None:
     """Normalization, activation and trigonometry forms the node conformance cases do not
     reach."""
     ties = ints(2, 3, 4, low=0, high=3).astype(np.float32)
-    cases.add(op_case("hardmax_coerced_opset11", "Hardmax", [In(ties)], {"axis": 1}, opset=11,
-                      reference=_numpy_coerced_hardmax))  # fmt: skip
-    cases.add(op_case("shrink_int32", "Shrink", [In(np.arange(-5, 6, dtype=np.int32))],
-                      {"lambd": 1.5, "bias": 0.5}, opset=9))  # fmt: skip
-    cases.add(op_case("lpnormalization_p1", "LpNormalization", [In(f32(3, 4))], {"p": 1},
-                      reference=_numpy_l1_normalization))  # fmt: skip
-    cases.add(op_case("lppool_p3_strides", "LpPool", [In(f32(1, 2, 5, 6))],
-                      {"kernel_shape": [2, 3], "p": 3, "strides": [2, 1]}, opset=18))  # fmt: skip
+    cases.add(
+        op_case(
+            "hardmax_coerced_opset11",
+            "Hardmax",
+            [In(ties)],
+            {"axis": 1},
+            opset=11,
+            reference=_numpy_coerced_hardmax,
+        )
+    )
+    cases.add(
+        op_case(
+            "shrink_int32",
+            "Shrink",
+            [In(np.arange(-5, 6, dtype=np.int32))],
+            {"lambd": 1.5, "bias": 0.5},
+            opset=9,
+        )
+    )
+    cases.add(
+        op_case(
+            "lpnormalization_p1",
+            "LpNormalization",
+            [In(f32(3, 4))],
+            {"p": 1},
+            reference=_numpy_l1_normalization,
+        )
+    )
+    cases.add(
+        op_case(
+            "lppool_p3_strides",
+            "LpPool",
+            [In(f32(1, 2, 5, 6))],
+            {"kernel_shape": [2, 3], "p": 3, "strides": [2, 1]},
+            opset=18,
+        )
+    )
     # onnx.reference has no GlobalLpPool
-    for name, x, attrs in (("p3", f32(2, 3, 4, 5), {"p": 3}), ("p1_3d", f32(1, 2, 3, 4, 2), {"p": 1}),
-                           ("default_1d", f32(2, 3, 7), {})):  # fmt: skip
-        cases.add(op_case(f"globallppool_{name}", "GlobalLpPool", [In(x)], attrs,
-                          reference=ort_reference))  # fmt: skip
-    edges = np.array([0, 1e-30, -1e-6, 0.5, -0.99, 1, 1.5, 30, -85, 89, 4e3, 3e8, -1e30],
-                     np.float32)  # fmt: skip
+    for name, x, attrs in (
+        ("p3", f32(2, 3, 4, 5), {"p": 3}),
+        ("p1_3d", f32(1, 2, 3, 4, 2), {"p": 1}),
+        ("default_1d", f32(2, 3, 7), {}),
+    ):
+        cases.add(
+            op_case(f"globallppool_{name}", "GlobalLpPool", [In(x)], attrs, reference=ort_reference)
+        )
+    edges = np.array(
+        [0, 1e-30, -1e-6, 0.5, -0.99, 1, 1.5, 30, -85, 89, 4e3, 3e8, -1e30], np.float32
+    )
     for op in ("Asinh", "Sinh", "Cosh", "Asin", "Acos", "Acosh", "Atanh"):
         cases.add(op_case(f"{op.lower()}_edges", op, [In(edges)], rtol=1e-5, atol=0))
 
@@ -600,39 +756,72 @@ def _to_float(name: str, source: str) -> NodeProto:
 def _quantization(cases: CaseList) -> None:
     """Cast and quantization behaviour the ONNX node cases leave out; float8 results are
     cast back to float32 for the comparison."""
-    powers = np.array([1.5, 3.0, 0.75, 1.2, 0.0, 1e-39, 3e38, 2.0**127, -2.5, np.inf, np.nan],
-                      np.float32)  # fmt: skip
+    powers = np.array(
+        [1.5, 3.0, 0.75, 1.2, 0.0, 1e-39, 3e38, 2.0**127, -2.5, np.inf, np.nan], np.float32
+    )
     for mode, saturate in (("nearest", 0), ("down", 1), ("up", 0)):
-        nodes = [helper.make_node("Cast", ["x"], ["e"], to=TensorProto.FLOAT8E8M0,
-                                  round_mode=mode, saturate=saturate), _to_float("y", "e")]
-        cases.add(graph_case(f"cast_e8m0_{mode}_saturate{saturate}", nodes, {"x": powers},
-                             opset=24))  # fmt: skip
+        nodes = [
+            helper.make_node(
+                "Cast", ["x"], ["e"], to=TensorProto.FLOAT8E8M0, round_mode=mode, saturate=saturate
+            ),
+            _to_float("y", "e"),
+        ]
+        cases.add(
+            graph_case(f"cast_e8m0_{mode}_saturate{saturate}", nodes, {"x": powers}, opset=24)
+        )
     x = np.array([0.0, 1.0, -3.0, 500.0, -1e5, 250.0, 0.01, np.inf], np.float32)
     scale, zero = np.array(2.0, np.float32), np.zeros((), ml_dtypes.float8_e4m3fn)
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], saturate=0),
-             _to_float("y", "q")]  # fmt: skip
-    cases.add(graph_case("quantizelinear_e4m3fn_no_saturate", nodes, {"x": x},
-                         {"s": scale, "z": zero}, opset=21))  # fmt: skip
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], saturate=0),
+        _to_float("y", "q"),
+    ]
+    cases.add(
+        graph_case(
+            "quantizelinear_e4m3fn_no_saturate", nodes, {"x": x}, {"s": scale, "z": zero}, opset=21
+        )
+    )
     half = (f32(2, 6) * 5).astype(np.float16)
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1, block_size=4),
-             helper.make_node("Cast", ["q"], ["y"], to=TensorProto.INT8)]  # fmt: skip
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1, block_size=4),
+        helper.make_node("Cast", ["q"], ["y"], to=TensorProto.INT8),
+    ]
     scales = np.array([[0.5, 2.0], [1.5, 3.0]], np.float16)
     zeros = np.array([[1, -2], [0, 3]], ml_dtypes.int4)
-    q = graph_case("quantizelinear_int4_blocked_f16_tail", nodes, {"x": half},
-                   {"s": scales, "z": zeros}, opset=21)  # fmt: skip
+    q = graph_case(
+        "quantizelinear_int4_blocked_f16_tail",
+        nodes,
+        {"x": half},
+        {"s": scales, "z": zeros},
+        opset=21,
+    )
     cases.add(q)
     codes = np.arange(256, dtype=np.uint8)
-    nodes = [helper.make_node("BitCast", ["x"], ["f"], to=TensorProto.FLOAT8E5M2),
-             _to_float("y", "f")]  # fmt: skip
+    nodes = [
+        helper.make_node("BitCast", ["x"], ["f"], to=TensorProto.FLOAT8E5M2),
+        _to_float("y", "f"),
+    ]
     cases.add(graph_case("bitcast_uint8_to_e5m2", nodes, {"x": codes}, opset=26))
     x = ints(1, 2, 5, 5, low=0, high=255, dtype=np.uint8)
     w = ints(3, 2, 3, 3, low=-128, high=127, dtype=np.int8)
-    consts = {"xs": np.array(0.02, np.float32), "xz": np.array(120, np.uint8),
-              "w": w, "ws": np.array([0.01, 0.03, 0.002], np.float32),
-              "wz": np.array([0, 3, -2], np.int8), "ys": np.array(0.05, np.float32),
-              "yz": np.array(10, np.uint8), "bias": ints(3, low=-500, high=500, dtype=np.int32)}
-    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "bias"],
-                              ["y"], pads=[1, 1, 1, 1], strides=[2, 1])]  # fmt: skip
+    consts = {
+        "xs": np.array(0.02, np.float32),
+        "xz": np.array(120, np.uint8),
+        "w": w,
+        "ws": np.array([0.01, 0.03, 0.002], np.float32),
+        "wz": np.array([0, 3, -2], np.int8),
+        "ys": np.array(0.05, np.float32),
+        "yz": np.array(10, np.uint8),
+        "bias": ints(3, low=-500, high=500, dtype=np.int32),
+    }
+    nodes = [
+        helper.make_node(
+            "QLinearConv",
+            ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "bias"],
+            ["y"],
+            pads=[1, 1, 1, 1],
+            strides=[2, 1],
+        )
+    ]
     cases.add(graph_case("qlinearconv_per_channel_bias", nodes, {"x": x}, consts, opset=10))
 
 
@@ -652,42 +841,112 @@ def _attention(cases: CaseList) -> None:
     """Attention-family combinations the ONNX node tests leave out."""
     q, k, v = f32(2, 4, 3, 4), f32(2, 2, 5, 4), f32(2, 2, 5, 4)
     tol = {"rtol": 1e-4, "atol": 1e-5}
-    cases.add(op_case("attention_qk_mode0_softcap", "Attention", [In(q), In(k), In(v)],
-                      {"softcap": 0.5}, opset=24, outputs=4, reference=_raw_qk_reference,
-                      **tol))  # fmt: skip
+    cases.add(
+        op_case(
+            "attention_qk_mode0_softcap",
+            "Attention",
+            [In(q), In(k), In(v)],
+            {"softcap": 0.5},
+            opset=24,
+            outputs=4,
+            reference=_raw_qk_reference,
+            **tol,
+        )
+    )
     # 3-D GQA with a cache: causal and the left window offset by the past, a short float mask
-    args = [In(f32(2, 3, 16)), In(f32(2, 3, 8)), In(f32(2, 3, 8)), In(f32(3, 4)),
-            In(f32(2, 2, 2, 4)), In(f32(2, 2, 2, 4))]  # fmt: skip
-    attrs = {"q_num_heads": 4, "kv_num_heads": 2, "is_causal": 1, "left_window_size": 1,
-             "qk_matmul_output_mode": 2}  # fmt: skip
-    cases.add(op_case("attention_3d_gqa_past_causal_window", "Attention", args, attrs,
-                      opset=25, outputs=4, **tol))  # fmt: skip
+    args = [
+        In(f32(2, 3, 16)),
+        In(f32(2, 3, 8)),
+        In(f32(2, 3, 8)),
+        In(f32(3, 4)),
+        In(f32(2, 2, 2, 4)),
+        In(f32(2, 2, 2, 4)),
+    ]
+    attrs = {
+        "q_num_heads": 4,
+        "kv_num_heads": 2,
+        "is_causal": 1,
+        "left_window_size": 1,
+        "qk_matmul_output_mode": 2,
+    }
+    cases.add(
+        op_case(
+            "attention_3d_gqa_past_causal_window",
+            "Attention",
+            args,
+            attrs,
+            opset=25,
+            outputs=4,
+            **tol,
+        )
+    )
     # an external cache: per-batch window around the valid keys, a (heads, q, kv) bool mask
-    args = [In(q), In(k), In(v), In(np.random.default_rng(5).random((4, 3, 5)) < 0.7),
-            None, None, In(i64(3, 5))]  # fmt: skip
+    args = [
+        In(q),
+        In(k),
+        In(v),
+        In(np.random.default_rng(5).random((4, 3, 5)) < 0.7),
+        None,
+        None,
+        In(i64(3, 5)),
+    ]
     attrs = {"left_window_size": 1, "right_window_size": 1, "qk_matmul_output_mode": 3}
-    cases.add(op_case("attention_nonpad_window_bool_mask", "Attention", args, attrs,
-                      opset=25, outputs=4, **tol))  # fmt: skip
-    args = [In(f32(2, 3, 16)), In(f32(2, 3, 8)), In(f32(2, 3, 8)), In(f32(2, 2, 4, 4)),
-            None, In(f32(2, 3, 1, low=0.1, high=0.9))]  # fmt: skip
+    cases.add(
+        op_case(
+            "attention_nonpad_window_bool_mask",
+            "Attention",
+            args,
+            attrs,
+            opset=25,
+            outputs=4,
+            **tol,
+        )
+    )
+    args = [
+        In(f32(2, 3, 16)),
+        In(f32(2, 3, 8)),
+        In(f32(2, 3, 8)),
+        In(f32(2, 2, 4, 4)),
+        None,
+        In(f32(2, 3, 1, low=0.1, high=0.9)),
+    ]
     attrs = {"q_num_heads": 4, "kv_num_heads": 2, "update_rule": "delta"}
-    cases.add(op_case("linear_attention_delta_gqa_past", "LinearAttention", args, attrs,
-                      opset=27, outputs=2, **tol))  # fmt: skip
+    cases.add(
+        op_case(
+            "linear_attention_delta_gqa_past",
+            "LinearAttention",
+            args,
+            attrs,
+            opset=27,
+            outputs=2,
+            **tol,
+        )
+    )
 
 
 def _text_features(cases: CaseList) -> None:
     """TfIdfVectorizer's IDF and TFIDF weighting (the conformance cases are TF only), with
     skips, a repeated pool n-gram and two n-grams sharing an output slot."""
     pool = [3, 1, 4, 1,  1, 2, 2, 3, 1, 2, 3, 1,  1, 2, 3, 2, 3, 1]  # fmt: skip
-    attrs = {"ngram_counts": [0, 4, 12], "ngram_indexes": [0, 1, 2, 5, 3, 4, 5, 1, 6, 7],
-             "pool_int64s": pool, "weights": [0.5, 1.5, 2.0, 0.25, 3.0, 1.25, 0.75, 4.0]}
+    attrs = {
+        "ngram_counts": [0, 4, 12],
+        "ngram_indexes": [0, 1, 2, 5, 3, 4, 5, 1, 6, 7],
+        "pool_int64s": pool,
+        "weights": [0.5, 1.5, 2.0, 0.25, 3.0, 1.25, 0.75, 4.0],
+    }
     tokens = [[1, 2, 3, 1, 4, 1, 2, 3, 1], [2, 0, 3, 0, 1, 0, 0, 2, 3], [3, 1, 2, 3, 1, 1, 1, 2, 2]]
     runs = [[1, 2, 3, 1, 2, 3, 1, 2, 3, 1], [1, 0, 2, 0, 3, 2, 0, 3, 0, 1]]
-    for mode, x, grams, skip in (("IDF", np.array(tokens, np.int64), (1, 3), 2),
-                                 ("TFIDF", np.int32([1, 2, 3, 1, 0, 2, 1, 2, 2, 3, 1]), (1, 2), 1),
-                                 ("TFIDF", np.array(runs, np.int32), (2, 3), 3)):
-        attrs |= {"mode": mode, "min_gram_length": grams[0], "max_gram_length": grams[1],
-                  "max_skip_count": skip}
+    for mode, x, grams, skip in (
+        ("IDF", np.array(tokens, np.int64), (1, 3), 2),
+        ("TFIDF", np.int32([1, 2, 3, 1, 0, 2, 1, 2, 2, 3, 1]), (1, 2), 1),
+        ("TFIDF", np.array(runs, np.int32), (2, 3), 3),
+    ):
+        attrs |= {
+            "mode": mode,
+            "min_gram_length": grams[0],
+            "max_gram_length": grams[1],
+            "max_skip_count": skip,
+        }
         name = f"tfidf_{mode.lower()}_rank{x.ndim}_grams{grams[0]}{grams[1]}_skip{skip}"
         cases.add(op_case(name, "TfIdfVectorizer", [In(x)], dict(attrs), opset=9))
 
@@ -739,24 +998,62 @@ def _signal_recurrent(cases: CaseList) -> None:
     args = [In(f32(2, 40, 2)), Const(np.array(6, np.int64)), In(f32(10))]
     cases.add(op_case("stft_complex_window", "STFT", args, {"onesided": 0}, rtol=1e-4, atol=1e-4))
     hidden, batch = 3, 2
-    lstm = [In(f32(batch, 4, 5)), In(f32(2, 4 * hidden, 5)), In(f32(2, 4 * hidden, hidden)),
-            In(f32(2, 8 * hidden)), None, In(f32(batch, 2, hidden)), In(f32(batch, 2, hidden)),
-            In(f32(2, 3 * hidden))]  # fmt: skip
+    lstm = [
+        In(f32(batch, 4, 5)),
+        In(f32(2, 4 * hidden, 5)),
+        In(f32(2, 4 * hidden, hidden)),
+        In(f32(2, 8 * hidden)),
+        None,
+        In(f32(batch, 2, hidden)),
+        In(f32(batch, 2, hidden)),
+        In(f32(2, 3 * hidden)),
+    ]
     attrs = {"hidden_size": hidden, "direction": "bidirectional", "layout": 1}
     cases.add(op_case("lstm_peepholes_layout1", "LSTM", lstm, attrs, opset=14, outputs=3, **tol))
-    gru = [In(f32(4, batch, 5)), In(f32(2, 3 * hidden, 5)), In(f32(2, 3 * hidden, hidden)),
-           In(f32(2, 6 * hidden)), None, In(f32(2, batch, hidden))]  # fmt: skip
+    gru = [
+        In(f32(4, batch, 5)),
+        In(f32(2, 3 * hidden, 5)),
+        In(f32(2, 3 * hidden, hidden)),
+        In(f32(2, 6 * hidden)),
+        None,
+        In(f32(2, batch, hidden)),
+    ]
     attrs = {"hidden_size": hidden, "direction": "bidirectional", "linear_before_reset": 1}
     cases.add(op_case("gru_linear_before_reset", "GRU", gru, attrs, opset=14, outputs=2, **tol))
     for direction in ("forward", "reverse"):
-        rnn = [In(f32(4, 3, 5)), In(f32(1, hidden, 5)), In(f32(1, hidden, hidden)),
-               In(f32(1, 2 * hidden)), In(np.int32([4, 2, 0]))]  # fmt: skip
+        rnn = [
+            In(f32(4, 3, 5)),
+            In(f32(1, hidden, 5)),
+            In(f32(1, hidden, hidden)),
+            In(f32(1, 2 * hidden)),
+            In(np.int32([4, 2, 0])),
+        ]
         attrs = {"direction": direction, "hidden_size": hidden}
-        cases.add(op_case(f"rnn_sequence_lens_{direction}", "RNN", rnn, attrs, opset=14,
-                          outputs=2, reference=_numpy_rnn_sequence_lens, **tol))  # fmt: skip
+        cases.add(
+            op_case(
+                f"rnn_sequence_lens_{direction}",
+                "RNN",
+                rnn,
+                attrs,
+                opset=14,
+                outputs=2,
+                reference=_numpy_rnn_sequence_lens,
+                **tol,
+            )
+        )
 
 
 TENSOR_FAMILIES = (
-    _shapes, _constants, _extras, _models, _control, _indexing, _resampling, _losses_norms,
-    _quantization, _attention, _text_features, _signal_recurrent,
-)  # fmt: skip
+    _shapes,
+    _constants,
+    _extras,
+    _models,
+    _control,
+    _indexing,
+    _resampling,
+    _losses_norms,
+    _quantization,
+    _attention,
+    _text_features,
+    _signal_recurrent,
+)

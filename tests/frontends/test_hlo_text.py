@@ -112,8 +112,9 @@ ENTRY e {
 }
 """)
     assert module.entry.root.op is Op.COMPARE
-    np.testing.assert_array_equal(evaluate(module, [np.array([1, np.nan], np.float32)]),
-                                  [True, False])  # fmt: skip
+    np.testing.assert_array_equal(
+        evaluate(module, [np.array([1, np.nan], np.float32)]), [True, False]
+    )
 
 
 def test_topk(tmp_path):
@@ -174,8 +175,7 @@ pad=0_0x1_1x1_0}}, select=pick, scatter=sum
     x = r.integers(-3, 4, (2, 7, 6)).astype(np.float32)  # small ints: many ties
     source = r.standard_normal((2, 4, 3)).astype(np.float32)
     choose = np.greater_equal if select == "GE" else np.less_equal
-    expected = select_and_scatter_reference(x, source, 0.5, (1, 3, 3), (1, 2, 2), (0, 1, 1),
-                                            choose)  # fmt: skip
+    expected = select_and_scatter_reference(x, source, 0.5, (1, 3, 3), (1, 2, 2), (0, 1, 1), choose)
     (got,), _ = evaluated_and_compiled(tmp_path, text, x, source)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
 
@@ -308,8 +308,10 @@ ENTRY e {
     with pytest.raises(UnsupportedError, match="line 5: bitcast in a module with non-row-major"):
         parse_hlo(body % "c = f32[2,3]{0,1} copy(x)\n  ROOT b = f32[3,2]{1,0} bitcast(c)")
     reshape = parse_hlo(body % "ROOT b = f32[3,2]{1,0} bitcast(x)")  # row-major: a reshape
-    np.testing.assert_array_equal(evaluate(reshape, [np.arange(6, dtype=np.float32).reshape(2, 3)]),
-                                  np.arange(6).reshape(3, 2))  # fmt: skip
+    np.testing.assert_array_equal(
+        evaluate(reshape, [np.arange(6, dtype=np.float32).reshape(2, 3)]),
+        np.arange(6).reshape(3, 2),
+    )
     with pytest.raises(UnsupportedError, match="entry parameter with a layout other than row"):
         parse_hlo(body.replace("{1,0:T(8,128)}", "{0,1}") % "ROOT n = f32[2,3] negate(x)")
 

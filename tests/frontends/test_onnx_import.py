@@ -169,7 +169,6 @@ def test_reshape_shape_fixed_by_input_values():
     np.testing.assert_array_equal(run(module, [x])[0], x.reshape(3, 2))
 
 
-
 def test_nonzero_count_fixed_by_input_values():
     # the count deciding the output shape is built in HLO, then asked of the input values
     nodes = [helper.make_node("NonZero", ["x"], ["y"], name="nz")]
@@ -180,6 +179,7 @@ def test_nonzero_count_fixed_by_input_values():
     x = np.array([[0, 1.5, 2], [-3, 0, 0]], np.float32)
     module = import_onnx(model, input_values={"x": x})
     np.testing.assert_array_equal(run(module, [])[0], np.stack(np.nonzero(x)))
+
 
 def test_non_constant_reshape_shape():
     nodes = [helper.make_node("Reshape", ["data", "shape_in"], ["y"], name="x")]
@@ -261,8 +261,10 @@ def test_training_dropout_ratio_out_of_range_refused():
     # training-mode Dropout is supported (tests/frontends/test_onnx_random.py); its ratio
     # must be a probability
     node = helper.make_node("Dropout", ["x", "ratio", "train"], ["y"])
-    consts = [numpy_helper.from_array(np.float32(1.5), "ratio"),
-              numpy_helper.from_array(np.bool_(True), "train")]  # fmt: skip
+    consts = [
+        numpy_helper.from_array(np.float32(1.5), "ratio"),
+        numpy_helper.from_array(np.bool_(True), "train"),
+    ]
     model = make_model([node], [tensor("x", [1, 2, 4, 4])], [tensor("y", None)], consts)
     with pytest.raises(ModelError, match=r"ratio 1.5 is not in \[0, 1\]"):
         import_onnx(model)
@@ -276,10 +278,14 @@ def test_errors_are_aotc_errors():
 
 # a two-class SVMClassifier over 3 features, each test changing what it refuses
 SVM_CLASSIFIER = {
-    "classlabels_ints": [0, 1], "vectors_per_class": [1, 1], "coefficients": [1.0, -1.0],
-    "support_vectors": [0.0, 1.0, 2.0, -1.0, 0.5, 0.0], "rho": [0.1],
-    "kernel_type": "RBF", "kernel_params": [0.5, 0.0, 0.0],
-}  # fmt: skip
+    "classlabels_ints": [0, 1],
+    "vectors_per_class": [1, 1],
+    "coefficients": [1.0, -1.0],
+    "support_vectors": [0.0, 1.0, 2.0, -1.0, 0.5, 0.0],
+    "rho": [0.1],
+    "kernel_type": "RBF",
+    "kernel_params": [0.5, 0.0, 0.0],
+}
 
 
 @pytest.mark.parametrize(
@@ -295,8 +301,9 @@ SVM_CLASSIFIER = {
 )  # fmt: skip
 def test_svm_classifier_refusals(attrs, error, message):
     attrs = {k: v for k, v in (SVM_CLASSIFIER | attrs).items() if v is not None}
-    node = helper.make_node("SVMClassifier", ["x"], ["label", "scores"], name="svc",
-                            domain="ai.onnx.ml", **attrs)  # fmt: skip
+    node = helper.make_node(
+        "SVMClassifier", ["x"], ["label", "scores"], name="svc", domain="ai.onnx.ml", **attrs
+    )
     outputs = [tensor("label", None, TensorProto.INT64), tensor("scores", None)]
     ml = helper.make_opsetid("ai.onnx.ml", 1)
     model = make_model([node], [tensor("x", [2, 3])], outputs, extra_opsets=[ml])
@@ -390,8 +397,9 @@ def test_ml_refusals(op, attrs, error, message):
 
 
 def test_feature_vectorizer_rows_must_match():
-    node = helper.make_node("FeatureVectorizer", ["a", "b"], ["y"], domain="ai.onnx.ml",
-                            inputdimensions=[3, 3])  # fmt: skip
+    node = helper.make_node(
+        "FeatureVectorizer", ["a", "b"], ["y"], domain="ai.onnx.ml", inputdimensions=[3, 3]
+    )
     inputs = [tensor("a", [2, 3]), tensor("b", [3, 3])]
     model = make_model([node], inputs, [tensor("y", None)], extra_opsets=[ML_OPSET])
     with pytest.raises(ShapeError, match=r"different numbers of rows: \[2, 3\]"):
@@ -416,14 +424,26 @@ def test_contrib_ops_are_checked_like_onnx_ones():
 def tree_classifier_model(**attrs) -> onnx.ModelProto:
     """One tree (x0 <= 0.5 ? node 1 : node 2) voting for class 0 or 1."""
     trees = {
-        "nodes_treeids": [0, 0, 0], "nodes_nodeids": [0, 1, 2], "nodes_featureids": [0, 0, 0],
-        "nodes_modes": ["BRANCH_LEQ", "LEAF", "LEAF"], "nodes_values": [0.5, 0, 0],
-        "nodes_truenodeids": [1, 0, 0], "nodes_falsenodeids": [2, 0, 0],
-        "class_treeids": [0, 0], "class_nodeids": [1, 2], "class_ids": [0, 1],
+        "nodes_treeids": [0, 0, 0],
+        "nodes_nodeids": [0, 1, 2],
+        "nodes_featureids": [0, 0, 0],
+        "nodes_modes": ["BRANCH_LEQ", "LEAF", "LEAF"],
+        "nodes_values": [0.5, 0, 0],
+        "nodes_truenodeids": [1, 0, 0],
+        "nodes_falsenodeids": [2, 0, 0],
+        "class_treeids": [0, 0],
+        "class_nodeids": [1, 2],
+        "class_ids": [0, 1],
         "class_weights": [1.0, 1.0],
-    }  # fmt: skip
-    node = helper.make_node("TreeEnsembleClassifier", ["x"], ["label", "p"], name="trees",
-                            domain="ai.onnx.ml", **(trees | attrs))  # fmt: skip
+    }
+    node = helper.make_node(
+        "TreeEnsembleClassifier",
+        ["x"],
+        ["label", "p"],
+        name="trees",
+        domain="ai.onnx.ml",
+        **(trees | attrs),
+    )
     ml = [helper.make_opsetid("ai.onnx.ml", 3)]
     outputs = [tensor("label", None, TensorProto.INT64), tensor("p", None)]
     return make_model([node], [tensor("x", [2, 3])], outputs, extra_opsets=ml)
@@ -445,33 +465,51 @@ MS = "com.microsoft"
 
 
 def _fused_model(node: onnx.NodeProto, inputs: dict[str, list[int]], opset: int = 17):
-    graph = helper.make_graph([node], "g", [tensor(n, dims) for n, dims in inputs.items()],
-                              [tensor(name, None) for name in node.output if name])  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [tensor(n, dims) for n, dims in inputs.items()],
+        [tensor(name, None) for name in node.output if name],
+    )
     opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
     return helper.make_model(graph, opset_imports=opsets, ir_version=10)
 
 
 def test_fused_activation_outside_the_table_is_refused():
-    node = helper.make_node("FusedGemm", ["a", "b"], ["y"], domain="com.microsoft",
-                            activation="ScaledTanh", activation_alpha=1.0)  # fmt: skip
+    node = helper.make_node(
+        "FusedGemm",
+        ["a", "b"],
+        ["y"],
+        domain="com.microsoft",
+        activation="ScaledTanh",
+        activation_alpha=1.0,
+    )
     model = _fused_model(node, {"a": [2, 3], "b": [3, 4]})
     with pytest.raises(UnsupportedError, match=r"activation 'ScaledTanh' is not supported"):
         import_onnx(model)
-    conv = helper.make_node("FusedConv", ["x", "w"], ["y"], domain="com.microsoft",
-                            activation="LeakyRelu", activation_params=[0.1, 0.2])  # fmt: skip
+    conv = helper.make_node(
+        "FusedConv",
+        ["x", "w"],
+        ["y"],
+        domain="com.microsoft",
+        activation="LeakyRelu",
+        activation_params=[0.1, 0.2],
+    )
     with pytest.raises(ModelError, match=r"activation_params has 2 values, .* takes 1"):
         import_onnx(_fused_model(conv, {"x": [1, 2, 4, 4], "w": [3, 2, 3, 3]}))
 
 
 def test_skip_norms_refuse_what_they_do_not_define():
     # the RMS form has no mean
-    node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["y", "mean"],
-                            domain="com.microsoft")  # fmt: skip
+    node = helper.make_node(
+        "SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["y", "mean"], domain="com.microsoft"
+    )
     model = _fused_model(node, {"x": [2, 3, 8], "s": [2, 3, 8], "g": [8]})
     with pytest.raises(UnsupportedError, match=r"output 1 \('mean'\) is not supported"):
         import_onnx(model)
-    node = helper.make_node("SkipLayerNormalization", ["x", "s", "g"], ["y"],
-                            domain="com.microsoft")  # fmt: skip
+    node = helper.make_node(
+        "SkipLayerNormalization", ["x", "s", "g"], ["y"], domain="com.microsoft"
+    )
     model = _fused_model(node, {"x": [2, 3, 8], "s": [2, 4, 8], "g": [8]})
     with pytest.raises(ShapeError, match=r"skip has shape \[2, 4, 8\]; its last two dims"):
         import_onnx(model)
@@ -490,11 +528,16 @@ def test_onnxruntime_onnx_domain_ops_serve_only_where_onnx_has_none():
 
 def _matmul_nbits_model(runtime_b: bool, zero_points=None, g_idx=None) -> onnx.ModelProto:
     n, k, block = 2, 32, 16
-    weights = {"B": np.zeros((n, 2, 8), np.uint8), "scales": np.ones((n, 2), np.float32),
-               "zero_points": zero_points, "g_idx": g_idx}  # fmt: skip
+    weights = {
+        "B": np.zeros((n, 2, 8), np.uint8),
+        "scales": np.ones((n, 2), np.float32),
+        "zero_points": zero_points,
+        "g_idx": g_idx,
+    }
     names = ["a"] + [name if v is not None else "" for name, v in weights.items()]
-    node = helper.make_node("MatMulNBits", names, ["y"], domain="com.microsoft", N=n, K=k,
-                            block_size=block)  # fmt: skip
+    node = helper.make_node(
+        "MatMulNBits", names, ["y"], domain="com.microsoft", N=n, K=k, block_size=block
+    )
     inits = [numpy_helper.from_array(v, name) for name, v in weights.items() if v is not None]
     inputs = [tensor("a", [3, k])]
     if runtime_b:
@@ -505,8 +548,11 @@ def _matmul_nbits_model(runtime_b: bool, zero_points=None, g_idx=None) -> onnx.M
 
 
 def test_matmul_nbits_refusals():
-    with pytest.raises(InputValuesRequired, match=r"input 'B' \(dequantized at compile time\) "
-                       r"must be a constant"):  # fmt: skip
+    with pytest.raises(
+        InputValuesRequired,
+        match=r"input 'B' \(dequantized at compile time\) "
+        r"must be a constant",
+    ):
         import_onnx(_matmul_nbits_model(runtime_b=True))
     zero_points, g_idx = np.zeros((2, 1), np.uint8), np.zeros(32, np.int32)
     with pytest.raises(UnsupportedError, match="g_idx with uint8 zero points"):
@@ -516,8 +562,10 @@ def test_matmul_nbits_refusals():
 def _contrib_quant_model(op: str, inputs: dict, consts: dict) -> onnx.ModelProto:
     names = list(inputs) + list(consts)
     node = helper.make_node(op, names, ["y"], domain="com.microsoft")
-    graph_inputs = [tensor(n, list(v.shape), helper.np_dtype_to_tensor_dtype(v.dtype))
-                    for n, v in inputs.items()]  # fmt: skip
+    graph_inputs = [
+        tensor(n, list(v.shape), helper.np_dtype_to_tensor_dtype(v.dtype))
+        for n, v in inputs.items()
+    ]
     inits = [numpy_helper.from_array(v, n) for n, v in consts.items()]
     ms = helper.make_opsetid("com.microsoft", 1)
     return make_model([node], graph_inputs, [tensor("y", None)], inits, extra_opsets=[ms])
@@ -538,19 +586,25 @@ MS_OPSET = helper.make_opsetid("com.microsoft", 1)
 
 
 def test_multi_head_attention_packed_qkv_refused():
-    node = helper.make_node("MultiHeadAttention", ["qkv"], ["y"], domain="com.microsoft",
-                            num_heads=2)  # fmt: skip
-    model = make_model([node], [tensor("qkv", [2, 3, 2, 3, 4])], [tensor("y", None)],
-                       extra_opsets=[MS_OPSET])  # fmt: skip
+    node = helper.make_node(
+        "MultiHeadAttention", ["qkv"], ["y"], domain="com.microsoft", num_heads=2
+    )
+    model = make_model(
+        [node], [tensor("qkv", [2, 3, 2, 3, 4])], [tensor("y", None)], extra_opsets=[MS_OPSET]
+    )
     with pytest.raises(UnsupportedError, match=r"packed QKV \(a 5-D query\) is not supported"):
         import_onnx(model)
 
 
 def test_attention_megatron_mask_refused():
-    node = helper.make_node("Attention", ["x", "w", "", "mask"], ["y"], domain="com.microsoft",
-                            num_heads=2)  # fmt: skip
-    inputs = [tensor("x", [2, 3, 8]), tensor("w", [8, 24]),
-              tensor("mask", [2, 1, 3, 3], TensorProto.INT32)]  # fmt: skip
+    node = helper.make_node(
+        "Attention", ["x", "w", "", "mask"], ["y"], domain="com.microsoft", num_heads=2
+    )
+    inputs = [
+        tensor("x", [2, 3, 8]),
+        tensor("w", [8, 24]),
+        tensor("mask", [2, 1, 3, 3], TensorProto.INT32),
+    ]
     model = make_model([node], inputs, [tensor("y", None)], extra_opsets=[MS_OPSET])
     with pytest.raises(UnsupportedError, match=r"4-D mask_index \(Megatron\) is not supported"):
         import_onnx(model)
@@ -558,10 +612,12 @@ def test_attention_megatron_mask_refused():
 
 def test_group_query_attention_needs_a_constant_total_length():
     names = ["q", "k", "v", "", "", "seqlens", "total"]
-    node = helper.make_node("GroupQueryAttention", names, ["y"], domain="com.microsoft",
-                            num_heads=2, kv_num_heads=1)  # fmt: skip
-    lengths = [tensor(name, dims, TensorProto.INT32) for name, dims in (("seqlens", [2]),
-                                                                        ("total", []))]  # fmt: skip
+    node = helper.make_node(
+        "GroupQueryAttention", names, ["y"], domain="com.microsoft", num_heads=2, kv_num_heads=1
+    )
+    lengths = [
+        tensor(name, dims, TensorProto.INT32) for name, dims in (("seqlens", [2]), ("total", []))
+    ]
     inputs = [tensor("q", [2, 3, 16]), tensor("k", [2, 3, 8]), tensor("v", [2, 3, 8]), *lengths]
     model = make_model([node], inputs, [tensor("y", None)], extra_opsets=[MS_OPSET])
     with pytest.raises(InputValuesRequired, match=r"total_sequence_length must be a constant"):

@@ -28,8 +28,7 @@ def model(nodes, outputs, inputs=(), opset=17) -> onnx.ModelProto:
     """`outputs`: (name, elem type, dims)."""
     outs = [helper.make_tensor_value_info(n, t, d) for n, t, d in outputs]
     graph = helper.make_graph(nodes, "random", list(inputs), outs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                             ir_version=10)  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
 def run_both(m: onnx.ModelProto, args=()) -> list[np.ndarray]:
@@ -58,8 +57,9 @@ def ks_bound(n: int) -> float:
 
 
 def test_random_uniform_fills_its_range_evenly():
-    node = helper.make_node("RandomUniform", [], ["u"], shape=[64, 64], low=-2.0, high=3.0,
-                            seed=7.0)  # fmt: skip
+    node = helper.make_node(
+        "RandomUniform", [], ["u"], shape=[64, 64], low=-2.0, high=3.0, seed=7.0
+    )
     (u,) = run_both(model([node], [("u", F32, [64, 64])]))
     assert u.dtype == np.float32 and u.min() >= -2 and u.max() < 3
     assert ks_distance(u, lambda v: (v + 2) / 5) < ks_bound(u.size)
@@ -67,8 +67,9 @@ def test_random_uniform_fills_its_range_evenly():
 
 @pytest.mark.parametrize("elem", [F32, F64])
 def test_random_normal_has_its_mean_and_scale(elem):
-    node = helper.make_node("RandomNormal", [], ["z"], shape=[4000], mean=1.0, scale=2.0,
-                            dtype=elem, seed=3.0)  # fmt: skip
+    node = helper.make_node(
+        "RandomNormal", [], ["z"], shape=[4000], mean=1.0, scale=2.0, dtype=elem, seed=3.0
+    )
     (z,) = run_both(model([node], [("z", elem, [4000])]))
     assert z.dtype == (np.float32 if elem == F32 else np.float64)
     normal_cdf = lambda v: 0.5 * (1 + math.erf((v - 1) / (2 * math.sqrt(2))))
@@ -77,8 +78,10 @@ def test_random_normal_has_its_mean_and_scale(elem):
 
 def test_like_ops_take_the_input_shape_and_type():
     x = helper.make_tensor_value_info("x", F16, [3, 50])
-    nodes = [helper.make_node("RandomUniformLike", ["x"], ["u"], seed=1.0),
-             helper.make_node("RandomNormalLike", ["x"], ["z"], dtype=F32, seed=1.0)]  # fmt: skip
+    nodes = [
+        helper.make_node("RandomUniformLike", ["x"], ["u"], seed=1.0),
+        helper.make_node("RandomNormalLike", ["x"], ["z"], dtype=F32, seed=1.0),
+    ]
     m = model(nodes, [("u", F16, [3, 50]), ("z", F32, [3, 50])], [x])
     u, z = run_both(m, [np.zeros((3, 50), np.float16)])
     assert u.dtype == np.float16 and 0 <= u.min() and u.max() < 1
@@ -87,8 +90,10 @@ def test_like_ops_take_the_input_shape_and_type():
 
 def test_seeds_fix_the_stream():
     def draw(seed_a, seed_b):
-        nodes = [helper.make_node("RandomUniform", [], [name], shape=[16], **seed)
-                 for name, seed in (("a", seed_a), ("b", seed_b))]  # fmt: skip
+        nodes = [
+            helper.make_node("RandomUniform", [], [name], shape=[16], **seed)
+            for name, seed in (("a", seed_a), ("b", seed_b))
+        ]
         return run_both(model(nodes, [("a", F32, [16]), ("b", F32, [16])]))
 
     a, b = draw({"seed": 5.0}, {"seed": 5.0})
@@ -118,8 +123,9 @@ def test_multinomial_samples_the_softmax():
     with np.errstate(divide="ignore"):
         logits = (np.log(probs) + 3.0).astype(np.float32)  # unnormalized, one -inf
     x = helper.make_tensor_value_info("x", F32, [2, 4])
-    node = helper.make_node("Multinomial", ["x"], ["y"], sample_size=3000, seed=4.0,
-                            dtype=TensorProto.INT64)  # fmt: skip
+    node = helper.make_node(
+        "Multinomial", ["x"], ["y"], sample_size=3000, seed=4.0, dtype=TensorProto.INT64
+    )
     (y,) = run_both(model([node], [("y", TensorProto.INT64, [2, 3000])], [x]), [logits])
     for row in range(2):
         counts = np.bincount(y[row], minlength=4)
@@ -135,8 +141,12 @@ def test_training_dropout_keeps_and_scales():
     ratio = onnx.numpy_helper.from_array(np.array(0.25, np.float32), "ratio")
     training = onnx.numpy_helper.from_array(np.array(True), "training")
     node = helper.make_node("Dropout", ["x", "ratio", "training"], ["y", "mask"], seed=9)
-    m = model([node], [("y", F32, [40, 100]), ("mask", TensorProto.BOOL, [40, 100])],
-              [helper.make_tensor_value_info("x", F32, [40, 100])], opset=13)  # fmt: skip
+    m = model(
+        [node],
+        [("y", F32, [40, 100]), ("mask", TensorProto.BOOL, [40, 100])],
+        [helper.make_tensor_value_info("x", F32, [40, 100])],
+        opset=13,
+    )
     m.graph.initializer.extend([ratio, training])
     y, mask = run_both(m, [x])
     np.testing.assert_allclose(y[mask], x[mask] / 0.75, rtol=1e-6)

@@ -101,8 +101,15 @@ def test_program_computations_follow_control_flow_only():
     module = parse_hlo(JAX_STYLE)
     names = [c.name for c in module.program_computations()]
     assert names[-1] == "main.20"
-    assert set(names) == {"main.20", "region_0.1", "region_1.9", "branch_a", "branch_b",
-                          "branch_c", "helper"}  # fmt: skip
+    assert set(names) == {
+        "main.20",
+        "region_0.1",
+        "region_1.9",
+        "branch_a",
+        "branch_b",
+        "branch_c",
+        "helper",
+    }
     reduce_module = parse_module("""HloModule r
     add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
     ENTRY e { x = f32[4] parameter(0)  z = f32[] constant(0)
@@ -142,8 +149,11 @@ def test_builder_checks_signatures():
     b = ComputationBuilder(module, "main")
     x = b.parameter(0, Shape(F32, (2,)), "x")
     cb = ComputationBuilder(module, "cond")
-    cond = cb.build(cb.compare(cb.parameter(0, Shape(F32, (2,))), cb.parameter(1, Shape(F32, (2,))),
-                               Direction.LT))  # fmt: skip
+    cond = cb.build(
+        cb.compare(
+            cb.parameter(0, Shape(F32, (2,))), cb.parameter(1, Shape(F32, (2,))), Direction.LT
+        )
+    )
     nb = ComputationBuilder(module, "neg")
     neg = nb.build(nb.unary(Op.NEGATE, nb.parameter(0, Shape(F32, (2,)))))
     with pytest.raises(ShapeError, match="condition %cond must be"):

@@ -73,8 +73,10 @@ def run(build, *args, dtypes: list[DType] | None = None):
         arrays = [np.asarray(a) for a in args]
         dtypes = [DType.from_numpy(a.dtype) for a in arrays]
     else:  # bf16 values travel as f64 (exact); the evaluator rounds them
-        arrays = [np.asarray(a, np.float64 if dt is DType.BF16 else dt.numpy)
-                  for a, dt in zip(args, dtypes)]  # fmt: skip
+        arrays = [
+            np.asarray(a, np.float64 if dt is DType.BF16 else dt.numpy)
+            for a, dt in zip(args, dtypes)
+        ]
     shapes = [Shape(dt, a.shape) for dt, a in zip(dtypes, arrays)]
     return evaluate(entry_module(build, shapes), arrays)
 
@@ -159,9 +161,11 @@ UNARY_FLOAT = {
     Op.CEIL: (math.ceil, [-2.5, -1.5, -0.5, 0.5, 1.5, 2.7]),
     Op.ROUND_NEAREST_EVEN: (round, [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.7, -3.2, 0.49999997]),
     Op.ROUND_NEAREST_AFZ: (afz, [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.7, -3.2, 0.49999997]),
-    Op.SIGN: (lambda v: v if v == 0 or math.isnan(v) else math.copysign(1, v),
-              [-2.0, -0.0, 0.0, 3.0, math.nan, -math.inf]),
-}  # fmt: skip
+    Op.SIGN: (
+        lambda v: v if v == 0 or math.isnan(v) else math.copysign(1, v),
+        [-2.0, -0.0, 0.0, 3.0, math.nan, -math.inf],
+    ),
+}
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.text)
@@ -259,8 +263,13 @@ def test_float_special_values():
     nan, inf = math.nan, math.inf
     x = np.array([1.0, -1.0, 0.0, nan, 2.0, 5.5, -5.5], dtype=np.float32)
     y = np.array([0.0, 0.0, 0.0, 1.0, nan, 2.0, 2.0], dtype=np.float32)
-    got = run(lambda b, p, q: b.tuple([b.binary(o, p, q) for o in (
-        Op.DIVIDE, Op.MAXIMUM, Op.MINIMUM, Op.REMAINDER)]), x, y)  # fmt: skip
+    got = run(
+        lambda b, p, q: b.tuple(
+            [b.binary(o, p, q) for o in (Op.DIVIDE, Op.MAXIMUM, Op.MINIMUM, Op.REMAINDER)]
+        ),
+        x,
+        y,
+    )
     np.testing.assert_array_equal(got[0], [inf, -inf, nan, nan, nan, 2.75, -2.75])
     np.testing.assert_array_equal(got[1], [1.0, 0.0, 0.0, nan, nan, 5.5, 2.0])
     np.testing.assert_array_equal(got[2], [0.0, -1.0, 0.0, nan, nan, 2.0, -5.5])
@@ -270,12 +279,20 @@ def test_float_special_values():
 
 def test_f16_and_bf16_round_after_every_op():
     # bf16 has 8 significant bits: 1 + 2^-8 is a tie (to even: 1), 1 + 3*2^-8 rounds up
-    got = run(lambda b, p, q: b.binary(Op.ADD, p, q), [1.0, 1.0, 256.0], [2**-8, 3 * 2**-8, 1.0],
-              dtypes=[DType.BF16, DType.BF16])  # fmt: skip
+    got = run(
+        lambda b, p, q: b.binary(Op.ADD, p, q),
+        [1.0, 1.0, 256.0],
+        [2**-8, 3 * 2**-8, 1.0],
+        dtypes=[DType.BF16, DType.BF16],
+    )
     assert got.dtype == np.float32
     assert got.tolist() == [1.0, 1.0 + 2**-6, 256.0]
-    got = run(lambda b, p, q: b.binary(Op.ADD, p, q), [60000.0, 1.0], [60000.0, 2**-11],
-              dtypes=[DType.F16, DType.F16])  # fmt: skip
+    got = run(
+        lambda b, p, q: b.binary(Op.ADD, p, q),
+        [60000.0, 1.0],
+        [60000.0, 2**-11],
+        dtypes=[DType.F16, DType.F16],
+    )
     assert got.dtype == np.float16
     assert got.tolist() == [math.inf, 1.0]
 
@@ -364,8 +381,9 @@ def test_binary_int(op, dtype, rng):
 def test_int_division_signs():
     x = np.array([7, -7, 7, -7, -128, 5, -5], dtype=np.int8)
     y = np.array([2, 2, -2, -2, -1, 0, 0], dtype=np.int8)
-    q, r = run(lambda b, p, c: b.tuple([b.binary(Op.DIVIDE, p, c),
-                                        b.binary(Op.REMAINDER, p, c)]), x, y)  # fmt: skip
+    q, r = run(
+        lambda b, p, c: b.tuple([b.binary(Op.DIVIDE, p, c), b.binary(Op.REMAINDER, p, c)]), x, y
+    )
     assert q.tolist() == [3, -3, -3, 3, -128, -1, -1]
     assert r.tolist() == [1, -1, 1, -1, 0, 5, -5]
 
@@ -373,9 +391,16 @@ def test_int_division_signs():
 def test_shifts_past_the_width():
     x = np.array([-128, -128, 64, 1, -1], dtype=np.int8)
     s = np.array([8, 100, 1, 7, -1], dtype=np.int8)
-    left, arith, logical = run(lambda b, p, c: b.tuple([
-        b.binary(o, p, c) for o in (Op.SHIFT_LEFT, Op.SHIFT_RIGHT_ARITHMETIC,
-                                    Op.SHIFT_RIGHT_LOGICAL)]), x, s)  # fmt: skip
+    left, arith, logical = run(
+        lambda b, p, c: b.tuple(
+            [
+                b.binary(o, p, c)
+                for o in (Op.SHIFT_LEFT, Op.SHIFT_RIGHT_ARITHMETIC, Op.SHIFT_RIGHT_LOGICAL)
+            ]
+        ),
+        x,
+        s,
+    )
     assert left.tolist() == [0, 0, -128, -128, 0]
     assert arith.tolist() == [-1, -1, 32, 0, -1]
     assert logical.tolist() == [0, 0, 32, 0, 0]
@@ -435,8 +460,9 @@ def test_compare(dtype):
     else:
         x, y = [0, 1, 200, 7, 3], [1, 1, 100, 9, 3]
     ops = list(PY_COMPARE)
-    got = run(lambda b, p, q: b.tuple([b.compare(p, q, d) for d in ops]), x, y,
-              dtypes=[dtype, dtype])  # fmt: skip
+    got = run(
+        lambda b, p, q: b.tuple([b.compare(p, q, d) for d in ops]), x, y, dtypes=[dtype, dtype]
+    )
     for direction, values in zip(ops, got):
         assert values.dtype == np.bool_
         assert values.tolist() == [PY_COMPARE[direction](a, c) for a, c in zip(x, y)], direction
@@ -463,11 +489,47 @@ def test_select_and_clamp():
 
 # -- convert, bitcast-convert ------------------------------------------------------------
 
-FLOAT_SOURCES = [0.0, -0.0, 1.5, -1.5, 2.5, -2.7, 100.25, 255.9, -128.5, 1e6, -1e6, 3e9, -3e9,
-                 1e20, -1e20, math.inf, -math.inf, math.nan, 65504.0, 70000.0, 1e-8,
-                 1 + 2**-8 + 2**-30]  # fmt: skip
-INT_SOURCES = [0, 1, -1, 7, 127, -128, 255, 300, -300, 65535, 70000, 2**31 - 1, -(2**31),
-               2**40 + 3, -(2**40) - 5]  # fmt: skip
+FLOAT_SOURCES = [
+    0.0,
+    -0.0,
+    1.5,
+    -1.5,
+    2.5,
+    -2.7,
+    100.25,
+    255.9,
+    -128.5,
+    1e6,
+    -1e6,
+    3e9,
+    -3e9,
+    1e20,
+    -1e20,
+    math.inf,
+    -math.inf,
+    math.nan,
+    65504.0,
+    70000.0,
+    1e-8,
+    1 + 2**-8 + 2**-30,
+]
+INT_SOURCES = [
+    0,
+    1,
+    -1,
+    7,
+    127,
+    -128,
+    255,
+    300,
+    -300,
+    65535,
+    70000,
+    2**31 - 1,
+    -(2**31),
+    2**40 + 3,
+    -(2**40) - 5,
+]
 
 
 def convert_reference(v, dst: DType):
@@ -497,8 +559,9 @@ def source_values(src: DType) -> list:
 @pytest.mark.parametrize("src", BASE_DTYPES, ids=lambda d: d.text)
 def test_convert(src, dst):
     x = source_values(src)
-    got = run(lambda b, p: b.tuple([b.add(Op.CONVERT, [p], p.shape.with_dtype(dst))]), x,
-              dtypes=[src])[0]  # fmt: skip
+    got = run(
+        lambda b, p: b.tuple([b.add(Op.CONVERT, [p], p.shape.with_dtype(dst))]), x, dtypes=[src]
+    )[0]
     assert got.dtype == dst.numpy
     expected = [convert_reference(v, dst) for v in x]
     np.testing.assert_array_equal(got, np.array(expected, dtype=dst.numpy))
@@ -615,11 +678,15 @@ def test_reverse():
 
 
 def test_iota_and_constant():
-    got = run(lambda b: b.tuple([
-        b.iota(Shape(DType.S32, (2, 3, 4)), 1),
-        b.iota(Shape(DType.BF16, (300,)), 0),
-        b.constant(np.array([[1.5, -2.0]]), DType.F16),
-    ]))  # fmt: skip
+    got = run(
+        lambda b: b.tuple(
+            [
+                b.iota(Shape(DType.S32, (2, 3, 4)), 1),
+                b.iota(Shape(DType.BF16, (300,)), 0),
+                b.constant(np.array([[1.5, -2.0]]), DType.F16),
+            ]
+        )
+    )
     assert all(got[0][i, j, k] == j for i, j, k in loops((2, 3, 4)))
     assert got[1].tolist() == [round_bf16(float(i)) for i in range(300)]  # 257 -> 256
     assert got[2].dtype == np.float16 and got[2].tolist() == [[1.5, -2.0]]
@@ -664,18 +731,30 @@ def gather_reference(operand: np.ndarray, indices: np.ndarray, g: GatherDims, ou
 
 GATHER_CASES = {
     # ONNX Gather(axis=1) with out-of-range indices (clamped)
-    "take_axis1": ((3, 5, 2), np.array([[0, 4], [7, -1]]),
-                   GatherDims((0, 3), (1,), (1,), 2, (3, 1, 2))),
+    "take_axis1": (
+        (3, 5, 2),
+        np.array([[0, 4], [7, -1]]),
+        GatherDims((0, 3), (1,), (1,), 2, (3, 1, 2)),
+    ),
     # GatherND: index vectors along the last dim
-    "gather_nd": ((4, 5, 3), np.array([[[0, 1], [3, 4], [2, 2]], [[1, 0], [9, 9], [0, 4]]]),
-                  GatherDims((2,), (0, 1), (0, 1), 2, (1, 1, 3))),
+    "gather_nd": (
+        (4, 5, 3),
+        np.array([[[0, 1], [3, 4], [2, 2]], [[1, 0], [9, 9], [0, 4]]]),
+        GatherDims((2,), (0, 1), (0, 1), 2, (1, 1, 3)),
+    ),
     # windows, index vector along dim 0 mapped in reverse, starts clamped
-    "windows": ((6, 7), np.array([[0, 5, 2], [6, 1, -3]]),
-                GatherDims((0, 2), (), (1, 0), 0, (2, 3))),
+    "windows": (
+        (6, 7),
+        np.array([[0, 5, 2], [6, 1, -3]]),
+        GatherDims((0, 2), (), (1, 0), 0, (2, 3)),
+    ),
     # operand batching dims (take_along_axis)
-    "batched": ((2, 5, 3), np.array([[0, 4, 2, 1], [3, 3, 0, 9]]),
-                GatherDims((2,), (1,), (1,), 2, (1, 1, 3), (0,), (0,))),
-}  # fmt: skip
+    "batched": (
+        (2, 5, 3),
+        np.array([[0, 4, 2, 1], [3, 3, 0, 9]]),
+        GatherDims((2,), (1,), (1,), 2, (1, 1, 3), (0,), (0,)),
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(GATHER_CASES))
@@ -686,9 +765,10 @@ def test_gather(case, index_dtype, rng):
         indices = np.abs(indices)
     indices = indices.astype(index_dtype)
     operand = rng.normal(size=operand_dims).astype(np.float32)
-    module = entry_module(lambda b, o, i: b.gather(o, i, dims),
-                          [Shape(DType.F32, operand_dims),
-                           Shape(DType.from_numpy(index_dtype), indices.shape)])  # fmt: skip
+    module = entry_module(
+        lambda b, o, i: b.gather(o, i, dims),
+        [Shape(DType.F32, operand_dims), Shape(DType.from_numpy(index_dtype), indices.shape)],
+    )
     out_dims = module.entry.root.shape.dims
     got = evaluate(module, [operand, indices])
     np.testing.assert_array_equal(got, gather_reference(operand, indices, dims, out_dims))
@@ -732,13 +812,22 @@ def test_dynamic_slice_shape_errors():
     cases = [
         ([f32, s32], lambda b, x, i: b.dynamic_slice(x, [i], [2, 2]), "needs 2 start indices"),
         ([f32, s32], lambda b, x, i: b.dynamic_slice(x, [i, i], [5, 2]), "size 5 exceeds dim 0"),
-        ([f32, Shape(DType.F32, ())], lambda b, x, i: b.dynamic_slice(x, [i, i], [1, 1]),
-         "integers of one dtype"),
-        ([f32, s32], lambda b, x, i: b.dynamic_update_slice(x, b.reshape(x, [16]), [i, i]),
-         "dtype and rank"),
-        ([f32, s32], lambda b, x, i: b.dynamic_update_slice(x, b.concatenate([x, x], 0), [i, i]),
-         "the update exceeds dim 0"),
-    ]  # fmt: skip
+        (
+            [f32, Shape(DType.F32, ())],
+            lambda b, x, i: b.dynamic_slice(x, [i, i], [1, 1]),
+            "integers of one dtype",
+        ),
+        (
+            [f32, s32],
+            lambda b, x, i: b.dynamic_update_slice(x, b.reshape(x, [16]), [i, i]),
+            "dtype and rank",
+        ),
+        (
+            [f32, s32],
+            lambda b, x, i: b.dynamic_update_slice(x, b.concatenate([x, x], 0), [i, i]),
+            "the update exceeds dim 0",
+        ),
+    ]
     for shapes, build, match in cases:
         with pytest.raises(ShapeError, match=match):
             entry_module(build, shapes)
@@ -786,17 +875,24 @@ def scatter_reference(operand, indices, updates, s: ScatterDims, combine) -> np.
 # name -> (operand dims, indices, updates dims, dimension numbers)
 SCATTER_CASES = {
     # ONNX ScatterElements(axis=1): batching dim 0, targets along dim 1, repeats
-    "elements": ((3, 5), np.array([[0, 4], [2, 2], [1, 9]]), (3, 2),
-                 ScatterDims((), (1,), (1,), 2, (0,), (0,))),
+    "elements": (
+        (3, 5),
+        np.array([[0, 4], [2, 2], [1, 9]]),
+        (3, 2),
+        ScatterDims((), (1,), (1,), 2, (0,), (0,)),
+    ),
     # ONNX ScatterND: index vectors along the last dim, rows of dim 2 as windows
-    "nd": ((4, 5, 6), np.array([[[0, 1], [3, 4], [0, 1]], [[1, 0], [9, 9], [-1, 2]]]),
-           (2, 3, 6), ScatterDims((2,), (0, 1), (0, 1), 2)),
+    "nd": (
+        (4, 5, 6),
+        np.array([[[0, 1], [3, 4], [0, 1]], [[1, 0], [9, 9], [-1, 2]]]),
+        (2, 3, 6),
+        ScatterDims((2,), (0, 1), (0, 1), 2),
+    ),
     # 2-d windows placed by one index into dim 1; windows past the edge are skipped
-    "windows": ((6, 7), np.array([0, 4, 5, -1, 2]), (5, 2, 3),
-                ScatterDims((1, 2), (), (1,), 1)),
+    "windows": ((6, 7), np.array([0, 4, 5, -1, 2]), (5, 2, 3), ScatterDims((1, 2), (), (1,), 1)),
     # window dims before the scatter dim in the updates, index vector along dim 0
     "vector_dim_0": ((5, 4), np.array([[1, 3, 1]]), (4, 3), ScatterDims((0,), (1,), (1,), 0)),
-}  # fmt: skip
+}
 
 PY_COMBINERS = {
     "add": (lambda b, dt: scalar_reducer(b.module, Op.ADD, dt), lambda a, u: a + u),
@@ -826,14 +922,13 @@ def test_scatter(case, combiner, index_dtype, rng):
 
 
 SCATTER_SHAPE_ERRORS = {
-    "updates must have the operand's dtype":
-        ((4, 3), (2, 1), (2, 3, "s32"), ((1,), (0,), (0,), 1)),
+    "updates must have the operand's dtype": ((4, 3), (2, 1), (2, 3, "s32"), ((1,), (0,), (0,), 1)),
     "must add up to the operand's rank": ((4, 3), (2, 1), (2, 3), ((1,), (), (0,), 1)),
     "needs 1 entries": ((4, 3), (2, 1), (2, 3), ((1,), (0,), (0, 1), 1)),
     "non-window dims must equal": ((4, 3), (2, 1), (5, 3), ((1,), (0,), (0,), 1)),
     "update window dim 1 exceeds dim 1": ((4, 3), (2, 1), (2, 4), ((1,), (0,), (0,), 1)),
     "batching dims 0 and 0 differ": ((4, 3), (2, 1), (2,), ((), (1,), (1,), 1, (0,), (0,))),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("match", list(SCATTER_SHAPE_ERRORS))
@@ -891,8 +986,9 @@ def sort_rows_reference(keys: np.ndarray, axis: int, dtype: DType, descending: b
     order = np.empty(moved.shape, dtype=np.int64)
     for row in loops(moved.shape[:-1]):
         values = moved[row].tolist()
-        order[row] = sorted(range(len(values)), key=lambda k: total_order(values[k], dtype),
-                            reverse=descending)  # fmt: skip
+        order[row] = sorted(
+            range(len(values)), key=lambda k: total_order(values[k], dtype), reverse=descending
+        )
     return np.moveaxis(order, -1, axis)
 
 
@@ -950,8 +1046,9 @@ def test_sort_single_operand_3d_and_degenerate():
 def lexicographic(b: ComputationBuilder) -> Computation:
     """(a, b) pairs ordered by a, then by b descending: a multi-key comparator."""
     sub = ComputationBuilder(b.module, "lex")
-    a0, a1, b0, b1 = (sub.parameter(k, Shape(DType.S32 if k < 2 else DType.F32, ()))
-                      for k in range(4))  # fmt: skip
+    a0, a1, b0, b1 = (
+        sub.parameter(k, Shape(DType.S32 if k < 2 else DType.F32, ())) for k in range(4)
+    )
     first = sub.compare(a0, a1, Direction.LT)
     tie = sub.compare(a0, a1, Direction.EQ)
     second = sub.compare(b0, b1, Direction.GT)
@@ -965,8 +1062,9 @@ def test_sort_multi_key_comparator(rng):
     def build(b, p, q):
         return b.sort([p, q], 1, lexicographic(b), is_stable=True)
 
-    expected = [sorted(zip(a[r].tolist(), v[r].tolist()), key=lambda t: (t[0], -t[1]))
-                for r in range(3)]  # fmt: skip
+    expected = [
+        sorted(zip(a[r].tolist(), v[r].tolist()), key=lambda t: (t[0], -t[1])) for r in range(3)
+    ]
     got_a, got_v = run(build, a, v)
     assert [list(zip(ra, rv)) for ra, rv in zip(got_a.tolist(), got_v.tolist())] == expected
 
@@ -1044,8 +1142,9 @@ def test_reduce_simple(op, swap, rng):
     x = rng.uniform(0.5, 1.5, (3, 4, 5)).astype(np.float32)
 
     def build(b, p):
-        reducer = sub_computation(b, lambda s, u, v: s.binary(op, *((v, u) if swap else (u, v))),
-                                  [DType.F32, DType.F32])  # fmt: skip
+        reducer = sub_computation(
+            b, lambda s, u, v: s.binary(op, *((v, u) if swap else (u, v))), [DType.F32, DType.F32]
+        )
         return b.reduce(p, b.scalar(2.0, DType.F32), [2, 0], reducer)
 
     got = run(build, x)
@@ -1057,13 +1156,16 @@ def test_reduce_logic_ints_and_empty():
     x = np.array([[True, False, True], [True, True, True]])
 
     def build(b, p, q, e):
-        logic = [b.reduce(p, b.scalar(init, DType.PRED), [1], scalar_reducer(b.module, op,
-                 DType.PRED)) for op, init in ((Op.AND, True), (Op.OR, False))]  # fmt: skip
+        logic = [
+            b.reduce(p, b.scalar(init, DType.PRED), [1], scalar_reducer(b.module, op, DType.PRED))
+            for op, init in ((Op.AND, True), (Op.OR, False))
+        ]
         wrapped = b.reduce(
             q, b.scalar(0, DType.S8), [0], scalar_reducer(b.module, Op.ADD, DType.S8)
         )
-        empty = b.reduce(e, b.scalar(-math.inf, DType.F32), [0],
-                         scalar_reducer(b.module, Op.MAXIMUM, DType.F32))  # fmt: skip
+        empty = b.reduce(
+            e, b.scalar(-math.inf, DType.F32), [0], scalar_reducer(b.module, Op.MAXIMUM, DType.F32)
+        )
         return b.tuple([*logic, wrapped, empty])
 
     q = np.array([100, 100, 100], dtype=np.int8)
@@ -1095,8 +1197,7 @@ def test_reduce_variadic_argmax():
 
     def argmax_reducer(s, acc_v, acc_i, v, i):
         greater = s.compare(v, acc_v, Direction.GT)
-        tie = s.binary(Op.AND, s.compare(v, acc_v, Direction.EQ),
-                       s.compare(i, acc_i, Direction.LT))  # fmt: skip
+        tie = s.binary(Op.AND, s.compare(v, acc_v, Direction.EQ), s.compare(i, acc_i, Direction.LT))
         take = s.binary(Op.OR, greater, tie)
         return s.tuple([s.select(take, v, acc_v), s.select(take, i, acc_i)])
 
@@ -1114,8 +1215,13 @@ def test_reduce_variadic_argmax():
 
 def test_reduce_bf16_sum():
     x = [round_bf16(1 + i / 64) for i in range(64)]
-    got = run(lambda b, p: b.reduce(p, b.scalar(0, DType.BF16), [0],
-              scalar_reducer(b.module, Op.ADD, DType.BF16)), x, dtypes=[DType.BF16])  # fmt: skip
+    got = run(
+        lambda b, p: b.reduce(
+            p, b.scalar(0, DType.BF16), [0], scalar_reducer(b.module, Op.ADD, DType.BF16)
+        ),
+        x,
+        dtypes=[DType.BF16],
+    )
     assert got.dtype == np.float32
     assert abs(float(got) - sum(x)) <= 2**-7 * sum(x)
     assert float(got) == round_bf16(float(got))
@@ -1149,9 +1255,12 @@ def reduce_window_reference(x, init, fn, w: Window) -> np.ndarray:
 WINDOW_CASES = {
     "max_pool": (Op.MAXIMUM, -math.inf, Window.make((3, 3), (2, 2), (1, 1), (1, 1))),
     "sum_dilated": (Op.ADD, 0.0, Window.make((2, 3), (1, 2), (-1, 2), (1, 0), (2, 1), (1, 2))),
-    "subtract_general": (Op.SUBTRACT, 0.5, Window.make((2, 2), (1, 3), (0, 1), (1, 0),
-                                                       (1, 2), (2, 1))),
-}  # fmt: skip
+    "subtract_general": (
+        Op.SUBTRACT,
+        0.5,
+        Window.make((2, 2), (1, 3), (0, 1), (1, 0), (1, 2), (2, 1)),
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(WINDOW_CASES))
@@ -1164,8 +1273,9 @@ def test_reduce_window(case, rng):
         return b.reduce_window(p, b.scalar(init, DType.F64), window, reducer)
 
     fn = {Op.MAXIMUM: max, Op.ADD: lambda a, c: a + c, Op.SUBTRACT: lambda a, c: a - c}[op]
-    np.testing.assert_allclose(run(build, x), reduce_window_reference(x, init, fn, window),
-                               rtol=1e-13)  # fmt: skip
+    np.testing.assert_allclose(
+        run(build, x), reduce_window_reference(x, init, fn, window), rtol=1e-13
+    )
 
 
 def test_reduce_window_variadic():
@@ -1173,8 +1283,11 @@ def test_reduce_window_variadic():
     window = Window.make((1, 2), (1, 2))
 
     def build(b, p):
-        reducer = sub_computation(b, lambda s, a, m, u, v: s.tuple([
-            s.binary(Op.ADD, a, u), s.binary(Op.MAXIMUM, m, v)]), [DType.F32] * 4)  # fmt: skip
+        reducer = sub_computation(
+            b,
+            lambda s, a, m, u, v: s.tuple([s.binary(Op.ADD, a, u), s.binary(Op.MAXIMUM, m, v)]),
+            [DType.F32] * 4,
+        )
         inits = [b.scalar(0, DType.F32), b.scalar(-math.inf, DType.F32)]
         return b.add(Op.REDUCE_WINDOW, [p, p, *inits], window=window, called=(reducer,))
 
@@ -1299,17 +1412,47 @@ def conv_reference(lhs, rhs, c: ConvDims, w: Window, feature_groups=1, batch_gro
 NHWC = ConvDims(0, 3, (1, 2), 2, 3, (0, 1), 0, 1, (2, 3))  # b01f_01io->bf01
 CONV_CASES = {
     # name: (lhs dims, rhs dims, dims, window, feature groups, batch groups)
-    "nchw_strided_padded": ((2, 3, 5, 6), (4, 3, 3, 2), ConvDims.nchw(2),
-                            Window.make((3, 2), (2, 1), (1, 2), (0, 1)), 1, 1),
-    "nhwc_dilated_cropped": ((1, 5, 4, 2), (2, 3, 2, 3), NHWC,
-                             Window.make((2, 3), (1, 2), (-1, 1), (2, 0), (2, 1), (1, 2)), 1, 1),
-    "depthwise_1d": ((2, 4, 7), (8, 1, 3), ConvDims.nchw(1),
-                     Window.make((3,), (1,), (1,), (1,)), 4, 1),
-    "two_groups_1d": ((1, 4, 6), (6, 2, 2), ConvDims.nchw(1),
-                      Window.make((2,), (2,), (0,), (1,), (1,), (2,)), 2, 1),
-    "batch_groups_1d": ((4, 3, 5), (6, 3, 2), ConvDims.nchw(1),
-                        Window.make((2,), (1,), (0,), (0,)), 1, 2),
-}  # fmt: skip
+    "nchw_strided_padded": (
+        (2, 3, 5, 6),
+        (4, 3, 3, 2),
+        ConvDims.nchw(2),
+        Window.make((3, 2), (2, 1), (1, 2), (0, 1)),
+        1,
+        1,
+    ),
+    "nhwc_dilated_cropped": (
+        (1, 5, 4, 2),
+        (2, 3, 2, 3),
+        NHWC,
+        Window.make((2, 3), (1, 2), (-1, 1), (2, 0), (2, 1), (1, 2)),
+        1,
+        1,
+    ),
+    "depthwise_1d": (
+        (2, 4, 7),
+        (8, 1, 3),
+        ConvDims.nchw(1),
+        Window.make((3,), (1,), (1,), (1,)),
+        4,
+        1,
+    ),
+    "two_groups_1d": (
+        (1, 4, 6),
+        (6, 2, 2),
+        ConvDims.nchw(1),
+        Window.make((2,), (2,), (0,), (1,), (1,), (2,)),
+        2,
+        1,
+    ),
+    "batch_groups_1d": (
+        (4, 3, 5),
+        (6, 3, 2),
+        ConvDims.nchw(1),
+        Window.make((2,), (1,), (0,), (0,)),
+        1,
+        2,
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(CONV_CASES))
@@ -1357,8 +1500,9 @@ def test_tuple_get_tuple_element_fusion():
         fused = body.build(body.binary(Op.MULTIPLY, body.unary(Op.EXP, u), v))
         call = b.add(Op.FUSION, [p, q], called=(fused,), fusion_kind=FusionKind.LOOP)
         pair = b.tuple([call, b.tuple([q, p])])
-        return b.tuple([b.get_tuple_element(pair, 0),
-                        b.get_tuple_element(b.get_tuple_element(pair, 1), 1)])  # fmt: skip
+        return b.tuple(
+            [b.get_tuple_element(pair, 0), b.get_tuple_element(b.get_tuple_element(pair, 1), 1)]
+        )
 
     fused, again = run(build, x, y)
     np.testing.assert_allclose(fused, [math.exp(a) * c for a, c in zip(x, y)], rtol=1e-6)
@@ -1370,11 +1514,13 @@ def test_evaluate_constant():
     b = ComputationBuilder(module, "entry")
     param = b.parameter(0, Shape(DType.F32, (2, 3)))
     dims = b.constant(np.array([2, 3, 4], dtype=np.int64))
-    count = b.reduce(dims, b.scalar(1, DType.S64), [0], scalar_reducer(module, Op.MULTIPLY,
-                     DType.S64))  # fmt: skip
+    count = b.reduce(
+        dims, b.scalar(1, DType.S64), [0], scalar_reducer(module, Op.MULTIPLY, DType.S64)
+    )
     ramp = b.binary(Op.ADD, b.iota(Shape(DType.S64, (3,)), 0), dims)
-    tainted = b.reduce(param, b.scalar(0, DType.F32), [1],
-                       scalar_reducer(module, Op.ADD, DType.F32))  # fmt: skip
+    tainted = b.reduce(
+        param, b.scalar(0, DType.F32), [1], scalar_reducer(module, Op.ADD, DType.F32)
+    )
     b.build(b.tuple([count, ramp, tainted]), entry=True)
     assert evaluate_constant(count).tolist() == 24
     assert evaluate_constant(ramp).tolist() == [2, 4, 6]
@@ -1400,13 +1546,22 @@ def test_while_counts_and_accumulates():
 
     def build(b, x, n):
         tuple_shape = b.tuple([b.scalar(0, S32), x, x, n]).shape
-        cond = _scalar_computation(b.module, "cond", [tuple_shape], lambda cb, s: cb.compare(
-            cb.get_tuple_element(s, 0), cb.get_tuple_element(s, 3), Direction.LT))
+        cond = _scalar_computation(
+            b.module,
+            "cond",
+            [tuple_shape],
+            lambda cb, s: cb.compare(
+                cb.get_tuple_element(s, 0), cb.get_tuple_element(s, 3), Direction.LT
+            ),
+        )
+
         def step(bb, s):
             i, acc, xs, limit = (bb.get_tuple_element(s, k) for k in range(4))
             scaled = bb.binary(Op.MULTIPLY, xs, bb.broadcast(bb.convert(i, F32), [], [3]))
-            return bb.tuple([bb.binary(Op.ADD, i, bb.scalar(1, S32)),
-                             bb.binary(Op.ADD, acc, scaled), xs, limit])
+            return bb.tuple(
+                [bb.binary(Op.ADD, i, bb.scalar(1, S32)), bb.binary(Op.ADD, acc, scaled), xs, limit]
+            )
+
         body = _scalar_computation(b.module, "body", [tuple_shape], step)
         zeros = b.broadcast(b.scalar(0.0, F32), [], [3])
         loop = b.while_loop(cond, body, b.tuple([b.scalar(0, S32), zeros, x, n]))
@@ -1424,16 +1579,23 @@ def test_while_data_dependent_collatz():
 
     def build(b, n):
         pair = b.tuple([n, b.scalar(0, S32)]).shape
-        cond = _scalar_computation(b.module, "cond", [pair], lambda cb, s: cb.compare(
-            cb.get_tuple_element(s, 0), cb.scalar(1, S32), Direction.NE))
+        cond = _scalar_computation(
+            b.module,
+            "cond",
+            [pair],
+            lambda cb, s: cb.compare(cb.get_tuple_element(s, 0), cb.scalar(1, S32), Direction.NE),
+        )
+
         def step(bb, s):
             v, steps = bb.get_tuple_element(s, 0), bb.get_tuple_element(s, 1)
             odd = bb.binary(Op.REMAINDER, v, bb.scalar(2, S32))
             is_odd = bb.compare(odd, bb.scalar(1, S32), Direction.EQ)
             up = bb.binary(Op.ADD, bb.binary(Op.MULTIPLY, v, bb.scalar(3, S32)), bb.scalar(1, S32))
             down = bb.binary(Op.DIVIDE, v, bb.scalar(2, S32))
-            return bb.tuple([bb.select(is_odd, up, down),
-                             bb.binary(Op.ADD, steps, bb.scalar(1, S32))])
+            return bb.tuple(
+                [bb.select(is_odd, up, down), bb.binary(Op.ADD, steps, bb.scalar(1, S32))]
+            )
+
         body = _scalar_computation(b.module, "body", [pair], step)
         return b.get_tuple_element(b.while_loop(cond, body, b.tuple([n, b.scalar(0, S32)])), 1)
 
@@ -1477,8 +1639,12 @@ def test_call_evaluates_its_callee():
 
     def build(b, x, y):
         inner = _scalar_computation(b.module, "inner", [vec], lambda bb, p: bb.unary(Op.EXP, p))
-        outer = _scalar_computation(b.module, "outer", [vec, vec], lambda bb, p, q: bb.tuple(
-            [bb.call(inner, [p]), bb.binary(Op.SUBTRACT, p, q)]))
+        outer = _scalar_computation(
+            b.module,
+            "outer",
+            [vec, vec],
+            lambda bb, p, q: bb.tuple([bb.call(inner, [p]), bb.binary(Op.SUBTRACT, p, q)]),
+        )
         both = b.call(outer, [x, y])
         return b.binary(Op.ADD, b.get_tuple_element(both, 0), b.get_tuple_element(both, 1))
 
@@ -1509,8 +1675,20 @@ def test_every_opcode_is_exercised():
         assert EXERCISED == set(Op), set(Op) - EXERCISED
         return
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:xdist", "-p", "no:cacheprovider"],
-        env=dict(os.environ, AOTC_EVAL_COVERAGE_CHILD="1"), capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            __file__,
+            "-q",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+        ],
+        env=dict(os.environ, AOTC_EVAL_COVERAGE_CHILD="1"),
+        capture_output=True,
+        text=True,
         check=False,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stdout[-3000:]

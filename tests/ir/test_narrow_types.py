@@ -113,12 +113,29 @@ def test_rounding_ties_subnormals_and_overflow(dtype):
     midpoints = (grid[1:] + grid[:-1]) / 2
     ulp = np.diff(grid)
     limit = largest(MINIFLOATS[dtype])
-    values = np.concatenate([
-        grid, midpoints, midpoints + ulp / 64, midpoints - ulp / 64,
-        midpoints + 2.0**-40 * np.abs(midpoints),  # f64-only offsets: must round once
-        [limit * 1.03, limit * 1.07, -limit * 1.1, 1e30, -1e30, math.inf, -math.inf,
-         math.nan, 0.0, -0.0, 1e-30, -1e-30],
-    ])  # fmt: skip
+    values = np.concatenate(
+        [
+            grid,
+            midpoints,
+            midpoints + ulp / 64,
+            midpoints - ulp / 64,
+            midpoints + 2.0**-40 * np.abs(midpoints),  # f64-only offsets: must round once
+            [
+                limit * 1.03,
+                limit * 1.07,
+                -limit * 1.1,
+                1e30,
+                -1e30,
+                math.inf,
+                -math.inf,
+                math.nan,
+                0.0,
+                -0.0,
+                1e-30,
+                -1e-30,
+            ],
+        ]
+    )
     expected = [reference_round(v, dtype) for v in values.tolist()]
     from_f64 = run(lambda b, x: b.convert(x, dtype), values, dtypes=[DType.F64])
     assert same(from_f64, expected)
@@ -151,8 +168,12 @@ def test_minifloat_arithmetic_rounds_each_result():
     x = np.array([448.0, 1.0, 0.125, -3.0])
     y = np.array([32.0, 0.0625, 0.0078125, -0.5])
     dt = DType.F8E4M3FN
-    got = run(lambda b, p, q: b.tuple([b.binary(Op.ADD, p, q), b.binary(Op.MULTIPLY, p, q)]),
-              x, y, dtypes=[dt, dt])  # fmt: skip
+    got = run(
+        lambda b, p, q: b.tuple([b.binary(Op.ADD, p, q), b.binary(Op.MULTIPLY, p, q)]),
+        x,
+        y,
+        dtypes=[dt, dt],
+    )
     assert same(got[0], [reference_round(a + c, dt) for a, c in zip(x, y)])
     assert same(got[1], [reference_round(a * c, dt) for a, c in zip(x, y)])
 
@@ -228,7 +249,8 @@ def test_bitcast_convert_between_4_bit_types():
 def test_storage_is_one_byte_per_element():
     assert to_storage(np.array([-8, 7, -1], np.int8), DType.S4).tolist() == [-8, 7, -1]
     assert to_storage(np.array([1.5, -448.0], np.float32), DType.F8E4M3FN).tolist() == [
-        0x3C, 0xFE,
-    ]  # fmt: skip
+        0x3C,
+        0xFE,
+    ]
     assert cast_array(np.array([300, -9]), DType.S4).tolist() == [-4, 7]
     assert all(dt.itemsize == 1 for dt in [*MINIFLOATS, *SUB_BYTE_INTS])

@@ -29,7 +29,7 @@ from aotc.ir import (
     Window,
     replacer,
     scalar_reducer,
-)  # fmt: skip
+)
 from aotc.ir.builder import comparator
 from aotc.ir.ops import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE
 from aotc.ir.text import (
@@ -40,13 +40,22 @@ from aotc.ir.text import (
     print_module,
     slice_text,
     window_text,
-)  # fmt: skip
+)
 from aotc.ir.types import bf16_from_bits
 from aotc.ir.verify import verify
 
 F32, S32 = DType.F32, DType.S32
-INT_OPS = {Op.NOT, Op.POPCNT, Op.CLZ, Op.AND, Op.OR, Op.XOR, Op.SHIFT_LEFT,
-           Op.SHIFT_RIGHT_ARITHMETIC, Op.SHIFT_RIGHT_LOGICAL}  # fmt: skip
+INT_OPS = {
+    Op.NOT,
+    Op.POPCNT,
+    Op.CLZ,
+    Op.AND,
+    Op.OR,
+    Op.XOR,
+    Op.SHIFT_LEFT,
+    Op.SHIFT_RIGHT_ARITHMETIC,
+    Op.SHIFT_RIGHT_LOGICAL,
+}
 
 # values at the edges of each dtype (bf16 ones are rounded to bf16 by the builder)
 EDGE_VALUES = {
@@ -59,14 +68,64 @@ EDGE_VALUES = {
     DType.U16: [0, 2**16 - 1],
     DType.U32: [0, 2**32 - 1],
     DType.U64: [0, 2**64 - 1, 2**63],
-    DType.F16: [0.0, -0.0, 1.0, -1.0, 0.1, 1 / 3, 65504.0, -65504.0, 2.0**-14, 2.0**-24,
-                np.inf, -np.inf, np.nan],
-    DType.BF16: [0.0, -0.0, 1.0, 0.1, 1 / 3, 1e20, 3.3895314e38, 2.0**-126, 2.0**-133,
-                 np.inf, -np.inf, np.nan],
-    DType.F32: [0.0, -0.0, 1.0, 0.1, 1 / 3, 16777216.0, 3.4028235e38, 2.0**-126, 2.0**-149,
-                1e-5, np.inf, -np.inf, np.nan],
-    DType.F64: [0.0, -0.0, 1.0, 0.1, 1 / 3, 1.7976931348623157e308, 2.0**-1022, 5e-324,
-                1e22, np.inf, -np.inf, np.nan],
+    DType.F16: [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.1,
+        1 / 3,
+        65504.0,
+        -65504.0,
+        2.0**-14,
+        2.0**-24,
+        np.inf,
+        -np.inf,
+        np.nan,
+    ],
+    DType.BF16: [
+        0.0,
+        -0.0,
+        1.0,
+        0.1,
+        1 / 3,
+        1e20,
+        3.3895314e38,
+        2.0**-126,
+        2.0**-133,
+        np.inf,
+        -np.inf,
+        np.nan,
+    ],
+    DType.F32: [
+        0.0,
+        -0.0,
+        1.0,
+        0.1,
+        1 / 3,
+        16777216.0,
+        3.4028235e38,
+        2.0**-126,
+        2.0**-149,
+        1e-5,
+        np.inf,
+        -np.inf,
+        np.nan,
+    ],
+    DType.F64: [
+        0.0,
+        -0.0,
+        1.0,
+        0.1,
+        1 / 3,
+        1.7976931348623157e308,
+        2.0**-1022,
+        5e-324,
+        1e22,
+        np.inf,
+        -np.inf,
+        np.nan,
+    ],
     DType.F8E4M3FN: [0.0, -0.0, 448.0, -448.0, 2.0**-9, 0.1, np.nan],
     DType.F8E4M3FNUZ: [0.0, 240.0, -240.0, 2.0**-10, 0.1, np.nan],
     DType.F8E5M2: [0.0, -0.0, 57344.0, 2.0**-16, 0.1, np.inf, -np.inf, np.nan],
@@ -77,7 +136,7 @@ EDGE_VALUES = {
     DType.U4: [0, 15],
     DType.S2: [-2, 1, 0, -1],
     DType.U2: [0, 3],
-}  # fmt: skip
+}
 
 
 def all_ops_module() -> Module:
@@ -186,9 +245,24 @@ def all_ops_module() -> Module:
 
 def assert_same_module(a: Module, b: Module) -> None:
     """Structural equality: ops, shapes, names, attributes, literals bit for bit."""
-    fields = ("dimensions", "slice", "padding", "window", "dot", "conv", "feature_group_count",
-              "batch_group_count", "gather", "scatter", "dynamic_slice_sizes", "direction", "is_stable", "index", "fusion_kind",
-              "origin")  # fmt: skip
+    fields = (
+        "dimensions",
+        "slice",
+        "padding",
+        "window",
+        "dot",
+        "conv",
+        "feature_group_count",
+        "batch_group_count",
+        "gather",
+        "scatter",
+        "dynamic_slice_sizes",
+        "direction",
+        "is_stable",
+        "index",
+        "fusion_kind",
+        "origin",
+    )
     assert a.name == b.name
     assert sorted(c.name for c in a.computations) == sorted(c.name for c in b.computations)
     assert a.entry.name == b.entry.name
@@ -248,23 +322,35 @@ def test_printed_form_is_xla_like():
     assert "dimensions={1}, to_apply=%add_f32" in text
     assert "window={size=2x2 stride=1x2 pad=1_0x0_1 rhs_dilate=2x1}, to_apply=%add_f32" in text
     assert "dim_labels=b01f_01io->b01f, feature_group_count=2" in text
-    assert "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, " \
-           "rhs_contracting_dims={1}" in text  # fmt: skip
+    assert (
+        "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+        "rhs_contracting_dims={1}" in text
+    )
     assert "lhs_contracting_dims={}, rhs_contracting_dims={}" in text
     assert "operand_batching_dims={0}, start_indices_batching_dims={0}" in text
     assert "padding=1_0_1x-1_2_0" in text and "padding=1_0x0_2" in text
     assert "slice={[0:2], [1:3:2]}" in text
     assert "direction=LT" in text
     assert "dimensions={1}, is_stable=true, to_apply=%compare_lt_f32_s32" in text
-    assert re.search(r"dynamic-slice\(f32\[2,3\]\{1,0\} %x\S*, s32\[\] %i, s32\[\] %constant"
-                     r"\.\d+\), dynamic_slice_sizes=\{1,2\}", text)  # fmt: skip
-    assert re.search(r"dynamic-update-slice\(f32\[2,3\]\{1,0\} %x\S*, f32\[1,2\]\{1,0\} %slice"
-                     r"\S*, s32\[\] %i, s32\[\] %constant\.\d+\)\n", text)  # fmt: skip
-    assert "update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, " \
-           "index_vector_dim=1, to_apply=%add_f32" in text  # fmt: skip
-    assert "update_window_dims={}, inserted_window_dims={1}, scatter_dims_to_operand_dims={1}, " \
-           "input_batching_dims={0}, scatter_indices_batching_dims={0}, index_vector_dim=2, " \
-           "to_apply=%replace_f32" in text  # fmt: skip
+    assert re.search(
+        r"dynamic-slice\(f32\[2,3\]\{1,0\} %x\S*, s32\[\] %i, s32\[\] %constant"
+        r"\.\d+\), dynamic_slice_sizes=\{1,2\}",
+        text,
+    )
+    assert re.search(
+        r"dynamic-update-slice\(f32\[2,3\]\{1,0\} %x\S*, f32\[1,2\]\{1,0\} %slice"
+        r"\S*, s32\[\] %i, s32\[\] %constant\.\d+\)\n",
+        text,
+    )
+    assert (
+        "update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, "
+        "index_vector_dim=1, to_apply=%add_f32" in text
+    )
+    assert (
+        "update_window_dims={}, inserted_window_dims={1}, scatter_dims_to_operand_dims={1}, "
+        "input_batching_dims={0}, scatter_indices_batching_dims={0}, index_vector_dim=2, "
+        "to_apply=%replace_f32" in text
+    )
     assert "sort(s32[2,3]{1,0} %n), dimensions={0}, to_apply=%compare_gt_s32" in text
     assert "constant(1.5)" in text
     assert "constant({ { {0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11} }, " in text
@@ -664,10 +750,16 @@ def test_errors(body, error, match):
 def test_parse_errors_for_structure():
     bad("HloModule m\n", ModelError, "no computations")
     bad("ENTRY e {\n}\n", ModelError, "no instructions")
-    bad("ENTRY e {\n  x = f32[2] parameter(0)\n  x = f32[2] parameter(1)\n}", ModelError,
-        "defined twice")  # fmt: skip
-    bad("ENTRY e (a: f32[3]) -> f32[3] {\n  ROOT x = f32[2] parameter(0)\n}", ModelError,
-        "signature")  # fmt: skip
+    bad(
+        "ENTRY e {\n  x = f32[2] parameter(0)\n  x = f32[2] parameter(1)\n}",
+        ModelError,
+        "defined twice",
+    )
+    bad(
+        "ENTRY e (a: f32[3]) -> f32[3] {\n  ROOT x = f32[2] parameter(0)\n}",
+        ModelError,
+        "signature",
+    )
     bad("ENTRY e {\n  ROOT x = f32[2 parameter(0)\n}", ModelError, "line 2: expected")
 
 

@@ -19,7 +19,7 @@ from aotc.ir import (
     Shape,
     SliceSpec,
     scalar_reducer,
-)  # fmt: skip
+)
 from aotc.ir.builder import comparator
 from aotc.ir.text import parse_module, print_instruction
 from aotc.ir.verify import VerifyError, verify
@@ -41,8 +41,17 @@ def valid_module() -> tuple[Module, dict[str, Instruction]]:
     c = b.compare(x, y, Direction.LT)
     root = b.tuple([r, sl, d, c])
     b.build(root, entry=True)
-    named = {"a": x, "b": y, "sum": s, "zero": zero, "reduce": r, "slice": sl, "dot": d,
-             "compare": c, "root": root}  # fmt: skip
+    named = {
+        "a": x,
+        "b": y,
+        "sum": s,
+        "zero": zero,
+        "reduce": r,
+        "slice": sl,
+        "dot": d,
+        "compare": c,
+        "root": root,
+    }
     return m, named
 
 
@@ -150,12 +159,14 @@ def test_shape_rule_errors_become_verify_errors():
 
 
 def test_required_attributes():
-    cases = [("slice", "slice", None, "slice needs slice="),
-             ("dot", "dot", None, "dot needs lhs_contracting_dims="),
-             ("compare", "direction", None, "compare needs direction="),
-             ("reduce", "called", (), "reduce needs to_apply="),
-             ("reduce", "dimensions", None, "reduce needs dimensions="),
-             ("a", "index", None, "parameter needs a parameter number")]  # fmt: skip
+    cases = [
+        ("slice", "slice", None, "slice needs slice="),
+        ("dot", "dot", None, "dot needs lhs_contracting_dims="),
+        ("compare", "direction", None, "compare needs direction="),
+        ("reduce", "called", (), "reduce needs to_apply="),
+        ("reduce", "dimensions", None, "reduce needs dimensions="),
+        ("a", "index", None, "parameter needs a parameter number"),
+    ]
     for key, field, value, match in cases:
         m, n = valid_module()
         setattr(n[key], field, value)
@@ -212,8 +223,12 @@ def test_comparator_signature():
     b.build(s, entry=True)
     verify(m)
     s.called = (comparator(m, F32, Direction.LT),)
-    fails(m, s, r"comparator %compare_lt_f32 must be \(f32\[\], f32\[\], s32\[\], s32\[\]\) "
-                r"-> pred\[\], is \(f32\[\], f32\[\]\) -> pred\[\]")
+    fails(
+        m,
+        s,
+        r"comparator %compare_lt_f32 must be \(f32\[\], f32\[\], s32\[\], s32\[\]\) "
+        r"-> pred\[\], is \(f32\[\], f32\[\]\) -> pred\[\]",
+    )
     s.called = (scalar_reducer(m, Op.ADD, F32),)
     fails(m, s, r"comparator %add_f32 must be .* -> pred\[\]")
 
@@ -227,16 +242,26 @@ def test_combiner_signature():
     b.build(s, entry=True)
     verify(m)
     s.called = (scalar_reducer(m, Op.ADD, S32),)
-    fails(m, s, r"combiner %add_s32 must be \(f32\[\], f32\[\]\) -> f32\[\], "
-                r"is \(s32\[\], s32\[\]\) -> s32\[\]")
+    fails(
+        m,
+        s,
+        r"combiner %add_s32 must be \(f32\[\], f32\[\]\) -> f32\[\], "
+        r"is \(s32\[\], s32\[\]\) -> s32\[\]",
+    )
 
 
 def test_call_cycles():
     m, _ = valid_module()
     reducer = m.computation("add_f32")
     x, y = reducer.instructions[:2]
-    loop = Instruction(Op.FUSION, Shape(F32, ()), [x, y], name="loop", called=(reducer,),
-                       fusion_kind=FusionKind.LOOP)  # fmt: skip
+    loop = Instruction(
+        Op.FUSION,
+        Shape(F32, ()),
+        [x, y],
+        name="loop",
+        called=(reducer,),
+        fusion_kind=FusionKind.LOOP,
+    )
     reducer.instructions.insert(2, loop)
     fails(m, loop, "call cycle through %add_f32")
 

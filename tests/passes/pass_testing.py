@@ -62,6 +62,7 @@ def check_pass(pass_, before: str, after: str | None, rtol: float = 0.0) -> None
     for seed in range(3):
         args = random_args(reference, seed)
         want, got = evaluate(reference, args), evaluate(module, args)
-        for w, g in zip(want if isinstance(want, tuple) else [want],
-                        got if isinstance(got, tuple) else [got]):  # fmt: skip
+        for w, g in zip(
+            want if isinstance(want, tuple) else [want], got if isinstance(got, tuple) else [got]
+        ):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol)

@@ -194,7 +194,9 @@ MAX_REDUCER = """HloModule m
 
 def test_transpose_moves_through_pooling_with_its_window():
     # a channels-last max pool between layout changes: pooled in NCHW, window permuted
-    before = MAX_REDUCER + """
+    before = (
+        MAX_REDUCER
+        + """
 
 ENTRY %main (c: f32[1,2,7,6]) -> f32[1,2,4,3] {
   %c = f32[1,2,7,6]{3,2,1,0} parameter(0)
@@ -203,13 +205,17 @@ ENTRY %main (c: f32[1,2,7,6]) -> f32[1,2,4,3] {
   %p = f32[1,4,3,2]{3,2,1,0} reduce-window(f32[1,7,6,2]{3,2,1,0} %t, f32[] %ninf), window={size=1x3x2x1 stride=1x2x2x1 pad=0_0x1_1x0_0x0_0}, to_apply=%max
   ROOT %back = f32[1,2,4,3]{3,2,1,0} transpose(f32[1,4,3,2]{3,2,1,0} %p), dimensions={0,3,1,2}
 }"""
-    after = MAX_REDUCER + """
+    )
+    after = (
+        MAX_REDUCER
+        + """
 
 ENTRY %main (c: f32[1,2,7,6]) -> f32[1,2,4,3] {
   %c = f32[1,2,7,6]{3,2,1,0} parameter(0)
   %ninf = f32[] constant(-inf)
   ROOT %p = f32[1,2,4,3]{3,2,1,0} reduce-window(f32[1,2,7,6]{3,2,1,0} %c, f32[] %ninf), window={size=1x1x3x2 stride=1x1x2x2 pad=0_0x0_0x1_1x0_0}, to_apply=%max
 }"""
+    )
     check_pass(AlgebraicSimplifier(), before, after)
 
 

@@ -137,8 +137,10 @@ def test_channels_last_layers_compile_to_gemm_kernels(tmp_path):
     members = [i for k in kernels for i in (k.called[0].instructions if k.called else [k])]
     assert sum(i.op is Op.TRANSPOSE for i in members) == 4, [k.name for k in kernels]
     rng = np.random.default_rng(0)
-    args = [rng.standard_normal(p.shape.dims).astype(np.float32) * 0.3
-            for p in parse_module(NHWC_LAYERS).entry.parameters]  # fmt: skip
+    args = [
+        rng.standard_normal(p.shape.dims).astype(np.float32) * 0.3
+        for p in parse_module(NHWC_LAYERS).entry.parameters
+    ]
     got = LoadedModel(compiled).run(args)[0]
     expected = evaluate(parse_module(NHWC_LAYERS), args)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

@@ -41,8 +41,11 @@ def test_elementwise_chain_with_broadcasts_is_one_loop():
 
 
 # exp has two users: recomputing it in both would double the transcendental work
-SHARED_EXPENSIVE = """HloModule m
-""" + hlo_reducer("add_f32", "add") + """
+SHARED_EXPENSIVE = (
+    """HloModule m
+"""
+    + hlo_reducer("add_f32", "add")
+    + """
 ENTRY %main (x: f32[4,8]) -> (f32[4], f32[4,8]) {
   %x = f32[4,8]{1,0} parameter(0)
   %e = f32[4,8]{1,0} exponential(f32[4,8]{1,0} %x)
@@ -51,6 +54,7 @@ ENTRY %main (x: f32[4,8]) -> (f32[4], f32[4,8]) {
   %n = f32[4,8]{1,0} negate(f32[4,8]{1,0} %e)
   ROOT %t = (f32[4]{0}, f32[4,8]{1,0}) tuple(f32[4]{0} %s, f32[4,8]{1,0} %n)
 }"""
+)
 
 
 def test_shared_expensive_producer_is_not_duplicated():
@@ -98,8 +102,11 @@ def test_expensive_producer_not_recomputed_through_broadcast():
 
 
 # the mean joins the variance's kernel as a row value: computed once per row there
-VARIANCE = """HloModule var
-""" + hlo_reducer("add", "add") + """
+VARIANCE = (
+    """HloModule var
+"""
+    + hlo_reducer("add", "add")
+    + """
 ENTRY %main (x: f32[5,9]) -> f32[5] {
   %x = f32[5,9]{1,0} parameter(0)
   %zero = f32[] constant(0)
@@ -109,9 +116,13 @@ ENTRY %main (x: f32[5,9]) -> f32[5] {
   %sq = f32[5,9]{1,0} multiply(f32[5,9]{1,0} %d, f32[5,9]{1,0} %d)
   ROOT %v = f32[5]{0} reduce(f32[5,9]{1,0} %sq, f32[] %zero), dimensions={1}, to_apply=%add
 }"""
+)
 
-VARIANCE_FUSED = """HloModule var
-""" + hlo_reducer("add", "add") + """
+VARIANCE_FUSED = (
+    """HloModule var
+"""
+    + hlo_reducer("add", "add")
+    + """
 %fused_v (param_0: f32[5,9]) -> f32[5] {
   %param_0 = f32[5,9]{1,0} parameter(0)
   %constant = f32[] constant(0)
@@ -126,6 +137,7 @@ ENTRY %main (x: f32[5,9]) -> f32[5] {
   %x = f32[5,9]{1,0} parameter(0)
   ROOT %fusion = f32[5]{0} fusion(f32[5,9]{1,0} %x), kind=kInput, calls=%fused_v
 }"""
+)
 
 
 def test_reduction_read_by_its_row_joins_the_consumer():
@@ -133,8 +145,11 @@ def test_reduction_read_by_its_row_joins_the_consumer():
 
 
 # a reduction read at a transposed index is not a row of the consumer's loop
-TRANSPOSED_ROW = """HloModule tr
-""" + hlo_reducer("add", "add") + """
+TRANSPOSED_ROW = (
+    """HloModule tr
+"""
+    + hlo_reducer("add", "add")
+    + """
 ENTRY %main (x: f32[4,6]) -> f32[6,4] {
   %x = f32[4,6]{1,0} parameter(0)
   %zero = f32[] constant(0)
@@ -143,6 +158,7 @@ ENTRY %main (x: f32[4,6]) -> f32[6,4] {
   %xt = f32[6,4]{1,0} transpose(f32[4,6]{1,0} %x), dimensions={1,0}
   ROOT %y = f32[6,4]{1,0} divide(f32[6,4]{1,0} %xt, f32[6,4]{1,0} %sb)
 }"""
+)
 
 
 def test_reduction_read_across_rows_stays_apart():
@@ -185,8 +201,13 @@ def test_contractions_fuse_only_with_their_elementwise_epilogue():
 
 
 # attention scores: the scaled dot is its own kernel, the softmax over it one more
-SCORES_SOFTMAX = """HloModule m
-""" + hlo_reducer("add", "add") + """""" + hlo_reducer("max", "maximum") + """
+SCORES_SOFTMAX = (
+    """HloModule m
+"""
+    + hlo_reducer("add", "add")
+    + """"""
+    + hlo_reducer("max", "maximum")
+    + """
 ENTRY %main (q: f32[6,4], k: f32[4,6]) -> f32[6,6] {
   %q = f32[6,4]{1,0} parameter(0)
   %k = f32[4,6]{1,0} parameter(1)
@@ -204,6 +225,7 @@ ENTRY %main (q: f32[6,4], k: f32[4,6]) -> f32[6,6] {
   %sb = f32[6,6]{1,0} broadcast(f32[6]{0} %sum), dimensions={0}
   ROOT %y = f32[6,6]{1,0} divide(f32[6,6]{1,0} %e, f32[6,6]{1,0} %sb)
 }"""
+)
 
 
 def test_softmax_after_a_dot_is_one_kernel_beside_the_dots():

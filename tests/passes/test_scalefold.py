@@ -56,9 +56,11 @@ def test_scale_along_lhs_rows_is_not_folded():
     check_pass(ScaleFolding(), DOT_ROW_SCALE, None)
 
 
-DOT_COLUMN_SCALE = DOT_ROW_SCALE.replace("f32[2]{0} constant({2, 3})", "f32[4]{0} constant({2, 3, 4, 5})").replace(
-    "broadcast(f32[2]{0} %s), dimensions={0}", "broadcast(f32[4]{0} %s), dimensions={1}"
-).replace("%s = f32[2]{0}", "%s = f32[4]{0}")  # fmt: skip
+DOT_COLUMN_SCALE = (
+    DOT_ROW_SCALE.replace("f32[2]{0} constant({2, 3})", "f32[4]{0} constant({2, 3, 4, 5})")
+    .replace("broadcast(f32[2]{0} %s), dimensions={0}", "broadcast(f32[4]{0} %s), dimensions={1}")
+    .replace("%s = f32[2]{0}", "%s = f32[4]{0}")
+)
 
 DOT_COLUMN_FOLDED = """HloModule m
 ENTRY %main (x: f32[2,3]) -> f32[2,4] {

@@ -224,10 +224,18 @@ def test_thread_pool(tmp_path):
     driver = tmp_path / "driver"
     flags = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread"]
     subprocess.run(
-        [CC, *flags, f"-I{resource_dir('runtime_c')}", "driver.c", *map(str, runtime),
-         "-o", str(driver)],
-        cwd=tmp_path, check=True,
-    )  # fmt: skip
+        [
+            CC,
+            *flags,
+            f"-I{resource_dir('runtime_c')}",
+            "driver.c",
+            *map(str, runtime),
+            "-o",
+            str(driver),
+        ],
+        cwd=tmp_path,
+        check=True,
+    )
     result = subprocess.run([str(driver)], capture_output=True, text=True, timeout=120, check=False)
     print(result.stdout)
     assert result.returncode == 0, result.stdout + result.stderr

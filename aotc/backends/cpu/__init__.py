@@ -20,5 +20,10 @@ from .contraction import contraction_kind
 from .target import CpuTarget, TargetError, parse_target
 
 __all__ = [
-    "CpuTarget", "TargetError", "contraction_kind", "emit_llvm_ir", "emit_object", "parse_target",
-]  # fmt: skip
+    "CpuTarget",
+    "TargetError",
+    "contraction_kind",
+    "emit_llvm_ir",
+    "emit_object",
+    "parse_target",
+]

@@ -70,8 +70,9 @@ def _regions(ctx, blocks: Blocking, a, b_operand, workspace):
     return workspace, ctx.byte_pointer(workspace, a_bytes)
 
 
-def multiply_blocks(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epilogue,
-                    streams_a: bool) -> None:  # fmt: skip
+def multiply_blocks(
+    ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epilogue, streams_a: bool
+) -> None:
     """The packed A block times the packed B block of K slice `ki` into C's `block`
     (m0, rows, n0, cols), tile by tile; the epilogue on each sliver after the last slice.
     `streams_a`: A is pre-packed (`micro_kernel` prefetches it)."""
@@ -118,8 +119,9 @@ def multiply_blocks(ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki
             else:
                 with b.if_else(fused) as (whole, otherwise):
                     with whole:
-                        extra = micro_kernel(ctx, blocks.config, blocks.mr, blocks.nr, edge,
-                                             streams_a)  # fmt: skip
+                        extra = micro_kernel(
+                            ctx, blocks.config, blocks.mr, blocks.nr, edge, streams_a
+                        )
                         edge_panel = b.gep(b_panel, [b.mul(i64(blocks.nr), kc)], source_etype=ty)
                         b.call(extra, [*args, i64(blocks.nr), edge_panel])
                     with otherwise:

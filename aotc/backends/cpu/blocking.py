@@ -58,8 +58,10 @@ def blocking(config: GemmConfig, m: int, n: int, k: int) -> Blocking:
     """Blocks for an M x N x K product: the register tile that pads M and N least
     (narrower for small M/N); K, M and N slices balanced so that none is a sliver."""
     blocks, size = config.blocks, config.itemsize
-    mr, nr = min((_tile(config, rows, vectors, m, n) for rows, vectors in blocks.tiles),
-                 key=lambda tile: _padded_cost(config, tile, m, n))  # fmt: skip
+    mr, nr = min(
+        (_tile(config, rows, vectors, m, n) for rows, vectors in blocks.tiles),
+        key=lambda tile: _padded_cost(config, tile, m, n),
+    )
     kc = balanced(k, max(blocks.l1 // (mr * size), 1), 1)
     nb = balanced(n, max(blocks.l2 // (kc * size) // nr, 1) * nr, nr)
     mb = balanced(m, max(blocks.l3 // (kc * size) // mr, 1) * mr, mr)

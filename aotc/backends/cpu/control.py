@@ -31,8 +31,9 @@ I1 = ir.IntType(1)
 I32 = ir.IntType(32)
 
 
-def emit_while(ctx: EmitContext, instr: Instruction, nested: NestedPlan,
-               programs: list[Program]) -> None:  # fmt: skip
+def emit_while(
+    ctx: EmitContext, instr: Instruction, nested: NestedPlan, programs: list[Program]
+) -> None:
     """Init copies; then test, body and copies into the state until the pred is false."""
     condition, body = programs
     test_plan, body_plan = nested.plans
@@ -48,8 +49,9 @@ def emit_while(ctx: EmitContext, instr: Instruction, nested: NestedPlan,
         copy_slices(ctx, body_plan.output_copies)
 
 
-def emit_conditional(ctx: EmitContext, instr: Instruction, nested: NestedPlan,
-                     programs: list[Program]) -> None:  # fmt: skip
+def emit_conditional(
+    ctx: EmitContext, instr: Instruction, nested: NestedPlan, programs: list[Program]
+) -> None:
     """Run the selected branch and its copies into the result."""
     b = ctx.builder
     selector = instr.operands[0]
@@ -72,8 +74,12 @@ def copy_slices(ctx: EmitContext, copies: Sequence[tuple[Slice, Slice]]) -> None
     for source, destination in copies:
         if source == destination or source.size == 0:
             continue
-        args = [ctx.slice_pointer(destination), ctx.slice_pointer(source), i64(source.size),
-                ir.Constant(I1, 0)]  # fmt: skip
+        args = [
+            ctx.slice_pointer(destination),
+            ctx.slice_pointer(source),
+            i64(source.size),
+            ir.Constant(I1, 0),
+        ]
         b.call(ctx.declare("llvm.memcpy.p0.p0.i64", VOID, args), args)
 
 

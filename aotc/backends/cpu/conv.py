@@ -198,9 +198,18 @@ def plan_im2col(problem: ConvProblem) -> GemmPlan | None:
     weights = problem.weights_factory()
     columns = _columns_factory(g, problem.image_view)
     return GemmPlan(
-        problem.config, (g.batch, g.groups), g.cout_g, g.pixels, g.k, g.pixels, weights,
-        columns, *_placement(g), layouts=(problem.weights_layout, None), operands=(1, 0),
-    )  # fmt: skip
+        problem.config,
+        (g.batch, g.groups),
+        g.cout_g,
+        g.pixels,
+        g.k,
+        g.pixels,
+        weights,
+        columns,
+        *_placement(g),
+        layouts=(problem.weights_layout, None),
+        operands=(1, 0),
+    )
 
 
 def plan_paired_im2col(problem: ConvProblem) -> GemmPlan | None:
@@ -218,14 +227,25 @@ def plan_paired_im2col(problem: ConvProblem) -> GemmPlan | None:
         lhs_view = None  # im2col packs whole pairs of s16 rows only
     columns_source = lhs_view.dtype if lhs_view is not None else g.lhs.dtype
     paired = []
-    for factory, source in ((problem.weights_factory(), weights_source),
-                            (_columns_factory(g, lhs_view), columns_source)):  # fmt: skip
+    for factory, source in (
+        (problem.weights_factory(), weights_source),
+        (_columns_factory(g, lhs_view), columns_source),
+    ):
         paired.append(paired_factory(factory, source, g.k))
     return GemmPlan(
-        config, (g.batch, g.groups), g.cout_g, g.pixels, pairs_of(g.k), g.pixels, *paired,
-        *_placement(g), layouts=(weights_layout, None), operands=(1, 0), paired_k=g.k,
+        config,
+        (g.batch, g.groups),
+        g.cout_g,
+        g.pixels,
+        pairs_of(g.k),
+        g.pixels,
+        *paired,
+        *_placement(g),
+        layouts=(weights_layout, None),
+        operands=(1, 0),
+        paired_k=g.k,
         sources=(weights_source, columns_source),
-    )  # fmt: skip
+    )
 
 
 def _placement(g: ConvGeometry):

@@ -142,9 +142,15 @@ def plan_direct(problem: ConvProblem) -> DirectConvPlan | None:
     in_place = flat or _reads_in_place(conv, image, lhs_view, flat=False)
     mr, nr = _tile(config, image.cout)
     return DirectConvPlan(
-        config, conv, image, mr, nr, flat, lhs_view if in_place else None,
+        config,
+        conv,
+        image,
+        mr,
+        nr,
+        flat,
+        lhs_view if in_place else None,
         layouts=(None, _weights_layout(conv, rhs_view)),
-    )  # fmt: skip
+    )
 
 
 def _reads_in_place(conv, image: Image, view: View | None, flat: bool) -> bool:
@@ -271,8 +277,17 @@ class DirectConvPlan(Prepackable):
             operand = StridedPanels(source.view.pointer(ctx), layout.p_stride, layout.k_stride)
         else:
             operand = GeneratedPanels(self._kernel_element(ctx, source.gen))
-        blocks = Blocking(self.config, image.pixels, image.cout, image.k, self.mr, self.nr,
-                          image.k, self.mr, image.cout)  # fmt: skip
+        blocks = Blocking(
+            self.config,
+            image.pixels,
+            image.cout,
+            image.k,
+            self.mr,
+            self.nr,
+            image.k,
+            self.mr,
+            image.cout,
+        )
         operand.pack(ctx, blocks, dst, i64(0), i64(image.cout), i64(0), i64(image.k), self.nr)
 
     def _kernel_element(self, ctx, gen: Gen):
@@ -308,8 +323,10 @@ class DirectConvPlan(Prepackable):
             row = b.gep(dst, [b.mul(pixel, i64(image.channels))], source_etype=ty)
             ih = b.sub(hp, i64(image.pad_low[0]))
             iw = b.sub(wp, i64(image.pad_low[1]))
-            inside = b.and_(b.icmp_unsigned("<", ih, i64(image.height)),
-                            b.icmp_unsigned("<", iw, i64(image.width)))  # fmt: skip
+            inside = b.and_(
+                b.icmp_unsigned("<", ih, i64(image.height)),
+                b.icmp_unsigned("<", iw, i64(image.width)),
+            )
             with b.if_else(inside) as (copy, border):
                 with copy, for_range(b, image.channels, "pc") as channel:
                     index = [None] * rank
@@ -338,25 +355,30 @@ class DirectConvPlan(Prepackable):
         """Each tap's offset from a tile row's first input element, in elements."""
         image = self.image
         rows, cols = self.source_strides
-        return [kh * image.dilation[0] * rows + kw * image.dilation[1] * cols
-                for kh in range(image.kernel[0]) for kw in range(image.kernel[1])]  # fmt: skip
+        return [
+            kh * image.dilation[0] * rows + kw * image.dilation[1] * cols
+            for kh in range(image.kernel[0])
+            for kw in range(image.kernel[1])
+        ]
 
 
 class _Tiles:
     """The tiles of one unit of work (an output row, or a flat tile) of one image, for
     a range of B panels (first, count)."""
 
-    def __init__(self, plan: DirectConvPlan, ctx, c: Slice, workspace, epilogue,
-                 image_index, panels):  # fmt: skip
+    def __init__(
+        self, plan: DirectConvPlan, ctx, c: Slice, workspace, epilogue, image_index, panels
+    ):
         self.plan, self.ctx, self.epilogue = plan, ctx, epilogue
         self.image_index, self.panels = image_index, panels
         b = ctx.builder
         ty = plan.config.element
         image = plan.image
         self.weights = (
-            ctx.slice_pointer(plan.packed[1]) if plan.packed[1] is not None
+            ctx.slice_pointer(plan.packed[1])
+            if plan.packed[1] is not None
             else ctx.slice_pointer(workspace)
-        )  # fmt: skip
+        )
         if plan.view is not None:
             batch_stride = plan.view.strides[plan.conv.conv.input_batch]
             self.source = plan.view.pointer(ctx, b.mul(image_index, i64(batch_stride)))
@@ -425,9 +447,21 @@ class _Tiles:
                     kernel = direct_kernel(ctx, plan.config, rows, plan.nr, lda)
                     a = b.gep(a_block, [i64(offset * lda)], source_etype=ty)
                     c_tile = b.gep(c_panel, [i64(offset * image.cout)], source_etype=ty)
-                    b.call(kernel, [a, self.offsets, i64(image.taps), channels,
-                                    i64(image.channels * plan.nr), b_block, c_tile,
-                                    i64(image.cout), accumulate, cols])  # fmt: skip
+                    b.call(
+                        kernel,
+                        [
+                            a,
+                            self.offsets,
+                            i64(image.taps),
+                            channels,
+                            i64(image.channels * plan.nr),
+                            b_block,
+                            c_tile,
+                            i64(image.cout),
+                            accumulate,
+                            cols,
+                        ],
+                    )
         if self.epilogue is not None:  # on the run's channels of the block, all now summed
             n0 = b.mul(first, i64(plan.nr))
             cols = smaller(b, b.mul(count, i64(plan.nr)), b.sub(i64(image.cout), n0))

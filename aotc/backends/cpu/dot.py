@@ -135,8 +135,19 @@ class DotProblem:
     def gemm(self, factories, k: int, gemv: str | None = None, **paired) -> GemmPlan:
         """The GemmPlan of the batch, K `k` deep, reading A and B through `factories`."""
         placement = _placement(self.batch, self.m, self.n, self.lhs, self.rhs)
-        return GemmPlan(self.config, self.batch, self.m, self.n, k, self.n, *factories,
-                        *placement, gemv, self.layouts, **paired)  # fmt: skip
+        return GemmPlan(
+            self.config,
+            self.batch,
+            self.m,
+            self.n,
+            k,
+            self.n,
+            *factories,
+            *placement,
+            gemv,
+            self.layouts,
+            **paired,
+        )
 
 
 def plan_paired_dot(problem: DotProblem) -> GemmPlan | None:

@@ -116,8 +116,7 @@ class GemmPlan(Prepackable):
             return PackedShape(count, self.k, self.k, width, batch, extents)
         blocks = self.blocks
         width = blocks.mr if side == 0 else blocks.nr
-        return PackedShape(count, self.k, blocks.kc, width, batch, extents,
-                           paired_k=self.paired_k)  # fmt: skip
+        return PackedShape(count, self.k, blocks.kc, width, batch, extents, paired_k=self.paired_k)
 
     def operand(self, side: int, ctx: EmitContext, sources: list, index) -> Panels:
         """Operand `side` (0: A, 1: B) of batch element `index`."""
@@ -179,8 +178,9 @@ class GemmPlan(Prepackable):
                     n0, nb = block_span(b, ni, blocks.nb, blocks.n)
                     if not split.packed[1]:
                         values = [*index, dst, n0, nb, k0, kc]
-                        share_packing(ctx, blocks, self._side(1, sources), values, blocks.nr,
-                                      blocks.nb)  # fmt: skip
+                        share_packing(
+                            ctx, blocks, self._side(1, sources), values, blocks.nr, blocks.nb
+                        )
                     self._parts(ctx, sources, c, workspace, epilogue, split, [*index, n0, nb, ki])
             return
         with for_range(b, -(-blocks.m // blocks.mb), "mblock") as mi:
@@ -189,8 +189,7 @@ class GemmPlan(Prepackable):
                 k0, kc = block_span(b, ki, blocks.kc, blocks.k)
                 if not split.packed[0]:
                     values = [*index, dst, m0, mb, k0, kc]
-                    share_packing(ctx, blocks, self._side(0, sources), values, blocks.mr,
-                                  blocks.mb)  # fmt: skip
+                    share_packing(ctx, blocks, self._side(0, sources), values, blocks.mr, blocks.mb)
                 self._parts(ctx, sources, c, workspace, epilogue, split, [*index, m0, mb, ki])
 
     def _side(self, side: int, sources):
@@ -240,12 +239,14 @@ class GemmPlan(Prepackable):
                 own = operand.pack(ctx, blocks, own_region, p0, count, k0, kc, width)
             if by_rows:
                 block = (p0, count, s0, extent)
-                multiply_blocks(ctx, blocks, own, shared, c_batch, self.ldc, block, ki,
-                                region, split.packed[0])  # fmt: skip
+                multiply_blocks(
+                    ctx, blocks, own, shared, c_batch, self.ldc, block, ki, region, split.packed[0]
+                )
             else:
                 block = (s0, extent, p0, count)
-                multiply_blocks(ctx, blocks, shared, own, c_batch, self.ldc, block, ki,
-                                region, split.packed[0])  # fmt: skip
+                multiply_blocks(
+                    ctx, blocks, shared, own, c_batch, self.ldc, block, ki, region, split.packed[0]
+                )
 
         share_out(ctx, (split.parts,), split.parts, unit, values)
 

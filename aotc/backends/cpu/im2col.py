@@ -39,9 +39,21 @@ MAX_SEGMENTS = 4
 
 # the geometry arguments, in order (strides in elements; ph/pw may be negative)
 IMAGE_FIELDS = (
-    "c_stride", "h_stride", "w_stride", "height", "width", "kh", "kw",
-    "sh", "sw", "ph", "pw", "dh", "dw", "out_width",
-)  # fmt: skip
+    "c_stride",
+    "h_stride",
+    "w_stride",
+    "height",
+    "width",
+    "kh",
+    "kw",
+    "sh",
+    "sw",
+    "ph",
+    "pw",
+    "dh",
+    "dw",
+    "out_width",
+)
 
 
 @dataclass
@@ -92,10 +104,12 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
     coordinates = [{name: _slot(b, vec32) for name in ("oh", "ow")} for _ in parts]
     # densely stored image of the output's size at stride 1: pixel p's tap is p + shift
     dense = b.and_(
-        b.and_(b.icmp_unsigned("==", g["out_width"], g["width"]),
-               b.icmp_unsigned("==", g["h_stride"], g["width"])),
+        b.and_(
+            b.icmp_unsigned("==", g["out_width"], g["width"]),
+            b.icmp_unsigned("==", g["h_stride"], g["width"]),
+        ),
         b.icmp_unsigned("==", g["sh"], i64(1)),
-    )  # fmt: skip
+    )
     unit = b.and_(
         b.icmp_unsigned("==", g["sw"], i64(1)), b.icmp_unsigned("==", g["w_stride"], i64(1))
     )
@@ -124,8 +138,10 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
         with for_range(b, panels, "panel") as panel:
             first = b.mul(panel, i64(width))
             valid = smaller(b, b.sub(count, first), i64(width))
-            views = [_part_view(b, g, wide, slot, lane, valid, part * part_width, unit, dense)
-                     for part, slot in zip(parts, coordinates)]  # fmt: skip
+            views = [
+                _part_view(b, g, wide, slot, lane, valid, part * part_width, unit, dense)
+                for part, slot in zip(parts, coordinates)
+            ]
             out = b.gep(dst, [b.add(b.mul(first, kc), b.mul(row0, i64(width)))], source_etype=ty)
             for slot, value in zip(("ci", "kh", "kw"), start):
                 b.store(value, slots[slot])
@@ -133,10 +149,10 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
                 ci, kh, kw = (b.load(slots[n]) for n in ("ci", "kh", "kw"))
                 channel = b.gep(src, [b.mul(ci, g["c_stride"])], source_etype=ty)
                 for part, view in zip(parts, views):
-                    target = b.gep(out, [b.add(b.mul(r, i64(width)), i64(part * part_width))],
-                                   source_etype=ty)  # fmt: skip
-                    row = _part_row(ctx, b, cfg, view, channel, kh, kw, g, wide, geometry,
-                                    segments)  # fmt: skip
+                    target = b.gep(
+                        out, [b.add(b.mul(r, i64(width)), i64(part * part_width))], source_etype=ty
+                    )
+                    row = _part_row(ctx, b, cfg, view, channel, kh, kw, g, wide, geometry, segments)
                     b.store(row, target, align=cfg.itemsize)
                 # next row of the column matrix: kw, then kh, then the channel
                 kw = b.add(kw, i64(1))
@@ -154,8 +170,10 @@ def _packer(ctx: EmitContext, cfg: GemmConfig, width: int, geometry) -> ir.Funct
                     oh, ow = b.load(slot["oh"]), b.load(slot["ow"])
                     past = b.icmp_unsigned(">=", ow, wide("out_width"))
                     b.store(b.select(past, b.sub(ow, wide("out_width")), ow), slot["ow"])
-                    b.store(b.select(past, b.add(oh, splat(b, ir.Constant(I32, 1), vec32)), oh),
-                            slot["oh"])  # fmt: skip
+                    b.store(
+                        b.select(past, b.add(oh, splat(b, ir.Constant(I32, 1), vec32)), oh),
+                        slot["oh"],
+                    )
     b.ret_void()
     return function
 
@@ -246,8 +264,9 @@ def _row_segments(ctx, b, cfg: GemmConfig, channel, spot, mask, geometry, segmen
     result = ir.Constant(ir.VectorType(cfg.element, width), None)
     for r in range(segments):
         out_row = b.add(first_oh, i64(r))
-        in_row = b.add(b.sub(b.mul(out_row, i64(field["sh"])), i64(field["ph"])),
-                       b.mul(kh, i64(field["dh"])))  # fmt: skip
+        in_row = b.add(
+            b.sub(b.mul(out_row, i64(field["sh"])), i64(field["ph"])), b.mul(kh, i64(field["dh"]))
+        )
         same_row = b.icmp_unsigned("==", oh, splat(b, b.trunc(out_row, I32), oh.type))
         lanes_in = b.and_(mask, same_row)
         # the run's first lane and its column: the panel's own, or column 0 past a wrap

@@ -139,8 +139,9 @@ def pair_packer(ctx: EmitContext, source: DType, width: int):
             with vector:
                 _vector_pairs(b, source, source_panel, out, k_stride, kc, k_left, width)
             with other:
-                _scalar_pairs(b, source, source_panel, out, p_stride, k_stride, kc, k_left,
-                              valid, width)  # fmt: skip
+                _scalar_pairs(
+                    b, source, source_panel, out, p_stride, k_stride, kc, k_left, valid, width
+                )
     b.ret_void()
     return function
 
@@ -199,8 +200,9 @@ class PairedImagePanels:
         cfg = blocks.config
         halves = GemmConfig(DType.S16, cfg.lanes, cfg.blocks, cfg.fma)
         rows = b.mul(kc, i64(2))
-        self.image.pack(ctx, replace(blocks, config=halves), dst, p0, count, b.mul(k0, i64(2)),
-                        rows, width)  # fmt: skip
+        self.image.pack(
+            ctx, replace(blocks, config=halves), dst, p0, count, b.mul(k0, i64(2)), rows, width
+        )
         panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
         b.call(_interleaver(ctx, width), [dst, b.mul(panels, kc)])
         return dst

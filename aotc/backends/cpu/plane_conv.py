@@ -62,8 +62,11 @@ class Planes(Image):
     @property
     def phases(self) -> list[tuple[int, int]]:
         """The phase planes some tap reads, in order."""
-        used = {(ky % self.stride[0], kx % self.stride[1])
-                for ky in range(self.kernel[0]) for kx in range(self.kernel[1])}  # fmt: skip
+        used = {
+            (ky % self.stride[0], kx % self.stride[1])
+            for ky in range(self.kernel[0])
+            for kx in range(self.kernel[1])
+        }
         return sorted(used)
 
     @property
@@ -92,8 +95,11 @@ class Planes(Image):
         cols = self.plane_shape[1]
         phases = self.phases
         sh, sw = self.stride
-        return [phases.index((ky % sh, kx % sw)) * self.plane_size + (ky // sh) * cols + kx // sw
-                for ky in range(self.kernel[0]) for kx in range(self.kernel[1])]  # fmt: skip
+        return [
+            phases.index((ky % sh, kx % sw)) * self.plane_size + (ky // sh) * cols + kx // sw
+            for ky in range(self.kernel[0])
+            for kx in range(self.kernel[1])
+        ]
 
     @property
     def in_place(self) -> bool:
@@ -115,8 +121,9 @@ def plan_planes(problem: ConvProblem) -> PlaneConvPlan | None:
     if -(-planes.grid // blocks.nr) * blocks.nr > MAX_WASTE * planes.pixels:
         return None
     dims = g.dims
-    strides = tuple(view.strides[d] for d in (dims.input_batch, dims.input_feature,
-                                              *dims.input_spatial))  # fmt: skip
+    strides = tuple(
+        view.strides[d] for d in (dims.input_batch, dims.input_feature, *dims.input_spatial)
+    )
     weights = problem.weights_factory()  # the kernel's GEMM panels, when not pre-packed
     return PlaneConvPlan(
         config,
@@ -141,9 +148,20 @@ def planes_of(g: ConvGeometry) -> Planes | None:
     if min(*w.pad_low, *w.pad_high) < 0:
         return None
     (height, width), (out_height, out_width) = g.in_spatial, g.out_spatial
-    return Planes(g.batch, height, width, g.cin_g, out_height, out_width, g.cout,
-                  tuple(w.size), tuple(w.stride), (1, 1), tuple(w.pad_low),
-                  tuple(w.pad_high))  # fmt: skip
+    return Planes(
+        g.batch,
+        height,
+        width,
+        g.cin_g,
+        out_height,
+        out_width,
+        g.cout,
+        tuple(w.size),
+        tuple(w.stride),
+        (1, 1),
+        tuple(w.pad_low),
+        tuple(w.pad_high),
+    )
 
 
 @dataclass
@@ -239,8 +257,9 @@ class PlaneConvPlan(Prepackable):
             with parallel_loop_nest_passing(ctx, [units], values, "run", work) as (index, passed):
                 b = ctx.builder
                 n, source, weights = passed
-                self._run(ctx, c, index[0], n, b.inttoptr(source, PTR), b.inttoptr(weights, PTR),
-                          epilogue)  # fmt: skip
+                self._run(
+                    ctx, c, index[0], n, b.inttoptr(source, PTR), b.inttoptr(weights, PTR), epilogue
+                )
             b = ctx.builder
 
     def _pack_weights(self, ctx, sources, dst) -> None:
@@ -248,8 +267,9 @@ class PlaneConvPlan(Prepackable):
         p = self.planes
         operand = self.weights(ctx, sources)
         padded = self.packed_shape(0).padded
-        blocks = Blocking(self.config, p.cout, p.grid, p.k, self.mr, self.nr, self.kc, p.cout,
-                          self.nr)  # fmt: skip
+        blocks = Blocking(
+            self.config, p.cout, p.grid, p.k, self.mr, self.nr, self.kc, p.cout, self.nr
+        )
         for k0 in range(0, p.k, self.kc):
             kc = min(self.kc, p.k - k0)
             at = ctx.builder.gep(dst, [i64(k0 * padded)], source_etype=self.config.element)
@@ -277,8 +297,11 @@ class PlaneConvPlan(Prepackable):
             out = b.gep(planes, [b.add(plane, b.mul(i, i64(cols)))], source_etype=ty)
             y = b.sub(b.add(b.mul(i, i64(sh)), phase_y), i64(top))
             inside = b.icmp_unsigned("<", y, i64(p.height))
-            src_row = b.gep(image, [b.add(b.mul(channel, i64(channel_stride)),
-                                          b.mul(y, i64(row_stride)))], source_etype=ty)  # fmt: skip
+            src_row = b.gep(
+                image,
+                [b.add(b.mul(channel, i64(channel_stride)), b.mul(y, i64(row_stride)))],
+                source_etype=ty,
+            )
             # columns j whose x = sw*j + phase_x - left is in [0, width): [first, last)
             shifted = b.sub(i64(left), phase_x)
             first = _clamp(b, _ceil_div(b, shifted, sw), cols)
@@ -322,8 +345,16 @@ class PlaneConvPlan(Prepackable):
                     q = b.add(q0, b.mul(t, i64(self.nr)))
                     cols = smaller(b, i64(self.nr), b.sub(q1, q))
                     whole = b.icmp_unsigned("==", cols, i64(self.nr))
-                    args = [a_panel, b.gep(block_b, [q], source_etype=ty), channels, c_rows,
-                            q, accumulate, rows, cols]  # fmt: skip
+                    args = [
+                        a_panel,
+                        b.gep(block_b, [q], source_etype=ty),
+                        channels,
+                        c_rows,
+                        q,
+                        accumulate,
+                        rows,
+                        cols,
+                    ]
                     with b.if_else(whole) as (full, partial):
                         with full:
                             b.call(self._kernel(ctx, masked=False), args)
@@ -331,8 +362,14 @@ class PlaneConvPlan(Prepackable):
                             b.call(self._kernel(ctx, masked=True), args)
         if epilogue is not None:
             first, end = self._pixel(b, q0), self._pixel(b, q1)
-            emit_region(ctx, i64(0), i64(p.cout), first, b.sub(end, first),
-                        lambda m, pixel: epilogue(self.output_index(b, n, m, pixel)))  # fmt: skip
+            emit_region(
+                ctx,
+                i64(0),
+                i64(p.cout),
+                first,
+                b.sub(end, first),
+                lambda m, pixel: epilogue(self.output_index(b, n, m, pixel)),
+            )
 
     @property
     def _channel_stride(self) -> int:
@@ -350,9 +387,18 @@ class PlaneConvPlan(Prepackable):
         return b.add(b.mul(row, i64(p.out_width)), x)
 
     def _kernel(self, ctx, masked: bool) -> ir.Function:
-        return plane_kernel(ctx, self.config, self.mr, self.nr, self._channel_stride,
-                            tuple(self.planes.tap_offsets()), self.planes.plane_shape[1],
-                            self.planes.out_width, self.planes.pixels, masked)  # fmt: skip
+        return plane_kernel(
+            ctx,
+            self.config,
+            self.mr,
+            self.nr,
+            self._channel_stride,
+            tuple(self.planes.tap_offsets()),
+            self.planes.plane_shape[1],
+            self.planes.out_width,
+            self.planes.pixels,
+            masked,
+        )
 
 
 def _select(b, index, values: list[int]) -> ir.Value:
@@ -374,8 +420,18 @@ def _clamp(b, x, high: int) -> ir.Value:
     return smaller(b, x, i64(high))
 
 
-def plane_kernel(ctx, cfg: GemmConfig, mr: int, nr: int, channel_stride: int, offsets,
-                 grid_width: int, out_width: int, ldc: int, masked: bool) -> ir.Function:  # fmt: skip
+def plane_kernel(
+    ctx,
+    cfg: GemmConfig,
+    mr: int,
+    nr: int,
+    channel_stride: int,
+    offsets,
+    grid_width: int,
+    out_width: int,
+    ldc: int,
+    masked: bool,
+) -> ir.Function:
     """`kernel(a, b, channels, c, q, accumulate, rows, cols)`: the tile at grid position
     q (+)= A x B.
 
@@ -385,8 +441,10 @@ def plane_kernel(ctx, cfg: GemmConfig, mr: int, nr: int, channel_stride: int, of
     out_width + x] for rows i < `rows`, columns j < `cols` and x < out_width.
     `masked`: B's values past `cols` are not loaded (they may be past the image)."""
     table = "_".join(map(str, offsets))
-    name = (f"{ctx.prefix}.conv.planes.{cfg.dtype.text}.{mr}x{nr}.{channel_stride}."
-            f"{grid_width}.{out_width}.{ldc}.{'m' if masked else 'f'}.{table}")  # fmt: skip
+    name = (
+        f"{ctx.prefix}.conv.planes.{cfg.dtype.text}.{mr}x{nr}.{channel_stride}."
+        f"{grid_width}.{out_width}.{ldc}.{'m' if masked else 'f'}.{table}"
+    )
     if len(name) > 200:
         name = f"{name[:160]}.{hash(table) & 0xFFFFFFFF:x}"
     function, b = shared_function(ctx, name, [PTR, PTR, I64, PTR, I64, I1, I64, I64])
@@ -408,20 +466,34 @@ def plane_kernel(ctx, cfg: GemmConfig, mr: int, nr: int, channel_stride: int, of
             a_row = b.gep(a_channel, [i64(tap * mr)], source_etype=ty)
             a_values = [b.gep(a_row, [i64(i)], source_etype=ty) for i in range(mr)]
             tile.add_products(ctx, row, a_values, masks)
-    _store_grid_tile(ctx, b, cfg, tile, c_ptr, q, accumulate, rows, cols, grid_width, out_width,
-                     ldc)  # fmt: skip
+    _store_grid_tile(
+        ctx, b, cfg, tile, c_ptr, q, accumulate, rows, cols, grid_width, out_width, ldc
+    )
     b.ret_void()
     return function
 
 
-def _store_grid_tile(ctx, b, cfg, tile: Tile, c_ptr, q, accumulate, rows, cols, grid_width: int,
-                     out_width: int, ldc: int) -> None:  # fmt: skip
+def _store_grid_tile(
+    ctx,
+    b,
+    cfg,
+    tile: Tile,
+    c_ptr,
+    q,
+    accumulate,
+    rows,
+    cols,
+    grid_width: int,
+    out_width: int,
+    ldc: int,
+) -> None:
     """Store (or add) the tile's grid columns that are output pixels: per vector, one
     masked store per output row it touches."""
     ty = cfg.element
     if grid_width == out_width:  # no junk columns: the grid is the pixels
-        tile.store_clipped(ctx, b.gep(c_ptr, [q], source_etype=ty), i64(ldc), accumulate, rows,
-                           cols)  # fmt: skip
+        tile.store_clipped(
+            ctx, b.gep(c_ptr, [q], source_etype=ty), i64(ldc), accumulate, rows, cols
+        )
         return
     junk = grid_width - out_width
     segments = []  # per vector: [(mask, pointer offset)] for each output row it touches
@@ -432,8 +504,10 @@ def _store_grid_tile(ctx, b, cfg, tile: Tile, c_ptr, q, accumulate, rows, cols, 
         x0 = b.sub(start, b.mul(row, i64(grid_width)))
         touched = (t.count - 1 + grid_width - 1) // grid_width + 1
         in_tile = lanes_below(b, cols, t.count, lane)
-        lane_x = b.add(ir.Constant(ir.VectorType(I64, t.count), list(range(t.count))),
-                       splat(b, x0, ir.VectorType(I64, t.count)))  # fmt: skip
+        lane_x = b.add(
+            ir.Constant(ir.VectorType(I64, t.count), list(range(t.count))),
+            splat(b, x0, ir.VectorType(I64, t.count)),
+        )
         parts = []
         for s in range(touched):
             # lanes on output row row + s: x0 + l - s*grid_width in [0, out_width)

@@ -258,8 +258,9 @@ def _plan_window(pool, value, reducer, init, view: View) -> _Pooling | None:
     h_stride, w_stride = per_dim(view.strides, 0)
     if kw > MAX_WINDOW_WIDTH or kh * kw > MAX_TAPS:
         return None
-    window = _Window(height, width, out_height, out_width, kh, kw, sh, sw, ph, pw, dh, dw,
-                     h_stride, w_stride)  # fmt: skip
+    window = _Window(
+        height, width, out_height, out_width, kh, kw, sh, sw, ph, pw, dh, dw, h_stride, w_stride
+    )
     return _Pooling(pool, value, reducer, init, view, tuple(dims[:lead]), window)
 
 

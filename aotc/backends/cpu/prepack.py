@@ -106,9 +106,18 @@ def _requests(target, plan: BufferPlan) -> Iterator[_Request]:
                     continue
                 for side in (0, 1):
                     if planned.can_pack(side) and planned.packed[side] is None:
-                        yield _Request(path, instr, contraction, number, side,
-                                       planned.operands[side], planned.layouts[side], planned.packed_shape(side),
-                                       planned.source(side).numpy, planned)  # fmt: skip
+                        yield _Request(
+                            path,
+                            instr,
+                            contraction,
+                            number,
+                            side,
+                            planned.operands[side],
+                            planned.layouts[side],
+                            planned.packed_shape(side),
+                            planned.source(side).numpy,
+                            planned,
+                        )
 
 
 def _packed_reads(path: FramePath, requests: list[_Request]) -> set[tuple[int, int, int]]:

@@ -128,8 +128,9 @@ def _emit_control(ctx: EmitContext, weights, instr: Instruction, scope: str) -> 
         emit_computation(ctx, weights, plan, f"{scope}{instr.name}.{k}.")
         for k, plan in enumerate(nested.plans)
     ]
-    kernel = _function(ctx.module, f"{ctx.prefix}.{scope}{instr.name}", VOID, KERNEL_ARGS,
-                       internal=True)  # fmt: skip
+    kernel = _function(
+        ctx.module, f"{ctx.prefix}.{scope}{instr.name}", VOID, KERNEL_ARGS, internal=True
+    )
     b = ir.IRBuilder(kernel.append_basic_block("entry"))
     _bind_buffers(ctx, b, kernel, weights)
 
@@ -146,8 +147,9 @@ def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instructio
     kernels, or one whose body the first of EMITTERS that takes `instr` emits."""
     if instr.op in CONTROL_KERNELS:
         return _emit_control(ctx, weights, instr, scope)
-    kernel = _function(ctx.module, f"{ctx.prefix}.{scope}{instr.name}", VOID, KERNEL_ARGS,
-                       internal=True)  # fmt: skip
+    kernel = _function(
+        ctx.module, f"{ctx.prefix}.{scope}{instr.name}", VOID, KERNEL_ARGS, internal=True
+    )
     b = ir.IRBuilder(kernel.append_basic_block("entry"))
     _bind_buffers(ctx, b, kernel, weights)
     operands = [_operand_generator(ctx, o) for o in instr.operands]

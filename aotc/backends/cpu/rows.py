@@ -53,10 +53,11 @@ def emit_row_fusion(ctx: EmitContext, instr: Instruction, params: list[Gen]) -> 
 
     gens = bind_instructions(ctx, fused, params, {id(v): row_value(v) for v in hoisted})
     computes = {
-        id(v): params[v.index] if v.op is Op.PARAMETER
+        id(v): params[v.index]
+        if v.op is Op.PARAMETER
         else make_generator(ctx, v, [gens[id(o)] for o in v.operands])
         for v in hoisted
-    }  # fmt: skip
+    }
     with parallel_loop_nest(ctx, shape.dims[:rank], "row", work=shape.size) as outer:
         row_index[:] = outer
         for value in hoisted:  # in computation order: later values read earlier ones

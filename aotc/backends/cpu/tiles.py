@@ -244,8 +244,9 @@ class Tile:
             a_row = b.gep(a_ptr, [b.mul(k, i64(mr))], source_etype=ty)
             if ahead:
                 prefetch(ctx, b, b.gep(a_row, [i64(ahead // cfg.itemsize)], source_etype=ty))
-            self.add_products(ctx, b_row, [b.gep(a_row, [i64(i)], source_etype=ty)
-                                           for i in range(mr)])  # fmt: skip
+            self.add_products(
+                ctx, b_row, [b.gep(a_row, [i64(i)], source_etype=ty) for i in range(mr)]
+            )
             if self.columns:
                 extra_row = b.gep(b_extra, [b.mul(k, i64(b_stride))], source_etype=ty)
                 _add_column_products(ctx, b, cfg, self.columns, a_row, extra_row)
@@ -265,8 +266,9 @@ class Tile:
 
     def store(self, ctx, c_ptr, ldc, accumulate, rows=None, cols=None) -> None:
         """Store (or add) the tile to C; only `rows` x `cols` of it when given."""
-        _store_tile(ctx, self.b, self.cfg, self.slots, self.types, c_ptr, ldc, accumulate,
-                    rows, cols)  # fmt: skip
+        _store_tile(
+            ctx, self.b, self.cfg, self.slots, self.types, c_ptr, ldc, accumulate, rows, cols
+        )
 
 
 def _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate, rows=None, cols=None):
@@ -286,8 +288,9 @@ def _store_tile(ctx, b, cfg, slots, vec_types, c_ptr, ldc, accumulate, rows=None
                             value = b.load(slot, typ=t)
                             if cols is None:
                                 if adding:
-                                    value = plus(b, cfg, b.load(p, typ=t, align=cfg.itemsize),
-                                                value)  # fmt: skip
+                                    value = plus(
+                                        b, cfg, b.load(p, typ=t, align=cfg.itemsize), value
+                                    )
                                 b.store(value, p, align=cfg.itemsize)
                             else:
                                 masked_store(ctx, b, cfg, value, p, offset, cols, adding)

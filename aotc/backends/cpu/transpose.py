@@ -86,13 +86,16 @@ def _emit(ctx: EmitContext, instr: Instruction, across: int, width: int) -> None
         full = [_fills(b, start, dims[d], width) for start, d in zip(starts, (across, last))]
         with b.if_else(b.and_(*full)) as (whole, edge):
             with whole:
-                rows = [b.load(pointers(i64(0), i64(j))[1], typ=vector, align=1)
-                        for j in range(width)]  # fmt: skip
+                rows = [
+                    b.load(pointers(i64(0), i64(j))[1], typ=vector, align=1) for j in range(width)
+                ]
                 for i, row in enumerate(transpose_square(b, rows)):
                     b.store(row, pointers(i64(i), i64(0))[0], align=1)
             with edge:
-                counts = [smaller(b, i64(width), b.sub(i64(dims[d]), start))
-                          for start, d in zip(starts, (across, last))]  # fmt: skip
+                counts = [
+                    smaller(b, i64(width), b.sub(i64(dims[d]), start))
+                    for start, d in zip(starts, (across, last))
+                ]
                 with for_range(b, counts[0], "ea") as i, for_range(b, counts[1], "el") as j:
                     out, src = pointers(i, j)
                     b.store(b.load(src, typ=element), out)

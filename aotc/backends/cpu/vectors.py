@@ -115,8 +115,9 @@ def vector_gep(b: ir.IRBuilder, base: ir.Value, offsets: ir.Value, ty: ir.Type) 
 def masked_gather(ctx, b, cfg: GemmConfig, pointers, mask) -> ir.Value:
     """The lanes of `pointers` where `mask` holds, zeros elsewhere (never loaded)."""
     count = mask.type.count
-    return _masked(ctx, b, cfg, f"llvm.masked.gather.v{count}{_type_tag(cfg)}.v{count}p0",
-                   pointers, mask)  # fmt: skip
+    return _masked(
+        ctx, b, cfg, f"llvm.masked.gather.v{count}{_type_tag(cfg)}.v{count}p0", pointers, mask
+    )
 
 
 def masked_load(ctx, b, cfg: GemmConfig, pointer, mask) -> ir.Value:

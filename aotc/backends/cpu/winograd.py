@@ -99,12 +99,24 @@ F2 = Transform(
 # error: 2-3e-6 of the output's magnitude at 64-256 channels, in numpy's f32)
 F4 = Transform(
     4,
-    b_t=((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0),
-         (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1)),
-    g=((1 / 4, 0, 0), (-1 / 6, -1 / 6, -1 / 6), (-1 / 6, 1 / 6, -1 / 6),
-       (1 / 24, 1 / 12, 1 / 6), (1 / 24, -1 / 12, 1 / 6), (0, 0, 1)),
+    b_t=(
+        (4, 0, -5, 0, 1, 0),
+        (0, -4, -4, 1, 1, 0),
+        (0, 4, -4, -1, 1, 0),
+        (0, -2, -1, 2, 1, 0),
+        (0, 2, -1, -2, 1, 0),
+        (0, 4, 0, -5, 0, 1),
+    ),
+    g=(
+        (1 / 4, 0, 0),
+        (-1 / 6, -1 / 6, -1 / 6),
+        (-1 / 6, 1 / 6, -1 / 6),
+        (1 / 24, 1 / 12, 1 / 6),
+        (1 / 24, -1 / 12, 1 / 6),
+        (0, 0, 1),
+    ),
     a_t=((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1)),
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -145,11 +157,20 @@ def plan_winograd(problem: ConvProblem) -> WinogradPlan | None:
     if not eligible(g, image_view, weights_layout):
         return None
     dims = g.dims
-    strides = tuple(image_view.strides[d] for d in (dims.input_batch, dims.input_feature,
-                                                   dims.input_spatial[0]))  # fmt: skip
+    strides = tuple(
+        image_view.strides[d] for d in (dims.input_batch, dims.input_feature, dims.input_spatial[0])
+    )
     transform = choose_transform(g.out_spatial)
-    geometry = WinogradGeometry(g.batch, g.cin_g, g.cout, *g.in_spatial, *g.out_spatial,
-                                *g.window.pad_low, strides, transform)  # fmt: skip
+    geometry = WinogradGeometry(
+        g.batch,
+        g.cin_g,
+        g.cout,
+        *g.in_spatial,
+        *g.out_spatial,
+        *g.window.pad_low,
+        strides,
+        transform,
+    )
     return WinogradPlan(problem.config, geometry, g.output_index, layouts=(weights_layout, None))
 
 
@@ -161,8 +182,9 @@ def eligible(g: ConvGeometry, image_view, weights_layout) -> bool:
     w = g.window
     if g.out.dtype is not DType.F32 or len(g.out_spatial) != 2 or g.groups != 1:
         return False
-    if tuple(w.size) != (3, 3) or any(v != 1 for v in (*w.stride, *w.lhs_dilation,
-                                                      *w.rhs_dilation)):  # fmt: skip
+    if tuple(w.size) != (3, 3) or any(
+        v != 1 for v in (*w.stride, *w.lhs_dilation, *w.rhs_dilation)
+    ):
         return False
     if min(*w.pad_low, *w.pad_high) < 0:
         return False
@@ -257,9 +279,20 @@ class WinogradPlan(Prepackable):
             return ctx.builder.mul(index[0], i64(g.cout * g.tiles))
 
         phases = (g.transform.phases,)
-        return GemmPlan(self.config, phases, g.cout, g.tiles, g.cin, g.tiles, unpacked,
-                        columns, c_offset, out_index=None, layouts=(self._u_layout(), None),
-                        packed=(self.packed[0] or NOT_YET_PACKED, None))  # fmt: skip
+        return GemmPlan(
+            self.config,
+            phases,
+            g.cout,
+            g.tiles,
+            g.cin,
+            g.tiles,
+            unpacked,
+            columns,
+            c_offset,
+            out_index=None,
+            layouts=(self._u_layout(), None),
+            packed=(self.packed[0] or NOT_YET_PACKED, None),
+        )
 
     def emit(self, ctx: EmitContext, sources, c: Slice, workspace: Slice, epilogue) -> None:
         """Per image: V, the GEMMs into M, then the output and its epilogue."""
@@ -293,8 +326,9 @@ class WinogradPlan(Prepackable):
             lines = []
             for r in range(t.alpha):
                 at = b.add(b.sub(b.mul(row, i64(t.m)), i64(g.top)), i64(r))
-                inside = b.and_(b.icmp_signed(">=", at, i64(0)),
-                                b.icmp_signed("<", at, i64(g.height)))  # fmt: skip
+                inside = b.and_(
+                    b.icmp_signed(">=", at, i64(0)), b.icmp_signed("<", at, i64(g.height))
+                )
                 line = b.gep(plane, [b.mul(at, i64(row_stride))], source_etype=cfg.element)
                 lines.append((line, inside))
             tiles = b.add(b.mul(channel, i64(g.tiles)), b.mul(row, i64(g.tile_columns)))
@@ -326,8 +360,9 @@ class WinogradPlan(Prepackable):
             for h in range(m):  # wrong on AVX2: its upper lanes read past the mask)
                 at = b.add(start, i64(h * lanes))
                 positions = b.add(splat(b, b.trunc(at, I32), i32_vector), i32_lanes(range(lanes)))
-                valid = b.and_(b.icmp_signed(">=", positions, zero),
-                               b.icmp_signed("<", positions, width))  # fmt: skip
+                valid = b.and_(
+                    b.icmp_signed(">=", positions, zero), b.icmp_signed("<", positions, width)
+                )
                 valid = b.and_(valid, splat(b, inside, ir.VectorType(I1, lanes)))
                 pointer = b.gep(line, [at], source_etype=cfg.element)
                 vectors.append(masked_load(ctx, b, cfg, pointer, valid))
@@ -402,8 +437,10 @@ class WinogradPlan(Prepackable):
         b, cfg = ctx.builder, self.config
         out = []
         for coefficients in matrix:
-            terms = sorted(((c, v) for c, v in zip(coefficients, values) if c),
-                           key=lambda t: (t[0] != 1, -t[0]))  # fmt: skip
+            terms = sorted(
+                ((c, v) for c, v in zip(coefficients, values) if c),
+                key=lambda t: (t[0] != 1, -t[0]),
+            )
             (first, total), *rest = terms
             if first != 1:
                 total = _scale(b, total, first)
@@ -417,8 +454,10 @@ def _concatenate(b: ir.IRBuilder, vectors: list) -> ir.Value:
     """One vector of `vectors` (2^k of one type) end to end."""
     while len(vectors) > 1:
         width = 2 * vectors[0].type.count
-        vectors = [b.shuffle_vector(x, y, i32_lanes(range(width)))
-                   for x, y in zip(vectors[::2], vectors[1::2])]  # fmt: skip
+        vectors = [
+            b.shuffle_vector(x, y, i32_lanes(range(width)))
+            for x, y in zip(vectors[::2], vectors[1::2])
+        ]
     return vectors[0]
 
 

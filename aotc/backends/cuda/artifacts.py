@@ -80,11 +80,17 @@ def render_cuda_launcher(name, inputs, outputs, program, stats: MemoryStats) -> 
     values = _template_values(name, inputs, outputs, program, stats, "")
     copies = [_copy(program.inputs, src, dst) for src, dst in program.output_copies]
     return artifacts.render_template(
-        "cuda_model.c.j2", **values, images=program.images(), launches=program.launches,
-        copies=copies, ptx_arch=program.ptx_arch, ptx_size=len(program.ptx.encode()) + 1,
-        weights_size=max(program.weight_bytes, 1), weight_bytes=program.weight_bytes,
+        "cuda_model.c.j2",
+        **values,
+        images=program.images(),
+        launches=program.launches,
+        copies=copies,
+        ptx_arch=program.ptx_arch,
+        ptx_size=len(program.ptx.encode()) + 1,
+        weights_size=max(program.weight_bytes, 1),
+        weight_bytes=program.weight_bytes,
         arena_bytes=program.arena_bytes,
-    )  # fmt: skip
+    )
 
 
 def _copy(inputs: int, source: Slice, destination: Slice) -> _Copy:
@@ -96,8 +102,9 @@ def _copy(inputs: int, source: Slice, destination: Slice) -> _Copy:
         return 2 + where.index + (inputs if where.kind is BufferKind.OUTPUT else 0)
 
     text = f"{source.text()} -> {destination.text()}"
-    return _Copy(text, param(destination), destination.offset, param(source), source.offset,
-                 source.size)  # fmt: skip
+    return _Copy(
+        text, param(destination), destination.offset, param(source), source.offset, source.size
+    )
 
 
 def write_cuda_artifacts(
@@ -127,14 +134,28 @@ def write_cuda_artifacts(
         (stage / f"{name}_cuda.c").write_text(launcher, encoding="utf-8")
         (stage / f"{name}_blobs.o").write_bytes(program.host_object)
         steps = [
-            ([*compiler, *cflags, "-c", f"{name}_cuda.c", "-o", f"{name}_launcher.o"],
-             f"compiling the launcher of {name}"),
-            ([*compiler, "-nostdlib", "-r", "-o", files[2], f"{name}_launcher.o",
-              f"{name}_blobs.o"], f"linking {files[2]}"),
-            ([*compiler, *cflags, "-c", str(runtime / RUNTIME_SOURCE), "-o", "aotc_cuda.o"],
-             f"compiling runtime_c/{RUNTIME_SOURCE}"),
+            (
+                [*compiler, *cflags, "-c", f"{name}_cuda.c", "-o", f"{name}_launcher.o"],
+                f"compiling the launcher of {name}",
+            ),
+            (
+                [
+                    *compiler,
+                    "-nostdlib",
+                    "-r",
+                    "-o",
+                    files[2],
+                    f"{name}_launcher.o",
+                    f"{name}_blobs.o",
+                ],
+                f"linking {files[2]}",
+            ),
+            (
+                [*compiler, *cflags, "-c", str(runtime / RUNTIME_SOURCE), "-o", "aotc_cuda.o"],
+                f"compiling runtime_c/{RUNTIME_SOURCE}",
+            ),
             ([*archiver, "rcsD", library, files[2], "aotc_cuda.o"], f"archiving {library}"),
-        ]  # fmt: skip
+        ]
         for argv, what in steps:
             artifacts.run_tool(argv, what, stage)
         artifacts.install(stage, out_dir, files)

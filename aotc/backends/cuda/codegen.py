@@ -85,9 +85,18 @@ def compile_cuda(module: Module, plan: BufferPlan, name: str, target: CudaTarget
     blobs[f"{name}_ptx"] = ptx.encode() + b"\0"
     blobs[f"{name}_weights"] = plan.weights or b"\0"
     return CudaProgram(
-        name, target, program.launches, program.output_copies, program.inputs,
-        program.outputs, plan.scratch_bytes, len(plan.weights), cubins, ptx, host_object(blobs),
-    )  # fmt: skip
+        name,
+        target,
+        program.launches,
+        program.output_copies,
+        program.inputs,
+        program.outputs,
+        plan.scratch_bytes,
+        len(plan.weights),
+        cubins,
+        ptx,
+        host_object(blobs),
+    )
 
 
 def calls_libdevice(llmod: ir.Module) -> bool:

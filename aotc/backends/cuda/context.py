@@ -18,8 +18,9 @@ from .device import Device
 class GpuContext(EmitContext):
     """An `EmitContext` whose intrinsics and math calls go through `device`."""
 
-    def __init__(self, module: ir.Module, plan, prefix: str, rules: dict, device: Device,
-                 target) -> None:  # fmt: skip
+    def __init__(
+        self, module: ir.Module, plan, prefix: str, rules: dict, device: Device, target
+    ) -> None:
         super().__init__(module, plan, prefix, rules, math=device.math, target=target)
         self.device = device
         self.kernel = None  # the program.Kernel being emitted

@@ -92,8 +92,9 @@ def _choose(target, instr: Instruction) -> _Choice | None:
     if sizes.k < MIN_DEPTH or min(sizes.m, sizes.n) < MIN_SIDE:
         return None  # a thread per output reads coalesced and fills more SMs
     kind = mma_gemm.mma_kind(contraction, target)
-    tiling = _tiling(sizes, (mma_gemm.LARGE, mma_gemm.SMALL) if kind else
-                     (simt_gemm.LARGE, simt_gemm.SMALL))  # fmt: skip
+    tiling = _tiling(
+        sizes, (mma_gemm.LARGE, mma_gemm.SMALL) if kind else (simt_gemm.LARGE, simt_gemm.SMALL)
+    )
     slices = depth_slices(sizes, tiling, mma_gemm.step_depth(kind) if kind else tiling.bk)
     return _Choice(contraction, sizes, make_gemm, False, kind, tiling, slices)
 
@@ -141,8 +142,9 @@ def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
     params = operand_generators(ctx, instr)
     current: dict[str, ir.Value] = {}
     if instr.op is Op.FUSION:
-        gens = bind_instructions(ctx, instr.called[0], params,
-                                 {id(contraction): lambda index: current["value"]})  # fmt: skip
+        gens = bind_instructions(
+            ctx, instr.called[0], params, {id(contraction): lambda index: current["value"]}
+        )
         lhs, rhs = (gens[id(o)] for o in contraction.operands)
         root = gens[id(instr.called[0].root)]
     else:
@@ -162,12 +164,21 @@ def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
     if choice.vector:
         gemv.emit_gemv(ctx, kernel, gemm, store)
     elif choice.kind:
-        mma_gemm.emit_tiles(ctx, kernel, gemm, choice.tiling, choice.kind, tile_store,
-                            choice.slices)  # fmt: skip
+        mma_gemm.emit_tiles(
+            ctx, kernel, gemm, choice.tiling, choice.kind, tile_store, choice.slices
+        )
     else:
         convert = lambda value: scalar.convert(ctx, in_dtype, out_dtype, value)
-        simt_gemm.emit_tiles(ctx, kernel, gemm, choice.tiling, register_type(out_dtype), convert,
-                             tile_store, choice.slices)  # fmt: skip
+        simt_gemm.emit_tiles(
+            ctx,
+            kernel,
+            gemm,
+            choice.tiling,
+            register_type(out_dtype),
+            convert,
+            tile_store,
+            choice.slices,
+        )
     launches = [finish_kernel(ctx, instr, kernel)]
     if partials is not None:
         launches.append(partials.emit_sum(instr, f"{name}_sum", store))
@@ -196,8 +207,14 @@ class _Partials:
         dims = (sizes.batch, sizes.m, sizes.n)
         per_thread = elementwise.elements_per_thread(dims)
         threads = thread_count(math.prod(dims), per_thread)
-        kernel = begin_kernel(ctx, instr, name, elementwise.BLOCK,
-                              thread_count(threads, elementwise.BLOCK), "elementwise")  # fmt: skip
+        kernel = begin_kernel(
+            ctx,
+            instr,
+            name,
+            elementwise.BLOCK,
+            thread_count(threads, elementwise.BLOCK),
+            "elementwise",
+        )
         b = ctx.builder
         partial = memory_generator(ctx, ctx.workspace, self.shape)
         positions = elementwise.grid_elements(ctx, dims, per_thread)

@@ -101,8 +101,9 @@ def global_thread(ctx: GpuContext, block: int, itype: ir.IntType) -> ir.Value:
     b = ctx.builder
     block_index = _widen(b, ctx.device.block_index(ctx), itype)
     thread = _widen(b, ctx.device.thread_index(ctx), itype)
-    return b.add(b.mul(block_index, ir.Constant(itype, block), flags=["nuw"]), thread,
-                 flags=["nuw"])  # fmt: skip
+    return b.add(
+        b.mul(block_index, ir.Constant(itype, block), flags=["nuw"]), thread, flags=["nuw"]
+    )
 
 
 def grid_elements(ctx: GpuContext, dims: Sequence[int], per_thread: int = 1) -> list[Position]:

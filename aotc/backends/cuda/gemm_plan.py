@@ -47,12 +47,16 @@ class Gemm:
 def transposed(gemm: Gemm) -> Gemm:
     """The same contraction as C^T = B^T A^T: m and n swap roles."""
     return Gemm(
-        gemm.batch, gemm.n, gemm.m, gemm.k,
+        gemm.batch,
+        gemm.n,
+        gemm.m,
+        gemm.k,
         lambda ctx, g, n, k: gemm.b(ctx, g, k, n),
         lambda ctx, g, k, m: gemm.a(ctx, g, m, k),
-        not gemm.b_n_fast, not gemm.a_k_fast,
+        not gemm.b_n_fast,
+        not gemm.a_k_fast,
         lambda ctx, g, n, m: gemm.out_index(ctx, g, m, n),
-    )  # fmt: skip
+    )
 
 
 def contraction_of(instr: Instruction) -> Instruction | None:
@@ -99,20 +103,27 @@ def _dot_plan(dot: Instruction):
 
     def make(lhs: Gen, rhs: Gen) -> Gemm:
         def a(ctx, g, m, k):
-            groups = [(d.lhs_batch, split_position(ctx, g, batch_ext)),
-                      (lhs_free, split_position(ctx, m, m_ext)),
-                      (d.lhs_contracting, split_position(ctx, k, k_ext))]  # fmt: skip
+            groups = [
+                (d.lhs_batch, split_position(ctx, g, batch_ext)),
+                (lhs_free, split_position(ctx, m, m_ext)),
+                (d.lhs_contracting, split_position(ctx, k, k_ext)),
+            ]
             return lhs(place(len(lhs_dims), groups))
 
         def b(ctx, g, k, n):
-            groups = [(d.rhs_batch, split_position(ctx, g, batch_ext)),
-                      (rhs_free, split_position(ctx, n, n_ext)),
-                      (d.rhs_contracting, split_position(ctx, k, k_ext))]  # fmt: skip
+            groups = [
+                (d.rhs_batch, split_position(ctx, g, batch_ext)),
+                (rhs_free, split_position(ctx, n, n_ext)),
+                (d.rhs_contracting, split_position(ctx, k, k_ext)),
+            ]
             return rhs(place(len(rhs_dims), groups))
 
         def out_index(ctx, g, m, n):
-            return [*split_position(ctx, g, batch_ext), *split_position(ctx, m, m_ext),
-                    *split_position(ctx, n, n_ext)]  # fmt: skip
+            return [
+                *split_position(ctx, g, batch_ext),
+                *split_position(ctx, m, m_ext),
+                *split_position(ctx, n, n_ext),
+            ]
 
         return Gemm(*sizes, a, b, a_k_fast, b_n_fast, out_index)
 

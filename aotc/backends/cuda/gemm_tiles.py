@@ -103,9 +103,18 @@ class TileLoader:
     loaded value into the type kept in registers and shared memory.
     """
 
-    def __init__(self, ctx: GpuContext, tid: ir.Value, threads: int, tile: tuple[int, int],
-                 extents: tuple[int, int], element: Element, rows_fast: bool,
-                 convert: Callable[[ir.Value], ir.Value], ty: ir.Type) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: GpuContext,
+        tid: ir.Value,
+        threads: int,
+        tile: tuple[int, int],
+        extents: tuple[int, int],
+        element: Element,
+        rows_fast: bool,
+        convert: Callable[[ir.Value], ir.Value],
+        ty: ir.Type,
+    ) -> None:
         self.ctx, self.tid, self.threads = ctx, tid, threads
         (self.rows, self.depth), self.extents = tile, extents
         self.element, self.rows_fast, self.convert = element, rows_fast, convert
@@ -137,15 +146,24 @@ class TileLoader:
             put(row, k, self.ctx.builder.load(slot))
 
 
-def operand_loaders(ctx: GpuContext, gemm: Gemm, tid, threads: int, tiles: tuple[int, int, int],
-                    convert, ty: ir.Type) -> tuple[TileLoader, TileLoader]:  # fmt: skip
+def operand_loaders(
+    ctx: GpuContext,
+    gemm: Gemm,
+    tid,
+    threads: int,
+    tiles: tuple[int, int, int],
+    convert,
+    ty: ir.Type,
+) -> tuple[TileLoader, TileLoader]:
     """The loaders of A's BM x BK tiles and B's BN x BK tiles (`tiles` = (BM, BN, BK))."""
     bm, bn, bk = tiles
     b_element = lambda c, g, n, k: gemm.b(c, g, k, n)
-    a = TileLoader(ctx, tid, threads, (bm, bk), (gemm.m, gemm.k), gemm.a,
-                   not gemm.a_k_fast, convert, ty)  # fmt: skip
-    b = TileLoader(ctx, tid, threads, (bn, bk), (gemm.n, gemm.k), b_element,
-                   gemm.b_n_fast, convert, ty)  # fmt: skip
+    a = TileLoader(
+        ctx, tid, threads, (bm, bk), (gemm.m, gemm.k), gemm.a, not gemm.a_k_fast, convert, ty
+    )
+    b = TileLoader(
+        ctx, tid, threads, (bn, bk), (gemm.n, gemm.k), b_element, gemm.b_n_fast, convert, ty
+    )
     return a, b
 
 
@@ -153,10 +171,17 @@ def store_inside(ctx: GpuContext, gemm: Gemm, tiles: tuple[int, int], g, m, n, s
     """store(g, m, n) where (m, n) lies inside C (checked only where tiles can run past)."""
     b = ctx.builder
     bm, bn = tiles
-    inside = all_of(b, [c for c in (
-        b.icmp_unsigned("<", m, i32(gemm.m)) if gemm.m % bm else None,
-        b.icmp_unsigned("<", n, i32(gemm.n)) if gemm.n % bn else None,
-    ) if c is not None])  # fmt: skip
+    inside = all_of(
+        b,
+        [
+            c
+            for c in (
+                b.icmp_unsigned("<", m, i32(gemm.m)) if gemm.m % bm else None,
+                b.icmp_unsigned("<", n, i32(gemm.n)) if gemm.n % bn else None,
+            )
+            if c is not None
+        ],
+    )
     if inside is None:
         store(g, m, n)
     else:

@@ -84,9 +84,16 @@ def finish_kernel(ctx: GpuContext, instr: Instruction, kernel: Kernel) -> Kernel
     ctx.builder.ret_void()
     bytes_moved, flops = cost(ctx.plan, instr)
     return KernelLaunch(
-        kernel.name, instr.name, kernel.kind, kernel.grid, kernel.block,
-        kernel.shared_bytes, kernel.cooperative, bytes_moved, flops,
-    )  # fmt: skip
+        kernel.name,
+        instr.name,
+        kernel.kind,
+        kernel.grid,
+        kernel.block,
+        kernel.shared_bytes,
+        kernel.cooperative,
+        bytes_moved,
+        flops,
+    )
 
 
 def operand_generators(ctx: GpuContext, instr: Instruction) -> list[Gen]:

@@ -103,8 +103,9 @@ def step_depth(kind: MmaKind) -> int:
     return STEP_WORDS * kind.per_word
 
 
-def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: WarpTiling, kind: MmaKind,
-               store, slices: int = 1) -> None:  # fmt: skip
+def emit_tiles(
+    ctx: GpuContext, kernel, gemm: Gemm, t: WarpTiling, kind: MmaKind, store, slices: int = 1
+) -> None:
     """The kernel's body: store(g, m, n, value) for each element of C, or with `slices`
     > 1 (split-K) for each partial sum (g: gemm_tiles.stored_batch)."""
     b = ctx.builder
@@ -119,8 +120,9 @@ def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: WarpTiling, kind: MmaKind
     element = storage_type(kind.dtype) if kind.per_word == 2 else I32
     a_shared = kernel.shared(ctx, t.bm * row_words * 4)
     b_shared = kernel.shared(ctx, t.bn * row_words * 4)
-    a_tile, b_tile = operand_loaders(ctx, gemm, tid, t.threads, (t.bm, t.bn, bk),
-                                     _operand(ctx, kind), element)  # fmt: skip
+    a_tile, b_tile = operand_loaders(
+        ctx, gemm, tid, t.threads, (t.bm, t.bn, bk), _operand(ctx, kind), element
+    )
     acc = [[[ctx.alloca(F32) for _ in range(4)] for _ in range(t.fn)] for _ in range(t.fm)]
     for slot in (s for row in acc for tile in row for s in tile):
         b.store(ir.Constant(F32, 0.0), slot)
@@ -168,8 +170,9 @@ def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: WarpTiling, kind: MmaKind
                 for i in range(t.fm):
                     slots = acc[i][j]
                     c = [b.load(slot) for slot in slots]
-                    for slot, value in zip(slots, ctx.device.mma(ctx, kind.name, a_frags[i],
-                                                                  b_frag, c)):  # fmt: skip
+                    for slot, value in zip(
+                        slots, ctx.device.mma(ctx, kind.name, a_frags[i], b_frag, c)
+                    ):
                         b.store(value, slot)
         ctx.device.barrier(ctx)
     pair = b.mul(thread, i32(2))

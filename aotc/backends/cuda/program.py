@@ -67,9 +67,12 @@ def kernel_rules() -> dict:
 
 
 def build_program(
-    module: Module, plan: BufferPlan, name: str, target: CudaTarget,
+    module: Module,
+    plan: BufferPlan,
+    name: str,
+    target: CudaTarget,
     device: Device | None = None,
-) -> KernelProgram:  # fmt: skip
+) -> KernelProgram:
     """The kernels of `module`'s entry laid out by `plan`, for `device` (NVPTX default)."""
     check_c_identifier(name, "model name")
     device = device or NvptxDevice()

@@ -129,9 +129,13 @@ class Group:
             b.store(_to_memory(b, value), _slot(b, array, value.type, warp))
         ctx.device.barrier(ctx)
         # every thread folds the warps' partials in the same order: identical results
-        loaded = [[_from_memory(b, b.load(_slot(b, a, t, ir.Constant(I32, w)),
-                                          typ=_memory_type(t)), t)
-                   for a, t in zip(arrays, partial.types)] for w in range(warps)]  # fmt: skip
+        loaded = [
+            [
+                _from_memory(b, b.load(_slot(b, a, t, ir.Constant(I32, w)), typ=_memory_type(t)), t)
+                for a, t in zip(arrays, partial.types)
+            ]
+            for w in range(warps)
+        ]
         for slot, value in zip(partial.slots, loaded[0]):
             b.store(value, slot)
         for values in loaded[1:]:
@@ -171,14 +175,19 @@ def _from_memory(b: ir.IRBuilder, value: ir.Value, ty: ir.Type) -> ir.Value:
 
 def _slot(b: ir.IRBuilder, array: ir.Value, ty: ir.Type, warp: ir.Value) -> ir.Value:
     """Warp `warp`'s 8-byte slot of a partials array."""
-    return b.gep(array, [b.mul(b.zext(warp, I64), ir.Constant(I64, 8))],
-                 source_etype=I8)  # fmt: skip
+    return b.gep(array, [b.mul(b.zext(warp, I64), ir.Constant(I64, 8))], source_etype=I8)
 
 
 # -- which reductions ------------------------------------------------------------------
 
-_IDENTITIES = {Op.ADD: "zero", Op.OR: "zero", Op.MULTIPLY: "one", Op.AND: "ones",
-               Op.MAXIMUM: "lowest", Op.MINIMUM: "highest"}  # fmt: skip
+_IDENTITIES = {
+    Op.ADD: "zero",
+    Op.OR: "zero",
+    Op.MULTIPLY: "one",
+    Op.AND: "ones",
+    Op.MAXIMUM: "lowest",
+    Op.MINIMUM: "highest",
+}
 
 
 def has_identity_inits(reduce: Instruction, fusion: Instruction | None = None) -> bool:
@@ -284,8 +293,9 @@ def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> list[K
     ((shape, _),) = outputs
     rows = math.prod(shape.dims[:rank])
     columns = math.prod(shape.dims[rank:])
-    longest = max([columns] + [math.prod(v.operands[0].shape.dims[d] for d in v.dimensions)
-                               for v in reduces])  # fmt: skip
+    longest = max(
+        [columns] + [math.prod(v.operands[0].shape.dims[d] for d in v.dimensions) for v in reduces]
+    )
     if longest < MIN_PARALLEL // 4:
         return None
     size = WARP if longest <= WARP_ROW else BLOCK
@@ -352,10 +362,12 @@ def _held_indexes(ctx: GpuContext, group: Group, row_index: list, dims, rank: in
         return None
     b = ctx.builder
     return [
-        [*row_index, *split_position(ctx, b.add(group.lane, ir.Constant(I32, k * group.size)),
-                                     dims[rank:])]
+        [
+            *row_index,
+            *split_position(ctx, b.add(group.lane, ir.Constant(I32, k * group.size)), dims[rank:]),
+        ]
         for k in range(columns // group.size)
-    ]  # fmt: skip
+    ]
 
 
 def _reduces_columns(reduce: Instruction, dims, rank: int) -> bool:

@@ -46,8 +46,16 @@ LARGE = Tiling(128, 128, 8, 8, 8)
 SMALL = Tiling(64, 64, 16, 4, 4)
 
 
-def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: Tiling, acc_type: ir.Type, convert,
-               store, slices: int = 1) -> None:  # fmt: skip
+def emit_tiles(
+    ctx: GpuContext,
+    kernel,
+    gemm: Gemm,
+    t: Tiling,
+    acc_type: ir.Type,
+    convert,
+    store,
+    slices: int = 1,
+) -> None:
     """The kernel's body: store(g, m, n, value) for each element of C, or with `slices`
     > 1 (split-K) for each partial sum (g: gemm_tiles.stored_batch)."""
     b = ctx.builder
@@ -65,8 +73,9 @@ def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: Tiling, acc_type: ir.Type
     for row in acc:
         for slot in row:
             b.store(zero, slot)
-    a_tile, b_tile = operand_loaders(ctx, gemm, tid, t.threads, (t.bm, t.bn, t.bk), convert,
-                                     acc_type)  # fmt: skip
+    a_tile, b_tile = operand_loaders(
+        ctx, gemm, tid, t.threads, (t.bm, t.bn, t.bk), convert, acc_type
+    )
 
     def fetch(k0: ir.Value) -> None:
         a_tile.fetch(g, m0, k0)
@@ -81,8 +90,9 @@ def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: Tiling, acc_type: ir.Type
     k0, steps = depth_steps(ctx, gemm, t.bk, slices, depth_slice)
     out_g = stored_batch(ctx, gemm, g, depth_slice, slices)
     fetch(k0)
-    fma = ctx.declare(f"llvm.fma.{'f64' if acc_type == F64 else 'f32'}", acc_type,
-                      [zero, zero, zero], pure=True)  # fmt: skip
+    fma = ctx.declare(
+        f"llvm.fma.{'f64' if acc_type == F64 else 'f32'}", acc_type, [zero, zero, zero], pure=True
+    )
     with for_range(b, steps, "kstep") as step:
         stage()
         ctx.device.barrier(ctx)
@@ -99,8 +109,9 @@ def emit_tiles(ctx: GpuContext, kernel, gemm: Gemm, t: Tiling, acc_type: ir.Type
     for i in range(t.tm):
         for j in range(t.tn):
             value = lambda g_, m, n, slot=acc[i][j]: store(g_, m, n, b.load(slot))
-            store_inside(ctx, gemm, (t.bm, t.bn), out_g, b.add(m0, rows[i]), b.add(n0, cols[j]),
-                         value)  # fmt: skip
+            store_inside(
+                ctx, gemm, (t.bm, t.bn), out_g, b.add(m0, rows[i]), b.add(n0, cols[j]), value
+            )
 
 
 def _owned(b: ir.IRBuilder, thread: ir.Value, i: int, count: int, threads: int) -> ir.Value:

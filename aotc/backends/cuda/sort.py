@@ -82,15 +82,16 @@ def emit_sort(ctx: GpuContext, instr: Instruction, name: str, outputs) -> Kernel
         low_from, high_from = load(order, I32, low), load(order, I32, high)
         earlier = b.icmp_unsigned("<", low_from, high_from)
         padded = b.or_(*(b.icmp_unsigned(">=", v, i32(length)) for v in (low_from, high_from)))
-        values = [[from_storage(b, dtype, load(array, ty, s)) for s in (low, high)]
-                  for dtype, array, ty in zip(dtypes, arrays, types)]  # fmt: skip
+        values = [
+            [from_storage(b, dtype, load(array, ty, s)) for s in (low, high)]
+            for dtype, array, ty in zip(dtypes, arrays, types)
+        ]
         comparator = instr.called[0]
         before = call_computation(ctx, comparator, [v for pair in values for v in pair])[0]
         after = call_computation(ctx, comparator, [v for pair in values for v in pair[::-1]])[0]
         low_first = b.or_(before, b.and_(b.not_(after), earlier))
         high_first = b.or_(after, b.and_(b.not_(before), b.not_(earlier)))
-        return (b.select(padded, earlier, low_first),
-                b.select(padded, b.not_(earlier), high_first))  # fmt: skip
+        return (b.select(padded, earlier, low_first), b.select(padded, b.not_(earlier), high_first))
 
     stages = (width - 1).bit_length()  # log2(width)
     with for_range(b, stages, "merge") as merge:
@@ -98,8 +99,9 @@ def emit_sort(ctx: GpuContext, instr: Instruction, name: str, outputs) -> Kernel
         with for_range(b, b.add(merge, ir.Constant(I64, 1)), "step") as step:
             stride = b.lshr(size, b.add(b.trunc(step, I32), i32(1)))
             for pair in (b.add(tid, i32(r * threads)) for r in range(width // 2 // threads)):
-                low = b.add(b.mul(b.udiv(pair, stride), b.shl(stride, i32(1))),
-                            b.urem(pair, stride))  # fmt: skip
+                low = b.add(
+                    b.mul(b.udiv(pair, stride), b.shl(stride, i32(1))), b.urem(pair, stride)
+                )
                 high = b.add(low, stride)
                 ascending = b.icmp_unsigned("==", b.and_(low, size), i32(0))
                 low_first, high_first = goes_first(low, high)

@@ -103,8 +103,7 @@ def assemble(ptx: str, arch: str, what: str) -> bytes:
         source.write_text(ptx)
         argv = [str(ptxas), f"-arch={arch}", "-O3", str(source), "-o", str(cubin)]
         try:
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=1800,
-                                    check=False)  # fmt: skip
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise ToolError(f"{what}: could not run {ptxas}: {e}") from None
         if result.returncode != 0:

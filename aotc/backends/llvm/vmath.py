@@ -43,29 +43,72 @@ MANTISSA_BITS = 23
 EXPONENT_BIAS = 127
 
 # expm1(r) = r + r^2 q(r) on |r| <= ln2/2: 0.004 ulp
-EXPM1_Q = _f32("0x1.p-1", "0x1.555554p-3", "0x1.5554f8p-5", "0x1.1112d4p-7", "0x1.6d3a5ep-10",
-               "0x1.9e7c8p-13")  # fmt: skip
+EXPM1_Q = _f32(
+    "0x1.p-1", "0x1.555554p-3", "0x1.5554f8p-5", "0x1.1112d4p-7", "0x1.6d3a5ep-10", "0x1.9e7c8p-13"
+)
 # log1p(r) = r + r^2 q(r) on |r| <= 1/3: 0.04 ulp
-LOG1P_Q = _f32("-0x1.p-1", "0x1.555506p-2", "-0x1.fffef4p-3", "0x1.99d062p-3", "-0x1.559d5p-3",
-               "0x1.1ed398p-3", "-0x1.f31bd8p-4", "0x1.1e77acp-3", "-0x1.07f2dap-3")  # fmt: skip
+LOG1P_Q = _f32(
+    "-0x1.p-1",
+    "0x1.555506p-2",
+    "-0x1.fffef4p-3",
+    "0x1.99d062p-3",
+    "-0x1.559d5p-3",
+    "0x1.1ed398p-3",
+    "-0x1.f31bd8p-4",
+    "0x1.1e77acp-3",
+    "-0x1.07f2dap-3",
+)
 # tanh(x) = x + x z q(z), z = x^2 on |x| <= TANH_SMALL: 0.002 ulp
-TANH_Q = _f32("-0x1.555554p-2", "0x1.11107ap-3", "-0x1.b9f188p-5", "0x1.63a55p-6",
-              "-0x1.0c5ecep-7", "0x1.1a27fep-9")  # fmt: skip
+TANH_Q = _f32(
+    "-0x1.555554p-2",
+    "0x1.11107ap-3",
+    "-0x1.b9f188p-5",
+    "0x1.63a55p-6",
+    "-0x1.0c5ecep-7",
+    "0x1.1a27fep-9",
+)
 TANH_SMALL = 0.625
 TANH_ONE = 9.5  # tanh(x) rounds to 1 from 9.01 on
 # erf(x) = x + x p(z), z = x^2 on |x| <= 1: 0.012 ulp
-ERF_SMALL_P = _f32("0x1.06eba8p-3", "-0x1.81273ep-2", "0x1.ce2ce6p-4", "-0x1.b7f71ap-6",
-                   "0x1.53f224p-8", "-0x1.a3515ep-11", "0x1.4771fcp-14")  # fmt: skip
+ERF_SMALL_P = _f32(
+    "0x1.06eba8p-3",
+    "-0x1.81273ep-2",
+    "0x1.ce2ce6p-4",
+    "-0x1.b7f71ap-6",
+    "0x1.53f224p-8",
+    "-0x1.a3515ep-11",
+    "0x1.4771fcp-14",
+)
 # erfc(c + t) on |t| <= 0.625 (c = 1.625, x in [1, 2.25]) and |t| <= 0.84375 (c = 3.09375,
 # x in [2.25, 3.9375]); absolute error 1.9e-9 and 2.4e-9 (0.03 and 0.04 ulp of erf's 1 - erfc)
 ERFC_NEAR_CENTER = 1.625
-ERFC_NEAR = _f32("0x1.612d8ap-6", "-0x1.499d46p-4", "0x1.0bcfc2p-3", "-0x1.d66396p-4",
-                 "0x1.974eaep-5", "0x1.18d2dp-9", "-0x1.d8b6fap-7", "0x1.921a3cp-8",
-                 "0x1.47f3b4p-11", "-0x1.4f4ce6p-10", "0x1.09800cp-12")  # fmt: skip
+ERFC_NEAR = _f32(
+    "0x1.612d8ap-6",
+    "-0x1.499d46p-4",
+    "0x1.0bcfc2p-3",
+    "-0x1.d66396p-4",
+    "0x1.974eaep-5",
+    "0x1.18d2dp-9",
+    "-0x1.d8b6fap-7",
+    "0x1.921a3cp-8",
+    "0x1.47f3b4p-11",
+    "-0x1.4f4ce6p-10",
+    "0x1.09800cp-12",
+)
 ERFC_FAR_CENTER = 3.09375
-ERFC_FAR = _f32("0x1.970d76p-17", "-0x1.49d156p-14", "0x1.fe3bap-13", "-0x1.f32f44p-12",
-                "0x1.5767f6p-11", "-0x1.5c2cd8p-11", "0x1.0c54dep-11", "-0x1.40bf12p-12",
-                "0x1.020298p-13", "-0x1.2af9f2p-17", "-0x1.93b1f2p-17")  # fmt: skip
+ERFC_FAR = _f32(
+    "0x1.970d76p-17",
+    "-0x1.49d156p-14",
+    "0x1.fe3bap-13",
+    "-0x1.f32f44p-12",
+    "0x1.5767f6p-11",
+    "-0x1.5c2cd8p-11",
+    "0x1.0c54dep-11",
+    "-0x1.40bf12p-12",
+    "0x1.020298p-13",
+    "-0x1.2af9f2p-17",
+    "-0x1.93b1f2p-17",
+)
 ERF_SPLIT = 2.25
 ERF_ONE = 3.9375  # erf(x) rounds to 1 from 3.92 on (erfc < 2^-25)
 
@@ -78,18 +121,25 @@ EXPM1_LO = -18.0  # expm1(x) rounds to -1 below -17.33
 # pow's f64 polynomials (least-squares fits, coefficients in f64).
 # log2(m) = s P(s^2), s = (m - 1) / (m + 1), m in [2/3, 4/3) so s^2 <= 0.04: 2^-42 relative
 POW_LOG2_P = (
-    float.fromhex("0x1.71547652b7e86p+1"), float.fromhex("0x1.ec709dcb56667p-1"),
-    float.fromhex("0x1.2776bc538d0b1p-1"), float.fromhex("0x1.a61e9aebeca7dp-2"),
-    float.fromhex("0x1.46f31d6466c95p-2"), float.fromhex("0x1.29ca3167d324cp-2"),
-)  # fmt: skip
+    float.fromhex("0x1.71547652b7e86p+1"),
+    float.fromhex("0x1.ec709dcb56667p-1"),
+    float.fromhex("0x1.2776bc538d0b1p-1"),
+    float.fromhex("0x1.a61e9aebeca7dp-2"),
+    float.fromhex("0x1.46f31d6466c95p-2"),
+    float.fromhex("0x1.29ca3167d324cp-2"),
+)
 # 2^f on |f| <= 1/2: 2^-40 relative
 POW_EXP2_Q = (
-    float.fromhex("0x1.ffffffffff815p-1"), float.fromhex("0x1.62e42fef85fe2p-1"),
-    float.fromhex("0x1.ebfbdff928600p-3"), float.fromhex("0x1.c6b08dd49ec24p-5"),
-    float.fromhex("0x1.3b2ab5d0ee01cp-7"), float.fromhex("0x1.5d874805b497fp-10"),
-    float.fromhex("0x1.430ab9820d72ap-13"), float.fromhex("0x1.00daefd48feefp-16"),
+    float.fromhex("0x1.ffffffffff815p-1"),
+    float.fromhex("0x1.62e42fef85fe2p-1"),
+    float.fromhex("0x1.ebfbdff928600p-3"),
+    float.fromhex("0x1.c6b08dd49ec24p-5"),
+    float.fromhex("0x1.3b2ab5d0ee01cp-7"),
+    float.fromhex("0x1.5d874805b497fp-10"),
+    float.fromhex("0x1.430ab9820d72ap-13"),
+    float.fromhex("0x1.00daefd48feefp-16"),
     float.fromhex("0x1.61c32dabd42b5p-20"),
-)  # fmt: skip
+)
 # t + SHIFTER_F64 rounds an f64 t to an integer held in the low mantissa bits
 SHIFTER_F64 = float.fromhex("0x1.8p+52")
 SHIFTER_F64_BITS = 0x4338000000000000

@@ -213,12 +213,19 @@ class DumpParser(Parser):
         for param in self.module.entry.parameters:
             line = self.line_of[id(param)]
             if line in self.other_layouts:
-                raise self.error("an entry parameter with a layout other than row-major: aotc's "
-                                 "C API takes row-major arrays", line, UnsupportedError)  # fmt: skip
+                raise self.error(
+                    "an entry parameter with a layout other than row-major: aotc's "
+                    "C API takes row-major arrays",
+                    line,
+                    UnsupportedError,
+                )
         for comp in self.module.computations:
             for instr in comp.instructions:
                 if instr.op is Op.BITCAST:
-                    raise self.error("bitcast in a module with non-row-major layouts (line "
-                                     f"{min(self.other_layouts)}): compile the module as it was "
-                                     "before XLA's optimizations", self.line_of[id(instr)],
-                                     UnsupportedError)  # fmt: skip
+                    raise self.error(
+                        "bitcast in a module with non-row-major layouts (line "
+                        f"{min(self.other_layouts)}): compile the module as it was "
+                        "before XLA's optimizations",
+                        self.line_of[id(instr)],
+                        UnsupportedError,
+                    )

@@ -69,8 +69,13 @@ class ParseSite:
     """The parser's Site: what expansions build is unnamed, and listed in `made` with
     the name to make for it, for the parser to name and check."""
 
-    def __init__(self, module: Module, computation: Computation, name: str | None,
-                 fail: Callable[[str, type], Exception]):  # fmt: skip
+    def __init__(
+        self,
+        module: Module,
+        computation: Computation,
+        name: str | None,
+        fail: Callable[[str, type], Exception],
+    ):
         self.module = module
         self.current = computation
         self.name = name
@@ -131,8 +136,10 @@ def _custom_call(site: Site, shape: AnyShape, operands: list[Instruction], attri
     if target in _ANNOTATIONS and len(operands) == 1:
         return operands[0]
     where = f"%{site.name}" if site.name else "an operand"
-    raise site.fail(f"custom-call target '{target}' ({where}) is a library call aotc "
-                    "cannot compile; express it with HLO ops")  # fmt: skip
+    raise site.fail(
+        f"custom-call target '{target}' ({where}) is a library call aotc "
+        "cannot compile; express it with HLO ops"
+    )
 
 
 def total_order_key(b: ComputationBuilder, x: Instruction) -> Instruction:
@@ -170,8 +177,10 @@ def _topk(site: Site, shape: AnyShape, operands: list[Instruction], attributes: 
     direction = Direction.GT if attributes.get("largest", True) else Direction.LT
     order = site.new_computation("topk_comparator")
     c = site.builder(order)
-    params = [c.parameter(i, Shape(dt, ()), f"p{i}")
-              for i, dt in enumerate([x.shape.dtype] * 2 + [indices.dtype] * 2)]  # fmt: skip
+    params = [
+        c.parameter(i, Shape(dt, ()), f"p{i}")
+        for i, dt in enumerate([x.shape.dtype] * 2 + [indices.dtype] * 2)
+    ]
     lhs, rhs = params[:2]
     if x.shape.dtype.is_float:
         lhs, rhs = total_order_key(c, lhs), total_order_key(c, rhs)
@@ -202,18 +211,23 @@ def _select_and_scatter(site: Site, shape: AnyShape, operands: list[Instruction]
         for i, (dt, name) in enumerate(
             [(dtype, "kept"), (DType.S32, "kept_at"), (dtype, "later"), (DType.S32, "later_at")]
         )
-    )  # fmt: skip
+    )
     zero = c.scalar(0, DType.S32)
     # padding taps carry index -1: never chosen; the first valid tap always is
-    keep = c.binary(Op.AND, c.compare(kept_at, zero, Direction.GE),
-                    c.binary(Op.OR, c.compare(later_at, zero, Direction.LT),
-                             inline(c, select, [kept, later])))  # fmt: skip
+    keep = c.binary(
+        Op.AND,
+        c.compare(kept_at, zero, Direction.GE),
+        c.binary(Op.OR, c.compare(later_at, zero, Direction.LT), inline(c, select, [kept, later])),
+    )
     combine.root = c.tuple([c.select(keep, kept, later), c.select(keep, kept_at, later_at)])
     b = site.builder()
     flat_index = b.reshape(b.iota(Shape(DType.S32, (count,)), 0), dims)
-    chosen = b.add(Op.REDUCE_WINDOW, [operand, flat_index, b.scalar(0, dtype),
-                                      b.scalar(-1, DType.S32)],
-                   window=attributes["window"], called=(combine,))  # fmt: skip
+    chosen = b.add(
+        Op.REDUCE_WINDOW,
+        [operand, flat_index, b.scalar(0, dtype), b.scalar(-1, DType.S32)],
+        window=attributes["window"],
+        called=(combine,),
+    )
     where = b.get_tuple_element(chosen, 1)
     rank = where.shape.rank
     dims_numbers = ScatterDims((), (0,), (0,), rank)
@@ -246,8 +260,9 @@ def _reduce_precision(site: Site, shape: AnyShape, operands: list[Instruction], 
     rounded = bits
     if mantissa_bits < src_mantissa:
         dropped = src_mantissa - mantissa_bits
-        last_kept = b.binary(Op.SHIFT_RIGHT_LOGICAL, b.binary(Op.AND, bits, const(1 << dropped)),
-                             const(dropped))  # fmt: skip
+        last_kept = b.binary(
+            Op.SHIFT_RIGHT_LOGICAL, b.binary(Op.AND, bits, const(1 << dropped)), const(dropped)
+        )
         bias = b.binary(Op.ADD, last_kept, const((1 << (dropped - 1)) - 1))
         rounded = b.binary(Op.AND, b.binary(Op.ADD, bits, bias), const(-(1 << dropped)))
     if exponent_bits < src_exponent:
@@ -307,8 +322,9 @@ def _bitcast_convert(site: Site, shape: AnyShape, operands: list[Instruction], a
     bits, dims = _unsigned(b, x), x.shape.dims
     lanes = []
     for k in range(source.bits // target.bits):
-        lane = b.binary(Op.SHIFT_RIGHT_LOGICAL, bits, full(b, k * target.bits, bits.shape.dtype,
-                                                          dims))  # fmt: skip
+        lane = b.binary(
+            Op.SHIFT_RIGHT_LOGICAL, bits, full(b, k * target.bits, bits.shape.dtype, dims)
+        )
         lane = b.convert(lane, narrow)
         if narrow is not target:
             lane = b.bitcast_convert(lane, target)

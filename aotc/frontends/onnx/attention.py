@@ -86,8 +86,9 @@ def sqrt_scale(b: ComputationBuilder, x: Instruction, scale: float) -> Instructi
 # -- Attention -------------------------------------------------------------------
 
 
-def _allowed_bias(b: ComputationBuilder, allowed: Instruction, dtype: DType,
-                  per_batch: bool = False) -> Instruction:  # fmt: skip
+def _allowed_bias(
+    b: ComputationBuilder, allowed: Instruction, dtype: DType, per_batch: bool = False
+) -> Instruction:
     """0 where allowed, -inf elsewhere.  A per-batch (B, q, kv) mask becomes
     (B, 1, q, kv), so that a rank-3 attn_mask keeps meaning (heads, q, kv)."""
     dims = allowed.shape.dims
@@ -97,8 +98,9 @@ def _allowed_bias(b: ComputationBuilder, allowed: Instruction, dtype: DType,
     return bias
 
 
-def _mask_bias(b: ComputationBuilder, mask: Instruction, dtype: DType, q_len: int,
-               kv_len: int) -> Instruction:  # fmt: skip
+def _mask_bias(
+    b: ComputationBuilder, mask: Instruction, dtype: DType, q_len: int, kv_len: int
+) -> Instruction:
     """attn_mask as an additive bias of at least (q, kv): a short key axis is padded
     with False / -inf, a boolean mask becomes 0 / -inf."""
     missing = kv_len - mask.shape.dims[-1]
@@ -122,8 +124,15 @@ def _position_masks(ctx: NodeContext, offset: int | Instruction, q_len: int, kv_
     return position_masks(ctx.b, offset, q_len, kv_len, causal, left, right)
 
 
-def position_masks(b: ComputationBuilder, offset: int | Instruction, q_len: int, kv_len: int,
-                   causal: bool, left: int = -1, right: int = -1) -> list[Instruction]:  # fmt: skip
+def position_masks(
+    b: ComputationBuilder,
+    offset: int | Instruction,
+    q_len: int,
+    kv_len: int,
+    causal: bool,
+    left: int = -1,
+    right: int = -1,
+) -> list[Instruction]:
     """The causal and sliding-window `allowed` masks, (q, kv) or (B, q, kv): query i sits at
     absolute position i + offset (a per-batch (B,) s64 offset for an external cache) and
     key j at j; a window of `left` (`right`) < 0 is unbounded."""
@@ -148,8 +157,9 @@ def position_masks(b: ComputationBuilder, offset: int | Instruction, q_len: int,
     return allowed
 
 
-def _attention_bias(ctx: NodeContext, mask, nonpad, past_len: int, dtype: DType,
-                    q_len: int, kv_len: int) -> Instruction | None:  # fmt: skip
+def _attention_bias(
+    ctx: NodeContext, mask, nonpad, past_len: int, dtype: DType, q_len: int, kv_len: int
+) -> Instruction | None:
     """The additive bias of the scores (None if nothing masks), composed like the
     reference: attn_mask + causal + sliding window + key padding."""
     b = ctx.b
@@ -172,8 +182,7 @@ def _attention_bias(ctx: NodeContext, mask, nonpad, past_len: int, dtype: DType,
 
 
 @onnx_op("Attention", since=23)
-def attention(ctx: NodeContext, q, k, v, mask=None, past_key=None, past_value=None,
-              nonpad=None):  # fmt: skip
+def attention(ctx: NodeContext, q, k, v, mask=None, past_key=None, past_value=None, nonpad=None):
     b = ctx.b
     if (past_key is None) != (past_value is None):
         raise ModelError("past_key and past_value must be given together")
@@ -320,8 +329,14 @@ def rotary_embedding(ctx: NodeContext, x, cos, sin, positions=None) -> Instructi
     return b.transpose(rotated, [0, 2, 1, 3])
 
 
-def rotate(b: ComputationBuilder, x: Instruction, cos: Instruction, sin: Instruction,
-           rotary: int, interleaved: bool) -> Instruction:  # fmt: skip
+def rotate(
+    b: ComputationBuilder,
+    x: Instruction,
+    cos: Instruction,
+    sin: Instruction,
+    rotary: int,
+    interleaved: bool,
+) -> Instruction:
     """RoPE on x (B, S, H, D): its first `rotary` features rotated by the angles whose
     cos/sin are (B or 1, S, rotary/2), as (real, imag) pairs that are interleaved or the
     two halves; the features past `rotary` pass through."""
@@ -331,8 +346,10 @@ def rotate(b: ComputationBuilder, x: Instruction, cos: Instruction, sin: Instruc
     half = rotary // 2
     # (B, S, D/2) -> (B, S, H, D/2); a cache of batch 1 serves every batch (numpy rules)
     dims = (batch, seq, heads, half)
-    cos, sin = (unidirectional(b, b.reshape(c, [*c.shape.dims[:2], 1, c.shape.dims[2]]), dims)
-                for c in (cos, sin))  # fmt: skip
+    cos, sin = (
+        unidirectional(b, b.reshape(c, [*c.shape.dims[:2], 1, c.shape.dims[2]]), dims)
+        for c in (cos, sin)
+    )
     start, stop = [0, 0, 0, 0], [batch, seq, heads]
     if interleaved:
         x1 = b.slice(x, start, [*stop, rotary], [1, 1, 1, 2])
@@ -466,9 +483,11 @@ def linear_attention(ctx: NodeContext, q, k, v, past=None, decay=None, beta=None
             read = b.dot(state, k_t, DotDims((0, 1), (0, 1), (2,), (2,)))
             beta_t = b.broadcast_to(_step(b, beta, t), v_t.shape.dims)
             v_t = b.binary(Op.MULTIPLY, beta_t, b.binary(Op.SUBTRACT, v_t, read))
-        outer = b.dot(b.reshape(k_t, [batch, kv_heads, d_k, 1]),
-                      b.reshape(v_t, [batch, kv_heads, 1, d_v]),
-                      DotDims((0, 1), (0, 1), (3,), (2,)))  # fmt: skip
+        outer = b.dot(
+            b.reshape(k_t, [batch, kv_heads, d_k, 1]),
+            b.reshape(v_t, [batch, kv_heads, 1, d_v]),
+            DotDims((0, 1), (0, 1), (3,), (2,)),
+        )
         state = b.binary(Op.ADD, state, outer)
         q_t = b.reshape(_step(b, q4, t), [batch, q_heads, 1, d_k])
         outputs.append(grouped_dot(b, q_t, state, 2))  # (B, Hq, 1, d_v)

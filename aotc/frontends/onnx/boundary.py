@@ -54,9 +54,13 @@ def element_name(name: str, index: int) -> str:
 class ModelBoundary:
     """Binds the top graph's inputs and collects its outputs (see the module docstring)."""
 
-    def __init__(self, top: GraphLowering, input_shapes: Mapping[str, Sequence[int]] | None,
-                 input_values: Mapping[str, np.ndarray] | None,
-                 input_structure: Mapping[str, int | None] | None):  # fmt: skip
+    def __init__(
+        self,
+        top: GraphLowering,
+        input_shapes: Mapping[str, Sequence[int]] | None,
+        input_values: Mapping[str, np.ndarray] | None,
+        input_structure: Mapping[str, int | None] | None,
+    ):
         self.top = top
         self.input_shapes = dict(input_shapes or {})
         self.input_values = dict(input_values or {})

@@ -41,9 +41,16 @@ def widen(b: ComputationBuilder, x: Instruction) -> Instruction:
     return b.convert(x, WIDE.get(x.shape.dtype, x.shape.dtype))
 
 
-def attend(b: ComputationBuilder, q: Instruction, k: Instruction, v: Instruction,
-           scale: float, bias: Instruction | None = None, softcap: float = 0.0,
-           masked_rows: bool = False) -> Instruction:  # fmt: skip
+def attend(
+    b: ComputationBuilder,
+    q: Instruction,
+    k: Instruction,
+    v: Instruction,
+    scale: float,
+    bias: Instruction | None = None,
+    softcap: float = 0.0,
+    masked_rows: bool = False,
+) -> Instruction:
     """softmax(scale q k^T (softcapped) + bias) v in the compute dtype: q (B, N, S, H),
     k and v (B, Nkv, T, H) with each kv head serving N / Nkv consecutive q heads, bias
     broadcasting to (B, N, S, T).  `masked_rows`: an all -inf row gives zeros."""
@@ -54,8 +61,11 @@ def attend(b: ComputationBuilder, q: Instruction, k: Instruction, v: Instruction
     if softcap > 0:
         scores = f.mul(f.f(Op.TANH, f.div(scores, softcap)), softcap)
     if bias is not None:
-        scores = b.binary(Op.ADD, scores, unidirectional(b, b.convert(bias, scores.shape.dtype),
-                                                         scores.shape.dims))  # fmt: skip
+        scores = b.binary(
+            Op.ADD,
+            scores,
+            unidirectional(b, b.convert(bias, scores.shape.dtype), scores.shape.dims),
+        )
     return grouped_dot(b, softmax_last(b, scores, masked_rows), v, 2)
 
 
@@ -77,8 +87,9 @@ def _keys_in(b: ComputationBuilder, dims: tuple[int, int], lo, hi) -> Instructio
     return allowed
 
 
-def key_mask_allowed(b: ComputationBuilder, mask: Instruction, batch: int, q_len: int,
-                     total: int, starts: bool) -> Instruction:  # fmt: skip
+def key_mask_allowed(
+    b: ComputationBuilder, mask: Instruction, batch: int, q_len: int, total: int, starts: bool
+) -> Instruction:
     """The CPU kernels' mask_index forms as a (B, 1 or S, T) `allowed` pred: (B) key
     lengths, (2B) end then start positions (with `starts`), (B, T) or (B, S, T) 0/1."""
     dims = mask.shape.dims
@@ -102,8 +113,15 @@ def key_mask_allowed(b: ComputationBuilder, mask: Instruction, batch: int, q_len
     )
 
 
-def ort_mask_bias(ctx: NodeContext, mask: Instruction | None, batch: int, q_len: int,
-                  past_len: int, total: int, starts: bool) -> Instruction | None:  # fmt: skip
+def ort_mask_bias(
+    ctx: NodeContext,
+    mask: Instruction | None,
+    batch: int,
+    q_len: int,
+    past_len: int,
+    total: int,
+    starts: bool,
+) -> Instruction | None:
     """The CPU kernels' additive float32 mask, (B, 1, S, T), or None: mask_filter_value
     where mask_index masks, float's lowest where `unidirectional` hides a key after the
     query's position past_len + i (only with more than one query)."""
@@ -138,8 +156,9 @@ def _sum_bias(b: ComputationBuilder, *terms: Instruction | None) -> Instruction 
     return total
 
 
-def _check_attention_bias(bias: Instruction | None, batch: int, heads: int, q_len: int,
-                          total: int) -> None:  # fmt: skip
+def _check_attention_bias(
+    bias: Instruction | None, batch: int, heads: int, q_len: int, total: int
+) -> None:
     if bias is None:
         return
     dims = bias.shape.dims
@@ -200,8 +219,9 @@ def ms_rotary_embedding(ctx: NodeContext, x, positions, cos, sin) -> Instruction
         steps = b.iota(Shape(positions.shape.dtype, (1, seq)), 1)
         positions = binary(b, Op.ADD, b.reshape(positions, [1, 1]), steps)
     cos, sin = cache_rows(b, cos, positions), cache_rows(b, sin, positions)
-    rotated = rotate(b, widen(b, x), widen(b, cos), widen(b, sin), rotary,
-                     bool(ctx.attr("interleaved", 0)))  # fmt: skip
+    rotated = rotate(
+        b, widen(b, x), widen(b, cos), widen(b, sin), rotary, bool(ctx.attr("interleaved", 0))
+    )
     rotated = b.convert(rotated, x.shape.dtype)
     if rank == 3:
         return b.reshape(rotated, [batch, seq, heads * size])
@@ -211,8 +231,9 @@ def ms_rotary_embedding(ctx: NodeContext, x, positions, cos, sin) -> Instruction
 # -- MultiHeadAttention --------------------------------------------------------------
 
 
-def _add_bias_part(b: ComputationBuilder, x: Instruction, bias: Instruction | None,
-                   start: int) -> Instruction:  # fmt: skip
+def _add_bias_part(
+    b: ComputationBuilder, x: Instruction, bias: Instruction | None, start: int
+) -> Instruction:
     """x (B, S, D) + bias[start:start + D]."""
     if bias is None:
         return x
@@ -221,9 +242,18 @@ def _add_bias_part(b: ComputationBuilder, x: Instruction, bias: Instruction | No
 
 
 @onnx_op("MultiHeadAttention", domain=MICROSOFT, since=1, arity=((1, 10), (1, 4)))
-def multi_head_attention(ctx: NodeContext, query, key=None, value=None, bias=None,
-                         key_padding_mask=None, attention_bias=None, past_key=None,
-                         past_value=None, *_rest):  # fmt: skip
+def multi_head_attention(
+    ctx: NodeContext,
+    query,
+    key=None,
+    value=None,
+    bias=None,
+    key_padding_mask=None,
+    attention_bias=None,
+    past_key=None,
+    past_value=None,
+    *_rest,
+):
     """Separate Q (B, S, D) and K/V (B, L, D) projections with optional bias and past, or
     K/V already split into heads (B, N, L, H) (no bias, no past)."""
     b = ctx.b
@@ -247,8 +277,9 @@ def multi_head_attention(ctx: NodeContext, query, key=None, value=None, bias=Non
         if bias is not None or past_key is not None:
             raise UnsupportedError("key/value split into heads take no bias and no past")
         if key.shape.dims[:2] != (batch, heads) or key.shape.dims[3] != hidden // heads:
-            raise ShapeError(f"key {list(key.shape.dims)} is not ({batch}, {heads}, L, "
-                             f"{hidden // heads})")  # fmt: skip
+            raise ShapeError(
+                f"key {list(key.shape.dims)} is not ({batch}, {heads}, L, {hidden // heads})"
+            )
         k, v = key, value
     elif key.shape.rank == 3 and value.shape.rank == 3:
         k = split_heads(b, _add_bias_part(b, key, bias, hidden), heads)
@@ -286,8 +317,16 @@ def _qkv_sizes(ctx: NodeContext, width: int, heads: int) -> list[int]:
 
 
 @onnx_op("Attention", domain=MICROSOFT, since=1, arity=((2, 7), (1, 2)))
-def ms_attention(ctx: NodeContext, x, weights, bias=None, mask_index=None, past=None,
-                 attention_bias=None, past_sequence_length=None):  # fmt: skip
+def ms_attention(
+    ctx: NodeContext,
+    x,
+    weights,
+    bias=None,
+    mask_index=None,
+    past=None,
+    attention_bias=None,
+    past_sequence_length=None,
+):
     """QKV = x W + bias, split into heads, then the CPU kernel's masked attention; past and
     present stack K and V: (2, B, N, T, H)."""
     b = ctx.b
@@ -306,8 +345,9 @@ def ms_attention(ctx: NodeContext, x, weights, bias=None, mask_index=None, past=
     if bias is not None:
         qkv = binary(b, Op.ADD, qkv, widen(b, bias))
     starts = itertools.pairwise(np.cumsum([0, *sizes]))
-    q, k, v = (split_heads(b, b.slice(qkv, [0, 0, lo], [batch, q_len, hi]), heads)
-               for lo, hi in starts)  # fmt: skip
+    q, k, v = (
+        split_heads(b, b.slice(qkv, [0, 0, lo], [batch, q_len, hi]), heads) for lo, hi in starts
+    )
     past_len = 0
     if past is not None:
         if sizes[1] != sizes[2]:
@@ -316,8 +356,9 @@ def ms_attention(ctx: NodeContext, x, weights, bias=None, mask_index=None, past=
         if past.shape.rank != 5 or past.shape.dims != dims:
             raise ShapeError(f"past {list(past.shape.dims)} is not (2, B, N, P, H)")
         past_len = past.shape.dims[3]
-        past_k, past_v = (b.reshape(b.slice(past, [i, 0, 0, 0, 0], [i + 1, *dims[1:]]), dims[1:])
-                          for i in (0, 1))  # fmt: skip
+        past_k, past_v = (
+            b.reshape(b.slice(past, [i, 0, 0, 0, 0], [i + 1, *dims[1:]]), dims[1:]) for i in (0, 1)
+        )
         k = b.concatenate([widen(b, past_k), k], 2)
         v = b.concatenate([widen(b, past_v), v], 2)
     total = k.shape.dims[2]

@@ -112,6 +112,8 @@ def fused_conv(ctx: NodeContext, x: Instruction, w: Instruction, bias=None, z=No
     values = list(ctx.attr("activation_params", []))
     names = activation.params if activation else ()
     if values and len(values) != len(names):
-        raise ModelError(f"activation_params has {len(values)} values, "
-                         f"activation '{ctx.attr('activation')}' takes {len(names)}")  # fmt: skip
+        raise ModelError(
+            f"activation_params has {len(values)} values, "
+            f"activation '{ctx.attr('activation')}' takes {len(names)}"
+        )
     return _activated(ctx, y, dict(zip(names, values)))

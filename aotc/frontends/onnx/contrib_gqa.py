@@ -97,17 +97,30 @@ def _place(b: ComputationBuilder, past, new: Instruction, start, length: int) ->
     one_hot = b.convert(b.compare(rows, target, Direction.EQ), new.shape.dtype)
     placed = b.dot(one_hot, new, DotDims((0,), (0,), (2,), (2,)))  # (B, length, Nkv, H)
     placed = b.transpose(placed, [0, 2, 1, 3])
-    old = b.pad(past, b.scalar(0, past.shape.dtype), [0] * 4,
-                [0, 0, length - past.shape.dims[2], 0])  # fmt: skip
+    old = b.pad(
+        past, b.scalar(0, past.shape.dtype), [0] * 4, [0, 0, length - past.shape.dims[2], 0]
+    )
     dims = placed.shape.dims
-    before = b.compare(b.iota(Shape(DType.S64, dims), 2), b.broadcast(start, [0], dims),
-                       Direction.LT)  # fmt: skip
+    before = b.compare(
+        b.iota(Shape(DType.S64, dims), 2), b.broadcast(start, [0], dims), Direction.LT
+    )
     return b.select(before, b.convert(old, new.shape.dtype), placed)
 
 
 @onnx_op("GroupQueryAttention", domain=MICROSOFT, since=1, arity=((7, 17), (1, 4)))
-def group_query_attention(ctx: NodeContext, query, key, value, past_key, past_value,
-                          seqlens_k, total_length, cos=None, sin=None, *_rest):  # fmt: skip
+def group_query_attention(
+    ctx: NodeContext,
+    query,
+    key,
+    value,
+    past_key,
+    past_value,
+    seqlens_k,
+    total_length,
+    cos=None,
+    sin=None,
+    *_rest,
+):
     b = ctx.b
     refuse_inputs(ctx, UNSUPPORTED_INPUTS)
     _check_attributes(ctx)
@@ -127,8 +140,11 @@ def group_query_attention(ctx: NodeContext, query, key, value, past_key, past_va
     if (past_key is None) != (past_value is None):
         raise ModelError("past_key and past_value must be given together")
     past_len = 0 if past_key is None else past_key.shape.dims[2]
-    if past_key is not None and past_key.shape.dims != (*k.shape.dims[:2], past_len,
-                                                        k.shape.dims[3]):  # fmt: skip
+    if past_key is not None and past_key.shape.dims != (
+        *k.shape.dims[:2],
+        past_len,
+        k.shape.dims[3],
+    ):
         raise ShapeError(f"past_key {past_key.shape} is not (B, kv_num_heads, P, head_size)")
     if seqlens_k.shape.dims != (batch,):
         raise ShapeError(f"seqlens_k {list(seqlens_k.shape.dims)} is not ({batch})")
@@ -143,8 +159,11 @@ def group_query_attention(ctx: NodeContext, query, key, value, past_key, past_va
         start = b.binary(Op.ADD, b.convert(seqlens_k, DType.S64), ones)
     if ctx.attr("do_rotary", 0):
         steps = b.iota(Shape(DType.S64, (batch, seq)), 1)
-        positions = steps if isinstance(start, int) else b.binary(
-            Op.ADD, steps, b.broadcast(start, [0], (batch, seq)))  # fmt: skip
+        positions = (
+            steps
+            if isinstance(start, int)
+            else b.binary(Op.ADD, steps, b.broadcast(start, [0], (batch, seq)))
+        )
         q, k = _rope(ctx, q, cos, sin, positions), _rope(ctx, k, cos, sin, positions)
     present_k = _place(b, past_key, k, start, length)
     present_v = _place(b, past_value, v, start, length)

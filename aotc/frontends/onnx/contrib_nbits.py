@@ -43,8 +43,9 @@ def _weight_input(ctx: NodeContext, x: Instruction, name: str) -> np.ndarray:
 def _per_block(value: np.ndarray, n: int, width: int, name: str) -> np.ndarray:
     """A scale or zero point input as (N, width): it may be 1-D (older exports) or 2-D."""
     if value.shape not in ((n * width,), (n, width)):
-        raise ShapeError(f"{name} has shape {list(value.shape)}, expected [{n}, {width}] "
-                         f"or [{n * width}]")  # fmt: skip
+        raise ShapeError(
+            f"{name} has shape {list(value.shape)}, expected [{n}, {width}] or [{n * width}]"
+        )
     return value.reshape(n, width)
 
 
@@ -54,8 +55,9 @@ def _groups(ctx: NodeContext, g_idx, k: int, block: int, k_blocks: int) -> np.nd
         return np.arange(k) // block
     groups = _weight_input(ctx, g_idx, "g_idx").astype(np.int64)
     if groups.shape not in ((k,), (k_blocks * block,)):
-        raise ShapeError(f"g_idx has shape {list(groups.shape)}, expected [{k}] or "
-                         f"[{k_blocks * block}]")  # fmt: skip
+        raise ShapeError(
+            f"g_idx has shape {list(groups.shape)}, expected [{k}] or [{k_blocks * block}]"
+        )
     if groups.min(initial=0) < 0 or groups.max(initial=0) >= k_blocks:
         raise ModelError(f"g_idx values must lie in [0, {k_blocks})")
     return groups[:k]
@@ -81,19 +83,25 @@ def dequantized_nbits_weight(ctx: NodeContext, packed, scales, zero_points, g_id
     if block < 16 or block & (block - 1):
         raise ModelError(f"attribute block_size={block} is not a power of 2 of at least 16")
     if ctx.attr("weight_prepacked", 0):
-        raise UnsupportedError("weight_prepacked=1 (an execution provider's own layout) is "
-                               "not supported; export the portable layout")  # fmt: skip
+        raise UnsupportedError(
+            "weight_prepacked=1 (an execution provider's own layout) is "
+            "not supported; export the portable layout"
+        )
     k_blocks = -(-k // block)
     blob = _weight_input(ctx, packed, "B")
     if blob.shape != (n, k_blocks, block * bits // 8):
-        raise ShapeError(f"B has shape {list(blob.shape)}, expected "
-                         f"[{n}, {k_blocks}, {block * bits // 8}] for N={n}, K={k}, "
-                         f"block_size={block}, bits={bits}")  # fmt: skip
+        raise ShapeError(
+            f"B has shape {list(blob.shape)}, expected "
+            f"[{n}, {k_blocks}, {block * bits // 8}] for N={n}, K={k}, "
+            f"block_size={block}, bits={bits}"
+        )
     if g_idx is not None and zero_points is not None and zero_points.shape.dtype is DType.U8:
         # onnxruntime's CPU kernel ignores packed zero points when g_idx is given (it uses
         # 2^(bits-1)): refuse rather than disagree with it or with the definition
-        raise UnsupportedError("g_idx with uint8 zero points is not supported (onnxruntime "
-                               "ignores those zero points); use float zero points")  # fmt: skip
+        raise UnsupportedError(
+            "g_idx with uint8 zero points is not supported (onnxruntime "
+            "ignores those zero points); use float zero points"
+        )
     q = unpack_bits(blob, bits, block).reshape(n, k_blocks * block)[:, :k]
     scale = _per_block(_weight_input(ctx, scales, "scales"), n, k_blocks, "scales")
     zero = _zero_points(ctx, zero_points, n, k_blocks, bits)
@@ -102,8 +110,15 @@ def dequantized_nbits_weight(ctx: NodeContext, packed, scales, zero_points, g_id
 
 
 @onnx_op("MatMulNBits", domain=MICROSOFT, since=1, arity=((3, 6), (1, 1)))
-def matmul_nbits(ctx: NodeContext, a: Instruction, packed: Instruction, scales: Instruction,
-                 zero_points=None, g_idx=None, bias=None) -> Instruction:  # fmt: skip
+def matmul_nbits(
+    ctx: NodeContext,
+    a: Instruction,
+    packed: Instruction,
+    scales: Instruction,
+    zero_points=None,
+    g_idx=None,
+    bias=None,
+) -> Instruction:
     """A (..., K) times the dequantized weight transposed, plus bias: (..., N)."""
     b = ctx.b
     dtype = a.shape.dtype

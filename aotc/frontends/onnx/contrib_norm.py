@@ -29,11 +29,14 @@ def _skip_sum(ctx: NodeContext, x, skip, bias) -> Instruction:
     """input + skip (+ bias) in the statistics' precision; skip may lack the batch dim."""
     b = ctx.b
     if x.shape.rank not in (2, 3):
-        raise ShapeError(f"input must be (batch, sequence, hidden) or (tokens, hidden), "
-                         f"got {list(x.shape.dims)}")  # fmt: skip
+        raise ShapeError(
+            f"input must be (batch, sequence, hidden) or (tokens, hidden), got {list(x.shape.dims)}"
+        )
     if skip.shape.dims[-2:] != x.shape.dims[-2:] or skip.shape.rank > x.shape.rank:
-        raise ShapeError(f"skip has shape {list(skip.shape.dims)}; its last two dims must be "
-                         f"input's {list(x.shape.dims[-2:])}")  # fmt: skip
+        raise ShapeError(
+            f"skip has shape {list(skip.shape.dims)}; its last two dims must be "
+            f"input's {list(x.shape.dims[-2:])}"
+        )
     terms = [stashed(b, v, STATS) for v in (x, skip, bias) if v is not None]
     total = binary(b, Op.ADD, terms[0], terms[1])
     return binary(b, Op.ADD, total, terms[2]) if bias is not None else total
@@ -102,13 +105,17 @@ def _positions(ctx: NodeContext, table: Instruction, position_ids, dims) -> Inst
     hidden = table.shape.dims[-1]
     if position_ids is not None:
         if position_ids.shape.dims not in ((1, sequence), (batch, sequence)):
-            raise ShapeError(f"position_ids has shape {list(position_ids.shape.dims)}, "
-                             f"expected [1, {sequence}] or [{batch}, {sequence}]")  # fmt: skip
+            raise ShapeError(
+                f"position_ids has shape {list(position_ids.shape.dims)}, "
+                f"expected [1, {sequence}] or [{batch}, {sequence}]"
+            )
         rows = _embedding(ctx, table, position_ids)
         return b.broadcast_to(rows, (batch, sequence, hidden))
     if table.shape.dims[0] < sequence:
-        raise ShapeError(f"position_embedding has {table.shape.dims[0]} rows, "
-                         f"fewer than the sequence length {sequence}")  # fmt: skip
+        raise ShapeError(
+            f"position_embedding has {table.shape.dims[0]} rows, "
+            f"fewer than the sequence length {sequence}"
+        )
     rows = b.slice(table, [0, 0], [sequence, hidden])
     return b.broadcast(rows, [1, 2], (batch, sequence, hidden))
 
@@ -126,9 +133,18 @@ def _mask_index(ctx: NodeContext, mask: Instruction | None, dims) -> Instruction
 
 
 @onnx_op("EmbedLayerNormalization", domain=MICROSOFT, since=1, arity=((7, 9), (1, 3)))
-def embed_layer_norm(ctx: NodeContext, input_ids, segment_ids, word_embedding,
-                     position_embedding, segment_embedding, gamma, beta, mask=None,
-                     position_ids=None) -> list:  # fmt: skip
+def embed_layer_norm(
+    ctx: NodeContext,
+    input_ids,
+    segment_ids,
+    word_embedding,
+    position_embedding,
+    segment_embedding,
+    gamma,
+    beta,
+    mask=None,
+    position_ids=None,
+) -> list:
     """[output, mask_index, embedding_sum]: word + position (+ segment) embeddings,
     layer-normalized over the hidden dim.  mask_index_type does not change what
     onnxruntime's kernel computes, so it is not read."""
@@ -143,8 +159,9 @@ def embed_layer_norm(ctx: NodeContext, input_ids, segment_ids, word_embedding,
     total = b.binary(Op.ADD, total, _positions(ctx, position_embedding, position_ids, dims))
     if segment_ids is not None:
         if segment_ids.shape.dims != dims:
-            raise ShapeError(f"segment_ids has shape {list(segment_ids.shape.dims)}, "
-                             f"expected {list(dims)}")  # fmt: skip
+            raise ShapeError(
+                f"segment_ids has shape {list(segment_ids.shape.dims)}, expected {list(dims)}"
+            )
         total = b.binary(Op.ADD, total, _embedding(ctx, segment_embedding, segment_ids))
     for v, what in ((gamma, "gamma"), (beta, "beta")):
         _check_vector(v, hidden, what)

@@ -27,8 +27,10 @@ from .registry import MICROSOFT, NodeContext, onnx_op
 
 def _scalar(ctx: NodeContext, p: Instruction, what: str) -> Instruction:
     if p.shape.size != 1:
-        raise ShapeError(f"{what} has shape {list(p.shape.dims)}; only per-tensor (one "
-                         "element) quantization parameters are supported")  # fmt: skip
+        raise ShapeError(
+            f"{what} has shape {list(p.shape.dims)}; only per-tensor (one "
+            "element) quantization parameters are supported"
+        )
     return ctx.b.reshape(p, [])
 
 
@@ -72,8 +74,9 @@ def _same_constants(*pairs: tuple[Instruction | None, Instruction | None]) -> bo
     return True
 
 
-def rescaled(ctx: NodeContext, q: Instruction, scale, zero_point, y_scale, y_zero_point,
-             out: DType) -> Instruction:  # fmt: skip
+def rescaled(
+    ctx: NodeContext, q: Instruction, scale, zero_point, y_scale, y_zero_point, out: DType
+) -> Instruction:
     """`q` requantized from (scale, zero_point) to (y_scale, y_zero_point); unchanged where
     both are the same constants (onnxruntime copies those too)."""
     if q.shape.dtype is out and _same_constants((scale, y_scale), (zero_point, y_zero_point)):
@@ -90,8 +93,10 @@ def rescaled(ctx: NodeContext, q: Instruction, scale, zero_point, y_scale, y_zer
 # centered (q - zero point), the scales f32 scalars
 def _add_in_c_units(b: ComputationBuilder, a, bm, sa, sb, sc) -> Instruction:
     """a * (sa / sc) + b * (sb / sc)"""
-    terms = [b.binary(Op.MULTIPLY, x, b.broadcast(b.binary(Op.DIVIDE, s, sc), [], x.shape.dims))
-             for x, s in ((a, sa), (bm, sb))]  # fmt: skip
+    terms = [
+        b.binary(Op.MULTIPLY, x, b.broadcast(b.binary(Op.DIVIDE, s, sc), [], x.shape.dims))
+        for x, s in ((a, sa), (bm, sb))
+    ]
     return b.binary(Op.ADD, *terms)
 
 
@@ -191,12 +196,16 @@ def qlinear_where(ctx: NodeContext, cond, x, x_scale, x_zp, y, y_scale, y_zp, z_
 def qlinear_concat(ctx: NodeContext, y_scale, y_zp, *triples) -> Instruction:
     """The inputs (tensor, scale, zero point triples) requantized to Y's and concatenated."""
     if len(triples) % 3:
-        raise ModelError(f"QLinearConcat takes (tensor, scale, zero point) triples after "
-                         f"y_scale and y_zero_point; got {len(triples)} inputs")  # fmt: skip
+        raise ModelError(
+            f"QLinearConcat takes (tensor, scale, zero point) triples after "
+            f"y_scale and y_zero_point; got {len(triples)} inputs"
+        )
     check_int8("QLinearConcat", y_zp, *triples[::3])
     out = y_zp.shape.dtype
-    parts = [rescaled(ctx, q, s, z, y_scale, y_zp, out)
-             for q, s, z in zip(triples[::3], triples[1::3], triples[2::3])]  # fmt: skip
+    parts = [
+        rescaled(ctx, q, s, z, y_scale, y_zp, out)
+        for q, s, z in zip(triples[::3], triples[1::3], triples[2::3])
+    ]
     axis = normalize_axis(ctx.required_attr("axis"), parts[0].shape.rank)
     return ctx.b.concatenate(parts, axis)
 
@@ -231,8 +240,9 @@ def qlinear_global_average_pool(ctx: NodeContext, x, x_scale, x_zp, y_scale, y_z
     total = reduce(b, b.binary(Op.SUBTRACT, b.convert(x, DType.S32), zp), Op.ADD, axes, True)
     f = Formula(b, b.convert(_scalar(ctx, x_scale, "x_scale"), DType.F32))
     ratio = f.div(f.like, f.mul(b.convert(_scalar(ctx, y_scale, "y_scale"), DType.F32), count))
-    mean = b.binary(Op.MULTIPLY, b.convert(total, DType.F32),
-                    b.broadcast(ratio, [], total.shape.dims))  # fmt: skip
+    mean = b.binary(
+        Op.MULTIPLY, b.convert(total, DType.F32), b.broadcast(ratio, [], total.shape.dims)
+    )
     y_zp = b.broadcast(_scalar(ctx, y_zp, "y_zero_point"), [], total.shape.dims)
     return _channels_back(ctx, round_to_int(b, mean, y_zp, x.shape.dtype))
 

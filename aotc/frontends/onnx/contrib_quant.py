@@ -24,8 +24,10 @@ CONTRIB_QUANTIZED = (DType.S8, DType.U8, DType.S16, DType.U16, DType.S4, DType.U
 
 def _check_quantized(dtype: DType, op: str, also: tuple[DType, ...] = ()) -> None:
     if dtype not in CONTRIB_QUANTIZED + also:
-        raise UnsupportedError(f"com.microsoft {op} on {dtype.text} is not supported "
-                               "(int8/uint8/int16/uint16/int4/uint4)")  # fmt: skip
+        raise UnsupportedError(
+            f"com.microsoft {op} on {dtype.text} is not supported "
+            "(int8/uint8/int16/uint16/int4/uint4)"
+        )
 
 
 @onnx_op("QuantizeLinear", domain=MICROSOFT, since=1, arity=((2, 3), (1, 1)))
@@ -75,8 +77,9 @@ def integer_matmul_to_float(ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_z
 
 
 @onnx_op("MatMulIntegerToFloat", domain=MICROSOFT, since=1, arity=((4, 7), (1, 1)))
-def matmul_integer_to_float(ctx: NodeContext, a, bm, a_scale, b_scale, a_zp=None, b_zp=None,
-                            bias=None) -> Instruction:  # fmt: skip
+def matmul_integer_to_float(
+    ctx: NodeContext, a, bm, a_scale, b_scale, a_zp=None, b_zp=None, bias=None
+) -> Instruction:
     return integer_matmul_to_float(ctx, a, a_scale, a_zp, bm, b_scale, b_zp, bias)
 
 
@@ -92,14 +95,17 @@ def matmul_integer16(ctx: NodeContext, a: Instruction, bm: Instruction) -> Instr
     """int16 x int16 -> int32 (no zero points)."""
     for x in (a, bm):
         if x.shape.dtype is not DType.S16:
-            raise UnsupportedError(f"MatMulInteger16 on {x.shape.dtype.text} is not supported "
-                                   "(int16, as onnxruntime's kernel)")  # fmt: skip
+            raise UnsupportedError(
+                f"MatMulInteger16 on {x.shape.dtype.text} is not supported "
+                "(int16, as onnxruntime's kernel)"
+            )
     return matmul(ctx, a, bm, DType.S32)
 
 
 @onnx_op("QGemm", domain=MICROSOFT, since=1, arity=((6, 9), (1, 1)))
-def qgemm(ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_zp, c=None, y_scale=None,
-          y_zp=None) -> Instruction:  # fmt: skip
+def qgemm(
+    ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_zp, c=None, y_scale=None, y_zp=None
+) -> Instruction:
     """alpha (A - a_zp) a_scale (B - b_zp) b_scale + C a_scale b_scale alpha (C: int32);
     requantized to y_scale, y_zero_point where given, else float."""
     b = ctx.b

@@ -35,12 +35,15 @@ def cdist(ctx: NodeContext, a: Instruction, b: Instruction) -> Instruction:
     if metric not in CDIST_METRICS:
         raise ModelError(f"attribute metric={metric!r} is not one of {', '.join(CDIST_METRICS)}")
     if a.shape.rank != 2 or b.shape.rank != 2 or a.shape.dims[1] != b.shape.dims[1]:
-        raise ShapeError(f"CDist needs (M, K) and (N, K) inputs, got {list(a.shape.dims)} "
-                         f"and {list(b.shape.dims)}")  # fmt: skip
+        raise ShapeError(
+            f"CDist needs (M, K) and (N, K) inputs, got {list(a.shape.dims)} "
+            f"and {list(b.shape.dims)}"
+        )
     (m, k), n = a.shape.dims, b.shape.dims[0]
     pairs = (m, n, k)
-    diff = ctx.b.binary(Op.SUBTRACT, ctx.b.broadcast(a, [0, 2], pairs),
-                        ctx.b.broadcast(b, [1, 2], pairs))  # fmt: skip
+    diff = ctx.b.binary(
+        Op.SUBTRACT, ctx.b.broadcast(a, [0, 2], pairs), ctx.b.broadcast(b, [1, 2], pairs)
+    )
     squares = Formula(ctx.b, diff).mul(diff, diff)
     total = reduce(ctx.b, squares, Op.ADD, [2], keepdims=False)
     return ctx.b.unary(Op.SQRT, total) if metric == "euclidean" else total

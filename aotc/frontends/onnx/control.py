@@ -158,8 +158,13 @@ def _empty_scan(ctx: NodeContext, info: onnx.ValueInfoProto) -> Instruction:
     return ctx.b.constant(np.zeros([0, *dims], dtype.numpy), dtype)
 
 
-def _scan_steps(ctx: NodeContext, states: Sequence[Value], xs: Sequence[Instruction],
-                axes: Sequence[int], reverse: Sequence[int]):  # fmt: skip
+def _scan_steps(
+    ctx: NodeContext,
+    states: Sequence[Value],
+    xs: Sequence[Instruction],
+    axes: Sequence[int],
+    reverse: Sequence[int],
+):
     """Run the Scan body over the scan inputs' slices; (final states, per-output steps)."""
     body: onnx.GraphProto = ctx.required_attr("body")
     lengths = {x.shape.dims[axis] for x, axis in zip(xs, axes)}
@@ -167,8 +172,9 @@ def _scan_steps(ctx: NodeContext, states: Sequence[Value], xs: Sequence[Instruct
         raise ShapeError(f"scan inputs have different sequence lengths {sorted(lengths)}")
     length = lengths.pop()
     if length > MAX_UNROLLED_ITERATIONS:
-        raise UnsupportedError(f"the scan runs {length} iterations; aotc unrolls at most "
-                               f"{MAX_UNROLLED_ITERATIONS}")  # fmt: skip
+        raise UnsupportedError(
+            f"the scan runs {length} iterations; aotc unrolls at most {MAX_UNROLLED_ITERATIONS}"
+        )
     states = list(states)
     steps: list[list[Instruction]] = [[] for _ in range(len(body.output) - len(states))]
     for t in range(length):
@@ -233,5 +239,7 @@ def scan8(ctx: NodeContext, lens: Value | None, *inputs: Value) -> list[Value]:
             sliced.append(ctx.b.reshape(piece, dims[1:]))
         final, steps = _scan_steps(ctx, sliced[:n], sliced[n:], [0] * m, reverse)
         rows.append([*final, *(_scan_output(ctx, values, 0, False) for values in steps)])
-    return [_stack(ctx, [as_tensor(r[i], "a Scan-8 output") for r in rows], 0)
-            for i in range(len(rows[0]))]  # fmt: skip
+    return [
+        _stack(ctx, [as_tensor(r[i], "a Scan-8 output") for r in rows], 0)
+        for i in range(len(rows[0]))
+    ]

@@ -64,8 +64,10 @@ def roi_align(ctx: NodeContext, x: Instruction, rois: Instruction, batch_indices
     ratio = int(ctx.attr("sampling_ratio", 0))
     scale = float(ctx.attr("spatial_scale", 1.0))
     if x.shape.rank != 4 or rois.shape.rank != 2 or rois.shape.dims[1] != 4:
-        raise ShapeError(f"RoiAlign needs X N x C x H x W and rois R x 4, got "
-                         f"{list(x.shape.dims)} and {list(rois.shape.dims)}")  # fmt: skip
+        raise ShapeError(
+            f"RoiAlign needs X N x C x H x W and rois R x 4, got "
+            f"{list(x.shape.dims)} and {list(rois.shape.dims)}"
+        )
     if not x.shape.dtype.is_float:
         raise UnsupportedError(f"RoiAlign of {x.shape.dtype.text} data")
     _, channels, *spatial = x.shape.dims
@@ -91,8 +93,9 @@ def roi_align(ctx: NodeContext, x: Instruction, rois: Instruction, batch_indices
         sizes = [ratio, ratio]
     else:  # the densest roi decides the sampling grid's extent: read it at compile time
         most = [reduce_dims(ctx, g, Op.MAXIMUM, [0]) if count else None for g in grids]
-        sizes = [max(1, int(ctx.value(m, "RoiAlign's sampling grid"))) if count else 1
-                 for m in most]  # fmt: skip
+        sizes = [
+            max(1, int(ctx.value(m, "RoiAlign's sampling grid"))) if count else 1 for m in most
+        ]
     points = [count, pooled[0], pooled[1], sizes[0], sizes[1]]
     taps, used = [], []
     for dim in range(2):
@@ -109,8 +112,11 @@ def roi_align(ctx: NodeContext, x: Instruction, rois: Instruction, batch_indices
     valid = None
     if used:
         sample_dims = [*points, channels]
-        valid = b.binary(Op.AND, b.broadcast(used[0], [0, 3], sample_dims),
-                         b.broadcast(used[1], [0, 4], sample_dims))  # fmt: skip
+        valid = b.binary(
+            Op.AND,
+            b.broadcast(used[0], [0, 3], sample_dims),
+            b.broadcast(used[1], [0, 4], sample_dims),
+        )
     if mode == "avg":
         total = reduce_dims(ctx, products, Op.ADD, [5])
         if valid is not None:
@@ -150,8 +156,11 @@ def _bin_masks(ctx: NodeContext, rois, k: tuple[int, int], scale, pooled: int, s
     grid = [count, pooled, size]
     at = b.iota(Shape(lo.shape.dtype, tuple(grid)), 2)
     h = Arith(b, at)
-    inside = b.binary(Op.AND, h.cmp(at, Direction.GE, b.broadcast(lo, [0, 1], grid)),
-                      h.lt(at, b.broadcast(hi, [0, 1], grid)))  # fmt: skip
+    inside = b.binary(
+        Op.AND,
+        h.cmp(at, Direction.GE, b.broadcast(lo, [0, 1], grid)),
+        h.lt(at, b.broadcast(hi, [0, 1], grid)),
+    )
     return inside, g.cmp(hi, Direction.LE, lo)
 
 
@@ -182,8 +191,11 @@ def max_roi_pool(ctx: NodeContext, x: Instruction, rois: Instruction) -> Instruc
     spread = b.broadcast(rows, [0, 1, 3, 4], tall)
     spread = b.select(b.broadcast(in_h, [0, 2, 3], tall), spread, full(b, low, x.shape.dtype, tall))
     out = reduce_dims(ctx, spread, Op.MAXIMUM, [3])  # [R, C, PH, PW]
-    empty = b.binary(Op.OR, b.broadcast(empty_h, [0, 1], [count, *pooled]),
-                     b.broadcast(empty_w, [0, 2], [count, *pooled]))  # fmt: skip
+    empty = b.binary(
+        Op.OR,
+        b.broadcast(empty_h, [0, 1], [count, *pooled]),
+        b.broadcast(empty_w, [0, 2], [count, *pooled]),
+    )
     empty = b.broadcast(empty, [0, 2, 3], out.shape.dims)
     return b.select(empty, full_like(b, 0, out), out)
 
@@ -208,13 +220,18 @@ def _box_edges(ctx: NodeContext, boxes: Instruction, center: bool) -> list[Instr
     """x_min, x_max, y_min, y_max of every box, [B, n] each."""
     b = ctx.b
     batches, n, _ = boxes.shape.dims
-    cols = [b.reshape(b.slice(boxes, [0, 0, k], [batches, n, k + 1]), [batches, n])
-            for k in range(4)]  # fmt: skip
+    cols = [
+        b.reshape(b.slice(boxes, [0, 0, k], [batches, n, k + 1]), [batches, n]) for k in range(4)
+    ]
     f = Arith(b, cols[0])
     if center:  # x_center, y_center, width, height
         half_w, half_h = f.div(cols[2], 2), f.div(cols[3], 2)
-        return [f.sub(cols[0], half_w), f.add(cols[0], half_w),
-                f.sub(cols[1], half_h), f.add(cols[1], half_h)]  # fmt: skip
+        return [
+            f.sub(cols[0], half_w),
+            f.add(cols[0], half_w),
+            f.sub(cols[1], half_h),
+            f.add(cols[1], half_h),
+        ]
     y1, x1, y2, x2 = cols  # corners, in either order
     return [f.min(x1, x2), f.max(x1, x2), f.min(y1, y2), f.max(y1, y2)]
 
@@ -236,9 +253,14 @@ def _suppression(ctx: NodeContext, edges: list[Instruction], threshold) -> Instr
     iou = f.div(inter, union)
     limit = b.broadcast(threshold, [], pair)
     tests = [
-        f.gt(hi_x, lo_x), f.gt(hi_y, lo_y), f.gt(inter, 0), f.gt(area[0], 0),
-        f.gt(area[1], 0), f.gt(union, 0), f.gt(iou, limit),
-    ]  # fmt: skip
+        f.gt(hi_x, lo_x),
+        f.gt(hi_y, lo_y),
+        f.gt(inter, 0),
+        f.gt(area[0], 0),
+        f.gt(area[1], 0),
+        f.gt(union, 0),
+        f.gt(iou, limit),
+    ]
     result = tests[0]
     for test in tests[1:]:
         result = b.binary(Op.AND, result, test)
@@ -272,8 +294,9 @@ def _greedy(ctx: NodeContext, candidate, suppressed, limit) -> Instruction:
     count = full(b, 0, DType.S64, [batches, classes])
     limit = b.broadcast(limit, [], count.shape.dims)
     for r in range(n):
-        row = b.reshape(b.slice(suppressed, [0, 0, r, 0], [batches, classes, r + 1, n]),
-                        kept.shape.dims)  # fmt: skip
+        row = b.reshape(
+            b.slice(suppressed, [0, 0, r, 0], [batches, classes, r + 1, n]), kept.shape.dims
+        )
         blocked = reduce_dims(ctx, b.binary(Op.AND, kept, row), Op.OR, [2])
         here = b.reshape(b.slice(candidate, [0, 0, r], [batches, classes, r + 1]), count.shape.dims)
         ok = b.binary(Op.AND, here, b.unary(Op.NOT, blocked))
@@ -295,8 +318,10 @@ def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=Non
             f"boxes {list(boxes.shape.dims)} do not fit scores {[batches, classes, n]}"
         )
     if batches * classes * n * n > MAX_PAIR_ELEMENTS:
-        raise UnsupportedError(f"{batches} x {classes} classes of {n} boxes are too many for the "
-                               "unrolled greedy selection")  # fmt: skip
+        raise UnsupportedError(
+            f"{batches} x {classes} classes of {n} boxes are too many for the "
+            "unrolled greedy selection"
+        )
     dtype = scores.shape.dtype
     boxes = b.convert(boxes, dtype)
     edges = _box_edges(ctx, boxes, bool(ctx.attr("center_point_box", 0)))
@@ -308,17 +333,25 @@ def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=Non
         candidate = b.compare(scores, floor, Direction.GT)
     one_hot, box_at = _rank_order(ctx, scores)
     quad = one_hot.shape.dims
-    candidate = reduce_dims(ctx, b.binary(Op.AND, one_hot, b.broadcast(candidate, [0, 1, 3], quad)),
-                            Op.OR, [3])  # fmt: skip
+    candidate = reduce_dims(
+        ctx, b.binary(Op.AND, one_hot, b.broadcast(candidate, [0, 1, 3], quad)), Op.OR, [3]
+    )
     # suppression in rank order: [b, c, r, q] = suppress[b, box_at[b, c, r], box_at[b, c, q]]
-    where = [b.iota(s64_shape(quad), 0), b.broadcast(box_at, [0, 1, 2], quad),
-             b.broadcast(box_at, [0, 1, 3], quad)]  # fmt: skip
+    where = [
+        b.iota(s64_shape(quad), 0),
+        b.broadcast(box_at, [0, 1, 2], quad),
+        b.broadcast(box_at, [0, 1, 3], quad),
+    ]
     dims = GatherDims([], [0, 1, 2], [0, 1, 2], 4, [1, 1, 1])
     ranked = b.gather(suppress, stack_last(ctx, where), dims)
     limit = _scalar_input(ctx, max_boxes, 0, DType.S64)
     kept = _greedy(ctx, candidate, ranked, limit)
-    total = int(ctx.value(reduce_dims(ctx, b.convert(kept, DType.S64), Op.ADD, [0, 1, 2]),
-                          "the number of boxes NonMaxSuppression selects"))  # fmt: skip
+    total = int(
+        ctx.value(
+            reduce_dims(ctx, b.convert(kept, DType.S64), Op.ADD, [0, 1, 2]),
+            "the number of boxes NonMaxSuppression selects",
+        )
+    )
     if total == 0:
         return b.constant(np.zeros((0, 3), dtype=np.int64))
     # the selected (batch, class, box) triples in (batch, class, rank) order
@@ -327,8 +360,9 @@ def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=Non
     triples = b.reshape(stack_last(ctx, triples), [flat, 3])
     chosen = b.convert(b.reshape(kept, [flat]), DType.S64)
     window = Window.make([flat], None, [flat - 1], [0])
-    prefix = b.reduce_window(chosen, b.scalar(0, DType.S64), window,
-                             scalar_reducer(b.module, Op.ADD, DType.S64))  # fmt: skip
+    prefix = b.reduce_window(
+        chosen, b.scalar(0, DType.S64), window, scalar_reducer(b.module, Op.ADD, DType.S64)
+    )
     # the k-th selected flat position is the count of positions selecting fewer than k + 1
     grid = [total, flat]
     fewer = b.compare(b.broadcast(prefix, [1], grid), b.iota(s64_shape(grid), 0), Direction.LE)

@@ -61,7 +61,7 @@ from . import (
     shape_ops,
     signal,
     text_features,
-)  # fmt: skip
+)
 from .boundary import ModelBoundary
 from .dtypes import tensor_to_array
 from .registry import (
@@ -78,12 +78,44 @@ from .sequence import NO_VALUE, SequenceValue, Value
 
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
-    activation, attention, casts, constants, contrib_activation, contrib_attention, contrib_fused,
-    contrib_gqa, contrib_nbits, contrib_norm, contrib_qlinear, contrib_quant, contrib_tensor,
-    control, detection, elementwise, indexing, linalg, loss, ml, ml_linear, ml_preprocess, ml_svm,
-    ml_tree_ops, nn, norm, quantize, random, recurrent, reduce, resize, sampling, selection,
-    sequence, shape_ops, signal, text_features,
-)  # fmt: skip
+    activation,
+    attention,
+    casts,
+    constants,
+    contrib_activation,
+    contrib_attention,
+    contrib_fused,
+    contrib_gqa,
+    contrib_nbits,
+    contrib_norm,
+    contrib_qlinear,
+    contrib_quant,
+    contrib_tensor,
+    control,
+    detection,
+    elementwise,
+    indexing,
+    linalg,
+    loss,
+    ml,
+    ml_linear,
+    ml_preprocess,
+    ml_svm,
+    ml_tree_ops,
+    nn,
+    norm,
+    quantize,
+    random,
+    recurrent,
+    reduce,
+    resize,
+    sampling,
+    selection,
+    sequence,
+    shape_ops,
+    signal,
+    text_features,
+)
 
 InputShapes = Mapping[str, Sequence[int]]
 # sequence input -> its length; optional input given no value -> None
@@ -198,9 +230,15 @@ class GraphLowering:
     """Lowers the nodes of one graph into the builder's computation; a nested graph's
     lowering looks names up in its own values first, then in the enclosing graphs'."""
 
-    def __init__(self, b: ComputationBuilder, graph: onnx.GraphProto, opsets, used: set[str],
-                 input_names: dict[int, str] | None = None,
-                 parent: GraphLowering | None = None):  # fmt: skip
+    def __init__(
+        self,
+        b: ComputationBuilder,
+        graph: onnx.GraphProto,
+        opsets,
+        used: set[str],
+        input_names: dict[int, str] | None = None,
+        parent: GraphLowering | None = None,
+    ):
         if len(graph.sparse_initializer):
             raise UnsupportedError("sparse initializers are not supported")
         self.b = b

@@ -31,7 +31,7 @@ from ...ir import (
     Window,
     replacer,
     scalar_reducer,
-)  # fmt: skip
+)
 from .dtypes import to_dtype
 from .helpers import REDUCE_INIT, full, full_like, normalize_axis
 from .registry import NodeContext, onnx_op
@@ -111,8 +111,10 @@ def gather_nd(ctx: NodeContext, data: Instruction, indices: Instruction) -> Inst
     r, q = data.shape.rank, indices.shape.rank
     k = indices.shape.dims[-1] if q else 0
     if q < 1 or batch >= min(r, q) or k > r - batch:
-        raise ShapeError(f"GatherND of data {list(data.shape.dims)} with indices "
-                         f"{list(indices.shape.dims)} and batch_dims={batch}")  # fmt: skip
+        raise ShapeError(
+            f"GatherND of data {list(data.shape.dims)} with indices "
+            f"{list(indices.shape.dims)} and batch_dims={batch}"
+        )
     if data.shape.dims[:batch] != indices.shape.dims[:batch]:
         raise ShapeError("data and indices differ in their batch dims")
     indices = wrap_vectors(b, indices, data.shape.dims[batch : batch + k])
@@ -137,8 +139,10 @@ def reverse_sequence(ctx: NodeContext, data: Instruction, lens: Instruction) -> 
     batch_axis = normalize_axis(ctx.attr("batch_axis"), data.shape.rank)
     time_axis = normalize_axis(ctx.attr("time_axis"), data.shape.rank)
     if batch_axis == time_axis or lens.shape.dims != (dims[batch_axis],):
-        raise ShapeError(f"sequence_lens {list(lens.shape.dims)} does not fit data "
-                         f"{list(dims)} with batch_axis={batch_axis}")  # fmt: skip
+        raise ShapeError(
+            f"sequence_lens {list(lens.shape.dims)} does not fit data "
+            f"{list(dims)} with batch_axis={batch_axis}"
+        )
     coords = [iota(b, dims, d) for d in range(len(dims))]
     t = coords[time_axis]
     length = b.broadcast(b.convert(lens, INDEX), [batch_axis], dims)
@@ -149,8 +153,12 @@ def reverse_sequence(ctx: NodeContext, data: Instruction, lens: Instruction) -> 
 
 
 @onnx_op("TensorScatter", since=24)
-def tensor_scatter(ctx: NodeContext, past: Instruction, update: Instruction,
-                   write_indices: Instruction | None = None) -> Instruction:  # fmt: skip
+def tensor_scatter(
+    ctx: NodeContext,
+    past: Instruction,
+    update: Instruction,
+    write_indices: Instruction | None = None,
+) -> Instruction:
     b = ctx.b
     dims, rank = past.shape.dims, past.shape.rank
     axis = normalize_axis(ctx.attr("axis", -2), rank)
@@ -225,8 +233,10 @@ def scatter_elements(ctx: NodeContext, data: Instruction, indices: Instruction, 
     axis = normalize_axis(ctx.attr("axis", 0), rank)
     dims = indices.shape.dims
     if len(dims) != rank or updates.shape.dims != dims:
-        raise ShapeError(f"indices {list(dims)} and updates {list(updates.shape.dims)} "
-                         f"do not fit data {list(data.shape.dims)}")  # fmt: skip
+        raise ShapeError(
+            f"indices {list(dims)} and updates {list(updates.shape.dims)} "
+            f"do not fit data {list(data.shape.dims)}"
+        )
     coords = [iota(b, dims, d) for d in range(rank)]
     coords[axis] = wrap_along(b, indices, data.shape.dims[axis])
     return scatter_points(ctx, data, coords, updates)
@@ -240,8 +250,10 @@ def scatter_nd(ctx: NodeContext, data: Instruction, indices: Instruction, update
     k = indices.shape.dims[-1] if q else 0
     expected = (*indices.shape.dims[:-1], *data.shape.dims[k:])
     if q < 1 or k > r or updates.shape.dims != expected:
-        raise ShapeError(f"ScatterND into {list(data.shape.dims)} with indices "
-                         f"{list(indices.shape.dims)} needs updates {list(expected)}")  # fmt: skip
+        raise ShapeError(
+            f"ScatterND into {list(data.shape.dims)} with indices "
+            f"{list(indices.shape.dims)} needs updates {list(expected)}"
+        )
     dims = ScatterDims(
         update_window_dims=tuple(range(q - 1, q - 1 + r - k)),
         inserted_window_dims=tuple(range(k)),
@@ -262,8 +274,10 @@ def max_unpool(ctx: NodeContext, x: Instruction, indices: Instruction, output_sh
     strides = ctx.attr("strides") or [1] * n
     pads = ctx.attr("pads") or [0] * (2 * n)
     if n < 1 or len(kernel) != n or indices.shape.dims != x.shape.dims:
-        raise ShapeError(f"MaxUnpool of {list(x.shape.dims)} with indices "
-                         f"{list(indices.shape.dims)} and kernel {list(kernel)}")  # fmt: skip
+        raise ShapeError(
+            f"MaxUnpool of {list(x.shape.dims)} with indices "
+            f"{list(indices.shape.dims)} and kernel {list(kernel)}"
+        )
     spatial = x.shape.dims[2:]
     inferred = [*x.shape.dims[:2]] + [
         (spatial[i] - 1) * strides[i] - pads[i] - pads[n + i] + kernel[i] for i in range(n)
@@ -328,8 +342,9 @@ def eye_like(ctx: NodeContext, x: Instruction) -> Instruction:
 # -- scans -----------------------------------------------------------------------------
 
 
-def cumulative(b: ComputationBuilder, x: Instruction, axis: int, op: Op, exclusive: bool,
-               reverse: bool) -> Instruction:  # fmt: skip
+def cumulative(
+    b: ComputationBuilder, x: Instruction, axis: int, op: Op, exclusive: bool, reverse: bool
+) -> Instruction:
     """Running `op` along `axis` as a reduce-window as long as the axis."""
     rank, n = x.shape.rank, x.shape.dims[axis]
     dtype = x.shape.dtype

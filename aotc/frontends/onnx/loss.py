@@ -57,8 +57,9 @@ def _nll(ctx: NodeContext, x: Instruction, target: Instruction, weight) -> Instr
         per_element = _pick(b, spread, _class_mask(b, clipped, dims))
     ignore_index = ctx.attr("ignore_index")
     if ignore_index is not None:
-        kept = b.compare(target, full(b, ignore_index, target.shape.dtype, target.shape.dims),
-                         Direction.NE)  # fmt: skip
+        kept = b.compare(
+            target, full(b, ignore_index, target.shape.dtype, target.shape.dims), Direction.NE
+        )
         zeros = full_like(b, 0, loss)
         loss = b.select(kept, loss, zeros)
         ones = per_element if per_element is not None else full_like(b, 1, loss)
@@ -120,8 +121,10 @@ def make_optimizer(roles: int, rule: Rule):
             x = group[0]
             f = Formula(b, x)
             # the scalars in x's type, broadcast to x's shape
-            r_x, t_x = (b.broadcast_to(b.convert(b.reshape(s, []), x.shape.dtype), x.shape.dims)
-                        for s in (r, t))  # fmt: skip
+            r_x, t_x = (
+                b.broadcast_to(b.convert(b.reshape(s, []), x.shape.dtype), x.shape.dims)
+                for s in (r, t)
+            )
             results.append(rule(f, r_x, t_x, group, ctx))
         # outputs: every tensor's first result, then every tensor's second...
         return [outs[k] for k in range(len(results[0])) for outs in results]

@@ -37,8 +37,10 @@ def linear_scores(ctx: NodeContext, x: Instruction, rows: int | None) -> Instruc
     if rows is None:
         rows = len(intercepts) or len(coefficients) // max(features, 1)
     if rows < 1 or coefficients.size != rows * features:
-        raise ModelError(f"coefficients hold {coefficients.size} values, not {rows} rows of "
-                         f"{features} (the input's features)")  # fmt: skip
+        raise ModelError(
+            f"coefficients hold {coefficients.size} values, not {rows} rows of "
+            f"{features} (the input's features)"
+        )
     if intercepts.size not in (0, rows):
         raise ModelError(f"{intercepts.size} intercepts for {rows} coefficient rows")
     weights = b.constant(coefficients.reshape(rows, features).T)
@@ -88,9 +90,11 @@ def linear_classifier(ctx: NodeContext, x: Instruction) -> list[Instruction]:
 def _binary(b: ComputationBuilder, raw: Instruction, labels: list[int], name: str):
     """One coefficient row for two classes: the second class where the raw score is > 0."""
     if name == "PROBIT":
-        raise UnsupportedError("post_transform PROBIT on a binary LinearClassifier is not "
-                               "supported (onnxruntime leaves its second score unset, "
-                               "onnx.reference makes one of the two NaN)")  # fmt: skip
+        raise UnsupportedError(
+            "post_transform PROBIT on a binary LinearClassifier is not "
+            "supported (onnxruntime leaves its second score unset, "
+            "onnx.reference makes one of the two NaN)"
+        )
     f = Formula(b, raw)
     p = b.unary(Op.LOGISTIC, raw) if name == "LOGISTIC" else raw
     scores = b.concatenate([f.sub(1, p), p], 1)
@@ -109,8 +113,14 @@ def _lone_column(b: ComputationBuilder, raw: Instruction, labels: list[int] | No
     return [_threshold(b, scores, Direction.GE, threshold, labels[0], 0), scores]
 
 
-def _threshold(b: ComputationBuilder, scores: Instruction, direction: Direction,
-               threshold: float, hit: int, miss: int) -> Instruction:  # fmt: skip
+def _threshold(
+    b: ComputationBuilder,
+    scores: Instruction,
+    direction: Direction,
+    threshold: float,
+    hit: int,
+    miss: int,
+) -> Instruction:
     """(N,) int64: `hit` where the single score column compares `direction` to `threshold`."""
     n = scores.shape.dims[0]
     column = b.reshape(scores, [n])

@@ -28,8 +28,10 @@ def per_feature(b: ComputationBuilder, values, what: str, like: Instruction) -> 
     if values.size == 1:
         return full_like(b, values[0], like)
     if values.size != features:
-        raise ModelError(f"{what} holds {values.size} values for {features} features "
-                         "(give one, or one per feature)")  # fmt: skip
+        raise ModelError(
+            f"{what} holds {values.size} values for {features} features "
+            "(give one, or one per feature)"
+        )
     constant = b.constant(values, like.shape.dtype)
     return b.broadcast(constant, [like.shape.rank - 1], like.shape.dims)
 

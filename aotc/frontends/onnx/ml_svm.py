@@ -59,11 +59,13 @@ def _support_vectors(ctx: NodeContext, count: int, features: int) -> np.ndarray:
     """support_vectors as (count, features), checked against the input's width."""
     values = _floats(ctx, "support_vectors")
     if values.size % count:
-        raise ModelError(f"support_vectors holds {values.size} values, not a multiple of "
-                         f"its {count} vectors")  # fmt: skip
+        raise ModelError(
+            f"support_vectors holds {values.size} values, not a multiple of its {count} vectors"
+        )
     if values.size != count * features:
-        raise ShapeError(f"the input has {features} features but the support vectors have "
-                         f"{values.size // count}")  # fmt: skip
+        raise ShapeError(
+            f"the input has {features} features but the support vectors have {values.size // count}"
+        )
     return values.reshape(count, features)
 
 
@@ -131,8 +133,9 @@ def _rbf(b: ComputationBuilder, x: Instruction, vectors: np.ndarray, gamma: floa
     s_norms = (shifted.astype(np.float64) ** 2).sum(axis=1)
     cross = _matmul(b, x, shifted.T)
     g = Formula(b, cross)
-    squared = g.add(g.sub(b.broadcast_to(x_norms, (n, v)), g.mul(cross, 2)),
-                    _per_column(b, s_norms, (n, v)))  # fmt: skip
+    squared = g.add(
+        g.sub(b.broadcast_to(x_norms, (n, v)), g.mul(cross, 2)), _per_column(b, s_norms, (n, v))
+    )
     return g.f(Op.EXP, g.mul(g.max(squared, 0), -gamma))
 
 
@@ -162,8 +165,9 @@ def svm_regressor(ctx: NodeContext, x: Instruction) -> Instruction:
     else:
         # no support vectors: a linear model whose weights are the coefficients
         if coefficients.size != features:
-            raise ShapeError(f"the input has {features} features but there are "
-                             f"{coefficients.size} coefficients")  # fmt: skip
+            raise ShapeError(
+                f"the input has {features} features but there are {coefficients.size} coefficients"
+            )
         y = _matmul(b, x, coefficients.reshape(features, 1))
     f = Formula(b, y)
     y = f.add(y, float(rho[0]))
@@ -267,8 +271,9 @@ def _pair_probabilities(ctx: NodeContext, decisions: Instruction, pairs: int) ->
         raise ModelError(f"prob_a holds {prob_a.size} values for {pairs} pairs of classes")
     dims = decisions.shape.dims
     f = Formula(b, decisions)
-    scaled = f.add(f.mul(decisions, _per_column(b, prob_a[:pairs], dims)),
-                   _per_column(b, prob_b[:pairs], dims))  # fmt: skip
+    scaled = f.add(
+        f.mul(decisions, _per_column(b, prob_a[:pairs], dims)), _per_column(b, prob_b[:pairs], dims)
+    )
     p = f.sub(1, f.f(Op.LOGISTIC, scaled))
     return f.min(f.max(p, MIN_PAIR_PROBABILITY), 1 - MIN_PAIR_PROBABILITY)
 
@@ -284,8 +289,10 @@ def _binary_scores(b: ComputationBuilder, s: Instruction, name: str) -> Instruct
     elif name in ("SOFTMAX", "SOFTMAX_ZERO"):
         columns = [f.sub(1, s), s]  # not a softmax: onnxruntime's "1 - p, p" form
     else:
-        raise UnsupportedError(f"post_transform {name} with two classes and no prob_a/prob_b "
-                               "(onnxruntime leaves the second score undefined)")  # fmt: skip
+        raise UnsupportedError(
+            f"post_transform {name} with two classes and no prob_a/prob_b "
+            "(onnxruntime leaves the second score undefined)"
+        )
     return b.concatenate(columns, 1)
 
 
@@ -294,8 +301,10 @@ def _linear_scores(ctx: NodeContext, x: Instruction, classes: int) -> Instructio
     features = x.shape.dims[1]
     coefficients, rho = _floats(ctx, "coefficients"), _floats(ctx, "rho")
     if coefficients.size != classes * features:
-        raise ShapeError(f"{coefficients.size} coefficients for {classes} classes of the "
-                         f"input's {features} features")  # fmt: skip
+        raise ShapeError(
+            f"{coefficients.size} coefficients for {classes} classes of the "
+            f"input's {features} features"
+        )
     if not rho.size:
         raise ModelError("rho is empty")
     scores = _matmul(ctx.b, x, coefficients.reshape(classes, features).T)
@@ -353,8 +362,9 @@ def svm_classifier(ctx: NodeContext, x: Instruction) -> list[Instruction | None]
     if not ctx.output_used(1):
         return [label, None]
     if has_proba:
-        probabilities = pairwise_coupling(b, _pair_probabilities(ctx, decisions, len(ovo.pairs)),
-                                          ovo.pairs, ovo.classes)  # fmt: skip
+        probabilities = pairwise_coupling(
+            b, _pair_probabilities(ctx, decisions, len(ovo.pairs)), ovo.pairs, ovo.classes
+        )
         return [label, post_transform(b, probabilities, name)]
     if ovo.classes == 2:
         return [label, _binary_scores(b, decisions, name)]

@@ -126,8 +126,10 @@ def _member_sets(ctx: NodeContext, modes: np.ndarray) -> dict[int, np.ndarray]:
     if not groups[-1].size and len(ends):
         groups.pop()  # the values end with a delimiter
     if len(groups) != len(member_nodes):
-        raise ModelError(f"membership_values holds {len(groups)} sets for "
-                         f"{len(member_nodes)} BRANCH_MEMBER nodes")  # fmt: skip
+        raise ModelError(
+            f"membership_values holds {len(groups)} sets for "
+            f"{len(member_nodes)} BRANCH_MEMBER nodes"
+        )
     return dict(zip(member_nodes.tolist(), groups))
 
 
@@ -155,8 +157,7 @@ def _v5_spec(ctx: NodeContext) -> TreeSpec:
         if bad.any():
             node = int(np.flatnonzero(bad)[0])
             kind = "leaf" if is_leaf[node] else "node"
-            raise ModelError(f"node {node}'s {name} branch names {kind} {ids[node]}, "
-                             "out of range")  # fmt: skip
+            raise ModelError(f"node {node}'s {name} branch names {kind} {ids[node]}, out of range")
     roots = _ints(ctx, "tree_roots")
     if roots.size and not (roots.min() >= 0 and roots.max() < inner):
         raise ModelError("a tree root is out of range")
@@ -224,8 +225,11 @@ def _legacy_spec(ctx: NodeContext, prefix: str, targets: int) -> tuple[TreeSpec,
     columns = (tree_ids, node_ids, features, splits, missing, true_ids, false_ids)
     if any(len(c) != len(modes) for c in columns):
         raise ModelError("the nodes_* attributes differ in length")
-    entries = [_ints(ctx, f"{prefix}_treeids"), _ints(ctx, f"{prefix}_nodeids"),
-               _ints(ctx, f"{prefix}_ids")]  # fmt: skip
+    entries = [
+        _ints(ctx, f"{prefix}_treeids"),
+        _ints(ctx, f"{prefix}_nodeids"),
+        _ints(ctx, f"{prefix}_ids"),
+    ]
     if any(len(c) != len(weights) for c in entries):
         raise ModelError(f"the {prefix}_* attributes differ in length")
     locate = _node_locator(tree_ids, node_ids)
@@ -238,10 +242,19 @@ def _legacy_spec(ctx: NodeContext, prefix: str, targets: int) -> tuple[TreeSpec,
 
     _, firsts = np.unique(tree_ids, return_index=True)  # a tree's root: its first node
     spec = TreeSpec(
-        modes, features, splits, missing != 0, children(true_ids), children(false_ids),
-        np.sort(firsts), {},
-        locate(entries[0], entries[1], f"a {prefix} weight"), entries[2], weights, targets,
-    )  # fmt: skip
+        modes,
+        features,
+        splits,
+        missing != 0,
+        children(true_ids),
+        children(false_ids),
+        np.sort(firsts),
+        {},
+        locate(entries[0], entries[1], f"a {prefix} weight"),
+        entries[2],
+        weights,
+        targets,
+    )
     return spec, _precision(split_dtype, weight_dtype)
 
 
@@ -264,8 +277,7 @@ def _node_locator(tree_ids: np.ndarray, node_ids: np.ndarray):
             found = (ids >= 0) & (ids < span) & (known[at] == wanted)
         if not found.all():
             i = int(np.flatnonzero(~found)[0])
-            raise ModelError(f"{what} names node {ids[i]} of tree {trees[i]}, "
-                             "which does not exist")  # fmt: skip
+            raise ModelError(f"{what} names node {ids[i]} of tree {trees[i]}, which does not exist")
         return order[at]
 
     return locate
@@ -426,8 +438,11 @@ def _two_classes(
     cut = 0.5 if rule.binary and rule.positive else 0.0
     wins = b.compare(positive, f.k(cut), Direction.GT)
     chosen = labels if rule.binary else np.array([0, 1], np.int64)
-    label = b.select(wins, full(b, chosen[1], DType.S64, wins.shape.dims),
-                     full(b, chosen[0], DType.S64, wins.shape.dims))  # fmt: skip
+    label = b.select(
+        wins,
+        full(b, chosen[1], DType.S64, wins.shape.dims),
+        full(b, chosen[0], DType.S64, wins.shape.dims),
+    )
     label = b.reshape(label, [rows])
     both = post_transform(b, b.concatenate([c0, c1], 1), name)
     if two is True:

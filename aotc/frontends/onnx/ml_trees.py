@@ -30,8 +30,11 @@ MODE_LT, MODE_EQ = COMPARES.index(Direction.LT), COMPARES.index(Direction.EQ)
 
 # aggregate_function -> how a target's weights combine
 AGGREGATES = {"AVERAGE": Op.ADD, "SUM": Op.ADD, "MIN": Op.MINIMUM, "MAX": Op.MAXIMUM}
-NUMPY_COMBINE = {Op.ADD: (np.add, 0.0), Op.MINIMUM: (np.minimum, np.inf),
-                 Op.MAXIMUM: (np.maximum, -np.inf)}  # fmt: skip
+NUMPY_COMBINE = {
+    Op.ADD: (np.add, 0.0),
+    Op.MINIMUM: (np.minimum, np.inf),
+    Op.MAXIMUM: (np.maximum, -np.inf),
+}
 
 
 @dataclass
@@ -183,11 +186,18 @@ def build_forest(spec: TreeSpec, combine: Op) -> Forest:
     return Forest(
         np.where(is_leaf, 0, spec.features[raw]).astype(np.int32),
         np.where(is_leaf, 0.0, spec.splits[raw]),
-        modes.astype(np.int32), spec.missing_true[raw] & ~is_leaf,
-        true_next.astype(np.int32), false_next.astype(np.int32), roots,
-        tree[:leaves].astype(np.int32), depth,
-        entry_leaves, entry_targets, entry_weights, spec.targets,
-    )  # fmt: skip
+        modes.astype(np.int32),
+        spec.missing_true[raw] & ~is_leaf,
+        true_next.astype(np.int32),
+        false_next.astype(np.int32),
+        roots,
+        tree[:leaves].astype(np.int32),
+        depth,
+        entry_leaves,
+        entry_targets,
+        entry_weights,
+        spec.targets,
+    )
 
 
 def _leaf_mode(modes: np.ndarray) -> int:
@@ -212,8 +222,9 @@ def _reachable(spec: TreeSpec) -> tuple[np.ndarray, int]:
         if depth > nodes:
             raise ModelError("the trees have a cycle")
         base = level[branch] - raw[branch]
-        level = np.unique(np.concatenate([base + spec.true_ids[raw[branch]],
-                                          base + spec.false_ids[raw[branch]]]))  # fmt: skip
+        level = np.unique(
+            np.concatenate([base + spec.true_ids[raw[branch]], base + spec.false_ids[raw[branch]]])
+        )
         found.append(level)
 
 
@@ -243,8 +254,14 @@ def _expand_members(spec: TreeSpec) -> TreeSpec:
     so it reaches the last EQ test, which carries the node's missing-value rule."""
     if not spec.members:
         return spec
-    columns = [list(spec.modes), list(spec.features), list(spec.splits),
-               list(spec.missing_true), list(spec.true_ids), list(spec.false_ids)]  # fmt: skip
+    columns = [
+        list(spec.modes),
+        list(spec.features),
+        list(spec.splits),
+        list(spec.missing_true),
+        list(spec.true_ids),
+        list(spec.false_ids),
+    ]
     modes, features, splits, missing, true_ids, false_ids = columns
 
     def place(at: int, members: np.ndarray, feature: int, tracks: bool, yes: int, no: int):
@@ -264,14 +281,28 @@ def _expand_members(spec: TreeSpec) -> TreeSpec:
 
     for node, members in spec.members.items():
         if spec.modes[node] == MEMBER:
-            place(node, np.unique(members), int(features[node]), bool(missing[node]),
-                  int(true_ids[node]), int(false_ids[node]))  # fmt: skip
+            place(
+                node,
+                np.unique(members),
+                int(features[node]),
+                bool(missing[node]),
+                int(true_ids[node]),
+                int(false_ids[node]),
+            )
     return TreeSpec(
-        np.asarray(modes), np.asarray(features), np.asarray(splits, np.float64),
-        np.asarray(missing, bool), np.asarray(true_ids), np.asarray(false_ids),
-        spec.roots, {}, spec.entry_nodes, spec.entry_targets, spec.entry_weights,
+        np.asarray(modes),
+        np.asarray(features),
+        np.asarray(splits, np.float64),
+        np.asarray(missing, bool),
+        np.asarray(true_ids),
+        np.asarray(false_ids),
+        spec.roots,
+        {},
+        spec.entry_nodes,
+        spec.entry_targets,
+        spec.entry_weights,
         spec.targets,
-    )  # fmt: skip
+    )
 
 
 # -- evaluation -------------------------------------------------------------------

@@ -26,7 +26,7 @@ from ...ir import (
     Shape,
     Window,
     scalar_reducer,
-)  # fmt: skip
+)
 from .helpers import element_count, full_like, lowest, reduce
 from .registry import NodeContext, onnx_op
 
@@ -210,9 +210,11 @@ def max_pool(ctx: NodeContext, x: Instruction):
     index = _flat_index(b, x.shape.dims)
     no_index = b.scalar(np.iinfo(np.int64).max, DType.S64)
     pooled = b.add(
-        Op.REDUCE_WINDOW, [x, index, init, no_index],
-        window=geometry.window(), called=(_argmax_reducer(b.module, dtype),),
-    )  # fmt: skip
+        Op.REDUCE_WINDOW,
+        [x, index, init, no_index],
+        window=geometry.window(),
+        called=(_argmax_reducer(b.module, dtype),),
+    )
     values, indices = b.get_tuple_element(pooled, 0), b.get_tuple_element(pooled, 1)
     if storage_order == 1:
         indices = _column_major(b, indices, x.shape.dims)

@@ -104,9 +104,15 @@ def _stashed(ctx: NodeContext, x: Instruction) -> Instruction:
     return stashed(ctx.b, x, to_dtype(ctx.attr("stash_type", 1), "stash_type"))
 
 
-def layer_norm_of(b: ComputationBuilder, x: Instruction, scale: Instruction,
-                  bias: Instruction | None, axis: int, epsilon: float,
-                  stash: DType) -> tuple[Instruction, Instruction, Instruction]:  # fmt: skip
+def layer_norm_of(
+    b: ComputationBuilder,
+    x: Instruction,
+    scale: Instruction,
+    bias: Instruction | None,
+    axis: int,
+    epsilon: float,
+    stash: DType,
+) -> tuple[Instruction, Instruction, Instruction]:
     """(y, mean, 1/std): x normalized over the dims from `axis` on with its statistics in
     `stash`, then scaled and shifted in scale's type (the output's)."""
     wide = stashed(b, x, stash)
@@ -178,8 +184,14 @@ def group_norm(ctx: NodeContext, x: Instruction, scale: Instruction, bias: Instr
     return b.binary(Op.ADD, b.binary(Op.MULTIPLY, y, scale), bias)
 
 
-def rms_norm_of(b: ComputationBuilder, x: Instruction, scale: Instruction, axis: int,
-                epsilon: float, stash: DType) -> tuple[Instruction, Instruction]:  # fmt: skip
+def rms_norm_of(
+    b: ComputationBuilder,
+    x: Instruction,
+    scale: Instruction,
+    axis: int,
+    epsilon: float,
+    stash: DType,
+) -> tuple[Instruction, Instruction]:
     """(y, 1/rms): x / sqrt(mean(x^2) + epsilon) over the dims from `axis` on, computed in
     `stash`, times scale in scale's type (the output's, which may differ from x's)."""
     axes = list(range(axis, x.shape.rank))

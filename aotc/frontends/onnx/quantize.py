@@ -35,8 +35,10 @@ def expand(ctx: NodeContext, p: Instruction, dims, axis: int | None, block: int 
     axis = normalize_axis(axis, len(dims))
     if not block:
         if p.shape.dims != (dims[axis],):
-            raise ShapeError(f"per-axis parameter of shape {list(p.shape.dims)} does not match "
-                             f"dim {axis} ({dims[axis]}) of the input")  # fmt: skip
+            raise ShapeError(
+                f"per-axis parameter of shape {list(p.shape.dims)} does not match "
+                f"dim {axis} ({dims[axis]}) of the input"
+            )
         return b.broadcast(p, [axis], dims)
     blocks = p.shape.dims[axis] if p.shape.rank == len(dims) else 0
     same_rest = all(p.shape.dims[i] == d for i, d in enumerate(dims) if i != axis and blocks)
@@ -73,8 +75,10 @@ def _quantized_type(ctx: NodeContext, zero_point: Instruction | None) -> DType:
     if zero_point is None:
         return given or DType.U8
     if given is not None and given is not zero_point.shape.dtype:
-        raise ModelError(f"output_dtype {given.text} differs from the zero point's type "
-                         f"{zero_point.shape.dtype.text}")  # fmt: skip
+        raise ModelError(
+            f"output_dtype {given.text} differs from the zero point's type "
+            f"{zero_point.shape.dtype.text}"
+        )
     return zero_point.shape.dtype
 
 
@@ -256,8 +260,9 @@ def qlinear_matmul(ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_zp, y_scal
 
 
 @onnx_op("QLinearConv", since=10)
-def qlinear_conv(ctx: NodeContext, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp=None,
-                 bias=None):  # fmt: skip
+def qlinear_conv(
+    ctx: NodeContext, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp=None, bias=None
+):
     check_int8("QLinearConv", x, w)
     out = x.shape.dtype if y_zp is None else y_zp.shape.dtype
     acc = conv(ctx, *centered_pair(ctx, x, x_zp, None, w, w_zp, 0), bias, DType.S32)

@@ -110,8 +110,9 @@ def multinomial(ctx: NodeContext, logits: Instruction) -> Instruction:
         Op.MULTIPLY, draws, b.broadcast(b.reshape(total, [batch]), [0], draws.shape.dims)
     )
     dims3 = (batch, samples, classes)
-    below = b.compare(b.broadcast(cdf, [0, 2], dims3), b.broadcast(threshold, [0, 1], dims3),
-                      Direction.LE)  # fmt: skip
+    below = b.compare(
+        b.broadcast(cdf, [0, 2], dims3), b.broadcast(threshold, [0, 1], dims3), Direction.LE
+    )
     count = reduce(b, b.convert(below, out_dtype), Op.ADD, [2], keepdims=False)
     # u * total rounds up to total at worst: never past the last class
     return Formula(b, count).min(count, classes - 1)

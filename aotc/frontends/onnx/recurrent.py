@@ -279,8 +279,17 @@ def gru(ctx: NodeContext, x, w, r, bias=None, seq_lens=None, initial_h=None):
 
 
 @onnx_op("LSTM")
-def lstm(ctx: NodeContext, x, w, r, bias=None, seq_lens=None, initial_h=None, initial_c=None,
-         peepholes=None):  # fmt: skip
+def lstm(
+    ctx: NodeContext,
+    x,
+    w,
+    r,
+    bias=None,
+    seq_lens=None,
+    initial_h=None,
+    initial_c=None,
+    peepholes=None,
+):
     input_forget = bool(ctx.attr("input_forget", 0))
 
     def cell(step, xw_t, states, weights):

@@ -115,8 +115,13 @@ def find_lowering(op_type: str, domain: str, opset: int) -> Lowering | None:
     return None
 
 
-def lower_as_onnx(ctx: NodeContext, op_type: str, opset: int,
-                  inputs: Sequence[Instruction | None], attrs: dict[str, Any]) -> Any:  # fmt: skip
+def lower_as_onnx(
+    ctx: NodeContext,
+    op_type: str,
+    opset: int,
+    inputs: Sequence[Instruction | None],
+    attrs: dict[str, Any],
+) -> Any:
     """The outputs of ONNX's `op_type` (at `opset`) lowered on `inputs` with `attrs` over its
     schema's defaults: the ONNX part of a fused contrib op (FusedGemm's Gemm...)."""
     lowering = find_lowering(op_type, "", opset)

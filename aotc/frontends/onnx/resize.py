@@ -24,9 +24,14 @@ from .helpers import full_like, normalize_axis
 from .registry import NodeContext, onnx_op
 
 COORDINATE_MODES = (
-    "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-    "asymmetric", "tf_crop_and_resize", "tf_half_pixel_for_nn",
-)  # fmt: skip
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_crop_and_resize",
+    "tf_half_pixel_for_nn",
+)
 # "simple" is the rounding of Upsample and Resize-10 (as onnxruntime): floor when
 # upsampling an axis, ceil when downsampling it
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")

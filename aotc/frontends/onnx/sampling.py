@@ -169,12 +169,23 @@ def reflect(f: Arith, v: Instruction, lo: float, hi: float) -> Instruction:
 
 # -- GridSample -----------------------------------------------------------------------
 
-GRID_MODES = {"bilinear": "linear", "linear": "linear", "nearest": "nearest",
-              "bicubic": "cubic", "cubic": "cubic"}  # fmt: skip
+GRID_MODES = {
+    "bilinear": "linear",
+    "linear": "linear",
+    "nearest": "nearest",
+    "bicubic": "cubic",
+    "cubic": "cubic",
+}
 
 
-def _grid_taps(ctx: NodeContext, pos: Instruction, size: int, mode: str, padding: str,
-               borders: tuple[float, float]) -> Taps:  # fmt: skip
+def _grid_taps(
+    ctx: NodeContext,
+    pos: Instruction,
+    size: int,
+    mode: str,
+    padding: str,
+    borders: tuple[float, float],
+) -> Taps:
     """The taps of one spatial dim at source coordinates `pos` (onnx.reference's GridSample)."""
     b = ctx.b
     f = Arith(b, pos)
@@ -296,8 +307,10 @@ def deform_conv(ctx: NodeContext, x, w, offset, bias=None, mask=None) -> Instruc
         or offset.shape.dims[:2] != (n, offset_groups * taps_per_group * r)
         or len(out) != r
     ):
-        raise ShapeError(f"DeformConv shapes do not fit: X {list(x.shape.dims)}, W "
-                         f"{list(w.shape.dims)}, offset {list(offset.shape.dims)}")  # fmt: skip
+        raise ShapeError(
+            f"DeformConv shapes do not fit: X {list(x.shape.dims)}, W "
+            f"{list(w.shape.dims)}, offset {list(offset.shape.dims)}"
+        )
     dtype = x.shape.dtype
     points = [n, offset_groups, *kernel, *out]
     offsets = b.reshape(b.convert(offset, dtype), [n, offset_groups, *kernel, r, *out])
@@ -309,8 +322,11 @@ def deform_conv(ctx: NodeContext, x, w, offset, bias=None, mask=None) -> Instruc
         limit[2 + r] = i + 1
         shift = b.reshape(b.slice(offsets, start, limit), points)
         # the kernel tap's undeformed position: -pad + stride * out + dilation * tap
-        base = (-pads[i] + strides[i] * np.arange(out[i])[None, :]
-                + dilations[i] * np.arange(kernel[i])[:, None])  # fmt: skip
+        base = (
+            -pads[i]
+            + strides[i] * np.arange(out[i])[None, :]
+            + dilations[i] * np.arange(kernel[i])[:, None]
+        )
         base = b.broadcast(b.constant(base, dtype), [2 + i, 2 + r + i], points)
         f = Arith(b, shift)
         low, t = _floor_index(f, f.add(base, shift))

@@ -22,7 +22,7 @@ from ...ir import (
     Op,
     comparator,
     scalar_reducer,
-)  # fmt: skip
+)
 from .helpers import full, normalize_axis
 from .indexing import INDEX, cumulative, iota
 from .registry import NodeContext, onnx_op
@@ -62,8 +62,9 @@ def count_true(ctx: NodeContext, mask: Instruction, what: str) -> int:
     """The number of true entries of `mask`, which must be known at compile time."""
     b = ctx.b
     ones = b.convert(mask, INDEX)
-    total = b.reduce(ones, b.scalar(0, INDEX), range(mask.shape.rank),
-                     scalar_reducer(b.module, Op.ADD, INDEX))  # fmt: skip
+    total = b.reduce(
+        ones, b.scalar(0, INDEX), range(mask.shape.rank), scalar_reducer(b.module, Op.ADD, INDEX)
+    )
     return int(ctx.value(total, what))
 
 

@@ -27,7 +27,7 @@ from ...ir import (
     Op,
     Shape,
     Window,
-)  # fmt: skip
+)
 from .dtypes import to_dtype
 from .helpers import full, full_like, normalize_axis, reduce
 from .linalg import square_matrices
@@ -377,8 +377,9 @@ def _lu_step(b: ComputationBuilder, block: Instruction, m: int) -> tuple[Instruc
     is_largest = b.compare(magnitude, b.broadcast(largest, [0], [batch, m]), Direction.EQ)
     rows = b.iota(Shape(DType.S32, [batch, m]), 1)
     # the first row holding the largest magnitude is the pivot row
-    pivot_index = reduce(b, b.select(is_largest, rows, full_like(b, m, rows)), Op.MINIMUM,
-                         [1], keepdims=False)  # fmt: skip
+    pivot_index = reduce(
+        b, b.select(is_largest, rows, full_like(b, m, rows)), Op.MINIMUM, [1], keepdims=False
+    )
     is_pivot = b.compare(rows, b.broadcast(pivot_index, [0], [batch, m]), Direction.EQ)
     rows_2d = [batch, m, m]
     pivot_mask = b.broadcast(is_pivot, [0, 1], rows_2d)
@@ -393,8 +394,9 @@ def _lu_step(b: ComputationBuilder, block: Instruction, m: int) -> tuple[Instruc
     block = b.select(pivot_mask, b.broadcast(top_row, [0, 2], rows_2d), block)
     rest = b.slice(block, [0, 1, 0], [batch, m, m])
     # a zero pivot means a zero column: nothing to eliminate (and no 0/0)
-    safe = b.select(b.compare(pivot, full_like(b, 0, pivot), Direction.EQ),
-                    full_like(b, 1, pivot), pivot)  # fmt: skip
+    safe = b.select(
+        b.compare(pivot, full_like(b, 0, pivot), Direction.EQ), full_like(b, 1, pivot), pivot
+    )
     lead = b.reshape(b.slice(rest, [0, 0, 0], [batch, m - 1, 1]), [batch, m - 1])
     factors = b.binary(Op.DIVIDE, lead, b.broadcast(safe, [0], [batch, m - 1]))
     rest_dims = [batch, m - 1, m]

@@ -146,11 +146,13 @@ def tfidf_vectorizer(ctx: NodeContext, x: Instruction) -> Instruction:
     """[C] -> [size] or [N, C] -> [N, size] float32 n-gram counts, weighed by `mode`."""
     b = ctx.b
     if ctx.attr("pool_strings"):
-        raise UnsupportedError("TfIdfVectorizer over strings (pool_strings) is not supported "
-                               "(aotc has no string type)")  # fmt: skip
+        raise UnsupportedError(
+            "TfIdfVectorizer over strings (pool_strings) is not supported (aotc has no string type)"
+        )
     if x.shape.dtype not in (DType.S32, DType.S64):
-        raise UnsupportedError(f"TfIdfVectorizer input must be int32 or int64, "
-                               f"not {x.shape.dtype.text}")  # fmt: skip
+        raise UnsupportedError(
+            f"TfIdfVectorizer input must be int32 or int64, not {x.shape.dtype.text}"
+        )
     if x.shape.rank > 2:
         raise ModelError(f"TfIdfVectorizer input must be [C] or [N, C], not {list(x.shape.dims)}")
     mode = ctx.choice("mode", MODES)
@@ -161,7 +163,7 @@ def tfidf_vectorizer(ctx: NodeContext, x: Instruction) -> Instruction:
         raise ModelError(f"max_skip_count must be >= 0, not {max_skip}")
     pool = ngram_pool(ctx, min_n, max_n)
     batched = x.shape.rank == 2
-    rows, length = (x.shape.dims if batched else (1, x.shape.size))  # a scalar is one token
+    rows, length = x.shape.dims if batched else (1, x.shape.size)  # a scalar is one token
     tokens = b.convert(b.reshape(x, [rows, length]), DType.S64)
     counts = pool_counts(b, tokens, pool, counted_windows(min_n, max_n, max_skip))
     out = weigh(ctx, counts, mode, pool.size)
