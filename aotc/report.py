@@ -59,7 +59,7 @@ def flops(instr: Instruction) -> int:
         per_output = kernel.size // kernel.dims[instr.conv.kernel_output_feature]
         return 2 * shape.size * per_output
     if instr.op is Op.REDUCE:
-        return instr.operands[0].shape.size
+        return instr.operands[0].array_shape.size
     if instr.op is Op.REDUCE_WINDOW:
         return shape.size * math.prod(instr.window.size)
     if instr.op.is_elementwise and instr.op not in (Op.CONVERT, Op.SELECT):

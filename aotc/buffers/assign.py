@@ -384,7 +384,7 @@ def _place_constants(module: Module, slices: dict) -> bytes:
         for instr in computation.instructions:
             if instr.op is not Op.CONSTANT:
                 continue
-            data = to_storage(instr.literal, instr.shape.dtype).tobytes()
+            data = to_storage(instr.literal, instr.array_shape.dtype).tobytes()
             offset = align_up(len(blob), ALIGNMENT)
             blob.extend(b"\0" * (offset - len(blob)))
             blob.extend(data)

@@ -82,38 +82,38 @@ class ComputationBuilder:
         return self.add(Op.CLAMP, [lo, x, hi])
 
     def convert(self, x: Instruction, dtype: DType) -> Instruction:
-        if x.shape.dtype is dtype:
+        if x.array_shape.dtype is dtype:
             return x
-        return self.add(Op.CONVERT, [x], x.shape.with_dtype(dtype))
+        return self.add(Op.CONVERT, [x], x.array_shape.with_dtype(dtype))
 
     def bitcast_convert(self, x: Instruction, dtype: DType) -> Instruction:
-        return self.add(Op.BITCAST_CONVERT, [x], x.shape.with_dtype(dtype))
+        return self.add(Op.BITCAST_CONVERT, [x], x.array_shape.with_dtype(dtype))
 
     # -- data movement ----------------------------------------------------
 
     def broadcast(self, x: Instruction, dims: Sequence[int], out_dims: Sequence[int]):
         """Place x's dim i at output dim dims[i] of an array with `out_dims`."""
-        shape = Shape(x.shape.dtype, tuple(out_dims))
+        shape = Shape(x.array_shape.dtype, tuple(out_dims))
         return self.add(Op.BROADCAST, [x], shape, dimensions=tuple(dims))
 
     def broadcast_to(self, x: Instruction, out_dims: Sequence[int]) -> Instruction:
         """Numpy-style broadcast of x (trailing dims aligned, 1s stretched)."""
         out_dims = tuple(out_dims)
-        if x.shape.dims == out_dims:
+        if x.array_shape.dims == out_dims:
             return x
-        offset = len(out_dims) - x.shape.rank
-        kept = [i for i, d in enumerate(x.shape.dims) if d == out_dims[i + offset]]
-        if len(kept) != x.shape.rank:
-            x = self.reshape(x, [x.shape.dims[i] for i in kept])
+        offset = len(out_dims) - x.array_shape.rank
+        kept = [i for i, d in enumerate(x.array_shape.dims) if d == out_dims[i + offset]]
+        if len(kept) != x.array_shape.rank:
+            x = self.reshape(x, [x.array_shape.dims[i] for i in kept])
         return self.broadcast(x, [i + offset for i in kept], out_dims)
 
     def reshape(self, x: Instruction, dims: Sequence[int]) -> Instruction:
-        if tuple(dims) == x.shape.dims:
+        if tuple(dims) == x.array_shape.dims:
             return x
-        return self.add(Op.RESHAPE, [x], x.shape.with_dims(dims))
+        return self.add(Op.RESHAPE, [x], x.array_shape.with_dims(dims))
 
     def transpose(self, x: Instruction, perm: Sequence[int]) -> Instruction:
-        if list(perm) == list(range(x.shape.rank)):
+        if list(perm) == list(range(x.array_shape.rank)):
             return x
         return self.add(Op.TRANSPOSE, [x], dimensions=tuple(perm))
 

@@ -154,7 +154,7 @@ def _check_argument(arg, shape: AnyShape, name: str) -> None:
 
 
 def _iota(instr: Instruction, operands: list) -> np.ndarray:
-    dims = instr.shape.dims
+    dims = instr.array_shape.dims
     (axis,) = instr.dimensions
     return np.broadcast_to(along(np.arange(dims[axis]), axis, len(dims)), dims)
 

@@ -257,7 +257,7 @@ def _clamp(instr: Instruction, operands: list) -> np.ndarray:
 
 def _convert(instr: Instruction, operands: list) -> np.ndarray:
     (x,) = operands
-    target = instr.shape.dtype
+    target = instr.array_shape.dtype
     if target.is_int and _is_float(x):
         return _float_to_int(x, target)
     # everything else is numpy's cast: int -> int wraps, x -> pred is x != 0 (NaN is
@@ -281,8 +281,8 @@ def _float_to_int(x: np.ndarray, target: DType) -> np.ndarray:
 
 def _bitcast_convert(instr: Instruction, operands: list) -> np.ndarray:
     (x,) = operands
-    raw = to_storage(x, instr.operands[0].shape.dtype)
-    return from_storage(raw, instr.shape.dtype)
+    raw = to_storage(x, instr.operands[0].array_shape.dtype)
+    return from_storage(raw, instr.array_shape.dtype)
 
 
 ELEMENTWISE_RULES: dict[Op, Rule] = {

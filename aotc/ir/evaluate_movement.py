@@ -20,7 +20,7 @@ from .ops import Op
 
 def _broadcast(instr: Instruction, operands: list) -> np.ndarray:
     (x,) = operands
-    out = instr.shape.dims
+    out = instr.array_shape.dims
     placed = [1] * len(out)
     for i, d in enumerate(instr.dimensions):
         placed[d] = x.shape[i]
@@ -28,7 +28,7 @@ def _broadcast(instr: Instruction, operands: list) -> np.ndarray:
 
 
 def _reshape(instr: Instruction, operands: list) -> np.ndarray:
-    return operands[0].reshape(instr.shape.dims)
+    return operands[0].reshape(instr.array_shape.dims)
 
 
 def _transpose(instr: Instruction, operands: list) -> np.ndarray:
@@ -71,7 +71,7 @@ def _gather(instr: Instruction, operands: list) -> np.ndarray:
     """XLA gather: builds, per operand dim, the index of every output element."""
     operand, indices = operands
     g = instr.gather
-    out_dims = instr.shape.dims
+    out_dims = instr.array_shape.dims
     rank = len(out_dims)
     if g.index_vector_dim == indices.ndim:
         indices = indices[..., None]

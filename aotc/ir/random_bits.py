@@ -40,14 +40,14 @@ class BitOps:
     def like(self, x: Instruction, y: Instruction | int) -> Instruction:
         """`y` as an operand for `x`: a constant of x's type, or y broadcast to x's dims."""
         if isinstance(y, int):
-            return self.const(y, x.shape.dtype, x.shape.dims)
-        if y.shape.dims != x.shape.dims:
-            return self.b.broadcast(y, [], x.shape.dims)  # scalars only
+            return self.const(y, x.array_shape.dtype, x.array_shape.dims)
+        if y.array_shape.dims != x.array_shape.dims:
+            return self.b.broadcast(y, [], x.array_shape.dims)  # scalars only
         return y
 
     def op(self, op: Op, x: Instruction, y: Instruction | int) -> Instruction:
-        if isinstance(y, Instruction) and x.shape.dims == () and y.shape.dims != ():
-            x = self.b.broadcast(x, [], y.shape.dims)
+        if isinstance(y, Instruction) and x.array_shape.dims == () and y.array_shape.dims != ():
+            x = self.b.broadcast(x, [], y.array_shape.dims)
         return self.b.binary(op, x, self.like(x, y))
 
     def add(self, x, y):
@@ -87,7 +87,7 @@ class BitOps:
 
     def interleave(self, parts: list[Instruction], count: int, dims) -> Instruction:
         """parts[0][0], parts[1][0], ..., parts[0][1], ...: the first `count`, as `dims`."""
-        n = parts[0].shape.dims[0]
+        n = parts[0].array_shape.dims[0]
         columns = [self.b.reshape(p, [n, 1]) for p in parts]
         flat = self.b.reshape(self.b.concatenate(columns, 1), [n * len(parts)])
         return self.b.reshape(self.b.slice(flat, [0], [count]), dims)
@@ -133,7 +133,7 @@ def normal(b: ComputationBuilder, key: int, dtype: DType, dims) -> Instruction:
 
 
 def _float_like(b: ComputationBuilder, x: Instruction, value: float) -> Instruction:
-    return b.broadcast(b.scalar(value, x.shape.dtype), [], x.shape.dims)
+    return b.broadcast(b.scalar(value, x.array_shape.dtype), [], x.array_shape.dims)
 
 
 def philox_blocks(out: Shape) -> int:
@@ -156,7 +156,7 @@ def philox_bits(b: ComputationBuilder, key: int, counter: Instruction, out: Shap
 
 def philox(o: BitOps, key: Instruction, state: Instruction, out: Shape):
     """Bits of `out`'s width (u32 below 32) and the state after them (without the key)."""
-    if state.shape.dims[0] >= 3:
+    if state.array_shape.dims[0] >= 3:
         counter = o.b.slice(state, [1], [3])
     else:  # XLA reads a 2-word state reversed: counter = (state[1], key)
         counter = o.b.reverse(state, [0])
@@ -166,7 +166,7 @@ def philox(o: BitOps, key: Instruction, state: Instruction, out: Shape):
         parts = [o.join(words[0], words[1]), o.join(words[2], words[3])]
     else:
         parts, counter = _philox_words(o, key, counter, count)
-    if state.shape.dims[0] < 3:
+    if state.array_shape.dims[0] < 3:
         counter = o.b.slice(counter, [0], [1])
     return o.interleave(parts, count, out.dims), counter
 

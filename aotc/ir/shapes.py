@@ -271,7 +271,7 @@ def dot(instr: Instruction) -> Shape:
     lhs_free = [x for i, x in enumerate(lhs.dims) if i not in d.lhs_batch + d.lhs_contracting]
     rhs_free = [x for i, x in enumerate(rhs.dims) if i not in d.rhs_batch + d.rhs_contracting]
     dims = [lhs.dims[i] for i in d.lhs_batch] + lhs_free + rhs_free
-    dtype = instr.shape.dtype if instr.shape is not None else lhs.dtype
+    dtype = instr.array_shape.dtype if instr.shape is not None else lhs.dtype
     return Shape(dtype, dims)
 
 
@@ -295,7 +295,7 @@ def convolution(instr: Instruction) -> Shape:
     dims[c.output_feature] = out_features
     for i, s in enumerate(c.output_spatial):
         dims[s] = spatial[i]
-    dtype = instr.shape.dtype if instr.shape is not None else lhs.dtype
+    dtype = instr.array_shape.dtype if instr.shape is not None else lhs.dtype
     return Shape(dtype, dims)
 
 

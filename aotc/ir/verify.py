@@ -139,7 +139,7 @@ def _check_comparator(comp: Computation, instr: Instruction) -> None:
     """A sort comparator takes (lhs, rhs) scalars of each operand in turn, returns pred."""
     if not all(isinstance(o.shape, Shape) for o in instr.operands):
         return  # the shape rule reports bad operands
-    pairs = [Shape(o.shape.dtype, ()) for o in instr.operands for _ in range(2)]
+    pairs = [Shape(o.array_shape.dtype, ()) for o in instr.operands for _ in range(2)]
     _check_signature(comp, instr, "comparator", pairs, Shape(DType.PRED, ()))
 
 

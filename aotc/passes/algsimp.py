@@ -37,7 +37,7 @@ def add_zero(b: InsertingBuilder, instr: Instruction):
         value = splat_value(other)
         if value is None or value != 0:
             continue
-        dtype = instr.shape.dtype
+        dtype = instr.array_shape.dtype
         if not dtype.is_float or np.signbit(value):
             return keep
     return None
@@ -59,7 +59,7 @@ def multiply_one(b: InsertingBuilder, instr: Instruction):
     x, y = instr.operands
     for keep, other in ((x, y), (y, x)):
         value = splat_value(other)
-        if value is not None and value == 1 and instr.shape.dtype.bits > 1:
+        if value is not None and value == 1 and instr.array_shape.dtype.bits > 1:
             return keep
     return None
 
@@ -69,7 +69,7 @@ def divide_by_constant(b: InsertingBuilder, instr: Instruction):
     # x / 1 -> x;  x / 2^k -> x * 2^-k (exact in binary floating point)
     x, y = instr.operands
     value = splat_value(y)
-    dtype = instr.shape.dtype
+    dtype = instr.array_shape.dtype
     if value is None or not dtype.is_float:
         return None
     if value == 1:
@@ -79,7 +79,7 @@ def divide_by_constant(b: InsertingBuilder, instr: Instruction):
         reciprocal = 1.0 / value
         # exactly representable (not so for f4e2m1fn's 1/4, say) -> the product is exact
         if cast_array(np.float64(reciprocal), dtype) == reciprocal:
-            factor = b.broadcast_to(b.scalar(reciprocal, dtype), x.shape.dims)
+            factor = b.broadcast_to(b.scalar(reciprocal, dtype), x.array_shape.dims)
             return b.binary(Op.MULTIPLY, x, factor)
     return None
 
@@ -91,7 +91,7 @@ def reshape_chain(b: InsertingBuilder, instr: Instruction):
     if x.shape == instr.shape:
         return x
     if x.op in (Op.RESHAPE, Op.BITCAST):  # the reshapes, not get-tuple-element (a view too)
-        return b.reshape(x.operands[0], instr.shape.dims)
+        return b.reshape(x.operands[0], instr.array_shape.dims)
     return None
 
 
@@ -116,7 +116,7 @@ def _transposed_broadcast(b: InsertingBuilder, x: Instruction, perm) -> Instruct
     y, dims = x.operands[0], x.dimensions
     places = [perm.index(d) for d in dims]
     order = sorted(range(len(places)), key=places.__getitem__)
-    out_dims = [x.shape.dims[p] for p in perm]
+    out_dims = [x.array_shape.dims[p] for p in perm]
     return b.broadcast(b.transpose(y, order), sorted(places), out_dims)
 
 
@@ -142,10 +142,10 @@ def transpose_toward_operands(b: InsertingBuilder, instr: Instruction):
     # computed twice), down to a transpose it cancels or merges with (a channels-last
     # model's layout changes around its NCHW convolutions, conv_layout.py)
     x = instr.operands[0]
-    if not _takes_transpose(b.computation, x, instr.shape.rank):
+    if not _takes_transpose(b.computation, x, instr.array_shape.rank):
         return None
     perm = instr.dimensions
-    operands = [b.transpose(o, perm) if o.shape.rank else o for o in x.operands]
+    operands = [b.transpose(o, perm) if o.array_shape.rank else o for o in x.operands]
     return _permuted(b, x, operands, perm)
 
 
@@ -155,7 +155,7 @@ def _permuted(b: InsertingBuilder, x: Instruction, operands, perm) -> Instructio
     if x.op is Op.REDUCE_WINDOW:
         window = Window(*(tuple(field[p] for p in perm) for field in astuple(x.window)))
         return b.reduce_window(*operands, window, x.called[0])
-    shape = Shape(x.shape.dtype, tuple(x.shape.dims[p] for p in perm))
+    shape = Shape(x.array_shape.dtype, tuple(x.array_shape.dims[p] for p in perm))
     return b.add(x.op, operands, shape, direction=x.direction)
 
 
@@ -170,7 +170,7 @@ def _takes_transpose(computation, x: Instruction, rank: int) -> bool:
     for o in x.operands:
         if o.op is Op.TRANSPOSE or _takes_transpose(computation, o, rank):
             reaching = True
-        elif o.shape.rank and o.op not in (Op.BROADCAST, Op.CONSTANT):
+        elif o.array_shape.rank and o.op not in (Op.BROADCAST, Op.CONSTANT):
             return False
     return reaching
 
@@ -190,7 +190,7 @@ def transpose_toward_users(b: InsertingBuilder, instr: Instruction):
         if o.op is Op.TRANSPOSE:
             operands.append(o.operands[0])
         else:
-            operands.append(b.transpose(o, inverse) if o.shape.rank else o)
+            operands.append(b.transpose(o, inverse) if o.array_shape.rank else o)
     return b.transpose(_permuted(b, instr, operands, inverse), perm)
 
 
@@ -205,7 +205,7 @@ def _common_transpose(instr: Instruction):
             if perm is not None and list(o.dimensions) != perm:
                 return None
             perm = list(o.dimensions)
-        elif o.shape.rank and o.op is not Op.BROADCAST:
+        elif o.array_shape.rank and o.op is not Op.BROADCAST:
             return None
     return perm
 
@@ -214,11 +214,11 @@ def _common_transpose(instr: Instruction):
 def broadcast_chain(b: InsertingBuilder, instr: Instruction):
     # broadcast to the same shape -> x;  broadcast(broadcast(x)) -> one broadcast
     x = instr.operands[0]
-    if x.shape == instr.shape and list(instr.dimensions) == list(range(x.shape.rank)):
+    if x.shape == instr.shape and list(instr.dimensions) == list(range(x.array_shape.rank)):
         return x
     if x.op is Op.BROADCAST:
         dims = [instr.dimensions[d] for d in x.dimensions]
-        return b.broadcast(x.operands[0], dims, instr.shape.dims)
+        return b.broadcast(x.operands[0], dims, instr.array_shape.dims)
     return None
 
 
@@ -235,7 +235,7 @@ def slice_full(b: InsertingBuilder, instr: Instruction):
     x, s = instr.operands[0], instr.slice
     full = all(
         start == 0 and limit == d and stride == 1
-        for start, limit, stride, d in zip(s.starts, s.limits, s.strides, x.shape.dims)
+        for start, limit, stride, d in zip(s.starts, s.limits, s.strides, x.array_shape.dims)
     )
     return x if full else None
 

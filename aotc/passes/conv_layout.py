@@ -63,14 +63,14 @@ def assign_layout(b: InsertingBuilder, instr: Instruction):
     out = b.add(
         Op.CONVOLUTION,
         [lhs, rhs],
-        shape=instr.shape.with_dims(tuple(instr.shape.dims[d] for d in out_order)),
+        shape=instr.array_shape.with_dims(tuple(instr.array_shape.dims[d] for d in out_order)),
         window=instr.window,
         conv=layout,
         feature_group_count=instr.feature_group_count,
         batch_group_count=instr.batch_group_count,
     )
     # result dim out_order[j] is the new convolution's dim j
-    position = [0] * instr.shape.rank
+    position = [0] * instr.array_shape.rank
     for j, d in enumerate(out_order):
         position[d] = j
     return b.transpose(out, position)

@@ -323,7 +323,9 @@ def _outline(module: Module, computation: Computation, group: _Group) -> None:
         for operand in instr.operands:
             if id(operand) not in clones:
                 if _inline_constant(operand):
-                    clones[id(operand)] = builder.constant(operand.literal, operand.shape.dtype)
+                    clones[id(operand)] = builder.constant(
+                        operand.literal, operand.array_shape.dtype
+                    )
                 else:
                     number = len(operands)
                     param = builder.parameter(number, operand.shape, f"param_{number}")
@@ -353,7 +355,7 @@ def _outline(module: Module, computation: Computation, group: _Group) -> None:
 
 def _inline_constant(instr: Instruction) -> bool:
     """Scalar constants go inside the fused computation (immediates in the kernel)."""
-    return instr.op is Op.CONSTANT and instr.shape.size == 1
+    return instr.op is Op.CONSTANT and instr.array_shape.size == 1
 
 
 def _clone(builder: ComputationBuilder, instr: Instruction, operands: list[Instruction]):

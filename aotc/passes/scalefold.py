@@ -60,12 +60,14 @@ def _weight_dim(producer: Instruction, out_dim: int) -> int | None:
         c = producer.conv
         return c.kernel_output_feature if out_dim == c.output_feature else None
     d = producer.dot
-    lhs_rank = producer.operands[0].shape.rank
+    lhs_rank = producer.operands[0].array_shape.rank
     lhs_free = lhs_rank - len(d.lhs_batch) - len(d.lhs_contracting)
     first_rhs = len(d.lhs_batch) + lhs_free
     if out_dim < first_rhs:
         return None
-    rhs_free = [i for i in range(weights.shape.rank) if i not in d.rhs_batch + d.rhs_contracting]
+    rhs_free = [
+        i for i in range(weights.array_shape.rank) if i not in d.rhs_batch + d.rhs_contracting
+    ]
     return rhs_free[out_dim - first_rhs]
 
 
@@ -113,7 +115,7 @@ def distribute_scale_over_shift(b: InsertingBuilder, instr: Instruction):
     if c_dim != s_dim or c.shape != s.shape:
         return None
     scaled = b.binary(Op.MULTIPLY, y, scale)
-    merged = b.broadcast(b.binary(Op.MULTIPLY, c, s), [c_dim], instr.shape.dims)
+    merged = b.broadcast(b.binary(Op.MULTIPLY, c, s), [c_dim], instr.array_shape.dims)
     return b.binary(Op.ADD, scaled, merged)
 
 
@@ -136,7 +138,7 @@ def merge_shifts(b: InsertingBuilder, instr: Instruction):
     (c1, d1), (c2, d2) = _channel_vector(shift), _channel_vector(outer)
     if d1 != d2 or c1.shape != c2.shape:
         return None
-    merged = b.broadcast(b.binary(Op.ADD, c1, c2), [d1], instr.shape.dims)
+    merged = b.broadcast(b.binary(Op.ADD, c1, c2), [d1], instr.array_shape.dims)
     return b.binary(Op.ADD, y, merged)
 
 

@@ -37,7 +37,7 @@ def fold_transpose_into_dot(b: InsertingBuilder, instr: Instruction):
     lhs, lhs_batch, lhs_contracting = new_lhs or (lhs, d.lhs_batch, d.lhs_contracting)
     rhs, rhs_batch, rhs_contracting = new_rhs or (rhs, d.rhs_batch, d.rhs_contracting)
     dims = DotDims(lhs_batch, rhs_batch, lhs_contracting, rhs_contracting)
-    return b.dot(lhs, rhs, dims, instr.shape.dtype)
+    return b.dot(lhs, rhs, dims, instr.array_shape.dtype)
 
 
 class TransposeFolding:

@@ -139,7 +139,7 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
         return None
     plans = []
     for contraction in contractions:
-        operand_types = [o.shape.dtype for o in contraction.operands]
+        operand_types = [o.array_shape.dtype for o in contraction.operands]
         if not fits_gemm(contraction.array_shape.dtype, operand_types):
             return None
         if instr is contraction:
@@ -169,7 +169,7 @@ def widens_to_pairs(instr: Instruction) -> bool:
     return (
         instr.op is Op.CONVERT
         and instr.array_shape.dtype is DType.S16
-        and instr.operands[0].shape.dtype in (DType.S8, DType.U8)
+        and instr.operands[0].array_shape.dtype in (DType.S8, DType.U8)
     )
 
 

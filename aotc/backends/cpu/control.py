@@ -55,9 +55,11 @@ def emit_conditional(
     """Run the selected branch and its copies into the result."""
     b = ctx.builder
     selector = instr.operands[0]
-    value = load_element(b, selector.shape.dtype, ctx.slice_pointer(ctx.plan.slice_of(selector)))
+    value = load_element(
+        b, selector.array_shape.dtype, ctx.slice_pointer(ctx.plan.slice_of(selector))
+    )
     last = len(programs) - 1
-    if selector.shape.dtype is DType.PRED:
+    if selector.array_shape.dtype is DType.PRED:
         index = b.select(value, ir.Constant(I32, 0), ir.Constant(I32, 1))
     else:  # negative indices compare as huge unsigned ones: out of range too
         out_of_range = b.icmp_unsigned(">", value, ir.Constant(I32, last))

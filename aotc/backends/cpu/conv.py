@@ -45,7 +45,7 @@ from .views import View, affine, merged_stride
 def conv_problem(target: CpuTarget, conv: Instruction, views) -> ConvProblem | None:
     """The problem the forms plan `conv` from (`views`: its operands' memory views, or
     None), or None: no form takes it (no GEMM blocking for its types, batch groups)."""
-    config = gemm_config(target, conv.array_shape.dtype, conv.operands[0].shape.dtype)
+    config = gemm_config(target, conv.array_shape.dtype, conv.operands[0].array_shape.dtype)
     if config is None or conv.batch_group_count != 1:
         return None
     return ConvProblem(target, conv, tuple(views), config, ConvGeometry(conv))

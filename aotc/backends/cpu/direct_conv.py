@@ -317,7 +317,7 @@ class DirectConvPlan(Prepackable):
         b = ctx.builder
         height, width = image.padded
         ty = self.config.element
-        rank = self.conv.operands[0].shape.rank
+        rank = self.conv.operands[0].array_shape.rank
         with loop_nest(b, [image.batch, height, width], "pad") as (n, hp, wp):
             pixel = b.add(b.mul(b.add(b.mul(n, i64(height)), hp), i64(width)), wp)
             row = b.gep(dst, [b.mul(pixel, i64(image.channels))], source_etype=ty)

@@ -79,7 +79,7 @@ class _Side:
 def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
     """The problem the forms plan `dot` from (`views`: its operands' memory views, or
     None), or None: no form takes it (no GEMM blocking for its types, nothing to do)."""
-    config = gemm_config(target, dot.array_shape.dtype, dot.operands[0].shape.dtype)
+    config = gemm_config(target, dot.array_shape.dtype, dot.operands[0].array_shape.dtype)
     if config is None:
         return None
     dims = dot.dot

@@ -148,9 +148,9 @@ def _analyze(plan: BufferPlan, instr: Instruction) -> _Pooling | None:
     dtype = pool.array_shape.dtype
     if dtype not in POOLING_DTYPES or instr.array_shape.dtype is not dtype:
         return None
-    if len(pool.operands) != 2 or pool.operands[0].shape.dtype is not dtype:
+    if len(pool.operands) != 2 or pool.operands[0].array_shape.dtype is not dtype:
         return None
-    if pool.operands[0].shape.size == 0 or pool.array_shape.size == 0:
+    if pool.operands[0].array_shape.size == 0 or pool.array_shape.size == 0:
         return None
     reducer, init = _reducer(pool), _init(pool)
     if reducer is None or init is None:
@@ -211,9 +211,9 @@ def _reducer(pool: Instruction) -> Op | None:
 
 def _init(pool: Instruction) -> float | None:
     init = pool.operands[1]
-    if init.op is not Op.CONSTANT or init.shape.size != 1:
+    if init.op is not Op.CONSTANT or init.array_shape.size != 1:
         return None
-    return float(literal_value(init.literal, init.shape.dtype))
+    return float(literal_value(init.literal, init.array_shape.dtype))
 
 
 def _plan_reduce(pool, value, reducer, init, view: View) -> _Pooling | None:

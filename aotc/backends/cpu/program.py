@@ -208,9 +208,9 @@ def _outputs(ctx: EmitContext, instr: Instruction) -> list[tuple[Shape, Slice]]:
 def _operand_generator(ctx: EmitContext, operand: Instruction) -> Gen:
     """Operands are read from their buffers, except one-element constants (immediates);
     other one-element operands once per kernel."""
-    if operand.op is Op.CONSTANT and operand.shape.size == 1:
+    if operand.op is Op.CONSTANT and operand.array_shape.size == 1:
         return constant_rule(ctx, operand, [])
-    if operand.shape.size == 1:
+    if operand.array_shape.size == 1:
         return invariant_generator(ctx, ctx.plan.slice_of(operand), operand.array_shape)
     return memory_generator(ctx, ctx.plan.slice_of(operand), operand.array_shape)
 
@@ -266,10 +266,10 @@ def _elementwise_from(instr: Instruction) -> int | None:
     start = 0
     for member in members:
         if member.op in (Op.PARAMETER, Op.TUPLE) or (
-            member.op is Op.CONSTANT and member.shape.size == 1
+            member.op is Op.CONSTANT and member.array_shape.size == 1
         ):
             continue
-        if member.shape.dims != dims:
+        if member.array_shape.dims != dims:
             return None
         if member.op is Op.BROADCAST:
             kept = list(member.dimensions)
@@ -278,7 +278,7 @@ def _elementwise_from(instr: Instruction) -> int | None:
                 return None
             start = max(start, kept[-1] + 1 if kept else 0)
         elif not member.op.is_elementwise or any(
-            o.shape.rank and o.shape.dims != dims for o in member.operands
+            o.array_shape.rank and o.array_shape.dims != dims for o in member.operands
         ):
             return None
     return start

@@ -113,7 +113,7 @@ def fused_view(plan: BufferPlan, fusion: Instruction, instr: Instruction) -> Vie
     if instr.op not in STRIDED_VIEW_OPS:
         return None
     inner = fused_view(plan, fusion, instr.operands[0])
-    if inner is None or instr.array_shape.dtype is not instr.operands[0].shape.dtype:
+    if inner is None or instr.array_shape.dtype is not instr.operands[0].array_shape.dtype:
         return None
     dims = instr.array_shape.dims
     if instr.op is Op.TRANSPOSE:

@@ -78,7 +78,7 @@ def _choose(target, instr: Instruction) -> _Choice | None:
     if contraction is None:
         return None
     out_dtype = contraction.array_shape.dtype
-    in_dtype = contraction.operands[0].shape.dtype
+    in_dtype = contraction.operands[0].array_shape.dtype
     if out_dtype not in FLOAT_RESULTS or not in_dtype.is_float:
         return None
     plan = gemm_plan(contraction)
@@ -131,7 +131,7 @@ def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
         return None
     contraction, sizes = choice.contraction, choice.sizes
     out_dtype = contraction.array_shape.dtype
-    in_dtype = contraction.operands[0].shape.dtype
+    in_dtype = contraction.operands[0].array_shape.dtype
     flip = choice.vector and sizes.m > sizes.n
     if choice.vector:
         grid, threads = gemv.launch(transposed(sizes) if flip else sizes)

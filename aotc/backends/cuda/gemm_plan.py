@@ -83,7 +83,7 @@ def _innermost(dims: tuple[int, ...]) -> int | None:
 
 def _dot_plan(dot: Instruction):
     d = dot.dot
-    lhs_dims, rhs_dims = dot.operands[0].shape.dims, dot.operands[1].shape.dims
+    lhs_dims, rhs_dims = dot.operands[0].array_shape.dims, dot.operands[1].array_shape.dims
     lhs_free = [i for i in range(len(lhs_dims)) if i not in d.lhs_batch + d.lhs_contracting]
     rhs_free = [i for i in range(len(rhs_dims)) if i not in d.rhs_batch + d.rhs_contracting]
     batch_ext = [lhs_dims[i] for i in d.lhs_batch]
@@ -135,7 +135,7 @@ def _conv_plan(conv: Instruction):
     if conv.batch_group_count != 1:
         return None
     dims, window = conv.conv, conv.window
-    lhs_dims, rhs_dims = conv.operands[0].shape.dims, conv.operands[1].shape.dims
+    lhs_dims, rhs_dims = conv.operands[0].array_shape.dims, conv.operands[1].array_shape.dims
     out_dims = conv.array_shape.dims
     groups = conv.feature_group_count
     cin_g = rhs_dims[dims.kernel_input_feature]

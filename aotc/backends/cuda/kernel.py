@@ -100,7 +100,7 @@ def operand_generators(ctx: GpuContext, instr: Instruction) -> list[Gen]:
     """Operands are read from their buffers, except one-element constants (immediates)."""
     gens = []
     for operand in instr.operands:
-        if operand.op is Op.CONSTANT and operand.shape.size == 1:
+        if operand.op is Op.CONSTANT and operand.array_shape.size == 1:
             gens.append(constant_rule(ctx, operand, []))
         else:
             gens.append(memory_generator(ctx, ctx.plan.slice_of(operand), operand.array_shape))
@@ -134,7 +134,7 @@ def cost(plan: BufferPlan, instr: Instruction) -> tuple[int, int]:
     """(bytes read and written at least, arithmetic operations) of `instr`'s kernel."""
     read = {}
     for operand in instr.operands:
-        if operand.op is Op.CONSTANT and operand.shape.size == 1:
+        if operand.op is Op.CONSTANT and operand.array_shape.size == 1:
             continue
         for where in _array_slices(plan, operand):
             read[(where.kind, where.index, where.offset)] = where.size
@@ -163,7 +163,7 @@ def _flops(instr: Instruction) -> int:
             depth = kernel.dims[member.conv.kernel_input_feature] * taps
             total += 2 * member.array_shape.size * depth
         elif member.op in (Op.REDUCE, Op.REDUCE_WINDOW):
-            total += member.operands[0].shape.size
+            total += member.operands[0].array_shape.size
         elif member.op.is_elementwise and isinstance(member.shape, Shape):
             total += member.shape.size
     return total

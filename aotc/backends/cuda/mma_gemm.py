@@ -88,7 +88,7 @@ STEP_WORDS = 2 * MMA_WORDS  # BK, in words: two mma deep per staged tile
 
 def mma_kind(contraction: Instruction, target) -> MmaKind | None:
     """The tensor-core variant computing `contraction`, or None for the SIMT kernel."""
-    lhs = contraction.operands[0].shape.dtype  # the IR gives both operands one dtype
+    lhs = contraction.operands[0].array_shape.dtype  # the IR gives both operands one dtype
     if contraction.array_shape.dtype not in MMA_RESULTS:
         return None
     if lhs in HALF_KINDS:

@@ -81,7 +81,7 @@ class Group:
         ctx, b = self.ctx, self.ctx.builder
         count = len(operands) // 2
         inputs, inits = operands[:count], operands[count:]
-        in_dims = reduce.operands[0].shape.dims
+        in_dims = reduce.operands[0].array_shape.dims
         reduced = sorted(reduce.dimensions)
         kept = [d for d in range(len(in_dims)) if d not in reduced]
         extents = [in_dims[d] for d in reduced]
@@ -204,7 +204,7 @@ def has_identity_inits(reduce: Instruction, fusion: Instruction | None = None) -
     kind = _IDENTITIES.get(root.op)
     if kind is None or any(o.op is not Op.PARAMETER for o in root.operands):
         return False
-    dtype = reduce.operands[1].shape.dtype
+    dtype = reduce.operands[1].array_shape.dtype
     value = literals[0].reshape(-1)[0].item()
     low, high = dtype.limits
     expected = {
@@ -225,7 +225,7 @@ def _literal(init: Instruction, fusion: Instruction | None):
 
 
 def _innermost_reduced(reduce: Instruction) -> bool:
-    dims = reduce.operands[0].shape.dims
+    dims = reduce.operands[0].array_shape.dims
     live = [d for d in range(len(dims)) if dims[d] != 1]
     return bool(live) and live[-1] in reduce.dimensions
 
@@ -294,7 +294,8 @@ def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> list[K
     rows = math.prod(shape.dims[:rank])
     columns = math.prod(shape.dims[rank:])
     longest = max(
-        [columns] + [math.prod(v.operands[0].shape.dims[d] for d in v.dimensions) for v in reduces]
+        [columns]
+        + [math.prod(v.operands[0].array_shape.dims[d] for d in v.dimensions) for v in reduces]
     )
     if longest < MIN_PARALLEL // 4:
         return None
@@ -373,6 +374,6 @@ def _held_indexes(ctx: GpuContext, group: Group, row_index: list, dims, rank: in
 def _reduces_columns(reduce: Instruction, dims, rank: int) -> bool:
     """Whether `reduce` folds the row's columns of an operand shaped as the row fusion's
     output (so that the held indexes are its operand's)."""
-    return reduce.operands[0].shape.dims == tuple(dims) and sorted(reduce.dimensions) == list(
+    return reduce.operands[0].array_shape.dims == tuple(dims) and sorted(reduce.dimensions) == list(
         range(rank, len(dims))
     )

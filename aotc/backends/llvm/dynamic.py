@@ -31,8 +31,8 @@ def clamped_start(ctx: EmitContext, dtype: DType, value: ir.Value, highest: int)
 
 def _starts(ctx: EmitContext, instr: Instruction, gens: list[Gen], sizes) -> list[ir.Value]:
     """The values of the start operands `gens`, clamped so a block of `sizes` fits."""
-    dims = instr.operands[0].shape.dims
-    dtype = instr.operands[-1].shape.dtype
+    dims = instr.operands[0].array_shape.dims
+    dtype = instr.operands[-1].array_shape.dtype
     return [clamped_start(ctx, dtype, g([]), d - n) for g, d, n in zip(gens, dims, sizes)]
 
 
@@ -50,7 +50,7 @@ def dynamic_slice_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]
 def dynamic_update_slice_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
     """The update's element where the index falls in the placed update, else the operand's."""
     source, update, *starts = operands
-    update_dims = instr.operands[1].shape.dims
+    update_dims = instr.operands[1].array_shape.dims
 
     def gen(index):
         b = ctx.builder

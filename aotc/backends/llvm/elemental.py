@@ -198,7 +198,7 @@ def fusion_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Ge
 
 def _operand_index(instr: Instruction, operand: Instruction, index):
     """Scalar operands of an array op (clamp bounds) are read at index []."""
-    return [] if operand.shape.rank == 0 else index
+    return [] if operand.array_shape.rank == 0 else index
 
 
 def make_elementwise_rule(emit: Callable) -> Rule:
@@ -215,7 +215,7 @@ def make_elementwise_rule(emit: Callable) -> Rule:
 
 
 def _in_dtype(instr: Instruction) -> DType:
-    return instr.operands[-1].shape.dtype
+    return instr.operands[-1].array_shape.dtype
 
 
 ELEMENTWISE_EMITTERS: dict[Op, Callable] = {

@@ -17,7 +17,7 @@ from .lltypes import i64
 def gather_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
     source, indices = operands
     dims = instr.gather
-    operand_dims = instr.operands[0].shape.dims
+    operand_dims = instr.operands[0].array_shape.dims
     indices_shape = instr.operands[1].shape
     offset_dims = sorted(dims.offset_dims)
     batch_dims = [d for d in range(instr.array_shape.rank) if d not in offset_dims]

@@ -25,7 +25,7 @@ def broadcast_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) ->
 def reshape_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
     (source,) = operands
     out_dims = instr.array_shape.dims
-    in_dims = instr.operands[0].shape.dims
+    in_dims = instr.operands[0].array_shape.dims
 
     # leading dims both shapes share keep their index (row fusion relies on it)
     same = 0
@@ -91,7 +91,7 @@ def pad_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
     """Operand element where the index lands on one, else the padding value."""
     source, padding_value = operands
     config = instr.padding
-    in_dims = instr.operands[0].shape.dims
+    in_dims = instr.operands[0].array_shape.dims
 
     def gen(index):
         b = ctx.builder
@@ -127,7 +127,7 @@ def concatenate_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
     (axis,) = instr.dimensions
     starts = [0]
     for operand in instr.operands:
-        starts.append(starts[-1] + operand.shape.dims[axis])
+        starts.append(starts[-1] + operand.array_shape.dims[axis])
 
     def gen(index):
         b = ctx.builder

@@ -34,7 +34,7 @@ class Accumulators:
     def __init__(self, ctx: EmitContext, instr: Instruction, inits: Sequence[Gen]):
         self.ctx = ctx
         self.reducer = instr.called[0]
-        self.dtypes = [o.shape.dtype for o in instr.operands[: len(inits)]]
+        self.dtypes = [o.array_shape.dtype for o in instr.operands[: len(inits)]]
         self.widened = _widened_op(self.reducer, self.dtypes)
         self.types = [register_type(dt) for dt in self.dtypes]
         self.slots = [ctx.alloca(t) for t in self.types]
@@ -79,7 +79,7 @@ def _widened_op(reducer: Computation, dtypes: list[DType]) -> tuple[Op, list[int
 def reduce_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
     count = len(operands) // 2
     inputs, inits = operands[:count], operands[count:]
-    in_dims = instr.operands[0].shape.dims
+    in_dims = instr.operands[0].array_shape.dims
     reduced = sorted(instr.dimensions)
     kept = [d for d in range(len(in_dims)) if d not in reduced]
 
@@ -101,7 +101,7 @@ def reduce_window_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]
     """Taps in the padding (edges and base-dilation holes) see the init value (StableHLO)."""
     count = len(operands) // 2
     inputs, inits = operands[:count], operands[count:]
-    in_dims = instr.operands[0].shape.dims
+    in_dims = instr.operands[0].array_shape.dims
     window = instr.window
 
     def gen(index):

@@ -30,7 +30,7 @@ def scatter_kernel(
     (output,) = outputs
     copy_into(ctx, [source], outputs)
     s = instr.scatter
-    operand_dims = instr.operands[0].shape.dims
+    operand_dims = instr.operands[0].array_shape.dims
     indices_shape, updates_shape = instr.operands[1].shape, instr.operands[2].shape
     window = list(s.update_window_dims)
     scatter_dims = [d for d in range(updates_shape.rank) if d not in window]

@@ -145,12 +145,12 @@ def _custom_call(site: Site, shape: AnyShape, operands: list[Instruction], attri
 def total_order_key(b: ComputationBuilder, x: Instruction) -> Instruction:
     """Signed integers ordered as XLA's TOTALORDER orders the floats `x`: -NaN < -inf <
     ... < -0 < +0 < ... < +inf < +NaN (negatives get all but the sign bit flipped)."""
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     if dtype.bits not in _SAME_WIDTH_INT:  # 8- and 4-bit floats: order their f32 values
         x = b.convert(x, DType.F32)
         dtype = DType.F32
     int_dtype = _SAME_WIDTH_INT[dtype.bits]
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     bits = b.bitcast_convert(x, int_dtype)
     shift = b.broadcast(b.scalar(dtype.bits - 1, int_dtype), [], dims)
     magnitude = b.broadcast(b.scalar(2 ** (dtype.bits - 1) - 1, int_dtype), [], dims)
@@ -160,7 +160,7 @@ def total_order_key(b: ComputationBuilder, x: Instruction) -> Instruction:
 
 def _compare(site: Site, shape: AnyShape, operands: list[Instruction], attributes: dict):
     """`type=TOTALORDER` on floats; other types (FLOAT, SIGNED, ...) are the IR's compare."""
-    if attributes.get("type") != "TOTALORDER" or not operands[0].shape.dtype.is_float:
+    if attributes.get("type") != "TOTALORDER" or not operands[0].array_shape.dtype.is_float:
         return None
     b = site.builder()
     keys = [total_order_key(b, x) for x in operands]
@@ -173,16 +173,16 @@ def _topk(site: Site, shape: AnyShape, operands: list[Instruction], attributes: 
     if not isinstance(shape, TupleShape) or len(shape.elements) != 2:
         raise site.fail("topk returns (values, indices)")
     values, indices = shape.elements
-    k, dims = values.dims[-1], x.shape.dims
+    k, dims = values.dims[-1], x.array_shape.dims
     direction = Direction.GT if attributes.get("largest", True) else Direction.LT
     order = site.new_computation("topk_comparator")
     c = site.builder(order)
     params = [
         c.parameter(i, Shape(dt, ()), f"p{i}")
-        for i, dt in enumerate([x.shape.dtype] * 2 + [indices.dtype] * 2)
+        for i, dt in enumerate([x.array_shape.dtype] * 2 + [indices.dtype] * 2)
     ]
     lhs, rhs = params[:2]
-    if x.shape.dtype.is_float:
+    if x.array_shape.dtype.is_float:
         lhs, rhs = total_order_key(c, lhs), total_order_key(c, rhs)
     order.root = c.compare(lhs, rhs, direction)
     b = site.builder()
@@ -202,8 +202,8 @@ def _select_and_scatter(site: Site, shape: AnyShape, operands: list[Instruction]
         raise site.fail("select-and-scatter needs window=, select= and scatter=")
     select = site.computation(attributes["select"][0])
     scatter = site.computation(attributes["scatter"][0])
-    dtype, dims = operand.shape.dtype, operand.shape.dims
-    count = operand.shape.size
+    dtype, dims = operand.array_shape.dtype, operand.array_shape.dims
+    count = operand.array_shape.size
     combine = site.new_computation("select_and_scatter_choice")
     c = site.builder(combine)
     kept, kept_at, later, later_at = (
@@ -229,7 +229,7 @@ def _select_and_scatter(site: Site, shape: AnyShape, operands: list[Instruction]
         called=(combine,),
     )
     where = b.get_tuple_element(chosen, 1)
-    rank = where.shape.rank
+    rank = where.array_shape.rank
     dims_numbers = ScatterDims((), (0,), (0,), rank)
     flat = b.broadcast(init, [], [count])
     return b.reshape(b.scatter(flat, where, source, dims_numbers, scatter), dims)
@@ -240,7 +240,7 @@ def _reduce_precision(site: Site, shape: AnyShape, operands: list[Instruction], 
     to nearest even, exponents past the range to +-inf, below it to +-0 (denormals of
     the narrow format flush), NaN kept."""
     (x,) = operands
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     exponent_bits, mantissa_bits = attributes.get("exponent_bits"), attributes.get("mantissa_bits")
     if exponent_bits is None or mantissa_bits is None:
         raise site.fail("reduce-precision needs exponent_bits= and mantissa_bits=")
@@ -251,7 +251,7 @@ def _reduce_precision(site: Site, shape: AnyShape, operands: list[Instruction], 
     src_exponent = width - 1 - src_mantissa
     b = site.builder()
     udt = _UINT_OF_WIDTH[width]
-    dims = x.shape.dims
+    dims = x.array_shape.dims
 
     def const(value: int) -> Instruction:
         return full(b, value, udt, dims)
@@ -292,15 +292,15 @@ def full(b: ComputationBuilder, value: float, dtype: DType, dims) -> Instruction
 
 def _unsigned(b: ComputationBuilder, x: Instruction) -> Instruction:
     """x's bits as the unsigned integer type of its width."""
-    target = _UINT_OF_WIDTH[x.shape.dtype.bits]
-    return x if x.shape.dtype is target else b.bitcast_convert(x, target)
+    target = _UINT_OF_WIDTH[x.array_shape.dtype.bits]
+    return x if x.array_shape.dtype is target else b.bitcast_convert(x, target)
 
 
 def _bitcast_convert(site: Site, shape: AnyShape, operands: list[Instruction], attributes):
     """Between types of different widths (the narrow side has an extra last dim of the
     ratio): shifts and ors of the unsigned bits, lane 0 lowest (little-endian memory)."""
     (x,) = operands
-    source, target = x.shape.dtype, shape.dtype
+    source, target = x.array_shape.dtype, shape.dtype
     if source.bits == target.bits or not isinstance(shape, Shape):
         return None
     if source.bits not in _UINT_OF_WIDTH or target.bits not in _UINT_OF_WIDTH:
@@ -308,22 +308,22 @@ def _bitcast_convert(site: Site, shape: AnyShape, operands: list[Instruction], a
     b = site.builder()
     if source.bits < target.bits:  # [..., ratio] -> [...]
         wide = _UINT_OF_WIDTH[target.bits]
-        lanes = x.shape.dims[-1]
+        lanes = x.array_shape.dims[-1]
         bits = _unsigned(b, x)
         result = None
         for k in range(lanes):
-            starts, limits = [0] * x.shape.rank, [*x.shape.dims[:-1], k + 1]
+            starts, limits = [0] * x.array_shape.rank, [*x.array_shape.dims[:-1], k + 1]
             starts[-1] = k
             lane = b.convert(b.reshape(b.slice(bits, starts, limits), shape.dims), wide)
             lane = b.binary(Op.SHIFT_LEFT, lane, full(b, k * source.bits, wide, shape.dims))
             result = lane if result is None else b.binary(Op.OR, result, lane)
         return result if wide is target else b.bitcast_convert(result, target)
     narrow = _UINT_OF_WIDTH[target.bits]
-    bits, dims = _unsigned(b, x), x.shape.dims
+    bits, dims = _unsigned(b, x), x.array_shape.dims
     lanes = []
     for k in range(source.bits // target.bits):
         lane = b.binary(
-            Op.SHIFT_RIGHT_LOGICAL, bits, full(b, k * target.bits, bits.shape.dtype, dims)
+            Op.SHIFT_RIGHT_LOGICAL, bits, full(b, k * target.bits, bits.array_shape.dtype, dims)
         )
         lane = b.convert(lane, narrow)
         if narrow is not target:
@@ -398,7 +398,7 @@ def _rng_bit_generator(site: Site, shape: AnyShape, operands: list[Instruction],
     if not isinstance(shape, TupleShape) or len(shape.elements) != 2:
         raise site.fail("rng-bit-generator returns (state, bits)")
     out = shape.elements[1]
-    u64_vector = state.shape.dtype is DType.U64 and state.shape.rank == 1
+    u64_vector = state.array_shape.dtype is DType.U64 and state.array_shape.rank == 1
     if not u64_vector or out.dtype.bits not in _UINT_OF_WIDTH:
         raise site.fail(f"rng-bit-generator of {out} from state {state.shape}")
     o = BitOps(site.builder())

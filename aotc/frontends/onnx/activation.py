@@ -25,7 +25,7 @@ def leaky_relu(ctx: NodeContext, x: Instruction) -> Instruction:
 @onnx_op("PRelu")
 def prelu(ctx: NodeContext, x: Instruction, slope: Instruction) -> Instruction:
     f = Formula(ctx.b, x)
-    slope = unidirectional(ctx.b, slope, x.shape.dims)
+    slope = unidirectional(ctx.b, slope, x.array_shape.dims)
     return f.where(x, Direction.LT, 0, f.mul(x, slope), x)
 
 
@@ -121,7 +121,7 @@ def swish(ctx: NodeContext, x: Instruction) -> Instruction:
 def shrink(ctx: NodeContext, x: Instruction) -> Instruction:
     """x + bias below -lambd, x - bias above lambd, 0 between."""
     b = ctx.b
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     # integers compare and add in f64, as the spec's float attributes are applied
     # before the result is cast back (exact for |x| < 2^53)
     wide = x if dtype.is_float else b.convert(x, DType.F64)
@@ -133,13 +133,13 @@ def shrink(ctx: NodeContext, x: Instruction) -> Instruction:
 
 def _hardmax(b: ComputationBuilder, x: Instruction, axis: int) -> Instruction:
     """1 at the first maximum along `axis`, 0 elsewhere."""
-    dtype, dims = x.shape.dtype, x.shape.dims
+    dtype, dims = x.array_shape.dtype, x.array_shape.dims
     reducer = arg_reducer(b.module, dtype, Direction.GT, last=False)
     indices = b.iota(Shape(DType.S64, dims), axis)
     inits = [b.scalar(lowest(dtype), dtype), b.scalar(0, DType.S64)]
     both = b.add(Op.REDUCE, [x, indices, *inits], dimensions=(axis,), called=(reducer,))
     first = b.get_tuple_element(both, 1)
-    kept = [d for d in range(x.shape.rank) if d != axis]
+    kept = [d for d in range(x.array_shape.rank) if d != axis]
     hit = b.compare(indices, b.broadcast(first, kept, dims), Direction.EQ)
     return b.select(hit, full_like(b, 1, x), full_like(b, 0, x))
 
@@ -148,7 +148,7 @@ def _hardmax(b: ComputationBuilder, x: Instruction, axis: int) -> Instruction:
 def hardmax_2d(ctx: NodeContext, x: Instruction) -> Instruction:
     # before opset 13 the input is seen as 2-D [prod(dims[:axis]), prod(dims[axis:])]
     b = ctx.b
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     axis = ctx.attr("axis")
     axis = axis + len(dims) if axis < 0 else axis
     outer = math.prod(dims[:axis])
@@ -158,7 +158,7 @@ def hardmax_2d(ctx: NodeContext, x: Instruction) -> Instruction:
 
 @onnx_op("Hardmax", since=13)
 def hardmax(ctx: NodeContext, x: Instruction) -> Instruction:
-    return _hardmax(ctx.b, x, normalize_axis(ctx.attr("axis"), x.shape.rank))
+    return _hardmax(ctx.b, x, normalize_axis(ctx.attr("axis"), x.array_shape.rank))
 
 
 def _clip(ctx: NodeContext, x: Instruction, lo, hi) -> Instruction:
@@ -182,6 +182,6 @@ def clip(ctx: NodeContext, x: Instruction, lo=None, hi=None) -> Instruction:
     bounds = []
     for bound in (lo, hi):
         if bound is not None:
-            bound = ctx.b.broadcast_to(ctx.b.reshape(bound, []), x.shape.dims)
+            bound = ctx.b.broadcast_to(ctx.b.reshape(bound, []), x.array_shape.dims)
         bounds.append(bound)
     return _clip(ctx, x, *bounds)

@@ -36,7 +36,7 @@ NEG_INF = -np.inf
 
 def split_heads(b: ComputationBuilder, x: Instruction, heads: int) -> Instruction:
     """(B, S, H*D) -> (B, H, S, D)."""
-    batch, seq, hidden = x.shape.dims
+    batch, seq, hidden = x.array_shape.dims
     if heads <= 0 or hidden % heads:
         raise ShapeError(f"hidden size {hidden} is not a multiple of {heads} heads")
     x = b.reshape(x, [batch, seq, heads, hidden // heads])
@@ -45,7 +45,7 @@ def split_heads(b: ComputationBuilder, x: Instruction, heads: int) -> Instructio
 
 def merge_heads(b: ComputationBuilder, x: Instruction) -> Instruction:
     """(B, H, S, D) -> (B, S, H*D)."""
-    batch, heads, seq, size = x.shape.dims
+    batch, heads, seq, size = x.array_shape.dims
     return b.reshape(b.transpose(x, [0, 2, 1, 3]), [batch, seq, heads * size])
 
 
@@ -53,13 +53,13 @@ def grouped_dot(b: ComputationBuilder, lhs: Instruction, rhs: Instruction, rhs_k
     """lhs (B, Hq, M, K) times rhs (B, Hkv, K|N, ...) per head, where each rhs head
     serves Hq / Hkv consecutive lhs heads (GQA's interleaved repeat, without copying):
     the lhs is seen as (B, Hkv, Hq/Hkv * M, K).  `rhs_k` is rhs's contracting dim."""
-    batch, q_heads, m, _ = lhs.shape.dims
-    kv_heads = rhs.shape.dims[1]
+    batch, q_heads, m, _ = lhs.array_shape.dims
+    kv_heads = rhs.array_shape.dims[1]
     if kv_heads <= 0 or q_heads % kv_heads:
         raise ShapeError(f"{q_heads} query heads are not a multiple of {kv_heads} kv heads")
-    grouped = b.reshape(lhs, [batch, kv_heads, q_heads // kv_heads * m, lhs.shape.dims[3]])
+    grouped = b.reshape(lhs, [batch, kv_heads, q_heads // kv_heads * m, lhs.array_shape.dims[3]])
     out = b.dot(grouped, rhs, DotDims((0, 1), (0, 1), (3,), (rhs_k,)))
-    return b.reshape(out, [batch, q_heads, m, out.shape.dims[3]])
+    return b.reshape(out, [batch, q_heads, m, out.array_shape.dims[3]])
 
 
 def softmax_last(b: ComputationBuilder, x: Instruction, masked_rows: bool) -> Instruction:
@@ -67,12 +67,12 @@ def softmax_last(b: ComputationBuilder, x: Instruction, masked_rows: bool) -> In
     zeros, not NaN (onnx.reference's Attention softmax: such a row's max is taken as 0
     and its zero sum as 1)."""
     f = Formula(b, x)
-    axis = [x.shape.rank - 1]
-    peak = b.broadcast_to(reduce(b, x, Op.MAXIMUM, axis, keepdims=True), x.shape.dims)
+    axis = [x.array_shape.rank - 1]
+    peak = b.broadcast_to(reduce(b, x, Op.MAXIMUM, axis, keepdims=True), x.array_shape.dims)
     if masked_rows:
         peak = f.where(peak, Direction.EQ, NEG_INF, 0, peak)
     exp = f.f(Op.EXP, b.binary(Op.SUBTRACT, x, peak))
-    total = b.broadcast_to(reduce(b, exp, Op.ADD, axis, keepdims=True), x.shape.dims)
+    total = b.broadcast_to(reduce(b, exp, Op.ADD, axis, keepdims=True), x.array_shape.dims)
     if masked_rows:
         total = f.where(total, Direction.EQ, 0, 1, total)
     return b.binary(Op.DIVIDE, exp, total)
@@ -91,7 +91,7 @@ def _allowed_bias(
 ) -> Instruction:
     """0 where allowed, -inf elsewhere.  A per-batch (B, q, kv) mask becomes
     (B, 1, q, kv), so that a rank-3 attn_mask keeps meaning (heads, q, kv)."""
-    dims = allowed.shape.dims
+    dims = allowed.array_shape.dims
     bias = b.select(allowed, full(b, 0, dtype, dims), full(b, NEG_INF, dtype, dims))
     if per_batch:
         bias = b.reshape(bias, [dims[0], 1, dims[1], dims[2]])
@@ -103,15 +103,15 @@ def _mask_bias(
 ) -> Instruction:
     """attn_mask as an additive bias of at least (q, kv): a short key axis is padded
     with False / -inf, a boolean mask becomes 0 / -inf."""
-    missing = kv_len - mask.shape.dims[-1]
+    missing = kv_len - mask.array_shape.dims[-1]
     if missing < 0:
-        raise ShapeError(f"attn_mask covers {mask.shape.dims[-1]} keys, there are {kv_len}")
+        raise ShapeError(f"attn_mask covers {mask.array_shape.dims[-1]} keys, there are {kv_len}")
     if missing:
-        fill = False if mask.shape.dtype is DType.PRED else NEG_INF
-        rank = mask.shape.rank
-        value = b.scalar(fill, mask.shape.dtype)
+        fill = False if mask.array_shape.dtype is DType.PRED else NEG_INF
+        rank = mask.array_shape.rank
+        value = b.scalar(fill, mask.array_shape.dtype)
         mask = b.pad(mask, value, [0] * rank, [0] * (rank - 1) + [missing])
-    if mask.shape.dtype is DType.PRED:
+    if mask.array_shape.dtype is DType.PRED:
         mask = _allowed_bias(b, mask, dtype, per_batch=False)
     return binary(b, Op.ADD, full(b, 0, dtype, (q_len, kv_len)), b.convert(mask, dtype))
 
@@ -141,7 +141,7 @@ def position_masks(
     dims = (q_len, kv_len)
     i, j = b.iota(Shape(DType.S64, dims), 0), b.iota(Shape(DType.S64, dims), 1)
     if isinstance(offset, Instruction):
-        dims = (offset.shape.dims[0], *dims)
+        dims = (offset.array_shape.dims[0], *dims)
         i = b.binary(Op.ADD, b.broadcast(i, [1, 2], dims), b.broadcast(offset, [0], dims))
         j = b.broadcast(j, [1, 2], dims)
     elif offset:
@@ -229,10 +229,10 @@ def attention(ctx: NodeContext, q, k, v, mask=None, past_key=None, past_value=No
     if bias is not None:
         # a row whose bias is all -inf attends nothing: zeros, even where the scores
         # are NaN (decided on the bias, as the spec says)
-        row = reduce(b, bias, Op.MAXIMUM, [bias.shape.rank - 1], keepdims=True)
-        dead = b.compare(row, full(b, NEG_INF, dtype, row.shape.dims), Direction.EQ)
-        dead = unidirectional(b, dead, probs.shape.dims)
-        probs = b.select(dead, full(b, 0, probs.shape.dtype, probs.shape.dims), probs)
+        row = reduce(b, bias, Op.MAXIMUM, [bias.array_shape.rank - 1], keepdims=True)
+        dead = b.compare(row, full(b, NEG_INF, dtype, row.array_shape.dims), Direction.EQ)
+        dead = unidirectional(b, dead, probs.array_shape.dims)
+        probs = b.select(dead, full(b, 0, probs.array_shape.dtype, probs.array_shape.dims), probs)
     probs = b.convert(probs, dtype)
     y = grouped_dot(b, probs, b.convert(v, dtype), 2)
     if rank == 3:
@@ -263,20 +263,20 @@ def _mod_graph(ctx: NodeContext, name: str, x: Instruction) -> Instruction:
     if len(outputs) != 1 or not isinstance(outputs[0], Instruction):
         raise ModelError(f"the {name} graph must have exactly one tensor output")
     out = outputs[0]
-    if out.shape.dims != x.shape.dims:
-        raise ShapeError(f"the {name} graph changes the shape {list(x.shape.dims)}")
-    return ctx.b.convert(out, x.shape.dtype)
+    if out.array_shape.dims != x.array_shape.dims:
+        raise ShapeError(f"the {name} graph changes the shape {list(x.array_shape.dims)}")
+    return ctx.b.convert(out, x.array_shape.dtype)
 
 
 @onnx_op("FlexAttention", since=1, domain="ai.onnx.preview")
 def flex_attention(ctx: NodeContext, q: Instruction, k: Instruction, v: Instruction):
     b = ctx.b
-    if not q.shape.rank == k.shape.rank == v.shape.rank == 4:
+    if not q.array_shape.rank == k.array_shape.rank == v.array_shape.rank == 4:
         raise ShapeError("FlexAttention needs 4-D Q, K and V")
-    dtype = q.shape.dtype
+    dtype = q.array_shape.dtype
     scale = ctx.attr("scale")
     if scale is None:
-        scale = 1 / np.sqrt(q.shape.dims[3])
+        scale = 1 / np.sqrt(q.array_shape.dims[3])
     # the factor is computed in float32 here (Attention uses double)
     factor = float(np.sqrt(np.float32(scale)))
     f = Formula(b, q)
@@ -288,7 +288,7 @@ def flex_attention(ctx: NodeContext, q: Instruction, k: Instruction, v: Instruct
     scores = _mod_graph(ctx, "score_mod", b.convert(scores, compute))
     probs = _mod_graph(ctx, "prob_mod", softmax_last(b, scores, masked_rows=False))
     out = grouped_dot(b, probs, b.convert(v, compute), 2)
-    return b.convert(out, v.shape.dtype)
+    return b.convert(out, v.array_shape.dtype)
 
 
 # -- RotaryEmbedding, SwiGLU, CausalConvWithState ----------------------------------
@@ -296,7 +296,7 @@ def flex_attention(ctx: NodeContext, q: Instruction, k: Instruction, v: Instruct
 
 def cache_rows(b: ComputationBuilder, cache: Instruction, positions: Instruction):
     """cache[positions]: rows of a (P, D/2) cache at (B, S) positions -> (B, S, D/2)."""
-    half = cache.shape.dims[1]
+    half = cache.array_shape.dims[1]
     dims = GatherDims((2,), (0,), (0,), 2, (1, half))
     return b.gather(cache, b.convert(positions, DType.S64), dims)
 
@@ -340,14 +340,14 @@ def rotate(
     """RoPE on x (B, S, H, D): its first `rotary` features rotated by the angles whose
     cos/sin are (B or 1, S, rotary/2), as (real, imag) pairs that are interleaved or the
     two halves; the features past `rotary` pass through."""
-    batch, seq, heads, size = x.shape.dims
+    batch, seq, heads, size = x.array_shape.dims
     if rotary % 2 or not 0 < rotary <= size:
         raise ModelError(f"rotary_embedding_dim {rotary} is not even and at most {size}")
     half = rotary // 2
     # (B, S, D/2) -> (B, S, H, D/2); a cache of batch 1 serves every batch (numpy rules)
     dims = (batch, seq, heads, half)
     cos, sin = (
-        unidirectional(b, b.reshape(c, [*c.shape.dims[:2], 1, c.shape.dims[2]]), dims)
+        unidirectional(b, b.reshape(c, [*c.array_shape.dims[:2], 1, c.array_shape.dims[2]]), dims)
         for c in (cos, sin)
     )
     start, stop = [0, 0, 0, 0], [batch, seq, heads]
@@ -402,10 +402,10 @@ def causal_conv_with_state(ctx: NodeContext, x, weight, bias=None, past=None):
     # depthwise: one group per channel, no padding (the state is the left context)
     out = b.convolution(padded, weight, Window.make([width]), ConvDims.nchw(1), groups=channels)
     if bias is not None:
-        out = b.binary(Op.ADD, out, b.broadcast(bias, [1], out.shape.dims))
+        out = b.binary(Op.ADD, out, b.broadcast(bias, [1], out.array_shape.dims))
     if activation != "none":  # SiLU in float32, as the reference
-        wide = b.convert(out, DType.F32) if out.shape.dtype.bits < 32 else out
-        out = b.convert(_swish(Formula(b, wide), wide, 1.0), out.shape.dtype)
+        wide = b.convert(out, DType.F32) if out.array_shape.dtype.bits < 32 else out
+        out = b.convert(_swish(Formula(b, wide), wide, 1.0), out.array_shape.dtype)
     total = length + width - 1
     present = b.slice(padded, [0, 0, length], [batch, channels, total])
     return [out, present]
@@ -425,7 +425,7 @@ MAX_LINEAR_ATTENTION_STEPS = 512
 
 def _per_head_steps(b: ComputationBuilder, x: Instruction, heads: int, what: str):
     """A (B, T, H) or (B, T, H*D) input as float32 (B, H, T, 1 or D)."""
-    batch, steps, last = x.shape.dims
+    batch, steps, last = x.array_shape.dims
     if last % heads:
         raise ShapeError(f"{what}'s last dim {last} is not a multiple of {heads} heads")
     x = b.reshape(b.convert(x, DType.F32), [batch, steps, heads, last // heads])
@@ -434,7 +434,7 @@ def _per_head_steps(b: ComputationBuilder, x: Instruction, heads: int, what: str
 
 def _step(b: ComputationBuilder, x: Instruction, t: int) -> Instruction:
     """x[:, :, t, :] of a (B, H, T, D) array: (B, H, D)."""
-    batch, heads, _, size = x.shape.dims
+    batch, heads, _, size = x.array_shape.dims
     return b.reshape(b.slice(x, [0, 0, t, 0], [batch, heads, t + 1, size]), [batch, heads, size])
 
 
@@ -481,7 +481,7 @@ def linear_attention(ctx: NodeContext, q, k, v, past=None, decay=None, beta=None
         k_t, v_t = _step(b, k4, t), _step(b, v4, t)
         if beta is not None:  # v_t <- beta_t (v_t - S^T k_t)
             read = b.dot(state, k_t, DotDims((0, 1), (0, 1), (2,), (2,)))
-            beta_t = b.broadcast_to(_step(b, beta, t), v_t.shape.dims)
+            beta_t = b.broadcast_to(_step(b, beta, t), v_t.array_shape.dims)
             v_t = b.binary(Op.MULTIPLY, beta_t, b.binary(Op.SUBTRACT, v_t, read))
         outer = b.dot(
             b.reshape(k_t, [batch, kv_heads, d_k, 1]),

@@ -19,14 +19,14 @@ def cast_to(ctx: NodeContext, x: Instruction, dtype: DType) -> Instruction:
     """`x` converted to `dtype` as ONNX's Cast does, with the node's saturate and
     round_mode attributes (defaults: saturate, round up)."""
     b = ctx.b
-    if x.shape.dtype is dtype:
+    if x.array_shape.dtype is dtype:
         return x
     saturate = bool(ctx.attr("saturate", 1))
     if dtype is DType.F8E8M0FNU:
         return to_e8m0(ctx, x, saturate, ctx.choice("round_mode", ROUND_MODES))
     if dtype in SATURABLE and saturate:
         x = clamp_to_finite(ctx, x, dtype)
-    elif dtype in SUB_BYTE_INTS and x.shape.dtype.is_float:
+    elif dtype in SUB_BYTE_INTS and x.array_shape.dtype.is_float:
         # out of range, ONNX leaves float -> int undefined; onnx.reference (ml_dtypes)
         # keeps the low bits of the integer, as going through s32 does
         x = b.convert(x, DType.S32)
@@ -36,10 +36,10 @@ def cast_to(ctx: NodeContext, x: Instruction, dtype: DType) -> Instruction:
 def clamp_to_finite(ctx: NodeContext, x: Instruction, dtype: DType) -> Instruction:
     """`x` clamped to the finite range of the minifloat `dtype` (NaN stays NaN)."""
     b = ctx.b
-    if not x.shape.dtype.is_float:
+    if not x.array_shape.dtype.is_float:
         x = b.convert(x, DType.F32)  # integers beyond f32's exact range clamp anyway
     largest = dtype.minifloat.largest
-    low, high = (b.scalar(v, x.shape.dtype) for v in (-largest, largest))
+    low, high = (b.scalar(v, x.array_shape.dtype) for v in (-largest, largest))
     return b.clamp(low, x, high)
 
 
@@ -80,13 +80,13 @@ def cast(ctx: NodeContext, x: Instruction) -> Instruction:
 
 @onnx_op("CastLike", since=15)
 def cast_like(ctx: NodeContext, x: Instruction, like: Instruction) -> Instruction:
-    return cast_to(ctx, x, like.shape.dtype)
+    return cast_to(ctx, x, like.array_shape.dtype)
 
 
 @onnx_op("BitCast", since=26)
 def bit_cast(ctx: NodeContext, x: Instruction) -> Instruction:
     dtype = to_dtype(ctx.required_attr("to"), "attribute 'to'")
-    src = x.shape.dtype
+    src = x.array_shape.dtype
     # ONNX's bool is a byte holding 0 or 1; reinterpreted, it is that number
     widths = [8 if d is DType.PRED else d.bits for d in (src, dtype)]
     if widths[0] != widths[1]:

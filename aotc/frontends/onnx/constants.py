@@ -54,22 +54,22 @@ def constant_of_shape(ctx: NodeContext, shape: Instruction) -> Instruction:
 
 @onnx_op("Shape")
 def shape(ctx: NodeContext, x: Instruction) -> Instruction:
-    rank = x.shape.rank
+    rank = x.array_shape.rank
     start, end = ctx.attr("start", 0), ctx.attr("end", rank)
     # negative bounds count from the end; both are clamped to [0, rank]
     start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
-    return ctx.b.constant(np.asarray(x.shape.dims[start:end], dtype=np.int64))
+    return ctx.b.constant(np.asarray(x.array_shape.dims[start:end], dtype=np.int64))
 
 
 @onnx_op("Size")
 def size(ctx: NodeContext, x: Instruction) -> Instruction:
-    return ctx.b.constant(np.asarray(x.shape.size, dtype=np.int64))
+    return ctx.b.constant(np.asarray(x.array_shape.size, dtype=np.int64))
 
 
 @onnx_op("Range", since=11)
 def range_(ctx: NodeContext, start: Instruction, limit: Instruction, delta: Instruction):
     b = ctx.b
-    dtype = start.shape.dtype
+    dtype = start.array_shape.dtype
     first, stop, step = (ctx.const(i).reshape(()).item() for i in range(3))
     if step == 0:
         raise ModelError("Range delta must not be 0")

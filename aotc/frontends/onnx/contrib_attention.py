@@ -38,7 +38,7 @@ F32_LOWEST = float(np.finfo(np.float32).min)
 
 
 def widen(b: ComputationBuilder, x: Instruction) -> Instruction:
-    return b.convert(x, WIDE.get(x.shape.dtype, x.shape.dtype))
+    return b.convert(x, WIDE.get(x.array_shape.dtype, x.array_shape.dtype))
 
 
 def attend(
@@ -64,7 +64,7 @@ def attend(
         scores = b.binary(
             Op.ADD,
             scores,
-            unidirectional(b, b.convert(bias, scores.shape.dtype), scores.shape.dims),
+            unidirectional(b, b.convert(bias, scores.array_shape.dtype), scores.array_shape.dims),
         )
     return grouped_dot(b, softmax_last(b, scores, masked_rows), v, 2)
 
@@ -92,7 +92,7 @@ def key_mask_allowed(
 ) -> Instruction:
     """The CPU kernels' mask_index forms as a (B, 1 or S, T) `allowed` pred: (B) key
     lengths, (2B) end then start positions (with `starts`), (B, T) or (B, S, T) 0/1."""
-    dims = mask.shape.dims
+    dims = mask.array_shape.dims
     if dims == (batch,):
         return b.reshape(_keys_in(b, (batch, total), None, mask), [batch, 1, total])
     if starts and dims == (2 * batch,):
@@ -100,7 +100,7 @@ def key_mask_allowed(
         begins = b.slice(mask, [batch], [2 * batch])
         return b.reshape(_keys_in(b, (batch, total), begins, ends), [batch, 1, total])
     if dims in ((batch, total), (batch, q_len, total)):
-        zero = full(b, 0, mask.shape.dtype, dims)
+        zero = full(b, 0, mask.array_shape.dtype, dims)
         allowed = b.compare(mask, zero, Direction.GT)
         return b.reshape(allowed, [batch, 1, total]) if len(dims) == 2 else allowed
     if len(dims) == 1 and dims[0] == 3 * batch + 2:
@@ -133,14 +133,16 @@ def ort_mask_bias(
     bias = full(b, 0, DType.F32, (batch, 1, total))
     if mask is not None:
         allowed = key_mask_allowed(b, mask, batch, q_len, total, starts)
-        filler = full(b, ctx.attr("mask_filter_value", -10000.0), DType.F32, allowed.shape.dims)
-        bias = b.select(allowed, full(b, 0, DType.F32, allowed.shape.dims), filler)
+        filler = full(
+            b, ctx.attr("mask_filter_value", -10000.0), DType.F32, allowed.array_shape.dims
+        )
+        bias = b.select(allowed, full(b, 0, DType.F32, allowed.array_shape.dims), filler)
     bias = b.broadcast_to(bias, dims)
     if causal:
         (allowed,) = position_masks(b, past_len, q_len, total, causal=True)
         # the kernel leaves the last query row unmasked: all keys when K/V outrun the query
-        last = b.iota(Shape(DType.S32, allowed.shape.dims), 0)
-        last = b.compare(last, full(b, q_len - 1, DType.S32, last.shape.dims), Direction.EQ)
+        last = b.iota(Shape(DType.S32, allowed.array_shape.dims), 0)
+        last = b.compare(last, full(b, q_len - 1, DType.S32, last.array_shape.dims), Direction.EQ)
         allowed = b.broadcast(b.binary(Op.OR, allowed, last), [1, 2], dims)
         bias = b.select(allowed, bias, full(b, F32_LOWEST, DType.F32, dims))
     return b.reshape(bias, [batch, 1, q_len, total])
@@ -161,7 +163,7 @@ def _check_attention_bias(
 ) -> None:
     if bias is None:
         return
-    dims = bias.shape.dims
+    dims = bias.array_shape.dims
     ok = len(dims) == 4 and dims[0] in (1, batch) and dims[1] in (1, heads)
     if not ok or dims[2:] != (q_len, total):
         raise ShapeError(
@@ -237,7 +239,7 @@ def _add_bias_part(
     """x (B, S, D) + bias[start:start + D]."""
     if bias is None:
         return x
-    size = x.shape.dims[2]
+    size = x.array_shape.dims[2]
     return binary(b, Op.ADD, x, b.slice(bias, [start], [start + size]))
 
 
@@ -294,7 +296,7 @@ def multi_head_attention(
     _check_attention_bias(attention_bias, batch, heads, q_len, total)
     mask = ort_mask_bias(ctx, key_padding_mask, batch, q_len, past_len, total, starts=False)
     out = attend(
-        b, q, k, v, default_scale(ctx, q.shape.dims[3]), _sum_bias(b, attention_bias, mask)
+        b, q, k, v, default_scale(ctx, q.array_shape.dims[3]), _sum_bias(b, attention_bias, mask)
     )
     return [b.convert(merge_heads(b, out), query.shape.dtype), k, v, None]
 
@@ -352,7 +354,7 @@ def ms_attention(
     if past is not None:
         if sizes[1] != sizes[2]:
             raise ShapeError("a past needs Q, K and V of one hidden size")
-        dims = (2, *k.shape.dims[:2], past.shape.dims[3], k.shape.dims[3])
+        dims = (2, *k.array_shape.dims[:2], past.array_shape.dims[3], k.array_shape.dims[3])
         if past.shape.rank != 5 or past.shape.dims != dims:
             raise ShapeError(f"past {list(past.shape.dims)} is not (2, B, N, P, H)")
         past_len = past.shape.dims[3]
@@ -361,14 +363,14 @@ def ms_attention(
         )
         k = b.concatenate([widen(b, past_k), k], 2)
         v = b.concatenate([widen(b, past_v), v], 2)
-    total = k.shape.dims[2]
+    total = k.array_shape.dims[2]
     _check_attention_bias(attention_bias, batch, heads, q_len, total)
     mask = ort_mask_bias(ctx, mask_index, batch, q_len, past_len, total, starts=True)
     out = attend(
-        b, q, k, v, default_scale(ctx, q.shape.dims[3]), _sum_bias(b, attention_bias, mask)
+        b, q, k, v, default_scale(ctx, q.array_shape.dims[3]), _sum_bias(b, attention_bias, mask)
     )
     present = None
     if ctx.output_used(1):
-        stacked = b.concatenate([b.reshape(t, [1, *t.shape.dims]) for t in (k, v)], 0)
+        stacked = b.concatenate([b.reshape(t, [1, *t.array_shape.dims]) for t in (k, v)], 0)
         present = b.convert(stacked, x.shape.dtype)
     return [b.convert(merge_heads(b, out), x.shape.dtype), present]

@@ -16,7 +16,7 @@ from .registry import MICROSOFT, NodeContext, lower_as_onnx, onnx_op
 def _arranged(ctx: NodeContext, x: Instruction, trans: bool, trans_batch: bool) -> Instruction:
     """x as MatMul's plain (batch..., rows, cols) operand: transBatch moves dim 0 in front
     of the last, then trans swaps the last two (a vector is left as it is, as numpy does)."""
-    rank = x.shape.rank
+    rank = x.array_shape.rank
     if rank < 2:
         return x
     perm = list(range(rank))

@@ -81,30 +81,30 @@ def _rope(ctx: NodeContext, x: Instruction, cos, sin, positions: Instruction) ->
     rotary = 2 * cos.shape.dims[1]
     interleaved = bool(ctx.attr("rotary_interleaved", 0))
     rotated = rotate(b, seq_major, rows[0], rows[1], rotary, interleaved)
-    return b.convert(b.transpose(rotated, [0, 2, 1, 3]), x.shape.dtype)
+    return b.convert(b.transpose(rotated, [0, 2, 1, 3]), x.array_shape.dtype)
 
 
 def _place(b: ComputationBuilder, past, new: Instruction, start, length: int) -> Instruction:
     """The present buffer (B, Nkv, length, H): past rows before start[b], new's S rows from
     start[b] on, zeros after; `start` is 0 or a runtime (B,) s64."""
-    batch, _, seq, _ = new.shape.dims
+    batch, _, seq, _ = new.array_shape.dims
     if not isinstance(start, Instruction):  # the first prompt: the new rows, then zeros
-        return b.pad(new, b.scalar(0, new.shape.dtype), [0] * 4, [0, 0, length - seq, 0])
+        return b.pad(new, b.scalar(0, new.array_shape.dtype), [0] * 4, [0, 0, length - seq, 0])
     # new row s lands at row start[b] + s: a one-hot (B, length, S) product moves it there
     dims = (batch, length, seq)
     rows = b.iota(Shape(DType.S64, dims), 1)
     target = b.binary(Op.ADD, b.iota(Shape(DType.S64, dims), 2), b.broadcast(start, [0], dims))
-    one_hot = b.convert(b.compare(rows, target, Direction.EQ), new.shape.dtype)
+    one_hot = b.convert(b.compare(rows, target, Direction.EQ), new.array_shape.dtype)
     placed = b.dot(one_hot, new, DotDims((0,), (0,), (2,), (2,)))  # (B, length, Nkv, H)
     placed = b.transpose(placed, [0, 2, 1, 3])
     old = b.pad(
         past, b.scalar(0, past.shape.dtype), [0] * 4, [0, 0, length - past.shape.dims[2], 0]
     )
-    dims = placed.shape.dims
+    dims = placed.array_shape.dims
     before = b.compare(
         b.iota(Shape(DType.S64, dims), 2), b.broadcast(start, [0], dims), Direction.LT
     )
-    return b.select(before, b.convert(old, new.shape.dtype), placed)
+    return b.select(before, b.convert(old, new.array_shape.dtype), placed)
 
 
 @onnx_op("GroupQueryAttention", domain=MICROSOFT, since=1, arity=((7, 17), (1, 4)))
@@ -135,15 +135,15 @@ def group_query_attention(
     batch, seq, _ = query.shape.dims
     q = split_heads(b, query, heads)
     k, v = split_heads(b, key, kv_heads), split_heads(b, value, kv_heads)
-    if key.shape.dims[:2] != (batch, seq) or k.shape.dims[3] != q.shape.dims[3]:
+    if key.array_shape.dims[:2] != (batch, seq) or k.array_shape.dims[3] != q.array_shape.dims[3]:
         raise ShapeError(f"key {key.shape} does not match query {query.shape}")
     if (past_key is None) != (past_value is None):
         raise ModelError("past_key and past_value must be given together")
     past_len = 0 if past_key is None else past_key.shape.dims[2]
     if past_key is not None and past_key.shape.dims != (
-        *k.shape.dims[:2],
+        *k.array_shape.dims[:2],
         past_len,
-        k.shape.dims[3],
+        k.array_shape.dims[3],
     ):
         raise ShapeError(f"past_key {past_key.shape} is not (B, kv_num_heads, P, head_size)")
     if seqlens_k.shape.dims != (batch,):
@@ -174,10 +174,12 @@ def group_query_attention(
     )
     bias = None
     for mask in allowed:
-        mask = b.reshape(mask, [mask.shape.dims[0] if mask.shape.rank == 3 else 1, 1, seq, length])
-        dims = mask.shape.dims
+        mask = b.reshape(
+            mask, [mask.array_shape.dims[0] if mask.array_shape.rank == 3 else 1, 1, seq, length]
+        )
+        dims = mask.array_shape.dims
         term = b.select(mask, full(b, 0, DType.F32, dims), full(b, NEG_INF, DType.F32, dims))
         bias = term if bias is None else b.binary(Op.ADD, bias, term)
-    scale = default_scale(ctx, q.shape.dims[3])
+    scale = default_scale(ctx, q.array_shape.dims[3])
     out = attend(b, q, present_k, present_v, scale, bias, ctx.attr("softcap", 0.0), True)
     return [b.convert(merge_heads(b, out), query.shape.dtype), present_k, present_v, None]

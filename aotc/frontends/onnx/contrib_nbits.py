@@ -121,14 +121,14 @@ def matmul_nbits(
 ) -> Instruction:
     """A (..., K) times the dequantized weight transposed, plus bias: (..., N)."""
     b = ctx.b
-    dtype = a.shape.dtype
+    dtype = a.array_shape.dtype
     if dtype not in NBITS_FLOATS:
         raise UnsupportedError(f"MatMulNBits on {dtype.text} is not supported (f32/f16/bf16)")
     k = ctx.required_attr("K")
-    if a.shape.rank == 0 or a.shape.dims[-1] != k:
-        raise ShapeError(f"A has shape {list(a.shape.dims)}; its last dim must be K={k}")
+    if a.array_shape.rank == 0 or a.array_shape.dims[-1] != k:
+        raise ShapeError(f"A has shape {list(a.array_shape.dims)}; its last dim must be K={k}")
     weight = b.constant(dequantized_nbits_weight(ctx, packed, scales, zero_points, g_idx), dtype)
-    y = b.dot(a, weight, DotDims((), (), (a.shape.rank - 1,), (1,)))
+    y = b.dot(a, weight, DotDims((), (), (a.array_shape.rank - 1,), (1,)))
     if bias is None:
         return y
-    return b.binary(Op.ADD, y, unidirectional(b, bias, y.shape.dims))
+    return b.binary(Op.ADD, y, unidirectional(b, bias, y.array_shape.dims))

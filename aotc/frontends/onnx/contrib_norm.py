@@ -21,8 +21,8 @@ STATS = DType.F32
 
 
 def _check_vector(v: Instruction | None, hidden: int, what: str) -> None:
-    if v is not None and v.shape.dims != (hidden,):
-        raise ShapeError(f"{what} has shape {list(v.shape.dims)}, expected [{hidden}]")
+    if v is not None and v.array_shape.dims != (hidden,):
+        raise ShapeError(f"{what} has shape {list(v.array_shape.dims)}, expected [{hidden}]")
 
 
 def _skip_sum(ctx: NodeContext, x, skip, bias) -> Instruction:
@@ -76,7 +76,7 @@ def _stash(ctx: NodeContext) -> DType:
 # RMSNormalization-23, whose math it shares
 @onnx_op("SimplifiedLayerNormalization", since=1, arity=((2, 2), (1, 2)))
 def simplified_layer_norm(ctx: NodeContext, x: Instruction, scale: Instruction) -> list:
-    axis = normalize_axis(ctx.attr("axis", -1), x.shape.rank)
+    axis = normalize_axis(ctx.attr("axis", -1), x.array_shape.rank)
     epsilon = ctx.attr("epsilon", ONNX_EPSILON)
     return list(rms_norm_of(ctx.b, x, scale, axis, epsilon, _stash(ctx)))
 
@@ -91,10 +91,10 @@ def layer_norm_before_17(ctx: NodeContext, x, scale, bias=None) -> list:
 
 def _embedding(ctx: NodeContext, table: Instruction, ids: Instruction) -> Instruction:
     """table[ids]: rows of an embedding table, by ONNX Gather."""
-    if not ids.shape.dtype.is_int:
-        raise ShapeError(f"ids must be integers, got {ids.shape.dtype.text}")
-    if table.shape.rank != 2:
-        raise ShapeError(f"embedding table must be 2-D, got {list(table.shape.dims)}")
+    if not ids.array_shape.dtype.is_int:
+        raise ShapeError(f"ids must be integers, got {ids.array_shape.dtype.text}")
+    if table.array_shape.rank != 2:
+        raise ShapeError(f"embedding table must be 2-D, got {list(table.array_shape.dims)}")
     return lower_as_onnx(ctx, "Gather", 13, [table, ids], {"axis": 0})
 
 
@@ -102,7 +102,7 @@ def _positions(ctx: NodeContext, table: Instruction, position_ids, dims) -> Inst
     """The position embeddings of a (batch, sequence) grid: rows 0..S-1, or position_ids'."""
     b = ctx.b
     batch, sequence = dims
-    hidden = table.shape.dims[-1]
+    hidden = table.array_shape.dims[-1]
     if position_ids is not None:
         if position_ids.shape.dims not in ((1, sequence), (batch, sequence)):
             raise ShapeError(
@@ -111,9 +111,9 @@ def _positions(ctx: NodeContext, table: Instruction, position_ids, dims) -> Inst
             )
         rows = _embedding(ctx, table, position_ids)
         return b.broadcast_to(rows, (batch, sequence, hidden))
-    if table.shape.dims[0] < sequence:
+    if table.array_shape.dims[0] < sequence:
         raise ShapeError(
-            f"position_embedding has {table.shape.dims[0]} rows, "
+            f"position_embedding has {table.array_shape.dims[0]} rows, "
             f"fewer than the sequence length {sequence}"
         )
     rows = b.slice(table, [0, 0], [sequence, hidden])
@@ -125,9 +125,9 @@ def _mask_index(ctx: NodeContext, mask: Instruction | None, dims) -> Instruction
     b = ctx.b
     if mask is None:
         return full(b, 0, DType.S32, dims[:1])
-    if mask.shape.dims != tuple(dims):
-        raise ShapeError(f"mask has shape {list(mask.shape.dims)}, expected {list(dims)}")
-    ones = b.compare(mask, full(b, 1, mask.shape.dtype, dims), Direction.EQ)
+    if mask.array_shape.dims != tuple(dims):
+        raise ShapeError(f"mask has shape {list(mask.array_shape.dims)}, expected {list(dims)}")
+    ones = b.compare(mask, full(b, 1, mask.array_shape.dtype, dims), Direction.EQ)
     counted = b.select(ones, full(b, 1, DType.S32, dims), full(b, 0, DType.S32, dims))
     return reduce(b, counted, Op.ADD, [1], keepdims=False)
 

@@ -26,9 +26,9 @@ from .registry import MICROSOFT, NodeContext, onnx_op
 
 
 def _scalar(ctx: NodeContext, p: Instruction, what: str) -> Instruction:
-    if p.shape.size != 1:
+    if p.array_shape.size != 1:
         raise ShapeError(
-            f"{what} has shape {list(p.shape.dims)}; only per-tensor (one "
+            f"{what} has shape {list(p.array_shape.dims)}; only per-tensor (one "
             "element) quantization parameters are supported"
         )
     return ctx.b.reshape(p, [])
@@ -41,7 +41,7 @@ def _centered(ctx: NodeContext, q: Instruction, zero_point) -> Instruction:
     if zero_point is None:
         return value
     zp = b.convert(_scalar(ctx, zero_point, "a zero point"), DType.F32)
-    return b.binary(Op.SUBTRACT, value, b.broadcast(zp, [], q.shape.dims))
+    return b.binary(Op.SUBTRACT, value, b.broadcast(zp, [], q.array_shape.dims))
 
 
 def _f32_scalar(ctx: NodeContext, scale: Instruction) -> Instruction:
@@ -50,14 +50,14 @@ def _f32_scalar(ctx: NodeContext, scale: Instruction) -> Instruction:
 
 def dequantized(ctx: NodeContext, x: Instruction, scale: Instruction, zero_point) -> Instruction:
     """(x - zero_point) * scale in f32, with per-tensor parameters."""
-    scale = ctx.b.broadcast(_f32_scalar(ctx, scale), [], x.shape.dims)
+    scale = ctx.b.broadcast(_f32_scalar(ctx, scale), [], x.array_shape.dims)
     return ctx.b.binary(Op.MULTIPLY, _centered(ctx, x, zero_point), scale)
 
 
 def requantized(ctx: NodeContext, value: Instruction, scale, zero_point, out: DType):
     """f32 `value` quantized to `out` with per-tensor `scale` and `zero_point`."""
     b = ctx.b
-    dims = value.shape.dims
+    dims = value.array_shape.dims
     q = b.binary(Op.DIVIDE, value, b.broadcast(_f32_scalar(ctx, scale), [], dims))
     zp = None
     if zero_point is not None:
@@ -79,7 +79,7 @@ def rescaled(
 ) -> Instruction:
     """`q` requantized from (scale, zero_point) to (y_scale, y_zero_point); unchanged where
     both are the same constants (onnxruntime copies those too)."""
-    if q.shape.dtype is out and _same_constants((scale, y_scale), (zero_point, y_zero_point)):
+    if q.array_shape.dtype is out and _same_constants((scale, y_scale), (zero_point, y_zero_point)):
         return q
     value = dequantized(ctx, q, scale, zero_point)
     return requantized(ctx, value, y_scale, y_zero_point, out)
@@ -119,7 +119,7 @@ def make_qlinear_binary(in_c_units):
         value = in_c_units(b, x, y, *scales)
         if c_zp is not None:
             # MLAS adds the zero point before rounding (unlike QuantizeLinear): ties differ
-            zp = b.broadcast(_scalar(ctx, c_zp, "a zero point"), [], x.shape.dims)
+            zp = b.broadcast(_scalar(ctx, c_zp, "a zero point"), [], x.array_shape.dims)
             value = b.binary(Op.ADD, value, b.convert(zp, value.shape.dtype))
         return round_to_int(b, value, None, a.shape.dtype)
 
@@ -171,7 +171,7 @@ def qlinear_softmax(ctx: NodeContext, x, x_scale, x_zp, y_scale, y_zp=None) -> I
     value = dequantized(ctx, x, x_scale, x_zp)
     if opset < 13:
         row = int(np.prod(x.shape.dims[axis:], dtype=np.int64))
-        flat = b.reshape(value, [value.shape.size // max(row, 1), row])
+        flat = b.reshape(value, [value.array_shape.size // max(row, 1), row])
         probs = b.reshape(softmax(b, flat, [1]), x.shape.dims)
     else:
         probs = softmax(b, value, [axis])
@@ -206,7 +206,7 @@ def qlinear_concat(ctx: NodeContext, y_scale, y_zp, *triples) -> Instruction:
         rescaled(ctx, q, s, z, y_scale, y_zp, out)
         for q, s, z in zip(triples[::3], triples[1::3], triples[2::3])
     ]
-    axis = normalize_axis(ctx.required_attr("axis"), parts[0].shape.rank)
+    axis = normalize_axis(ctx.required_attr("axis"), parts[0].array_shape.rank)
     return ctx.b.concatenate(parts, axis)
 
 
@@ -214,14 +214,14 @@ def _channels_first(ctx: NodeContext, x: Instruction) -> Instruction:
     """NHWC... as NCHW... where channels_last is set."""
     if not ctx.attr("channels_last", 0):
         return x
-    rank = x.shape.rank
+    rank = x.array_shape.rank
     return ctx.b.transpose(x, [0, rank - 1, *range(1, rank - 1)])
 
 
 def _channels_back(ctx: NodeContext, y: Instruction) -> Instruction:
     if not ctx.attr("channels_last", 0):
         return y
-    rank = y.shape.rank
+    rank = y.array_shape.rank
     return ctx.b.transpose(y, [0, *range(2, rank), 1])
 
 
@@ -241,9 +241,9 @@ def qlinear_global_average_pool(ctx: NodeContext, x, x_scale, x_zp, y_scale, y_z
     f = Formula(b, b.convert(_scalar(ctx, x_scale, "x_scale"), DType.F32))
     ratio = f.div(f.like, f.mul(b.convert(_scalar(ctx, y_scale, "y_scale"), DType.F32), count))
     mean = b.binary(
-        Op.MULTIPLY, b.convert(total, DType.F32), b.broadcast(ratio, [], total.shape.dims)
+        Op.MULTIPLY, b.convert(total, DType.F32), b.broadcast(ratio, [], total.array_shape.dims)
     )
-    y_zp = b.broadcast(_scalar(ctx, y_zp, "y_zero_point"), [], total.shape.dims)
+    y_zp = b.broadcast(_scalar(ctx, y_zp, "y_zero_point"), [], total.array_shape.dims)
     return _channels_back(ctx, round_to_int(b, mean, y_zp, x.shape.dtype))
 
 

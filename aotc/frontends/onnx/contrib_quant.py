@@ -41,7 +41,7 @@ def ms_quantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zer
 @onnx_op("DequantizeLinear", domain=MICROSOFT, since=1, arity=((2, 3), (1, 1)))
 def ms_dequantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zero_point=None):
     """ONNX's DequantizeLinear (axis defaults to 1); int32 input too."""
-    _check_quantized(x.shape.dtype, "DequantizeLinear", also=(DType.S32,))
+    _check_quantized(x.array_shape.dtype, "DequantizeLinear", also=(DType.S32,))
     return dequantize_linear(ctx, x, scale, zero_point)
 
 
@@ -51,14 +51,14 @@ def _f32(ctx: NodeContext, x: Instruction) -> Instruction:
 
 def _spread(ctx: NodeContext, scalar: Instruction, like: Instruction) -> Instruction:
     """A one-element f32 parameter broadcast to `like`'s shape."""
-    return ctx.b.broadcast(_f32(ctx, ctx.b.reshape(scalar, [])), [], like.shape.dims)
+    return ctx.b.broadcast(_f32(ctx, ctx.b.reshape(scalar, [])), [], like.array_shape.dims)
 
 
 def _scaled(ctx: NodeContext, acc: Instruction, scale: Instruction) -> Instruction:
     """The s32 accumulator times `scale` (numpy-broadcast to it: per tensor or per column),
     in f32 as onnxruntime's kernels compute."""
     b = ctx.b
-    scale = unidirectional(b, _f32(ctx, scale), acc.shape.dims)
+    scale = unidirectional(b, _f32(ctx, scale), acc.array_shape.dims)
     return b.binary(Op.MULTIPLY, _f32(ctx, acc), scale)
 
 
@@ -72,7 +72,7 @@ def integer_matmul_to_float(ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_z
     scale = b.binary(Op.MULTIPLY, _spread(ctx, a_scale, b_scale), _f32(ctx, b_scale))
     y = _scaled(ctx, acc, scale)
     if bias is not None:
-        y = b.binary(Op.ADD, y, unidirectional(b, _f32(ctx, bias), y.shape.dims))
+        y = b.binary(Op.ADD, y, unidirectional(b, _f32(ctx, bias), y.array_shape.dims))
     return b.convert(y, b_scale.shape.dtype)
 
 
@@ -94,9 +94,9 @@ def dynamic_quantize_matmul(ctx: NodeContext, a, bm, b_scale, b_zp=None, bias=No
 def matmul_integer16(ctx: NodeContext, a: Instruction, bm: Instruction) -> Instruction:
     """int16 x int16 -> int32 (no zero points)."""
     for x in (a, bm):
-        if x.shape.dtype is not DType.S16:
+        if x.array_shape.dtype is not DType.S16:
             raise UnsupportedError(
-                f"MatMulInteger16 on {x.shape.dtype.text} is not supported "
+                f"MatMulInteger16 on {x.array_shape.dtype.text} is not supported "
                 "(int16, as onnxruntime's kernel)"
             )
     return matmul(ctx, a, bm, DType.S32)
@@ -120,7 +120,9 @@ def qgemm(
         raise UnsupportedError("only a per-tensor a_scale and a_zero_point are supported")
     acc = integer_matmul(ctx, a, a_zp, bm, b_zp)  # a vector b_zp is per column
     if c is not None:
-        acc = b.binary(Op.ADD, acc, unidirectional(b, b.convert(c, DType.S32), acc.shape.dims))
+        acc = b.binary(
+            Op.ADD, acc, unidirectional(b, b.convert(c, DType.S32), acc.array_shape.dims)
+        )
     # a_scale * b_scale * alpha (per column where b_scale is), then / y_scale
     f = Formula(b, _f32(ctx, b_scale))
     scale = f.mul(f.mul(_spread(ctx, a_scale, f.like), f.like), ctx.attr("alpha", 1.0))
@@ -132,5 +134,5 @@ def qgemm(
         raise ModelError("y_scale is given without y_zero_point (which sets the output type)")
     check_int8("QGemm", y_zp)
     ratio = f.div(scale, _spread(ctx, y_scale, f.like))
-    zp = b.broadcast(b.reshape(y_zp, []), [], acc.shape.dims)
+    zp = b.broadcast(b.reshape(y_zp, []), [], acc.array_shape.dims)
     return round_to_int(b, _scaled(ctx, acc, ratio), zp, y_zp.shape.dtype)

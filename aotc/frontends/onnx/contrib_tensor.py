@@ -34,12 +34,16 @@ def cdist(ctx: NodeContext, a: Instruction, b: Instruction) -> Instruction:
     metric = ctx.attr("metric", "sqeuclidean")
     if metric not in CDIST_METRICS:
         raise ModelError(f"attribute metric={metric!r} is not one of {', '.join(CDIST_METRICS)}")
-    if a.shape.rank != 2 or b.shape.rank != 2 or a.shape.dims[1] != b.shape.dims[1]:
+    if (
+        a.array_shape.rank != 2
+        or b.array_shape.rank != 2
+        or a.array_shape.dims[1] != b.array_shape.dims[1]
+    ):
         raise ShapeError(
-            f"CDist needs (M, K) and (N, K) inputs, got {list(a.shape.dims)} "
-            f"and {list(b.shape.dims)}"
+            f"CDist needs (M, K) and (N, K) inputs, got {list(a.array_shape.dims)} "
+            f"and {list(b.array_shape.dims)}"
         )
-    (m, k), n = a.shape.dims, b.shape.dims[0]
+    (m, k), n = a.array_shape.dims, b.array_shape.dims[0]
     pairs = (m, n, k)
     diff = ctx.b.binary(
         Op.SUBTRACT, ctx.b.broadcast(a, [0, 2], pairs), ctx.b.broadcast(b, [1, 2], pairs)
@@ -58,7 +62,7 @@ def inverse(ctx: NodeContext, x: Instruction) -> Instruction:
     """The inverse of each (n, n) matrix of x: Gauss-Jordan elimination with partial
     pivoting on [x | I]; a singular matrix gives infinities or NaNs, as LU does."""
     b = ctx.b
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     n, lead, batch = square_matrices(x, "Inverse", MAX_INVERSE_SIZE)
     work = DType.F32 if dtype.bits < 32 else dtype
     dims = (batch, n, n)
@@ -79,7 +83,7 @@ def _index(b: ComputationBuilder, dims, dim: int) -> Instruction:
 def _eliminate(b: ComputationBuilder, m: Instruction, j: int) -> Instruction:
     """One Gauss-Jordan step on [batch, n, 2n]: the largest |m[r, j]| of rows r >= j is
     swapped into row j and scaled to 1, and column j cleared from every other row."""
-    dims = m.shape.dims
+    dims = m.array_shape.dims
     batch, n, width = dims
     row_ids = _index(b, (batch, n), 1)
     column = b.reshape(b.slice(m, [0, 0, j], [batch, n, j + 1]), [batch, n])

@@ -41,7 +41,7 @@ def _known(cond: Instruction) -> bool | None:
 
 
 def _scalar_pred(ctx: NodeContext, cond: Instruction) -> Instruction:
-    if cond.shape.size != 1:
+    if cond.array_shape.size != 1:
         raise ModelError(f"a condition must hold one element, got {cond.shape}")
     return ctx.b.reshape(ctx.b.convert(cond, DType.PRED), ())
 
@@ -51,7 +51,7 @@ def _select(ctx: NodeContext, pred: Instruction, a: Value, b: Value) -> Value | 
     if isinstance(a, Instruction) and isinstance(b, Instruction):
         if a.shape != b.shape:
             return None
-        return ctx.b.select(ctx.b.broadcast(pred, [], a.shape.dims), a, b)
+        return ctx.b.select(ctx.b.broadcast(pred, [], a.array_shape.dims), a, b)
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and len(a) == len(b):
         items = [_select(ctx, pred, x, y) for x, y in zip(a, b)]
         return None if None in items else SequenceValue(items)
@@ -138,7 +138,7 @@ def _masked(ctx: NodeContext, mask: Instruction, new: Value, old: Value) -> Valu
 
 def _stack(ctx: NodeContext, values: Sequence[Instruction], axis: int) -> Instruction:
     """`values` (one shape) stacked along a new dimension `axis`."""
-    dims = values[0].shape.dims
+    dims = values[0].array_shape.dims
     if any(v.shape != values[0].shape for v in values):
         shapes = sorted({str(v.shape) for v in values})
         raise ShapeError(f"scan outputs differ in shape across iterations: {shapes}")
@@ -167,7 +167,7 @@ def _scan_steps(
 ):
     """Run the Scan body over the scan inputs' slices; (final states, per-output steps)."""
     body: onnx.GraphProto = ctx.required_attr("body")
-    lengths = {x.shape.dims[axis] for x, axis in zip(xs, axes)}
+    lengths = {x.array_shape.dims[axis] for x, axis in zip(xs, axes)}
     if len(lengths) != 1:
         raise ShapeError(f"scan inputs have different sequence lengths {sorted(lengths)}")
     length = lengths.pop()
@@ -181,7 +181,7 @@ def _scan_steps(
         slices = []
         for x, axis, backwards in zip(xs, axes, reverse):
             at = length - 1 - t if backwards else t
-            dims = x.shape.dims
+            dims = x.array_shape.dims
             starts = [at if a == axis else 0 for a in range(len(dims))]
             limits = [at + 1 if a == axis else d for a, d in enumerate(dims)]
             piece = ctx.b.slice(x, starts, limits)
@@ -205,7 +205,7 @@ def scan(ctx: NodeContext, *inputs: Value) -> list[Value]:
     n = len(inputs) - m
     states, xs = inputs[:n], [as_tensor(x, "a scan input") for x in inputs[n:]]
     axes = ctx.attr("scan_input_axes") or [0] * m
-    axes = [normalize_axis(a, x.shape.rank) for a, x in zip(axes, xs)]
+    axes = [normalize_axis(a, x.array_shape.rank) for a, x in zip(axes, xs)]
     reverse = ctx.attr("scan_input_directions") or [0] * m
     final, steps = _scan_steps(ctx, states, xs, axes, reverse)
     k = len(steps)
@@ -224,7 +224,7 @@ def scan8(ctx: NodeContext, lens: Value | None, *inputs: Value) -> list[Value]:
     m = ctx.required_attr("num_scan_inputs")
     n = len(inputs) - m
     tensors = [as_tensor(x, "a Scan-8 input") for x in inputs]
-    batch = tensors[0].shape.dims[0]
+    batch = tensors[0].array_shape.dims[0]
     reverse = ctx.attr("directions") or [0] * m
     if lens is not None:
         full = tensors[n].shape.dims[1]
@@ -234,7 +234,7 @@ def scan8(ctx: NodeContext, lens: Value | None, *inputs: Value) -> list[Value]:
     for row in range(batch):
         sliced = []
         for x in tensors:
-            dims = x.shape.dims
+            dims = x.array_shape.dims
             piece = ctx.b.slice(x, [row] + [0] * (len(dims) - 1), [row + 1, *dims[1:]])
             sliced.append(ctx.b.reshape(piece, dims[1:]))
         final, steps = _scan_steps(ctx, sliced[:n], sliced[n:], [0] * m, reverse)

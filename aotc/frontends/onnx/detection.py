@@ -63,16 +63,16 @@ def roi_align(ctx: NodeContext, x: Instruction, rois: Instruction, batch_indices
     pooled = [int(ctx.attr("output_height", 1)), int(ctx.attr("output_width", 1))]
     ratio = int(ctx.attr("sampling_ratio", 0))
     scale = float(ctx.attr("spatial_scale", 1.0))
-    if x.shape.rank != 4 or rois.shape.rank != 2 or rois.shape.dims[1] != 4:
+    if x.array_shape.rank != 4 or rois.array_shape.rank != 2 or rois.array_shape.dims[1] != 4:
         raise ShapeError(
             f"RoiAlign needs X N x C x H x W and rois R x 4, got "
-            f"{list(x.shape.dims)} and {list(rois.shape.dims)}"
+            f"{list(x.array_shape.dims)} and {list(rois.array_shape.dims)}"
         )
-    if not x.shape.dtype.is_float:
-        raise UnsupportedError(f"RoiAlign of {x.shape.dtype.text} data")
-    _, channels, *spatial = x.shape.dims
-    count = rois.shape.dims[0]
-    dtype = x.shape.dtype
+    if not x.array_shape.dtype.is_float:
+        raise UnsupportedError(f"RoiAlign of {x.array_shape.dtype.text} data")
+    _, channels, *spatial = x.array_shape.dims
+    count = rois.array_shape.dims[0]
+    dtype = x.array_shape.dtype
     boxes = b.convert(rois, dtype)
     shift = 0.5 if half_pixel else 0.0
     # per dim (y, then x): start, size of a bin, sampling grid per bin (per roi, [R])
@@ -105,7 +105,9 @@ def roi_align(ctx: NodeContext, x: Instruction, rois: Instruction, batch_indices
         taps.append(Taps(*(b.broadcast(t, where, [*points, 2]) for t in (tap.index, tap.weight))))
         if ratio <= 0:  # samples past this roi's own grid are not used
             step = b.iota(Shape(dtype, (count, sizes[dim])), 1)
-            used.append(Arith(b, step).lt(step, b.broadcast(grids[dim], [0], step.shape.dims)))
+            used.append(
+                Arith(b, step).lt(step, b.broadcast(grids[dim], [0], step.array_shape.dims))
+            )
     batch = b.broadcast(b.convert(batch_indices, DType.S64), [0], points)
     values, weights = gather_taps(ctx, x, batch, taps, zeros=False)
     products = weigh(ctx, values, weights)  # [R, PH, PW, GH, GW, 4, C]
@@ -124,7 +126,7 @@ def roi_align(ctx: NodeContext, x: Instruction, rois: Instruction, batch_indices
         total = reduce_dims(ctx, total, Op.ADD, [3, 4])
         f = Arith(b, grids[0])
         samples = f.max(f.mul(grids[0], grids[1]), 1)
-        out = b.binary(Op.DIVIDE, total, b.broadcast(samples, [0], total.shape.dims))
+        out = b.binary(Op.DIVIDE, total, b.broadcast(samples, [0], total.array_shape.dims))
     else:  # the largest weighted tap of any sample; 0 where a roi has no samples
         best = reduce_dims(ctx, products, Op.MAXIMUM, [5])
         if valid is not None:
@@ -149,12 +151,12 @@ def _bin_masks(ctx: NodeContext, rois, k: tuple[int, int], scale, pooled: int, s
     length = f.max(f.add(f.sub(end, start), 1), 1)  # malformed rois count as 1 x 1
     dims = [count, pooled]
     g = Arith(b, b.broadcast(f.div(length, pooled), [0], dims))
-    step = b.iota(Shape(g.like.shape.dtype, tuple(dims)), 1)
+    step = b.iota(Shape(g.like.array_shape.dtype, tuple(dims)), 1)
     start = b.broadcast(start, [0], dims)
     lo = g.min(g.max(g.add(g.f(Op.FLOOR, g.mul(step, g.like)), start), 0), size)
     hi = g.min(g.max(g.add(g.f(Op.CEIL, g.mul(g.add(step, 1), g.like)), start), 0), size)
     grid = [count, pooled, size]
-    at = b.iota(Shape(lo.shape.dtype, tuple(grid)), 2)
+    at = b.iota(Shape(lo.array_shape.dtype, tuple(grid)), 2)
     h = Arith(b, at)
     inside = b.binary(
         Op.AND,
@@ -170,33 +172,42 @@ def max_roi_pool(ctx: NodeContext, x: Instruction, rois: Instruction) -> Instruc
     b = ctx.b
     pooled = [int(v) for v in ctx.required_attr("pooled_shape")]
     scale = float(ctx.attr("spatial_scale", 1.0))
-    if x.shape.rank != 4 or rois.shape.rank != 2 or rois.shape.dims[1] != 5 or len(pooled) != 2:
-        shown = f"{list(x.shape.dims)}, {list(rois.shape.dims)}, {pooled}"
+    if (
+        x.array_shape.rank != 4
+        or rois.array_shape.rank != 2
+        or rois.array_shape.dims[1] != 5
+        or len(pooled) != 2
+    ):
+        shown = f"{list(x.array_shape.dims)}, {list(rois.array_shape.dims)}, {pooled}"
         raise ShapeError(f"MaxRoiPool needs X N x C x H x W, rois R x 5, two pooled dims: {shown}")
-    if not x.shape.dtype.is_float:
-        raise UnsupportedError(f"MaxRoiPool of {x.shape.dtype.text} data")
-    _, channels, height, width = x.shape.dims
-    count = rois.shape.dims[0]
-    boxes = b.convert(rois, DType.F32 if x.shape.dtype is not DType.F64 else DType.F64)
+    if not x.array_shape.dtype.is_float:
+        raise UnsupportedError(f"MaxRoiPool of {x.array_shape.dtype.text} data")
+    _, channels, height, width = x.array_shape.dims
+    count = rois.array_shape.dims[0]
+    boxes = b.convert(rois, DType.F32 if x.array_shape.dtype is not DType.F64 else DType.F64)
     batch = b.convert(b.reshape(b.slice(boxes, [0, 0], [count, 1]), [count]), DType.S64)
     images = b.gather(x, batch, GatherDims([1, 2, 3], [0], [0], 1, [1, channels, height, width]))
     in_w, empty_w = _bin_masks(ctx, boxes, (1, 3), scale, pooled[1], width)
     in_h, empty_h = _bin_masks(ctx, boxes, (2, 4), scale, pooled[0], height)
-    low = lowest(x.shape.dtype)
+    low = lowest(x.array_shape.dtype)
     wide = [count, channels, height, pooled[1], width]
     spread = b.broadcast(images, [0, 1, 2, 4], wide)
-    spread = b.select(b.broadcast(in_w, [0, 3, 4], wide), spread, full(b, low, x.shape.dtype, wide))
+    spread = b.select(
+        b.broadcast(in_w, [0, 3, 4], wide), spread, full(b, low, x.array_shape.dtype, wide)
+    )
     rows = reduce_dims(ctx, spread, Op.MAXIMUM, [4])  # [R, C, H, PW]
     tall = [count, channels, pooled[0], height, pooled[1]]
     spread = b.broadcast(rows, [0, 1, 3, 4], tall)
-    spread = b.select(b.broadcast(in_h, [0, 2, 3], tall), spread, full(b, low, x.shape.dtype, tall))
+    spread = b.select(
+        b.broadcast(in_h, [0, 2, 3], tall), spread, full(b, low, x.array_shape.dtype, tall)
+    )
     out = reduce_dims(ctx, spread, Op.MAXIMUM, [3])  # [R, C, PH, PW]
     empty = b.binary(
         Op.OR,
         b.broadcast(empty_h, [0, 1], [count, *pooled]),
         b.broadcast(empty_w, [0, 2], [count, *pooled]),
     )
-    empty = b.broadcast(empty, [0, 2, 3], out.shape.dims)
+    empty = b.broadcast(empty, [0, 2, 3], out.array_shape.dims)
     return b.select(empty, full_like(b, 0, out), out)
 
 
@@ -211,15 +222,15 @@ def _scalar_input(ctx: NodeContext, x: Instruction | None, default, dtype: DType
     """An optional scalar (or [1]) input as a scalar of `dtype`."""
     if x is None:
         return ctx.b.scalar(default, dtype)
-    if x.shape.size != 1:
-        raise ShapeError(f"expected a single value, got shape {list(x.shape.dims)}")
+    if x.array_shape.size != 1:
+        raise ShapeError(f"expected a single value, got shape {list(x.array_shape.dims)}")
     return ctx.b.convert(ctx.b.reshape(x, []), dtype)
 
 
 def _box_edges(ctx: NodeContext, boxes: Instruction, center: bool) -> list[Instruction]:
     """x_min, x_max, y_min, y_max of every box, [B, n] each."""
     b = ctx.b
-    batches, n, _ = boxes.shape.dims
+    batches, n, _ = boxes.array_shape.dims
     cols = [
         b.reshape(b.slice(boxes, [0, 0, k], [batches, n, k + 1]), [batches, n]) for k in range(4)
     ]
@@ -240,7 +251,7 @@ def _suppression(ctx: NodeContext, edges: list[Instruction], threshold) -> Instr
     """pred [B, n, n]: box i suppresses box j (IoU above the threshold), computed
     in the boxes' dtype with onnx.reference's order of operations and guards."""
     b = ctx.b
-    batches, n = edges[0].shape.dims
+    batches, n = edges[0].array_shape.dims
     pair = [batches, n, n]
     mine = [b.broadcast(e, [0, 1], pair) for e in edges]
     theirs = [b.broadcast(e, [0, 2], pair) for e in edges]
@@ -271,7 +282,7 @@ def _rank_order(ctx: NodeContext, scores: Instruction) -> tuple[Instruction, Ins
     """(one-hot [B, C, rank, box], box at each rank [B, C, n]): descending score, ties
     to the lower box index, as the reference's sort."""
     b = ctx.b
-    batches, classes, n = scores.shape.dims
+    batches, classes, n = scores.array_shape.dims
     quad = [batches, classes, n, n]
     mine, theirs = b.broadcast(scores, [0, 1, 2], quad), b.broadcast(scores, [0, 1, 3], quad)
     f = Arith(b, mine)
@@ -292,19 +303,21 @@ def _greedy(ctx: NodeContext, candidate, suppressed, limit) -> Instruction:
     batches, classes, n = candidate.shape.dims
     kept = full(b, False, DType.PRED, [batches, classes, n])
     count = full(b, 0, DType.S64, [batches, classes])
-    limit = b.broadcast(limit, [], count.shape.dims)
+    limit = b.broadcast(limit, [], count.array_shape.dims)
     for r in range(n):
         row = b.reshape(
-            b.slice(suppressed, [0, 0, r, 0], [batches, classes, r + 1, n]), kept.shape.dims
+            b.slice(suppressed, [0, 0, r, 0], [batches, classes, r + 1, n]), kept.array_shape.dims
         )
         blocked = reduce_dims(ctx, b.binary(Op.AND, kept, row), Op.OR, [2])
-        here = b.reshape(b.slice(candidate, [0, 0, r], [batches, classes, r + 1]), count.shape.dims)
+        here = b.reshape(
+            b.slice(candidate, [0, 0, r], [batches, classes, r + 1]), count.array_shape.dims
+        )
         ok = b.binary(Op.AND, here, b.unary(Op.NOT, blocked))
         ok = b.binary(Op.AND, ok, b.compare(count, limit, Direction.LT))
         count = b.binary(Op.ADD, count, b.convert(ok, DType.S64))
-        at_r = b.broadcast(b.constant(np.arange(n) == r), [2], kept.shape.dims)
+        at_r = b.broadcast(b.constant(np.arange(n) == r), [2], kept.array_shape.dims)
         kept = b.binary(
-            Op.OR, kept, b.binary(Op.AND, b.broadcast(ok, [0, 1], kept.shape.dims), at_r)
+            Op.OR, kept, b.binary(Op.AND, b.broadcast(ok, [0, 1], kept.array_shape.dims), at_r)
         )
     return kept
 
@@ -332,7 +345,7 @@ def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=Non
         floor = b.broadcast(_scalar_input(ctx, min_score, 0, dtype), [], scores.shape.dims)
         candidate = b.compare(scores, floor, Direction.GT)
     one_hot, box_at = _rank_order(ctx, scores)
-    quad = one_hot.shape.dims
+    quad = one_hot.array_shape.dims
     candidate = reduce_dims(
         ctx, b.binary(Op.AND, one_hot, b.broadcast(candidate, [0, 1, 3], quad)), Op.OR, [3]
     )
@@ -356,7 +369,11 @@ def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=Non
         return b.constant(np.zeros((0, 3), dtype=np.int64))
     # the selected (batch, class, box) triples in (batch, class, rank) order
     flat = batches * classes * n
-    triples = [b.iota(s64_shape(kept.shape.dims), 0), b.iota(s64_shape(kept.shape.dims), 1), box_at]
+    triples = [
+        b.iota(s64_shape(kept.array_shape.dims), 0),
+        b.iota(s64_shape(kept.array_shape.dims), 1),
+        box_at,
+    ]
     triples = b.reshape(stack_last(ctx, triples), [flat, 3])
     chosen = b.convert(b.reshape(kept, [flat]), DType.S64)
     window = Window.make([flat], None, [flat - 1], [0])

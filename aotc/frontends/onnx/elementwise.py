@@ -166,7 +166,7 @@ def _cosh(f: Formula, x: Instruction) -> Instruction:
 
 def _huge(f: Formula) -> float:
     """Where sqrt(x^2 + 1) == |x| in this dtype: log(x + sqrt(x^2 + 1)) is log 2x there."""
-    return float(1 / math.sqrt(np.finfo(f.like.shape.dtype.numpy).eps))
+    return float(1 / math.sqrt(np.finfo(f.like.array_shape.dtype.numpy).eps))
 
 
 def _asinh(f: Formula, x: Instruction) -> Instruction:
@@ -236,14 +236,14 @@ def is_inf(ctx: NodeContext, x: Instruction) -> Instruction:
     if ctx.attr("detect_negative", 1):
         hits.append(b.compare(x, full_like(b, float("-inf"), x), Direction.EQ))
     if not hits:
-        return full(b, False, DType.PRED, x.shape.dims)
+        return full(b, False, DType.PRED, x.array_shape.dims)
     return fold(lambda p, q: b.binary(Op.OR, p, q), hits)
 
 
 @onnx_op("Pow")
 def power(ctx: NodeContext, x: Instruction, y: Instruction) -> Instruction:
     # ONNX lets the exponent's type differ; the result has the base's type
-    y = ctx.b.convert(y, x.shape.dtype)
+    y = ctx.b.convert(y, x.array_shape.dtype)
     return binary(ctx.b, Op.POWER, x, y)
 
 
@@ -252,7 +252,7 @@ def mod(ctx: NodeContext, x: Instruction, y: Instruction) -> Instruction:
     b = ctx.b
     x, y = broadcast_all(b, x, y)
     rem = b.binary(Op.REMAINDER, x, y)  # C fmod: takes the dividend's sign
-    if ctx.attr("fmod", 0) or x.shape.dtype.is_unsigned_int:
+    if ctx.attr("fmod", 0) or x.array_shape.dtype.is_unsigned_int:
         return rem
     # fmod=0: Python's %, which takes the divisor's sign
     zero = full_like(b, 0, rem)
@@ -271,7 +271,11 @@ def bit_shift(ctx: NodeContext, x: Instruction, y: Instruction) -> Instruction:
         op = Op.SHIFT_LEFT
     else:
         # signed types (opset 28) shift in copies of the sign bit
-        op = Op.SHIFT_RIGHT_ARITHMETIC if x.shape.dtype.is_signed_int else Op.SHIFT_RIGHT_LOGICAL
+        op = (
+            Op.SHIFT_RIGHT_ARITHMETIC
+            if x.array_shape.dtype.is_signed_int
+            else Op.SHIFT_RIGHT_LOGICAL
+        )
     return binary(ctx.b, op, x, y)
 
 
@@ -301,7 +305,7 @@ def dropout(ctx: NodeContext, x: Instruction, ratio=None, training=None) -> list
     b = ctx.b
     rate = _training_ratio(ctx, ratio, training)
     if not rate:
-        mask = full(b, True, DType.PRED, x.shape.dims) if ctx.output_used(1) else None
+        mask = full(b, True, DType.PRED, x.array_shape.dims) if ctx.output_used(1) else None
         return [x, mask]
     if not 0 < rate <= 1:
         raise ModelError(f"ratio {rate} is not in [0, 1]")
@@ -315,12 +319,12 @@ def dropout(ctx: NodeContext, x: Instruction, ratio=None, training=None) -> list
 def trilu(ctx: NodeContext, x: Instruction, k=None) -> Instruction:
     """Keep the upper (col - row >= k) or lower (col - row <= k) triangle, zero the rest."""
     b = ctx.b
-    if x.shape.rank < 2:
+    if x.array_shape.rank < 2:
         raise ShapeError("Trilu needs an input of rank >= 2")
     diagonal = 0 if k is None else int(ctx.const(1).reshape(()))
-    index_shape = Shape(DType.S64, x.shape.dims)
-    rank = x.shape.rank
+    index_shape = Shape(DType.S64, x.array_shape.dims)
+    rank = x.array_shape.rank
     offset = b.binary(Op.SUBTRACT, b.iota(index_shape, rank - 1), b.iota(index_shape, rank - 2))
     direction = Direction.GE if ctx.attr("upper") else Direction.LE
-    keep = b.compare(offset, full(b, diagonal, DType.S64, x.shape.dims), direction)
+    keep = b.compare(offset, full(b, diagonal, DType.S64, x.array_shape.dims), direction)
     return b.select(keep, x, full_like(b, 0, x))

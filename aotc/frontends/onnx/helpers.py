@@ -27,14 +27,14 @@ def broadcast_dims(*shapes: Sequence[int]) -> tuple[int, ...]:
 
 def broadcast_all(b: ComputationBuilder, *xs: Instruction) -> list[Instruction]:
     """The operands broadcast numpy-style to one common shape."""
-    dims = broadcast_dims(*(x.shape.dims for x in xs))
+    dims = broadcast_dims(*(x.array_shape.dims for x in xs))
     return [b.broadcast_to(x, dims) for x in xs]
 
 
 def unidirectional(b: ComputationBuilder, x: Instruction, dims: Sequence[int]) -> Instruction:
     """`x` broadcast to exactly `dims` (ONNX unidirectional broadcasting)."""
-    if broadcast_dims(x.shape.dims, dims) != tuple(dims):
-        raise ShapeError(f"shape {list(x.shape.dims)} does not broadcast to {list(dims)}")
+    if broadcast_dims(x.array_shape.dims, dims) != tuple(dims):
+        raise ShapeError(f"shape {list(x.array_shape.dims)} does not broadcast to {list(dims)}")
     return b.broadcast_to(x, dims)
 
 
@@ -50,7 +50,7 @@ def full(b: ComputationBuilder, value, dtype: DType, dims: Sequence[int]) -> Ins
 
 
 def full_like(b: ComputationBuilder, value, x: Instruction) -> Instruction:
-    return full(b, value, x.shape.dtype, x.shape.dims)
+    return full(b, value, x.array_shape.dtype, x.array_shape.dims)
 
 
 def lowest(dtype: DType):
@@ -90,10 +90,10 @@ def reduce(
     b: ComputationBuilder, x: Instruction, op: Op, axes: Sequence[int], keepdims: bool
 ) -> Instruction:
     """Reduce `x` over `axes` with `op`; keep them as size-1 dims if `keepdims`."""
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     init = b.scalar(REDUCE_INIT[op](dtype), dtype)
     out = b.reduce(x, init, axes, scalar_reducer(b.module, op, dtype))
-    return keep_dims(b, out, x.shape.dims, axes) if keepdims else out
+    return keep_dims(b, out, x.array_shape.dims, axes) if keepdims else out
 
 
 def keep_dims(
@@ -112,10 +112,10 @@ def softmax(
 ) -> Instruction:
     """exp(x - max) / sum(exp(x - max)) over `axes` (its log with `log`)."""
     f = Formula(b, x)
-    peak = b.broadcast_to(reduce(b, x, Op.MAXIMUM, axes, keepdims=True), x.shape.dims)
+    peak = b.broadcast_to(reduce(b, x, Op.MAXIMUM, axes, keepdims=True), x.array_shape.dims)
     shifted = b.binary(Op.SUBTRACT, x, peak)
     exp = f.f(Op.EXP, shifted)
-    total = b.broadcast_to(reduce(b, exp, Op.ADD, axes, keepdims=True), x.shape.dims)
+    total = b.broadcast_to(reduce(b, exp, Op.ADD, axes, keepdims=True), x.array_shape.dims)
     if log:
         return b.binary(Op.SUBTRACT, shifted, f.f(Op.LOG, total))
     return b.binary(Op.DIVIDE, exp, total)

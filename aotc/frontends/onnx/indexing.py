@@ -40,8 +40,8 @@ INDEX = DType.S64
 
 
 def check_indices(indices: Instruction) -> None:
-    if not indices.shape.dtype.is_int:
-        raise ShapeError(f"indices must be integers, got {indices.shape.dtype.text}")
+    if not indices.array_shape.dtype.is_int:
+        raise ShapeError(f"indices must be integers, got {indices.array_shape.dtype.text}")
 
 
 def wrap_negative(b: ComputationBuilder, indices: Instruction, sizes: Instruction) -> Instruction:
@@ -52,7 +52,7 @@ def wrap_negative(b: ComputationBuilder, indices: Instruction, sizes: Instructio
 
 
 def wrap_along(b: ComputationBuilder, indices: Instruction, size: int) -> Instruction:
-    return wrap_negative(b, indices, full(b, size, INDEX, indices.shape.dims))
+    return wrap_negative(b, indices, full(b, size, INDEX, indices.array_shape.dims))
 
 
 def iota(b: ComputationBuilder, dims: Sequence[int], dim: int) -> Instruction:
@@ -61,19 +61,19 @@ def iota(b: ComputationBuilder, dims: Sequence[int], dim: int) -> Instruction:
 
 def index_vectors(b: ComputationBuilder, coords: list[Instruction]) -> Instruction:
     """s64[*dims, len(coords)]: the (equal-shaped) coordinate arrays as index vectors."""
-    dims = coords[0].shape.dims
+    dims = coords[0].array_shape.dims
     vectors = [b.reshape(b.convert(c, INDEX), (*dims, 1)) for c in coords]
     return b.concatenate(vectors, len(dims))
 
 
 def gather_points(b: ComputationBuilder, data: Instruction, coords: list[Instruction]):
     """data[coords[0][i], coords[1][i], ...] for every position i of the (equal) coord shapes."""
-    rank = data.shape.rank
+    rank = data.array_shape.rank
     gather = GatherDims(
         offset_dims=(),
         collapsed_slice_dims=tuple(range(rank)),
         start_index_map=tuple(range(rank)),
-        index_vector_dim=coords[0].shape.rank,
+        index_vector_dim=coords[0].array_shape.rank,
         slice_sizes=(1,) * rank,
     )
     return b.gather(data, index_vectors(b, coords), gather)
@@ -82,7 +82,7 @@ def gather_points(b: ComputationBuilder, data: Instruction, coords: list[Instruc
 def wrap_vectors(b: ComputationBuilder, indices: Instruction, sizes: Sequence[int]):
     """Index vectors along indices' last dim, component i wrapped by sizes[i]."""
     limits = b.constant(list(sizes), INDEX)
-    dims = indices.shape.dims
+    dims = indices.array_shape.dims
     return wrap_negative(b, indices, b.broadcast(limits, [len(dims) - 1], dims))
 
 
@@ -93,13 +93,13 @@ def wrap_vectors(b: ComputationBuilder, indices: Instruction, sizes: Sequence[in
 def gather_elements(ctx: NodeContext, data: Instruction, indices: Instruction) -> Instruction:
     b = ctx.b
     check_indices(indices)
-    rank = data.shape.rank
+    rank = data.array_shape.rank
     axis = normalize_axis(ctx.attr("axis"), rank)
-    dims = indices.shape.dims
+    dims = indices.array_shape.dims
     if len(dims) != rank:
         raise ShapeError(f"indices have rank {len(dims)}, data has rank {rank}")
     coords = [iota(b, dims, d) for d in range(rank)]
-    coords[axis] = wrap_along(b, indices, data.shape.dims[axis])
+    coords[axis] = wrap_along(b, indices, data.array_shape.dims[axis])
     return gather_points(b, data, coords)
 
 
@@ -108,18 +108,18 @@ def gather_nd(ctx: NodeContext, data: Instruction, indices: Instruction) -> Inst
     b = ctx.b
     check_indices(indices)
     batch = ctx.attr("batch_dims", 0)
-    r, q = data.shape.rank, indices.shape.rank
-    k = indices.shape.dims[-1] if q else 0
+    r, q = data.array_shape.rank, indices.array_shape.rank
+    k = indices.array_shape.dims[-1] if q else 0
     if q < 1 or batch >= min(r, q) or k > r - batch:
         raise ShapeError(
-            f"GatherND of data {list(data.shape.dims)} with indices "
-            f"{list(indices.shape.dims)} and batch_dims={batch}"
+            f"GatherND of data {list(data.array_shape.dims)} with indices "
+            f"{list(indices.array_shape.dims)} and batch_dims={batch}"
         )
-    if data.shape.dims[:batch] != indices.shape.dims[:batch]:
+    if data.array_shape.dims[:batch] != indices.array_shape.dims[:batch]:
         raise ShapeError("data and indices differ in their batch dims")
-    indices = wrap_vectors(b, indices, data.shape.dims[batch : batch + k])
+    indices = wrap_vectors(b, indices, data.array_shape.dims[batch : batch + k])
     # batch dims join the index vector as iotas: one collapsed gather does it all
-    lead = (*indices.shape.dims[:-1], 1)
+    lead = (*indices.array_shape.dims[:-1], 1)
     vector = b.concatenate([iota(b, lead, d) for d in range(batch)] + [indices], q - 1)
     picked = batch + k
     gather = GatherDims(
@@ -127,7 +127,7 @@ def gather_nd(ctx: NodeContext, data: Instruction, indices: Instruction) -> Inst
         collapsed_slice_dims=tuple(range(picked)),
         start_index_map=tuple(range(picked)),
         index_vector_dim=q - 1,
-        slice_sizes=(1,) * picked + data.shape.dims[picked:],
+        slice_sizes=(1,) * picked + data.array_shape.dims[picked:],
     )
     return b.gather(data, vector, gather)
 
@@ -135,12 +135,12 @@ def gather_nd(ctx: NodeContext, data: Instruction, indices: Instruction) -> Inst
 @onnx_op("ReverseSequence", since=10)
 def reverse_sequence(ctx: NodeContext, data: Instruction, lens: Instruction) -> Instruction:
     b = ctx.b
-    dims = data.shape.dims
-    batch_axis = normalize_axis(ctx.attr("batch_axis"), data.shape.rank)
-    time_axis = normalize_axis(ctx.attr("time_axis"), data.shape.rank)
-    if batch_axis == time_axis or lens.shape.dims != (dims[batch_axis],):
+    dims = data.array_shape.dims
+    batch_axis = normalize_axis(ctx.attr("batch_axis"), data.array_shape.rank)
+    time_axis = normalize_axis(ctx.attr("time_axis"), data.array_shape.rank)
+    if batch_axis == time_axis or lens.array_shape.dims != (dims[batch_axis],):
         raise ShapeError(
-            f"sequence_lens {list(lens.shape.dims)} does not fit data "
+            f"sequence_lens {list(lens.array_shape.dims)} does not fit data "
             f"{list(dims)} with batch_axis={batch_axis}"
         )
     coords = [iota(b, dims, d) for d in range(len(dims))]
@@ -160,15 +160,15 @@ def tensor_scatter(
     write_indices: Instruction | None = None,
 ) -> Instruction:
     b = ctx.b
-    dims, rank = past.shape.dims, past.shape.rank
+    dims, rank = past.array_shape.dims, past.array_shape.rank
     axis = normalize_axis(ctx.attr("axis", -2), rank)
     mode = ctx.choice("mode", ("linear", "circular"))
     if axis == 0:
         raise UnsupportedError("TensorScatter along axis 0 (write indices are per batch)")
-    fits = all(u == d or i == axis for i, (u, d) in enumerate(zip(update.shape.dims, dims)))
-    seq, size = update.shape.dims[axis], dims[axis]
-    if update.shape.rank != rank or not fits or seq > size:
-        raise ShapeError(f"update {list(update.shape.dims)} does not fit cache {list(dims)}")
+    fits = all(u == d or i == axis for i, (u, d) in enumerate(zip(update.array_shape.dims, dims)))
+    seq, size = update.array_shape.dims[axis], dims[axis]
+    if update.array_shape.rank != rank or not fits or seq > size:
+        raise ShapeError(f"update {list(update.array_shape.dims)} does not fit cache {list(dims)}")
     if seq == 0:
         return past
     # each cache position p reads update step p - write_index (mod size if circular)
@@ -213,14 +213,14 @@ def scatter_points(ctx: NodeContext, data: Instruction, coords: list[Instruction
     """`updates` combined into data at coordinates `coords`, one element each, in order
     (so with reduction "none" the last of repeated targets wins, as in onnx.reference)."""
     b = ctx.b
-    rank = data.shape.rank
+    rank = data.array_shape.rank
     dims = ScatterDims(
         update_window_dims=(),
         inserted_window_dims=tuple(range(rank)),
         scatter_dims_to_operand_dims=tuple(range(rank)),
-        index_vector_dim=coords[0].shape.rank,
+        index_vector_dim=coords[0].array_shape.rank,
     )
-    update = combiner(b.module, reduction(ctx), data.shape.dtype)
+    update = combiner(b.module, reduction(ctx), data.array_shape.dtype)
     return b.scatter(data, index_vectors(b, coords), updates, dims, update)
 
 
@@ -229,16 +229,16 @@ def scatter_points(ctx: NodeContext, data: Instruction, coords: list[Instruction
 def scatter_elements(ctx: NodeContext, data: Instruction, indices: Instruction, updates):
     b = ctx.b
     check_indices(indices)
-    rank = data.shape.rank
+    rank = data.array_shape.rank
     axis = normalize_axis(ctx.attr("axis", 0), rank)
-    dims = indices.shape.dims
+    dims = indices.array_shape.dims
     if len(dims) != rank or updates.shape.dims != dims:
         raise ShapeError(
             f"indices {list(dims)} and updates {list(updates.shape.dims)} "
-            f"do not fit data {list(data.shape.dims)}"
+            f"do not fit data {list(data.array_shape.dims)}"
         )
     coords = [iota(b, dims, d) for d in range(rank)]
-    coords[axis] = wrap_along(b, indices, data.shape.dims[axis])
+    coords[axis] = wrap_along(b, indices, data.array_shape.dims[axis])
     return scatter_points(ctx, data, coords, updates)
 
 
@@ -246,13 +246,13 @@ def scatter_elements(ctx: NodeContext, data: Instruction, indices: Instruction, 
 def scatter_nd(ctx: NodeContext, data: Instruction, indices: Instruction, updates):
     b = ctx.b
     check_indices(indices)
-    r, q = data.shape.rank, indices.shape.rank
-    k = indices.shape.dims[-1] if q else 0
-    expected = (*indices.shape.dims[:-1], *data.shape.dims[k:])
+    r, q = data.array_shape.rank, indices.array_shape.rank
+    k = indices.array_shape.dims[-1] if q else 0
+    expected = (*indices.array_shape.dims[:-1], *data.array_shape.dims[k:])
     if q < 1 or k > r or updates.shape.dims != expected:
         raise ShapeError(
-            f"ScatterND into {list(data.shape.dims)} with indices "
-            f"{list(indices.shape.dims)} needs updates {list(expected)}"
+            f"ScatterND into {list(data.array_shape.dims)} with indices "
+            f"{list(indices.array_shape.dims)} needs updates {list(expected)}"
         )
     dims = ScatterDims(
         update_window_dims=tuple(range(q - 1, q - 1 + r - k)),
@@ -260,8 +260,8 @@ def scatter_nd(ctx: NodeContext, data: Instruction, indices: Instruction, update
         scatter_dims_to_operand_dims=tuple(range(k)),
         index_vector_dim=q - 1,
     )
-    update = combiner(b.module, reduction(ctx), data.shape.dtype)
-    vectors = wrap_vectors(b, indices, data.shape.dims[:k])
+    update = combiner(b.module, reduction(ctx), data.array_shape.dtype)
+    vectors = wrap_vectors(b, indices, data.array_shape.dims[:k])
     return b.scatter(data, vectors, updates, dims, update)
 
 
@@ -269,26 +269,26 @@ def scatter_nd(ctx: NodeContext, data: Instruction, indices: Instruction, update
 def max_unpool(ctx: NodeContext, x: Instruction, indices: Instruction, output_shape=None):
     b = ctx.b
     check_indices(indices)
-    n = x.shape.rank - 2
+    n = x.array_shape.rank - 2
     kernel = ctx.required_attr("kernel_shape")
     strides = ctx.attr("strides") or [1] * n
     pads = ctx.attr("pads") or [0] * (2 * n)
-    if n < 1 or len(kernel) != n or indices.shape.dims != x.shape.dims:
+    if n < 1 or len(kernel) != n or indices.array_shape.dims != x.array_shape.dims:
         raise ShapeError(
-            f"MaxUnpool of {list(x.shape.dims)} with indices "
-            f"{list(indices.shape.dims)} and kernel {list(kernel)}"
+            f"MaxUnpool of {list(x.array_shape.dims)} with indices "
+            f"{list(indices.array_shape.dims)} and kernel {list(kernel)}"
         )
-    spatial = x.shape.dims[2:]
-    inferred = [*x.shape.dims[:2]] + [
+    spatial = x.array_shape.dims[2:]
+    inferred = [*x.array_shape.dims[:2]] + [
         (spatial[i] - 1) * strides[i] - pads[i] - pads[n + i] + kernel[i] for i in range(n)
     ]
     # each value goes to its flat index in the unpooled tensor, the rest are zeros
     size = int(np.prod(inferred))
-    flat = full(b, 0, x.shape.dtype, (size,))
+    flat = full(b, 0, x.array_shape.dtype, (size,))
     dims = ScatterDims((), (0,), (0,), index_vector_dim=1)
-    values = b.reshape(x, (x.shape.size,))
-    positions = b.reshape(b.convert(indices, INDEX), (x.shape.size,))
-    update = combiner(b.module, "none", x.shape.dtype)
+    values = b.reshape(x, (x.array_shape.size,))
+    positions = b.reshape(b.convert(indices, INDEX), (x.array_shape.size,))
+    update = combiner(b.module, "none", x.array_shape.dtype)
     unpooled = b.reshape(b.scatter(flat, positions, values, dims, update), inferred)
     if output_shape is None:
         return unpooled
@@ -296,7 +296,7 @@ def max_unpool(ctx: NodeContext, x: Instruction, indices: Instruction, output_sh
     wanted = ctx.const_ints(2)
     if len(wanted) != len(inferred) or any(w < d for w, d in zip(wanted, inferred)):
         raise ShapeError(f"output_shape {wanted} is smaller than the unpooled {inferred}")
-    zero = b.scalar(0, x.shape.dtype)
+    zero = b.scalar(0, x.array_shape.dtype)
     return b.pad(unpooled, zero, [0] * len(wanted), [w - d for w, d in zip(wanted, inferred)])
 
 
@@ -307,15 +307,15 @@ def max_unpool(ctx: NodeContext, x: Instruction, indices: Instruction, output_sh
 def one_hot(ctx: NodeContext, indices: Instruction, depth: Instruction, values: Instruction):
     b = ctx.b
     depth_values = ctx.const(1).reshape(-1)
-    if depth_values.size != 1 or values.shape.dims != (2,):
+    if depth_values.size != 1 or values.array_shape.dims != (2,):
         raise ShapeError("depth must be a scalar and values a pair [off, on]")
     n = int(depth_values[0])
     if n < 0:
         raise ModelError(f"depth {n} is negative")
-    rank = indices.shape.rank + 1
+    rank = indices.array_shape.rank + 1
     axis = normalize_axis(ctx.attr("axis"), rank)
-    out_dims = (*indices.shape.dims[:axis], n, *indices.shape.dims[axis:])
-    dtype = indices.shape.dtype
+    out_dims = (*indices.array_shape.dims[:axis], n, *indices.array_shape.dims[axis:])
+    dtype = indices.array_shape.dtype
     if ctx.opset >= 11 and not dtype.is_unsigned_int:
         # wrap in-range negatives; others stay out of range and match nothing
         negative = b.compare(indices, full_like(b, 0, indices), Direction.LT)
@@ -329,12 +329,12 @@ def one_hot(ctx: NodeContext, indices: Instruction, depth: Instruction, values: 
 @onnx_op("EyeLike", since=9)
 def eye_like(ctx: NodeContext, x: Instruction) -> Instruction:
     b = ctx.b
-    if x.shape.rank != 2:
-        raise ShapeError(f"EyeLike needs a 2-D input, got {list(x.shape.dims)}")
-    dtype = x.shape.dtype
+    if x.array_shape.rank != 2:
+        raise ShapeError(f"EyeLike needs a 2-D input, got {list(x.array_shape.dims)}")
+    dtype = x.array_shape.dtype
     if ctx.attr("dtype") is not None:
         dtype = to_dtype(ctx.attr("dtype"), "attribute dtype")
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     shifted = b.binary(Op.ADD, iota(b, dims, 0), full(b, ctx.attr("k", 0), INDEX, dims))
     return b.convert(b.compare(shifted, iota(b, dims, 1), Direction.EQ), dtype)
 
@@ -346,8 +346,8 @@ def cumulative(
     b: ComputationBuilder, x: Instruction, axis: int, op: Op, exclusive: bool, reverse: bool
 ) -> Instruction:
     """Running `op` along `axis` as a reduce-window as long as the axis."""
-    rank, n = x.shape.rank, x.shape.dims[axis]
-    dtype = x.shape.dtype
+    rank, n = x.array_shape.rank, x.array_shape.dims[axis]
+    dtype = x.array_shape.dtype
     identity = b.scalar(REDUCE_INIT[op](dtype), dtype)
     if exclusive and n:
         # shift by one step, the identity entering at the start, so no inverse of op is needed
@@ -369,6 +369,6 @@ def cumprod(ctx: NodeContext, x: Instruction, axis: Instruction) -> Instruction:
     axis_values = ctx.const(1).reshape(-1)
     if axis_values.size != 1:
         raise ShapeError("axis must be a scalar")
-    dim = normalize_axis(int(axis_values[0]), x.shape.rank)
+    dim = normalize_axis(int(axis_values[0]), x.array_shape.rank)
     exclusive, reverse = bool(ctx.attr("exclusive")), bool(ctx.attr("reverse"))
     return cumulative(ctx.b, x, dim, Op.MULTIPLY, exclusive, reverse)

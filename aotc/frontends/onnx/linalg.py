@@ -14,14 +14,14 @@ from .registry import NodeContext, onnx_op
 def square_matrices(x: Instruction, op: str, largest: int) -> tuple[int, tuple[int, ...], int]:
     """n, the leading dims and their count for a float x of [..., n, n] matrices; refuses
     other shapes, and n above `largest` (the factorizations are unrolled)."""
-    if not x.shape.dtype.is_float:
-        raise UnsupportedError(f"{op} input must be a float tensor, not {x.shape.dtype.text}")
-    if x.shape.rank < 2 or x.shape.dims[-1] != x.shape.dims[-2]:
-        raise ShapeError(f"{op} needs [..., n, n], got {list(x.shape.dims)}")
-    n = x.shape.dims[-1]
+    if not x.array_shape.dtype.is_float:
+        raise UnsupportedError(f"{op} input must be a float tensor, not {x.array_shape.dtype.text}")
+    if x.array_shape.rank < 2 or x.array_shape.dims[-1] != x.array_shape.dims[-2]:
+        raise ShapeError(f"{op} needs [..., n, n], got {list(x.array_shape.dims)}")
+    n = x.array_shape.dims[-1]
     if n > largest:
         raise UnsupportedError(f"{op} of {n}x{n} matrices (unrolled; at most {largest})")
-    lead = tuple(x.shape.dims[:-2])
+    lead = tuple(x.array_shape.dims[:-2])
     return n, lead, math.prod(lead)
 
 
@@ -29,25 +29,25 @@ def square_matrices(x: Instruction, op: str, largest: int) -> tuple[int, tuple[i
 def matmul(ctx: NodeContext, lhs: Instruction, rhs: Instruction, dtype=None) -> Instruction:
     """numpy's matmul; `dtype`: the result's type where it is not the operands'."""
     b = ctx.b
-    if lhs.shape.rank == 0 or rhs.shape.rank == 0:
+    if lhs.array_shape.rank == 0 or rhs.array_shape.rank == 0:
         raise ShapeError("MatMul operands must have rank >= 1")
     # numpy: a 1-D lhs is a row vector, a 1-D rhs a column; the unit dim is dropped after
-    lhs_vector, rhs_vector = lhs.shape.rank == 1, rhs.shape.rank == 1
+    lhs_vector, rhs_vector = lhs.array_shape.rank == 1, rhs.array_shape.rank == 1
     if lhs_vector:
-        lhs = b.reshape(lhs, (1, *lhs.shape.dims))
+        lhs = b.reshape(lhs, (1, *lhs.array_shape.dims))
     if rhs_vector:
-        rhs = b.reshape(rhs, (*rhs.shape.dims, 1))
-    if rhs.shape.rank == 2:
+        rhs = b.reshape(rhs, (*rhs.array_shape.dims, 1))
+    if rhs.array_shape.rank == 2:
         # (..., M, K) x (K, N): a plain contraction keeps lhs's leading dims unbroadcast
-        dims = DotDims((), (), (lhs.shape.rank - 1,), (0,))
+        dims = DotDims((), (), (lhs.array_shape.rank - 1,), (0,))
     else:
-        batch = broadcast_dims(lhs.shape.dims[:-2], rhs.shape.dims[:-2])
-        lhs = b.broadcast_to(lhs, batch + lhs.shape.dims[-2:])
-        rhs = b.broadcast_to(rhs, batch + rhs.shape.dims[-2:])
+        batch = broadcast_dims(lhs.array_shape.dims[:-2], rhs.array_shape.dims[:-2])
+        lhs = b.broadcast_to(lhs, batch + lhs.array_shape.dims[-2:])
+        rhs = b.broadcast_to(rhs, batch + rhs.array_shape.dims[-2:])
         n = len(batch)
         dims = DotDims(range(n), range(n), (n + 1,), (n,))
     out = b.dot(lhs, rhs, dims, dtype)
-    out_dims = list(out.shape.dims)
+    out_dims = list(out.array_shape.dims)
     if rhs_vector:
         out_dims.pop(-1)
     if lhs_vector:
@@ -58,7 +58,7 @@ def matmul(ctx: NodeContext, lhs: Instruction, rhs: Instruction, dtype=None) -> 
 @onnx_op("Gemm")
 def gemm(ctx: NodeContext, a: Instruction, x: Instruction, c: Instruction | None = None):
     b = ctx.b
-    if a.shape.rank != 2 or x.shape.rank != 2:
+    if a.array_shape.rank != 2 or x.array_shape.rank != 2:
         raise ShapeError("Gemm operands A and B must be 2-D")
     # the transposes become the choice of contracting dims
     a_k = 0 if ctx.attr("transA") else 1
@@ -68,7 +68,7 @@ def gemm(ctx: NodeContext, a: Instruction, x: Instruction, c: Instruction | None
     if alpha != 1.0:
         out = b.binary(Op.MULTIPLY, out, full_like(b, alpha, out))
     if c is not None and beta != 0.0:
-        c = unidirectional(b, b.convert(c, out.shape.dtype), out.shape.dims)
+        c = unidirectional(b, b.convert(c, out.array_shape.dtype), out.array_shape.dims)
         if beta != 1.0:
             c = b.binary(Op.MULTIPLY, c, full_like(b, beta, c))
         out = b.binary(Op.ADD, out, c)

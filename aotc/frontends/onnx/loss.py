@@ -36,14 +36,14 @@ def _nll(ctx: NodeContext, x: Instruction, target: Instruction, weight) -> Instr
     """-x[n, target[n, d...], d...] weighted, with ignore_index and the reduction."""
     b = ctx.b
     reduction = ctx.choice("reduction", ("none", "sum", "mean"))
-    if x.shape.rank < 2:
-        raise ShapeError(f"input must be N x C x ..., got {list(x.shape.dims)}")
-    n, c, *rest = x.shape.dims
-    if target.shape.dims != (n, *rest):
-        raise ShapeError(f"target has shape {list(target.shape.dims)}, expected {[n, *rest]}")
-    if target.shape.dtype.is_float:
+    if x.array_shape.rank < 2:
+        raise ShapeError(f"input must be N x C x ..., got {list(x.array_shape.dims)}")
+    n, c, *rest = x.array_shape.dims
+    if target.array_shape.dims != (n, *rest):
+        raise ShapeError(f"target has shape {list(target.array_shape.dims)}, expected {[n, *rest]}")
+    if target.array_shape.dtype.is_float:
         raise ModelError("target must hold integer class indices")
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     loss = b.unary(Op.NEGATE, _pick(b, x, _class_mask(b, target, dims)))
     per_element = None  # each element's weight; None means all 1
     if weight is not None:
@@ -53,12 +53,14 @@ def _nll(ctx: NodeContext, x: Instruction, target: Instruction, weight) -> Instr
         # np.take(mode="clip")); only an ignored element can have one, and it gets 0
         wide = b.convert(target, DType.S64)
         clipped = b.clamp(full_like(b, 0, wide), wide, full_like(b, c - 1, wide))
-        spread = b.broadcast(b.convert(weight, x.shape.dtype), [1], dims)
+        spread = b.broadcast(b.convert(weight, x.array_shape.dtype), [1], dims)
         per_element = _pick(b, spread, _class_mask(b, clipped, dims))
     ignore_index = ctx.attr("ignore_index")
     if ignore_index is not None:
         kept = b.compare(
-            target, full(b, ignore_index, target.shape.dtype, target.shape.dims), Direction.NE
+            target,
+            full(b, ignore_index, target.array_shape.dtype, target.array_shape.dims),
+            Direction.NE,
         )
         zeros = full_like(b, 0, loss)
         loss = b.select(kept, loss, zeros)
@@ -68,13 +70,13 @@ def _nll(ctx: NodeContext, x: Instruction, target: Instruction, weight) -> Instr
         loss = b.binary(Op.MULTIPLY, loss, per_element)
     if reduction == "none":
         return loss
-    every = list(range(loss.shape.rank))
+    every = list(range(loss.array_shape.rank))
     total = reduce(b, loss, Op.ADD, every, keepdims=False)
     if reduction == "sum":
         return total
     # mean: divided by the sum of the applied weights (ignored elements weigh 0)
     if per_element is None:
-        return Formula(b, total).div(total, loss.shape.size)
+        return Formula(b, total).div(total, loss.array_shape.size)
     return b.binary(Op.DIVIDE, total, reduce(b, per_element, Op.ADD, every, keepdims=False))
 
 
@@ -114,7 +116,7 @@ def make_optimizer(roles: int, rule: Rule):
 
     def lower(ctx: NodeContext, r: Instruction, t: Instruction, *tensors) -> list[Instruction]:
         b = ctx.b
-        if r.shape.size != 1 or t.shape.size != 1:
+        if r.array_shape.size != 1 or t.array_shape.size != 1:
             raise ShapeError("R and T must be scalars")
         results = []
         for group in _update_groups(tensors, roles):
@@ -122,7 +124,7 @@ def make_optimizer(roles: int, rule: Rule):
             f = Formula(b, x)
             # the scalars in x's type, broadcast to x's shape
             r_x, t_x = (
-                b.broadcast_to(b.convert(b.reshape(s, []), x.shape.dtype), x.shape.dims)
+                b.broadcast_to(b.convert(b.reshape(s, []), x.array_shape.dtype), x.array_shape.dims)
                 for s in (r, t)
             )
             results.append(rule(f, r_x, t_x, group, ctx))

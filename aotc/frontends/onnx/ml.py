@@ -30,30 +30,30 @@ ML = "ai.onnx.ml"
 def binarizer(ctx: NodeContext, x: Instruction) -> Instruction:
     f = Formula(ctx.b, x)
     threshold = ctx.attr("threshold")
-    if not x.shape.dtype.is_float:
+    if not x.array_shape.dtype.is_float:
         threshold = math.floor(threshold)  # for integers, x > t exactly when x > floor(t)
     return f.where(x, Direction.GT, threshold, 1, 0)
 
 
 def take_last(b: ComputationBuilder, x: Instruction, indices: Instruction) -> Instruction:
     """x[..., indices] for a (K,) integer index vector: shape x.dims[:-1] + (K,)."""
-    rank = x.shape.rank
+    rank = x.array_shape.rank
     dims = GatherDims(
         offset_dims=tuple(range(rank - 1)),
         collapsed_slice_dims=(rank - 1,),
         start_index_map=(rank - 1,),
         index_vector_dim=1,
-        slice_sizes=(*x.shape.dims[:-1], 1),
+        slice_sizes=(*x.array_shape.dims[:-1], 1),
     )
-    return b.gather(x, b.reshape(indices, [indices.shape.size, 1]), dims)
+    return b.gather(x, b.reshape(indices, [indices.array_shape.size, 1]), dims)
 
 
 def float_rows(b: ComputationBuilder, x: Instruction) -> Instruction:
     """x as float32 rows (N, features); a vector is one row, as onnxruntime reads it."""
-    if x.shape.rank == 1:
-        x = b.reshape(x, [1, x.shape.dims[0]])
-    elif x.shape.rank != 2:
-        raise ShapeError(f"input must be N x features or one row, got {list(x.shape.dims)}")
+    if x.array_shape.rank == 1:
+        x = b.reshape(x, [1, x.array_shape.dims[0]])
+    elif x.array_shape.rank != 2:
+        raise ShapeError(f"input must be N x features or one row, got {list(x.array_shape.dims)}")
     return b.convert(x, DType.F32)
 
 
@@ -61,13 +61,13 @@ def float_rows(b: ComputationBuilder, x: Instruction) -> Instruction:
 def array_feature_extractor(ctx: NodeContext, x: Instruction, indices: Instruction):
     """x[..., indices] with the indices flattened; a vector is taken as one row."""
     b = ctx.b
-    if indices.shape.dtype.is_float:
+    if indices.array_shape.dtype.is_float:
         raise ModelError("indices must be integers")
-    if x.shape.rank == 1:
-        x = b.reshape(x, [1, x.shape.dims[0]])
-    flat = b.convert(b.reshape(indices, [indices.shape.size]), DType.S64)
+    if x.array_shape.rank == 1:
+        x = b.reshape(x, [1, x.array_shape.dims[0]])
+    flat = b.convert(b.reshape(indices, [indices.array_shape.size]), DType.S64)
     # negative indices count from the end, as numpy's
-    size = full_like(b, x.shape.dims[-1], flat)
+    size = full_like(b, x.array_shape.dims[-1], flat)
     negative = b.compare(flat, full_like(b, 0, flat), Direction.LT)
     flat = b.select(negative, b.binary(Op.ADD, flat, size), flat)
     return take_last(b, x, flat)
@@ -103,19 +103,21 @@ def label_encoder(ctx: NodeContext, x: Instruction) -> Instruction:
     values, value_dtype = _label_list(ctx, "values")
     if keys.size != values.size:
         raise ModelError(f"{keys.size} keys but {values.size} values")
-    if x.shape.dtype is not key_dtype:
-        raise ModelError(f"input type {x.shape.dtype.text} differs from the keys' {key_dtype.text}")
+    if x.array_shape.dtype is not key_dtype:
+        raise ModelError(
+            f"input type {x.array_shape.dtype.text} differs from the keys' {key_dtype.text}"
+        )
     if ctx.attr("default_tensor") is not None:
         default, _ = tensor_to_array(ctx.attr("default_tensor"), "attribute 'default_tensor'")
         default = default.reshape(-1)[0]
     else:
         default = ctx.attr("default_float" if value_dtype.is_float else "default_int64")
-    out = full(b, default, value_dtype, x.shape.dims)
+    out = full(b, default, value_dtype, x.array_shape.dims)
     # the last select wins, so go backwards for the first matching key to win
     for key, value in reversed(list(zip(keys.reshape(-1), values.reshape(-1)))):
         if key_dtype.is_float and np.isnan(key):
             hit = b.compare(x, x, Direction.NE)  # a NaN key maps NaN inputs
         else:
             hit = b.compare(x, full_like(b, key, x), Direction.EQ)
-        out = b.select(hit, full(b, value, value_dtype, x.shape.dims), out)
+        out = b.select(hit, full(b, value, value_dtype, x.array_shape.dims), out)
     return out

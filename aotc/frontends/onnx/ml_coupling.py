@@ -46,7 +46,7 @@ def pairwise_coupling(
 ) -> Instruction:
     """(N, classes) probabilities from r (N, pairs): the probability that pair (i, j)'s
     class i wins, clipped inside (0, 1)."""
-    n = r.shape.dims[0]
+    n = r.array_shape.dims[0]
     dims = (n, classes)
     wins = {}  # (i, j) -> r[i][j]
     for k, (i, j) in enumerate(pairs):

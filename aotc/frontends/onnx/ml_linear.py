@@ -31,7 +31,7 @@ def linear_scores(ctx: NodeContext, x: Instruction, rows: int | None) -> Instruc
     intercepts, or as the coefficients hold) dotted with each input row, plus its intercept."""
     b = ctx.b
     x = float_rows(b, x)
-    features = x.shape.dims[1]
+    features = x.array_shape.dims[1]
     coefficients = np.asarray(ctx.required_attr("coefficients"), np.float32)
     intercepts = np.asarray(ctx.attr("intercepts") or [], np.float32)
     if rows is None:
@@ -46,14 +46,14 @@ def linear_scores(ctx: NodeContext, x: Instruction, rows: int | None) -> Instruc
     weights = b.constant(coefficients.reshape(rows, features).T)
     scores = b.dot(x, weights, DotDims((), (), (1,), (0,)))
     if intercepts.size:
-        per_row = b.broadcast(b.constant(intercepts), [1], scores.shape.dims)
+        per_row = b.broadcast(b.constant(intercepts), [1], scores.array_shape.dims)
         scores = b.binary(Op.ADD, scores, per_row)
     return scores
 
 
 def lone_column_transform(b: ComputationBuilder, scores: Instruction, name: str) -> Instruction:
     """`post_transform` as onnxruntime applies it: a single column only by PROBIT."""
-    if scores.shape.dims[1] == 1 and name != "PROBIT":
+    if scores.array_shape.dims[1] == 1 and name != "PROBIT":
         return scores
     return post_transform(b, scores, name)
 
@@ -75,7 +75,7 @@ def linear_classifier(ctx: NodeContext, x: Instruction) -> list[Instruction]:
     labels = ctx.attr("classlabels_ints") or None
     name = post_transform_name(ctx)
     raw = linear_scores(ctx, x, None)
-    classes = raw.shape.dims[1]
+    classes = raw.array_shape.dims[1]
     if classes == 1 and labels is not None and len(labels) == 2:
         return _binary(ctx.b, raw, labels, name)
     if classes == 1:
@@ -122,7 +122,7 @@ def _threshold(
     miss: int,
 ) -> Instruction:
     """(N,) int64: `hit` where the single score column compares `direction` to `threshold`."""
-    n = scores.shape.dims[0]
+    n = scores.array_shape.dims[0]
     column = b.reshape(scores, [n])
     test = b.compare(column, full_like(b, threshold, column), direction)
     return b.select(test, full(b, hit, DType.S64, [n]), full(b, miss, DType.S64, [n]))

@@ -51,7 +51,7 @@ def post_transform(b: ComputationBuilder, scores: Instruction, name: str) -> Ins
 def _softmax_zero(b: ComputationBuilder, x: Instruction) -> Instruction:
     """Softmax over a row's nonzero scores; zeros stay zero, an all-zero row is 0.5s."""
     f = Formula(b, x)
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     peak = b.broadcast_to(reduce(b, x, Op.MAXIMUM, [1], keepdims=True), dims)
     # the reference counts |v| <= 1e-7 as zero and scales it by exp(-max) instead
     tiny = b.compare(f.f(Op.ABS, x), f.k(1e-7), Direction.LE)

@@ -124,11 +124,11 @@ def _rbf(b: ComputationBuilder, x: Instruction, vectors: np.ndarray, gamma: floa
     50 with a spread of 1 keep ~1e-6 instead of ~1e-3.  A (N, V, F) difference would be
     exact but too large for real models.
     """
-    n, v = x.shape.dims[0], len(vectors)
+    n, v = x.array_shape.dims[0], len(vectors)
     center = vectors.astype(np.float64).mean(axis=0).astype(np.float32)
     shifted = (vectors - center).astype(np.float32)  # x - c rounds the same way
     f = Formula(b, x)
-    x = f.sub(x, _per_column(b, center, x.shape.dims))
+    x = f.sub(x, _per_column(b, center, x.array_shape.dims))
     x_norms = reduce(b, f.mul(x, x), Op.ADD, [1], keepdims=True)
     s_norms = (shifted.astype(np.float64) ** 2).sum(axis=1)
     cross = _matmul(b, x, shifted.T)
@@ -148,7 +148,7 @@ def svm_regressor(ctx: NodeContext, x: Instruction) -> Instruction:
     sign of that as +-1."""
     b = ctx.b
     x = float_rows(b, x)
-    features = x.shape.dims[1]
+    features = x.array_shape.dims[1]
     # onnx.reference refuses a post_transform other than NONE and onnxruntime ignores it;
     # as onnxruntime, it is checked but leaves the value alone
     post_transform_name(ctx)
@@ -229,7 +229,7 @@ def _class_labels(ctx: NodeContext) -> np.ndarray:
 def _first_max(b: ComputationBuilder, x: Instruction) -> Instruction:
     """(N,) s64: the column of each row's largest value, the first where several tie."""
     reducer = arg_reducer(b.module, DType.F32, Direction.GT, last=False)
-    columns = b.iota(Shape(DType.S64, x.shape.dims), 1)
+    columns = b.iota(Shape(DType.S64, x.array_shape.dims), 1)
     inits = [b.scalar(lowest(DType.F32), DType.F32), b.scalar(0, DType.S64)]
     both = b.add(Op.REDUCE, [x, columns, *inits], dimensions=(1,), called=(reducer,))
     return b.get_tuple_element(both, 1)
@@ -242,7 +242,7 @@ def _label(b: ComputationBuilder, labels: np.ndarray, index: Instruction) -> Ins
 def _decisions(ctx: NodeContext, x: Instruction, ovo: OneVsOne) -> Instruction:
     """(N, pairs): each pair's decision value, positive for its first class."""
     b = ctx.b
-    vectors = _support_vectors(ctx, sum(ovo.counts), x.shape.dims[1])
+    vectors = _support_vectors(ctx, sum(ovo.counts), x.array_shape.dims[1])
     coefficients, rho = _floats(ctx, "coefficients"), _floats(ctx, "rho")
     size, pairs = (ovo.classes - 1) * sum(ovo.counts), len(ovo.pairs)
     if coefficients.size < size:
@@ -252,7 +252,9 @@ def _decisions(ctx: NodeContext, x: Instruction, ovo: OneVsOne) -> Instruction:
     kernels = kernel_matrix(b, x, vectors, _kernel(ctx))
     weights = ovo.pair_weights(coefficients[:size].reshape(ovo.classes - 1, -1))
     decisions = _matmul(b, kernels, weights)
-    return Formula(b, decisions).add(decisions, _per_column(b, rho[:pairs], decisions.shape.dims))
+    return Formula(b, decisions).add(
+        decisions, _per_column(b, rho[:pairs], decisions.array_shape.dims)
+    )
 
 
 def _votes(b: ComputationBuilder, decisions: Instruction, ovo: OneVsOne) -> Instruction:
@@ -269,7 +271,7 @@ def _pair_probabilities(ctx: NodeContext, decisions: Instruction, pairs: int) ->
     prob_a, prob_b = _floats(ctx, "prob_a"), _floats(ctx, "prob_b")
     if prob_a.size < pairs:
         raise ModelError(f"prob_a holds {prob_a.size} values for {pairs} pairs of classes")
-    dims = decisions.shape.dims
+    dims = decisions.array_shape.dims
     f = Formula(b, decisions)
     scaled = f.add(
         f.mul(decisions, _per_column(b, prob_a[:pairs], dims)), _per_column(b, prob_b[:pairs], dims)
@@ -298,7 +300,7 @@ def _binary_scores(b: ComputationBuilder, s: Instruction, name: str) -> Instruct
 
 def _linear_scores(ctx: NodeContext, x: Instruction, classes: int) -> Instruction:
     """(N, classes): no support vectors, one linear model per class and rho[0] for all."""
-    features = x.shape.dims[1]
+    features = x.array_shape.dims[1]
     coefficients, rho = _floats(ctx, "coefficients"), _floats(ctx, "rho")
     if coefficients.size != classes * features:
         raise ShapeError(
@@ -326,7 +328,7 @@ def _linear_label(
         second = b.compare(top, Formula(b, top).k(0.5), Direction.GE)
     else:
         second = b.compare(top, Formula(b, top).k(0), Direction.GT)
-    return b.select(second, b.broadcast_to(b.constant(labels[1]), best.shape.dims), best)
+    return b.select(second, b.broadcast_to(b.constant(labels[1]), best.array_shape.dims), best)
 
 
 @onnx_op("SVMClassifier", domain=ML, since=1)

@@ -90,10 +90,10 @@ def _precision(*dtypes: DType) -> DType:
 
 def _rows(b: ComputationBuilder, x: Instruction) -> Instruction:
     """The input as (rows, features); a vector is one row."""
-    if x.shape.rank == 1:
-        return b.reshape(x, [1, x.shape.dims[0]])
-    if x.shape.rank != 2:
-        raise ShapeError(f"input must be N x features, got {list(x.shape.dims)}")
+    if x.array_shape.rank == 1:
+        return b.reshape(x, [1, x.array_shape.dims[0]])
+    if x.array_shape.rank != 2:
+        raise ShapeError(f"input must be N x features, got {list(x.array_shape.dims)}")
     return x
 
 
@@ -101,14 +101,18 @@ def _only_fed(b: ComputationBuilder, scores: TargetScores, values: Instruction) 
     """`values` where a reached leaf fed the target, else 0 (what onnxruntime writes)."""
     if scores.fed_always.all():
         return values
-    return b.select(scores.fed, values, full(b, 0, values.shape.dtype, values.shape.dims))
+    return b.select(
+        scores.fed, values, full(b, 0, values.array_shape.dtype, values.array_shape.dims)
+    )
 
 
 def _plus(b: ComputationBuilder, x: Instruction, base: np.ndarray) -> Instruction:
     """x (rows, targets) + base (per target)."""
     if not base.size:
         return x
-    return b.binary(Op.ADD, x, b.broadcast(b.constant(base, x.shape.dtype), [1], x.shape.dims))
+    return b.binary(
+        Op.ADD, x, b.broadcast(b.constant(base, x.array_shape.dtype), [1], x.array_shape.dims)
+    )
 
 
 # -- TreeEnsemble-5 -----------------------------------------------------------------
@@ -186,15 +190,15 @@ def _v5_spec(ctx: NodeContext) -> TreeSpec:
 @onnx_op("TreeEnsemble", domain=ML, since=5)
 def tree_ensemble(ctx: NodeContext, x: Instruction) -> Instruction:
     b = ctx.b
-    if x.shape.rank != 2:
-        raise ShapeError(f"input must be N x features, got {list(x.shape.dims)}")
+    if x.array_shape.rank != 2:
+        raise ShapeError(f"input must be N x features, got {list(x.array_shape.dims)}")
     function = ctx.attr("aggregate_function")
     if function not in range(len(AGGREGATE_NAMES)):
         raise ModelError(f"unknown aggregate_function {function}")
     function = AGGREGATE_NAMES[function]
     spec = _v5_spec(ctx)
-    spec.check(x.shape.dims[1])
-    dtype = x.shape.dtype
+    spec.check(x.array_shape.dims[1])
+    dtype = x.array_shape.dtype
     precision = _precision(dtype)
     forest = build_forest(spec, AGGREGATES[function])
     scores = aggregate(b, reached_leaves(b, x, forest, precision), forest, function, precision)
@@ -286,8 +290,8 @@ def _node_locator(tree_ids: np.ndarray, node_ids: np.ndarray):
 def _legacy_scores(ctx: NodeContext, x: Instruction, prefix: str, targets: int, function: str):
     """The trees of a TreeEnsembleRegressor/Classifier evaluated on x's rows."""
     spec, table_dtype = _legacy_spec(ctx, prefix, targets)
-    spec.check(x.shape.dims[1])
-    precision = _precision(x.shape.dtype, table_dtype)
+    spec.check(x.array_shape.dims[1])
+    precision = _precision(x.array_shape.dtype, table_dtype)
     forest = build_forest(spec, AGGREGATES[function])
     leaves = reached_leaves(ctx.b, x, forest, precision)
     return aggregate(ctx.b, leaves, forest, function, precision)
@@ -350,9 +354,9 @@ def tree_ensemble_classifier(ctx: NodeContext, x: Instruction) -> list[Instructi
 
 def _first_best(b: ComputationBuilder, x: Instruction) -> Instruction:
     """s64 (rows,): each row's first largest column."""
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     reducer = arg_reducer(b.module, dtype, Direction.GT, last=False)
-    index = b.iota(Shape(DType.S64, x.shape.dims), 1)
+    index = b.iota(Shape(DType.S64, x.array_shape.dims), 1)
     inits = [b.scalar(-np.inf, dtype), b.scalar(0, DType.S64)]
     both = b.add(Op.REDUCE, [x, index, *inits], dimensions=(1,), called=(reducer,))
     return b.get_tuple_element(both, 1)
@@ -366,10 +370,10 @@ def _many_classes(
     values = _plus(b, scores.values, base)
     if base.size:
         return _label_of_best(b, values, labels), post_transform(b, values, name)
-    dims = values.shape.dims
+    dims = values.array_shape.dims
     candidates = values
     if not scores.fed_always.all():
-        candidates = b.select(scores.fed, values, full(b, -np.inf, values.shape.dtype, dims))
+        candidates = b.select(scores.fed, values, full(b, -np.inf, values.array_shape.dtype, dims))
     written = _only_fed(b, scores, values)
     return _label_of_best(b, candidates, labels), post_transform(b, written, name)
 
@@ -392,7 +396,7 @@ def _pick(b: ComputationBuilder, flag: bool | Instruction, yes: Instruction, no:
     """yes where `flag` (a constant, or a pred column broadcast along the rows) holds."""
     if isinstance(flag, bool):
         return yes if flag else no
-    return b.select(b.broadcast_to(flag, yes.shape.dims), yes, no)
+    return b.select(b.broadcast_to(flag, yes.array_shape.dims), yes, no)
 
 
 def _two_classes(
@@ -419,7 +423,7 @@ def _two_classes(
       weight, else [-c, c].  (Where onnxruntime leaves the second column unwritten,
       aotc writes 0.)
     """
-    rows = scores.values.shape.dims[0]
+    rows = scores.values.array_shape.dims[0]
     s0 = b.slice(scores.values, [0, 0], [rows, 1])
     s1 = b.slice(scores.values, [0, 1], [rows, 2])
     fed0, fed1 = scores.fed_at(b, 0), scores.fed_at(b, 1)
@@ -440,8 +444,8 @@ def _two_classes(
     chosen = labels if rule.binary else np.array([0, 1], np.int64)
     label = b.select(
         wins,
-        full(b, chosen[1], DType.S64, wins.shape.dims),
-        full(b, chosen[0], DType.S64, wins.shape.dims),
+        full(b, chosen[1], DType.S64, wins.array_shape.dims),
+        full(b, chosen[0], DType.S64, wins.array_shape.dims),
     )
     label = b.reshape(label, [rows])
     both = post_transform(b, b.concatenate([c0, c1], 1), name)

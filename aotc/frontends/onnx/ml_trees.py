@@ -311,8 +311,8 @@ def _expand_members(spec: TreeSpec) -> TreeSpec:
 def lookup(b: ComputationBuilder, table: Instruction, index: Instruction) -> Instruction:
     """table[index] for a table of rows (one value or a vector each): index's dims plus
     the row's."""
-    rank = index.shape.rank
-    row = table.shape.dims[1:]
+    rank = index.array_shape.rank
+    row = table.array_shape.dims[1:]
     dims = GatherDims(
         offset_dims=tuple(range(rank, rank + len(row))),
         collapsed_slice_dims=(0,),
@@ -340,14 +340,14 @@ def _row_values(b: ComputationBuilder, x: Instruction, feature: Instruction) -> 
 def reached_leaves(b: ComputationBuilder, x: Instruction, forest: Forest, dtype: DType):
     """s32 (rows, trees): the leaf each row reaches in each tree; x (rows, features) is
     compared with the splits in `dtype`."""
-    rows = x.shape.dims[0]
+    rows = x.array_shape.dims[0]
     state = b.broadcast(b.constant(forest.roots, DType.S32), [1], (rows, forest.trees))
     if forest.depth == 0:
         return state
     # NaN takes the true branch where a node says so (integers are never NaN); a lookup
     # only when the branches differ (the leaves' answers do not matter)
     branches = forest.missing_true[forest.leaves :]
-    tracks = x.shape.dtype.is_float and branches.any()
+    tracks = x.array_shape.dtype.is_float and branches.any()
     missing = b.constant(forest.missing_true, DType.PRED) if not branches.all() else None
     x = b.convert(x, dtype)
     features = b.constant(forest.features, DType.S32)
@@ -363,7 +363,7 @@ def reached_leaves(b: ComputationBuilder, x: Instruction, forest: Forest, dtype:
         if mode_table is not None:
             mode = lookup(b, mode_table, state)
             for m in modes[1:]:
-                is_m = b.compare(mode, full(b, m, DType.S32, mode.shape.dims), Direction.EQ)
+                is_m = b.compare(mode, full(b, m, DType.S32, mode.array_shape.dims), Direction.EQ)
                 outcome = b.select(is_m, b.compare(value, split, COMPARES[m]), outcome)
         if tracks:
             nan = b.compare(value, value, Direction.NE)
@@ -389,7 +389,7 @@ class TargetScores:
         """Whether target `target` was fed: a constant, else a pred (rows, 1)."""
         if self.fed_always[target] or self.fed_never[target]:
             return bool(self.fed_always[target])
-        rows = self.fed.shape.dims[0]
+        rows = self.fed.array_shape.dims[0]
         return b.slice(self.fed, [0, target], [rows, target + 1])
 
 
@@ -402,9 +402,9 @@ def aggregate(
     table = forest.leaf_table(combine, dtype)
     values = _combine_leaves(b, leaves, table.weights, table.targets, forest, combine, dtype)
     if function == "AVERAGE":
-        values = b.binary(Op.DIVIDE, values, full(b, forest.trees, dtype, values.shape.dims))
+        values = b.binary(Op.DIVIDE, values, full(b, forest.trees, dtype, values.array_shape.dims))
     always, never = forest.fed_always(), forest.fed_never()
-    dims = values.shape.dims
+    dims = values.array_shape.dims
     if (always | never).all():
         fed = b.broadcast(b.constant(always, DType.PRED), [1], dims)
     else:
@@ -425,7 +425,7 @@ def _combine_leaves(
 ) -> Instruction:
     """(rows, targets): table's entries for the reached leaves combined over the trees;
     a (leaves,) table puts each leaf's value at its one target (`targets`)."""
-    rows, trees = leaves.shape.dims
+    rows, trees = leaves.array_shape.dims
     init = REDUCE_INIT[combine](dtype)
     per_leaf = lookup(b, b.constant(table, dtype), leaves)  # (rows, trees[, targets])
     if table.ndim == 1 and forest.targets == 1:

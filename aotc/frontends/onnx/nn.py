@@ -61,9 +61,9 @@ def _pads(ctx: NodeContext, in_dims, kernel, strides, dilations) -> tuple[list[i
 
 
 def _spatial_rank(x: Instruction) -> int:
-    if x.shape.rank < 3:
-        raise ShapeError(f"input must be N x C x spatial dims, got {list(x.shape.dims)}")
-    return x.shape.rank - 2
+    if x.array_shape.rank < 3:
+        raise ShapeError(f"input must be N x C x spatial dims, got {list(x.array_shape.dims)}")
+    return x.array_shape.rank - 2
 
 
 @onnx_op("Conv")
@@ -72,16 +72,16 @@ def conv(ctx: NodeContext, x: Instruction, w: Instruction, bias=None, dtype=None
     16-bit integers)."""
     b = ctx.b
     n = _spatial_rank(x)
-    kernel = list(w.shape.dims[2:])
+    kernel = list(w.array_shape.dims[2:])
     if ctx.attr("kernel_shape") and list(ctx.attr("kernel_shape")) != kernel:
         raise ModelError(f"kernel_shape {ctx.attr('kernel_shape')} != weight dims {kernel}")
     strides = _per_dim(ctx, "strides", n, 1)
     dilations = _per_dim(ctx, "dilations", n, 1)
-    low, high = _pads(ctx, x.shape.dims[2:], kernel, strides, dilations)
+    low, high = _pads(ctx, x.array_shape.dims[2:], kernel, strides, dilations)
     window = Window.make(kernel, strides, low, high, None, dilations)
     out = b.convolution(x, w, window, ConvDims.nchw(n), groups=ctx.attr("group"), dtype=dtype)
     if bias is not None:
-        out = b.binary(Op.ADD, out, b.broadcast(bias, [1], out.shape.dims))
+        out = b.binary(Op.ADD, out, b.broadcast(bias, [1], out.array_shape.dims))
     return out
 
 
@@ -92,12 +92,12 @@ def conv_transpose(ctx: NodeContext, x: Instruction, w: Instruction, bias=None) 
     b = ctx.b
     n = _spatial_rank(x)
     groups = ctx.attr("group")
-    c_in, c_out_per_group, *kernel = w.shape.dims
+    c_in, c_out_per_group, *kernel = w.array_shape.dims
     strides = _per_dim(ctx, "strides", n, 1)
     dilations = _per_dim(ctx, "dilations", n, 1)
     out_padding = _per_dim(ctx, "output_padding", n, 0)
     extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    in_dims = x.shape.dims[2:]
+    in_dims = x.array_shape.dims[2:]
     # the output extent before pads are taken off
     full = [s * (i - 1) + p + e for s, i, p, e in zip(strides, in_dims, out_padding, extents)]
     begin, end = _transpose_pads(ctx, in_dims, strides, full)
@@ -116,7 +116,7 @@ def conv_transpose(ctx: NodeContext, x: Instruction, w: Instruction, bias=None) 
     dims = ConvDims(0, 1, spatial, 0, 1, spatial, 0, 1, spatial)
     out = b.convolution(x, kernel_io, window, dims, groups=groups)
     if bias is not None:
-        out = b.binary(Op.ADD, out, b.broadcast(bias, [1], out.shape.dims))
+        out = b.binary(Op.ADD, out, b.broadcast(bias, [1], out.array_shape.dims))
     return out
 
 
@@ -173,7 +173,7 @@ class PoolGeometry:
 
 def _pool_geometry(ctx: NodeContext, x: Instruction) -> PoolGeometry:
     n = _spatial_rank(x)
-    in_dims = list(x.shape.dims[2:])
+    in_dims = list(x.array_shape.dims[2:])
     ctx.required_attr("kernel_shape")
     kernel = _per_dim(ctx, "kernel_shape", n, 1)
     strides = _per_dim(ctx, "strides", n, 1)
@@ -200,14 +200,14 @@ def max_pool(ctx: NodeContext, x: Instruction):
         raise ModelError("storage_order must be 0 or 1")
     b = ctx.b
     geometry = _pool_geometry(ctx, x)
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     init = b.scalar(lowest(dtype), dtype)
     if not ctx.output_used(1):
         reducer = scalar_reducer(b.module, Op.MAXIMUM, dtype)
         return b.reduce_window(x, init, geometry.window(), reducer)
     # values and flat row-major indices reduced together; ties keep the lower index,
     # i.e. the first maximum in scan order, as the ONNX reference does
-    index = _flat_index(b, x.shape.dims)
+    index = _flat_index(b, x.array_shape.dims)
     no_index = b.scalar(np.iinfo(np.int64).max, DType.S64)
     pooled = b.add(
         Op.REDUCE_WINDOW,
@@ -217,7 +217,7 @@ def max_pool(ctx: NodeContext, x: Instruction):
     )
     values, indices = b.get_tuple_element(pooled, 0), b.get_tuple_element(pooled, 1)
     if storage_order == 1:
-        indices = _column_major(b, indices, x.shape.dims)
+        indices = _column_major(b, indices, x.array_shape.dims)
     return values, indices
 
 
@@ -267,10 +267,10 @@ def average_pool(ctx: NodeContext, x: Instruction, whole_kernel: bool = False) -
     even where ceil_mode's last window hangs past the padding (onnxruntime's QLinear pool)."""
     b = ctx.b
     geometry = _pool_geometry(ctx, x)
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     zero = b.scalar(0, dtype)
     total = b.reduce_window(x, zero, geometry.window(), scalar_reducer(b.module, Op.ADD, dtype))
-    out_spatial = total.shape.dims[2:]
+    out_spatial = total.array_shape.dims[2:]
     include_pad = bool(ctx.attr("count_include_pad", 0))
     divisor = np.ones((), dtype=np.float64)
     for dim, out in enumerate(out_spatial):
@@ -279,7 +279,7 @@ def average_pool(ctx: NodeContext, x: Instruction, whole_kernel: bool = False) -
             counts = np.full(out, geometry.kernel[dim])
         divisor = np.multiply.outer(divisor, counts)
     spatial = list(range(2, 2 + len(out_spatial)))
-    divisor_instr = b.broadcast(b.constant(divisor, dtype), spatial, total.shape.dims)
+    divisor_instr = b.broadcast(b.constant(divisor, dtype), spatial, total.array_shape.dims)
     return b.binary(Op.DIVIDE, total, divisor_instr)
 
 
@@ -288,7 +288,7 @@ def _global_pool(ctx: NodeContext, x: Instruction, op: Op) -> Instruction:
     axes = list(range(2, 2 + _spatial_rank(x)))
     out = reduce(b, x, op, axes, keepdims=True)
     if op is Op.ADD:
-        count = element_count(x.shape.dims, axes)
+        count = element_count(x.array_shape.dims, axes)
         out = b.binary(Op.DIVIDE, out, full_like(b, count, out))
     return out
 

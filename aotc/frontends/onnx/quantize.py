@@ -28,28 +28,28 @@ def expand(ctx: NodeContext, p: Instruction, dims, axis: int | None, block: int 
     """A scale or zero point broadcast to `dims`: one element (per tensor), a vector along
     `axis` (per axis), or, with `block`, `axis` holding ceil(dims[axis] / block) blocks."""
     b = ctx.b
-    if p.shape.size == 1:
+    if p.array_shape.size == 1:
         return b.broadcast(b.reshape(p, []), [], dims)
     if axis is None:
         return unidirectional(b, p, dims)
     axis = normalize_axis(axis, len(dims))
     if not block:
-        if p.shape.dims != (dims[axis],):
+        if p.array_shape.dims != (dims[axis],):
             raise ShapeError(
-                f"per-axis parameter of shape {list(p.shape.dims)} does not match "
+                f"per-axis parameter of shape {list(p.array_shape.dims)} does not match "
                 f"dim {axis} ({dims[axis]}) of the input"
             )
         return b.broadcast(p, [axis], dims)
-    blocks = p.shape.dims[axis] if p.shape.rank == len(dims) else 0
-    same_rest = all(p.shape.dims[i] == d for i, d in enumerate(dims) if i != axis and blocks)
+    blocks = p.array_shape.dims[axis] if p.array_shape.rank == len(dims) else 0
+    same_rest = all(p.array_shape.dims[i] == d for i, d in enumerate(dims) if i != axis and blocks)
     if not blocks or not same_rest or not (blocks - 1) * block < dims[axis] <= blocks * block:
         raise ShapeError(
-            f"blocked parameter of shape {list(p.shape.dims)} does not match input dims "
+            f"blocked parameter of shape {list(p.array_shape.dims)} does not match input dims "
             f"{list(dims)} with block_size {block} on axis {axis}"
         )
     # repeat every entry `block` times along axis (a new dim after it), then cut the tail
-    split = [*p.shape.dims[: axis + 1], block, *p.shape.dims[axis + 1 :]]
-    placed = [i if i <= axis else i + 1 for i in range(p.shape.rank)]
+    split = [*p.array_shape.dims[: axis + 1], block, *p.array_shape.dims[axis + 1 :]]
+    placed = [i if i <= axis else i + 1 for i in range(p.array_shape.rank)]
     whole = [*dims[:axis], blocks * block, *dims[axis + 1 :]]
     repeated = b.reshape(b.broadcast(p, placed, split), whole)
     return b.slice(repeated, [0] * len(dims), list(dims))
@@ -74,17 +74,17 @@ def _quantized_type(ctx: NodeContext, zero_point: Instruction | None) -> DType:
     given = to_dtype(chosen, "attribute 'output_dtype'") if chosen else None
     if zero_point is None:
         return given or DType.U8
-    if given is not None and given is not zero_point.shape.dtype:
+    if given is not None and given is not zero_point.array_shape.dtype:
         raise ModelError(
             f"output_dtype {given.text} differs from the zero point's type "
-            f"{zero_point.shape.dtype.text}"
+            f"{zero_point.array_shape.dtype.text}"
         )
-    return zero_point.shape.dtype
+    return zero_point.array_shape.dtype
 
 
 def saturate_int(b, value: Instruction, dtype: DType) -> Instruction:
     """A float `value` already rounded, clamped to `dtype`'s range and converted."""
-    low, high = (b.scalar(v, value.shape.dtype) for v in dtype.limits)
+    low, high = (b.scalar(v, value.array_shape.dtype) for v in dtype.limits)
     return b.convert(b.clamp(low, value, high), dtype)
 
 
@@ -92,7 +92,7 @@ def round_to_int(b, value: Instruction, zero_point: Instruction | None, target: 
     """`value` (x / scale) rounded half to even, plus `zero_point` (already broadcast),
     saturated to the integer type `target`; rounds in value's type (as numpy's rint), adds
     the zero point exactly in f32 (f64 where value is f64)."""
-    wide = DType.F64 if value.shape.dtype is DType.F64 else DType.F32
+    wide = DType.F64 if value.array_shape.dtype is DType.F64 else DType.F32
     q = b.convert(b.unary(Op.ROUND_NEAREST_EVEN, value), wide)
     if zero_point is not None:
         q = b.binary(Op.ADD, q, b.convert(zero_point, wide))
@@ -102,14 +102,14 @@ def round_to_int(b, value: Instruction, zero_point: Instruction | None, target: 
 @onnx_op("QuantizeLinear", since=10)
 def quantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zero_point=None):
     b = ctx.b
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     target = _quantized_type(ctx, zero_point)
     axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
     precision = ctx.attr("precision", 0)
     if precision:
         compute = to_dtype(precision, "attribute 'precision'")
     else:  # as onnx.reference (numpy) divides: in the wider of the two types
-        compute = _promote(x.shape.dtype, scale.shape.dtype)
+        compute = _promote(x.array_shape.dtype, scale.array_shape.dtype)
     scale = b.convert(expand(ctx, scale, dims, axis, block), compute)
     q = b.binary(Op.DIVIDE, b.convert(x, compute), scale)
     zp = None if zero_point is None else expand(ctx, zero_point, dims, axis, block)
@@ -127,14 +127,16 @@ def quantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zero_p
 @onnx_op("DequantizeLinear", since=10)
 def dequantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zero_point=None):
     b = ctx.b
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
     chosen = ctx.attr("output_dtype", 0)
-    out = to_dtype(chosen, "attribute 'output_dtype'") if chosen else scale.shape.dtype
+    out = to_dtype(chosen, "attribute 'output_dtype'") if chosen else scale.array_shape.dtype
     # numpy: the input as f32, minus the zero point, times the scale; f64 where either
     # is 32/64-bit wide
     wide = DType.F32
-    if scale.shape.dtype is DType.F64 or (zero_point is not None and x.shape.dtype.bits > 16):
+    if scale.array_shape.dtype is DType.F64 or (
+        zero_point is not None and x.array_shape.dtype.bits > 16
+    ):
         wide = DType.F64
     value = b.convert(b.convert(x, DType.F32), wide)
     if zero_point is not None:
@@ -148,7 +150,7 @@ def dequantize_linear(ctx: NodeContext, x: Instruction, scale: Instruction, zero
 def dynamic_quantize_linear(ctx: NodeContext, x: Instruction) -> list[Instruction]:
     """uint8 with scale (max(x, 0) - min(x, 0)) / 255 and the zero point that maps 0 exactly."""
     b = ctx.b
-    axes = list(range(x.shape.rank))
+    axes = list(range(x.array_shape.rank))
     zero = b.scalar(0.0, DType.F32)
     high = b.binary(Op.MAXIMUM, reduce(b, x, Op.MAXIMUM, axes, False), zero)
     low = b.binary(Op.MINIMUM, reduce(b, x, Op.MINIMUM, axes, False), zero)
@@ -158,15 +160,19 @@ def dynamic_quantize_linear(ctx: NodeContext, x: Instruction) -> list[Instructio
     scale = b.binary(Op.DIVIDE, span, b.scalar(255.0, DType.F32))
     initial = b.binary(Op.SUBTRACT, zero, b.binary(Op.DIVIDE, low, scale))
     zp = b.unary(Op.ROUND_NEAREST_EVEN, b.clamp(zero, initial, b.scalar(255.0, DType.F32)))
-    q = b.unary(Op.ROUND_NEAREST_EVEN, b.binary(Op.DIVIDE, x, b.broadcast(scale, [], x.shape.dims)))
-    q = b.binary(Op.ADD, q, b.broadcast(zp, [], x.shape.dims))
+    q = b.unary(
+        Op.ROUND_NEAREST_EVEN, b.binary(Op.DIVIDE, x, b.broadcast(scale, [], x.array_shape.dims))
+    )
+    q = b.binary(Op.ADD, q, b.broadcast(zp, [], x.array_shape.dims))
     return [saturate_int(b, q, DType.U8), scale, b.convert(zp, DType.U8)]
 
 
 def check_int8(op: str, *xs: Instruction) -> None:
     for x in xs:
-        if x.shape.dtype not in INT8_TYPES:
-            raise UnsupportedError(f"{op} on {x.shape.dtype.text} is not supported (int8/uint8)")
+        if x.array_shape.dtype not in INT8_TYPES:
+            raise UnsupportedError(
+                f"{op} on {x.array_shape.dtype.text} is not supported (int8/uint8)"
+            )
 
 
 def centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) -> Instruction:
@@ -174,7 +180,7 @@ def centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) -> 
     operands let the backend multiply pairs of them into s32 sums), else in s32; a vector
     zero point lies along `axis`."""
     b = ctx.b
-    narrow = x.shape.dtype in INT8_TYPES and (
+    narrow = x.array_shape.dtype in INT8_TYPES and (
         zero_point is None or zero_point.shape.dtype in INT8_TYPES
     )
     wide = DType.S16 if narrow else DType.S32
@@ -183,18 +189,18 @@ def centered(ctx: NodeContext, x: Instruction, zero_point, axis: int | None) -> 
         return x32
     zp = zero_point
     if zp.shape.size != 1 and zp.shape.rank == 1 and axis is not None:
-        if x.shape.rank < 2 or zp.shape.dims[0] != x.shape.dims[axis]:
+        if x.array_shape.rank < 2 or zp.array_shape.dims[0] != x.array_shape.dims[axis]:
             axis = None  # not per row/channel: numpy broadcasting
     else:
         axis = None
-    zp = expand(ctx, b.convert(zp, wide), x.shape.dims, axis)
+    zp = expand(ctx, b.convert(zp, wide), x.array_shape.dims, axis)
     return b.binary(Op.SUBTRACT, x32, zp)
 
 
 def centered_pair(ctx: NodeContext, a, a_zp, a_axis, bm, b_zp, b_axis):
     """Both operands of an integer product centered, in one type (s16 when both fit)."""
     x, y = centered(ctx, a, a_zp, a_axis), centered(ctx, bm, b_zp, b_axis)
-    if x.shape.dtype is not y.shape.dtype:
+    if x.array_shape.dtype is not y.array_shape.dtype:
         x, y = (ctx.b.convert(v, DType.S32) for v in (x, y))
     return x, y
 
@@ -223,7 +229,7 @@ def _requantize(ctx: NodeContext, acc: Instruction, multiplier: Instruction, y_z
     b = ctx.b
     value = b.binary(Op.MULTIPLY, b.convert(acc, DType.F64), b.convert(multiplier, DType.F64))
     if y_zp is not None:
-        zp = b.broadcast(b.reshape(y_zp, []), [], acc.shape.dims)
+        zp = b.broadcast(b.reshape(y_zp, []), [], acc.array_shape.dims)
         value = b.binary(Op.ADD, value, b.convert(zp, DType.F64))
     return saturate_int(b, b.unary(Op.ROUND_NEAREST_EVEN, value), out)
 
@@ -239,7 +245,7 @@ def _scale_ratio(ctx: NodeContext, x_scale, w_scale, y_scale, dims, w_axis: int 
     w = b.reshape(w_scale, []) if w_scale.shape.size == 1 else w_scale
     product = b.binary(Op.MULTIPLY, b.broadcast(x_scale, [], w.shape.dims), w)
     ratio = b.binary(Op.DIVIDE, product, b.broadcast(y_scale, [], w.shape.dims))
-    if ratio.shape.rank == 0:
+    if ratio.array_shape.rank == 0:
         return b.broadcast(ratio, [], dims)
     if w_axis is None:
         return unidirectional(b, ratio, dims)
@@ -253,7 +259,7 @@ def qlinear_matmul(ctx: NodeContext, a, a_scale, a_zp, bm, b_scale, b_zp, y_scal
     acc = integer_matmul(ctx, a, a_zp, bm, b_zp)
     if a_scale.shape.size != 1:
         raise UnsupportedError("only a per-tensor a_scale is supported")
-    dims = acc.shape.dims
+    dims = acc.array_shape.dims
     b_axis = len(dims) - 1 if b_scale.shape.rank == 1 and b_scale.shape.size != 1 else None
     ratio = _scale_ratio(ctx, a_scale, b_scale, y_scale, dims, b_axis)
     return _requantize(ctx, acc, ratio, y_zp, out)

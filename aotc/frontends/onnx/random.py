@@ -38,7 +38,7 @@ def _output_dtype(ctx: NodeContext, like: Instruction | None) -> DType:
     elem = ctx.attr("dtype")
     if elem is not None:
         return to_dtype(elem, "attribute 'dtype'")
-    return like.shape.dtype if like is not None else DType.F32
+    return like.array_shape.dtype if like is not None else DType.F32
 
 
 def _affine(b: ComputationBuilder, x: Instruction, scale: float, shift: float) -> Instruction:
@@ -69,21 +69,21 @@ def random_normal(ctx: NodeContext) -> Instruction:
 
 @onnx_op("RandomUniformLike")
 def random_uniform_like(ctx: NodeContext, x: Instruction) -> Instruction:
-    return _uniform_node(ctx, x.shape.dims, like=x)
+    return _uniform_node(ctx, x.array_shape.dims, like=x)
 
 
 @onnx_op("RandomNormalLike")
 def random_normal_like(ctx: NodeContext, x: Instruction) -> Instruction:
-    return _normal_node(ctx, x.shape.dims, like=x)
+    return _normal_node(ctx, x.array_shape.dims, like=x)
 
 
 @onnx_op("Bernoulli", since=15)
 def bernoulli(ctx: NodeContext, p: Instruction) -> Instruction:
     """1 where a uniform draw falls below the element's probability, else 0."""
     b = ctx.b
-    if not p.shape.dtype.is_float:
-        raise ModelError(f"probabilities must be floats, got {p.shape.dtype.text}")
-    draws = uniform(b, generator_key(ctx), p.shape.dtype, p.shape.dims)
+    if not p.array_shape.dtype.is_float:
+        raise ModelError(f"probabilities must be floats, got {p.array_shape.dtype.text}")
+    draws = uniform(b, generator_key(ctx), p.array_shape.dtype, p.array_shape.dims)
     hit = b.compare(draws, p, Direction.LT)
     return b.convert(hit, _output_dtype(ctx, p))
 
@@ -94,20 +94,22 @@ def multinomial(ctx: NodeContext, logits: Instruction) -> Instruction:
     cumulative distribution: the count of classes whose running sum lies at or below
     u * total."""
     b = ctx.b
-    if logits.shape.rank != 2 or not logits.shape.dtype.is_float:
+    if logits.array_shape.rank != 2 or not logits.array_shape.dtype.is_float:
         raise ShapeError(f"input must be float [batch, classes], got {logits.shape}")
-    batch, classes = logits.shape.dims
+    batch, classes = logits.array_shape.dims
     samples = ctx.attr("sample_size")
     out_dtype = to_dtype(ctx.attr("dtype"), "attribute 'dtype'")
     if out_dtype not in (DType.S32, DType.S64):
         raise ModelError(f"dtype must be int32 or int64, got {out_dtype.text}")
     f = Formula(b, logits)
-    peak = b.broadcast_to(reduce(b, logits, Op.MAXIMUM, [1], keepdims=True), logits.shape.dims)
+    peak = b.broadcast_to(
+        reduce(b, logits, Op.MAXIMUM, [1], keepdims=True), logits.array_shape.dims
+    )
     cdf = running_sum(b, f.f(Op.EXP, f.sub(logits, peak)), 1, reverse=False)
     total = b.slice(cdf, [0, classes - 1], [batch, classes])  # (batch, 1)
-    draws = uniform(b, generator_key(ctx), logits.shape.dtype, (batch, samples))
+    draws = uniform(b, generator_key(ctx), logits.array_shape.dtype, (batch, samples))
     threshold = b.binary(
-        Op.MULTIPLY, draws, b.broadcast(b.reshape(total, [batch]), [0], draws.shape.dims)
+        Op.MULTIPLY, draws, b.broadcast(b.reshape(total, [batch]), [0], draws.array_shape.dims)
     )
     dims3 = (batch, samples, classes)
     below = b.compare(
@@ -121,5 +123,5 @@ def multinomial(ctx: NodeContext, logits: Instruction) -> Instruction:
 def dropout_mask(ctx: NodeContext, x: Instruction, ratio: float) -> Instruction:
     """Training-mode Dropout's keep mask: true with probability 1 - ratio."""
     b = ctx.b
-    draws = uniform(b, generator_key(ctx), x.shape.dtype, x.shape.dims)
+    draws = uniform(b, generator_key(ctx), x.array_shape.dtype, x.array_shape.dims)
     return b.compare(draws, full_like(b, ratio, draws), Direction.GE)

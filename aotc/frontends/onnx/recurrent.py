@@ -74,7 +74,7 @@ class Step:
 
     def gate(self, x: Instruction, index: int) -> Instruction:
         """Gate block `index` of a [batch, gates * hidden] array."""
-        batch, h = x.shape.dims[0], self.hidden
+        batch, h = x.array_shape.dims[0], self.hidden
         return self.b.slice(x, [0, index * h], [batch, (index + 1) * h])
 
     def matmul_t(self, x: Instruction, w: Instruction) -> Instruction:
@@ -110,7 +110,7 @@ def _activation_funcs(ctx: NodeContext, kind: CellKind, dirs: int) -> list[list[
 
 def _direction_slice(b: ComputationBuilder, x: Instruction, d: int) -> Instruction:
     """x[d] of a [dirs, ...] array."""
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     return b.reshape(b.slice(x, [d] + [0] * (len(dims) - 1), [d + 1, *dims[1:]]), dims[1:])
 
 
@@ -164,7 +164,7 @@ def _recurrent(ctx: NodeContext, kind: CellKind, cell, x, w, r, bias, seq_lens, 
         xw = step.matmul_t(flat_x, weights["W"])
         if own_bias is not None:
             xw_bias = _input_bias(b, own_bias, rows, kind.folded * hidden)
-            xw = b.binary(Op.ADD, xw, b.broadcast(xw_bias, [1], xw.shape.dims))
+            xw = b.binary(Op.ADD, xw, b.broadcast(xw_bias, [1], xw.array_shape.dims))
         xw = b.reshape(xw, [seq, batch, rows])
         reverse = direction == "reverse" or d == 1
         outputs: list[Instruction | None] = [None] * seq
@@ -198,16 +198,18 @@ def _input_bias(b: ComputationBuilder, bias: Instruction, rows: int, folded: int
     if not folded:
         return wb
     rb = b.slice(bias, [rows], [rows + folded])
-    rb = b.pad(rb, b.scalar(0, bias.shape.dtype), [0], [rows - folded])
+    rb = b.pad(rb, b.scalar(0, bias.array_shape.dtype), [0], [rows - folded])
     return b.binary(Op.ADD, wb, rb)
 
 
 def _step_mask(b: ComputationBuilder, seq_lens: Instruction, t: int, dims) -> Instruction:
     """[batch, hidden] pred: t < sequence_lens[batch]."""
-    if seq_lens.shape.rank != 1 or seq_lens.shape.dims[0] != dims[0]:
-        raise ShapeError(f"sequence_lens has shape {list(seq_lens.shape.dims)}, not [{dims[0]}]")
+    if seq_lens.array_shape.rank != 1 or seq_lens.array_shape.dims[0] != dims[0]:
+        raise ShapeError(
+            f"sequence_lens has shape {list(seq_lens.array_shape.dims)}, not [{dims[0]}]"
+        )
     lengths = b.broadcast(seq_lens, [0], dims)
-    step = full(b, t, seq_lens.shape.dtype, dims)
+    step = full(b, t, seq_lens.array_shape.dtype, dims)
     return b.compare(step, lengths, Direction.LT)
 
 
@@ -222,7 +224,7 @@ def _gru_cell(step: Step, xw_t, states: Sequence[Instruction], weights, linear: 
     g(X Wh^T + r * (H Rh^T + Rbh)); H' = (1 - z) h~ + z H."""
     b, f, hidden = step.b, step.f, step.hidden
     (h,) = states
-    batch = h.shape.dims[0]
+    batch = h.array_shape.dims[0]
     r_zr = b.slice(weights["R"], [0, 0], [2 * hidden, hidden])
     r_h = b.slice(weights["R"], [2 * hidden, 0], [3 * hidden, hidden])
     # Wb and Rb of z and r are in xw_t already; Rbh is added here
@@ -231,7 +233,7 @@ def _gru_cell(step: Step, xw_t, states: Sequence[Instruction], weights, linear: 
     recurrent_h = step.matmul_t(h if linear else f.mul(reset, h), r_h)
     if weights["Rb"] is not None:
         rbh = b.slice(weights["Rb"], [2 * hidden], [3 * hidden])
-        recurrent_h = f.add(recurrent_h, b.broadcast(rbh, [1], recurrent_h.shape.dims))
+        recurrent_h = f.add(recurrent_h, b.broadcast(rbh, [1], recurrent_h.array_shape.dims))
     if linear:
         recurrent_h = f.mul(reset, recurrent_h)
     candidate = step.act(1, f.add(step.gate(xw_t, 2), recurrent_h))
@@ -250,7 +252,7 @@ def _lstm_cell(step: Step, xw_t, states, weights, input_forget: bool) -> list[In
         if peep is None:
             return x
         p = b.slice(peep, [index * step.hidden], [(index + 1) * step.hidden])
-        return f.add(x, f.mul(b.broadcast(p, [1], cell.shape.dims), cell))
+        return f.add(x, f.mul(b.broadcast(p, [1], cell.array_shape.dims), cell))
 
     i = step.act(0, peephole(step.gate(gates, 0), 0, c))
     if input_forget:

@@ -75,11 +75,11 @@ def make_reduction(reduction: Reduction, axes_from_input: bool):
             if axes_from_input and ctx.attr("noop_with_empty_axes", 0):
                 # nothing is reduced; map and finish still apply, per element
                 return reduction.finish(Formula(b, mapped), mapped) if reduction.finish else mapped
-            axes = range(x.shape.rank)
-        axes = normalize_axes(axes, x.shape.rank)
+            axes = range(x.array_shape.rank)
+        axes = normalize_axes(axes, x.array_shape.rank)
         out = reduce(b, mapped, reduction.combine, axes, bool(ctx.attr("keepdims", 1)))
         if reduction.mean:
-            out = Formula(b, out).div(out, element_count(x.shape.dims, axes))
+            out = Formula(b, out).div(out, element_count(x.array_shape.dims, axes))
         if reduction.finish:
             out = reduction.finish(Formula(b, out), out)
         return out
@@ -115,10 +115,10 @@ def arg_index(
 ) -> Instruction:
     """The s64 index of the greatest (GT) or least (LT) value along `axis` (removed), ties to
     the first index (the last with `last`)."""
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     combine = Op.MAXIMUM if direction is Direction.GT else Op.MINIMUM
     reducer = arg_reducer(b.module, dtype, direction, last)
-    indices = b.iota(Shape(DType.S64, x.shape.dims), axis)
+    indices = b.iota(Shape(DType.S64, x.array_shape.dims), axis)
     inits = [b.scalar(REDUCE_INIT[combine](dtype), dtype), b.scalar(0, DType.S64)]
     both = b.add(Op.REDUCE, [x, indices, *inits], dimensions=(axis,), called=(reducer,))
     return b.get_tuple_element(both, 1)
@@ -126,9 +126,9 @@ def arg_index(
 
 def make_arg(direction: Direction):
     def lower(ctx: NodeContext, x: Instruction) -> Instruction:
-        axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
+        axis = normalize_axis(ctx.attr("axis"), x.array_shape.rank)
         out = arg_index(ctx.b, x, axis, direction, bool(ctx.attr("select_last_index", 0)))
-        return keep_dims(ctx.b, out, x.shape.dims, [axis]) if ctx.attr("keepdims", 1) else out
+        return keep_dims(ctx.b, out, x.array_shape.dims, [axis]) if ctx.attr("keepdims", 1) else out
 
     return lower
 
@@ -139,10 +139,10 @@ onnx_op("ArgMin")(make_arg(Direction.LT))
 
 def make_softmax(log: bool, coerced_2d: bool):
     def lower(ctx: NodeContext, x: Instruction) -> Instruction:
-        axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
+        axis = normalize_axis(ctx.attr("axis"), x.array_shape.rank)
         # before opset 13 the input is seen as 2-D [prod(dims[:axis]), prod(dims[axis:])],
         # which is the same as normalizing over every dim from `axis` on
-        axes = list(range(axis, x.shape.rank)) if coerced_2d else [axis]
+        axes = list(range(axis, x.array_shape.rank)) if coerced_2d else [axis]
         return softmax(ctx.b, x, axes, log)
 
     return lower
@@ -155,8 +155,8 @@ for _name, _log in (("Softmax", False), ("LogSoftmax", True)):
 
 def running_sum(b: ComputationBuilder, x: Instruction, dim: int, reverse: bool) -> Instruction:
     """The inclusive running sum of `x` along `dim` (from its end with `reverse`)."""
-    rank = x.shape.rank
-    n = x.shape.dims[dim]
+    rank = x.array_shape.rank
+    n = x.array_shape.dims[dim]
     # a window as long as the axis, hanging off its start (or its end, reversed)
     before = 0 if reverse else n - 1
     window = Window.make(
@@ -165,14 +165,14 @@ def running_sum(b: ComputationBuilder, x: Instruction, dim: int, reverse: bool) 
         [before if i == dim else 0 for i in range(rank)],
         [n - 1 - before if i == dim else 0 for i in range(rank)],
     )
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     init = b.scalar(0, dtype)
     return b.reduce_window(x, init, window, scalar_reducer(b.module, Op.ADD, dtype))
 
 
 @onnx_op("CumSum", since=11)
 def cumsum(ctx: NodeContext, x: Instruction, axis: Instruction) -> Instruction:
-    dim = normalize_axis(int(ctx.const(1).reshape(())), x.shape.rank)
+    dim = normalize_axis(int(ctx.const(1).reshape(())), x.array_shape.rank)
     out = running_sum(ctx.b, x, dim, bool(ctx.attr("reverse")))
     if ctx.attr("exclusive"):
         out = ctx.b.binary(Op.SUBTRACT, out, x)

@@ -192,7 +192,7 @@ def axis_taps(spec: ResizeSpec, in_size: int, scale: float, out_size: int, roi) 
 
 def take(ctx: NodeContext, x: Instruction, axis: int, index: np.ndarray) -> Instruction:
     """x's elements at the constant `index` along `axis` (that dim becomes len(index))."""
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     rank = len(dims)
     gather = GatherDims(
         offset_dims=[d for d in range(rank) if d != axis],
@@ -214,11 +214,11 @@ def _repeats(index: np.ndarray, in_size: int) -> int | None:
 
 def _pick(ctx: NodeContext, x: Instruction, axis: int, index: np.ndarray) -> Instruction:
     """Nearest resampling along `axis`: element index[o] for output o."""
-    factor = _repeats(index, x.shape.dims[axis])
+    factor = _repeats(index, x.array_shape.dims[axis])
     if factor is None:
         return take(ctx, x, axis, index)
     # repeating every element is a broadcast then a merge of dims: no gather needed
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     wide_dims = [*dims[: axis + 1], factor, *dims[axis + 1 :]]
     kept = [d for d in range(len(wide_dims)) if d != axis + 1]
     wide = ctx.b.broadcast(x, kept, wide_dims)
@@ -229,13 +229,13 @@ def _weighted(ctx: NodeContext, x: Instruction, axis: int, taps: AxisTaps) -> In
     """sum_k weight[o, k] * x[index[o, k]] along `axis`, in x's (float) dtype."""
     b = ctx.b
     out, n = taps.index.shape
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     gathered = take(ctx, x, axis, taps.index.reshape(-1))
     split = [*dims[:axis], out, n, *dims[axis + 1 :]]
     gathered = b.reshape(gathered, split)
-    weight = b.broadcast(b.constant(taps.weight, x.shape.dtype), [axis, axis + 1], split)
+    weight = b.broadcast(b.constant(taps.weight, x.array_shape.dtype), [axis, axis + 1], split)
     products = b.binary(Op.MULTIPLY, gathered, weight)
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     adder = scalar_reducer(b.module, Op.ADD, dtype)
     return b.reduce(products, b.scalar(0, dtype), [axis + 1], adder)
 
@@ -245,7 +245,7 @@ def _fill(ctx: NodeContext, y: Instruction, axis: int, rows: np.ndarray | None, 
     if rows is None or not rows.any():
         return y
     b = ctx.b
-    mask = b.broadcast(b.constant(rows), [axis], y.shape.dims)
+    mask = b.broadcast(b.constant(rows), [axis], y.array_shape.dims)
     return b.select(mask, full_like(b, value, y), y)
 
 
@@ -263,7 +263,7 @@ def _from_compute(ctx: NodeContext, y: Instruction, dtype: DType) -> Instruction
     if dtype.is_int:
         info = np.iinfo(dtype.numpy)
         y = b.unary(Op.ROUND_NEAREST_EVEN, y)
-        lo, hi = b.scalar(info.min, y.shape.dtype), b.scalar(info.max, y.shape.dtype)
+        lo, hi = b.scalar(info.min, y.array_shape.dtype), b.scalar(info.max, y.array_shape.dtype)
         y = b.clamp(lo, y, hi)
     return b.convert(y, dtype)
 
@@ -272,7 +272,7 @@ def resample(
     ctx: NodeContext, x: Instruction, spec: ResizeSpec, plans: Sequence[tuple[int, AxisTaps]]
 ) -> Instruction:
     """Apply each (axis, taps) in turn."""
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     if spec.mode == "nearest":
         for axis, taps in plans:
             index = taps.index[np.arange(len(taps.index)), np.argmax(taps.weight, axis=1)]
@@ -361,7 +361,7 @@ def resize(ctx: NodeContext, x: Instruction, roi=None, scales=None, sizes=None) 
     spec = _spec(ctx)
     if spec.antialias and spec.mode == "nearest":
         raise ModelError("antialias is not defined for mode 'nearest'")
-    rank = x.shape.rank
+    rank = x.array_shape.rank
     # axes keep their given order: scales, sizes and roi follow it
     axes = [normalize_axis(a, rank) for a in ctx.attr("axes") or range(rank)]
     if len(set(axes)) != len(axes):
@@ -376,7 +376,7 @@ def resize(ctx: NodeContext, x: Instruction, roi=None, scales=None, sizes=None) 
         if roi_values is None or len(roi_values) != 2 * len(axes):
             raise ModelError(f"tf_crop_and_resize needs a roi of {2 * len(axes)} values")
     policy = _choice(ctx, "keep_aspect_ratio_policy", ASPECT_POLICIES, "stretch")
-    plans = _plan(x.shape.dims, axes, spec, scale_values, size_values, policy, roi_values)
+    plans = _plan(x.array_shape.dims, axes, spec, scale_values, size_values, policy, roi_values)
     return resample(ctx, x, spec, plans)
 
 
@@ -384,9 +384,9 @@ def _legacy(ctx: NodeContext, x: Instruction, scales: Sequence[float]) -> Instru
     """Upsample and Resize-10: asymmetric coordinates, nearest rounding as onnxruntime."""
     mode = ctx.choice("mode", ("nearest", "linear", "bilinear"))
     spec = ResizeSpec("nearest" if mode == "nearest" else "linear", "asymmetric", "simple")
-    axes = list(range(x.shape.rank))
+    axes = list(range(x.array_shape.rank))
     values = np.asarray(scales, dtype=np.float32)
-    plans = _plan(x.shape.dims, axes, spec, values, None, "stretch", None)
+    plans = _plan(x.array_shape.dims, axes, spec, values, None, "stretch", None)
     return resample(ctx, x, spec, plans)
 
 

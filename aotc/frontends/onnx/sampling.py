@@ -53,7 +53,7 @@ class Taps:
 
 def stack_last(ctx: NodeContext, parts: Sequence[Instruction]) -> Instruction:
     """Arrays of one shape stacked along a new last dim."""
-    dims = parts[0].shape.dims
+    dims = parts[0].array_shape.dims
     return ctx.b.concatenate([ctx.b.reshape(p, [*dims, 1]) for p in parts], len(dims))
 
 
@@ -65,10 +65,10 @@ def gather_taps(
     (s64 [points...]) picks the image.  Outside positions read 0 if `zeros`, else the
     nearest edge element."""
     b = ctx.b
-    n, channels, *spatial = x.shape.dims
-    points = list(taps[0].index.shape.dims[:-1])
+    n, channels, *spatial = x.array_shape.dims
+    points = list(taps[0].index.array_shape.dims[:-1])
     p = len(points)
-    counts = [t.index.shape.dims[-1] for t in taps]
+    counts = [t.index.array_shape.dims[-1] for t in taps]
     full_dims = [*points, *counts]
     image_start = b.binary(Op.MULTIPLY, batch, full_like(b, math.prod(spatial), batch))
     flat = b.broadcast(image_start, list(range(p)), full_dims)
@@ -100,21 +100,21 @@ def gather_taps(
     if valid is not None:
         valid = b.broadcast(b.reshape(valid, tap_dims), list(range(p + 1)), values.shape.dims)
         values = b.select(valid, values, full_like(b, 0, values))
-    return values, b.convert(weight, x.shape.dtype)
+    return values, b.convert(weight, x.array_shape.dtype)
 
 
 def weigh(ctx: NodeContext, values: Instruction, weights: Instruction) -> Instruction:
     """values [..., T, C] times weights [..., T], per tap."""
-    rank = weights.shape.rank
+    rank = weights.array_shape.rank
     return ctx.b.binary(
-        Op.MULTIPLY, values, ctx.b.broadcast(weights, list(range(rank)), values.shape.dims)
+        Op.MULTIPLY, values, ctx.b.broadcast(weights, list(range(rank)), values.array_shape.dims)
     )
 
 
 def reduce_dims(ctx: NodeContext, x: Instruction, op: Op, dims: Sequence[int]) -> Instruction:
     """x reduced over `dims` with `op` (ADD, MAXIMUM or OR)."""
     b = ctx.b
-    dtype = x.shape.dtype
+    dtype = x.array_shape.dtype
     init = {Op.ADD: 0, Op.MAXIMUM: lowest(dtype), Op.OR: False}[op]
     return b.reduce(x, b.scalar(init, dtype), dims, scalar_reducer(b.module, op, dtype))
 
@@ -133,7 +133,7 @@ def _floor_index(f: Arith, pos: Instruction) -> tuple[Instruction, Instruction]:
 def _tap_run(ctx: NodeContext, first: Instruction, count: int) -> Instruction:
     """s64 [points..., count]: first, first + 1, ..."""
     b = ctx.b
-    dims = [*first.shape.dims, count]
+    dims = [*first.array_shape.dims, count]
     ramp = b.iota(s64_shape(dims), len(dims) - 1)
     return b.binary(Op.ADD, b.broadcast(first, list(range(len(dims) - 1)), dims), ramp)
 
@@ -199,8 +199,8 @@ def _grid_taps(
     elif padding == "reflection":
         pos = reflect(f, pos, lo, hi)
     if mode == "nearest":
-        index = b.reshape(b.convert(pos, DType.S64), [*pos.shape.dims, 1])
-        return Taps(index, full(b, 1, pos.shape.dtype, index.shape.dims))
+        index = b.reshape(b.convert(pos, DType.S64), [*pos.array_shape.dims, 1])
+        return Taps(index, full(b, 1, pos.array_shape.dtype, index.array_shape.dims))
     low, t = _floor_index(f, pos)
     if mode == "linear":
         index = _tap_run(ctx, low, 2)
@@ -209,7 +209,7 @@ def _grid_taps(
         index = _tap_run(ctx, b.binary(Op.SUBTRACT, low, full_like(b, 1, low)), 4)
         weight = cubic_weights(ctx, t, CUBIC_A)
     if padding == "reflection":  # each tap is reflected again, then truncated
-        as_float = b.convert(index, pos.shape.dtype)
+        as_float = b.convert(index, pos.array_shape.dtype)
         index = b.convert(reflect(Arith(b, as_float), as_float, lo, hi), DType.S64)
     return Taps(index, weight)
 
@@ -220,14 +220,21 @@ def grid_sample(ctx: NodeContext, x: Instruction, grid: Instruction) -> Instruct
     mode = GRID_MODES[ctx.choice("mode", tuple(GRID_MODES))]
     padding = ctx.choice("padding_mode", ("zeros", "border", "reflection"))
     align = bool(ctx.attr("align_corners", 0))
-    n, _, *spatial = x.shape.dims
+    n, _, *spatial = x.array_shape.dims
     r = len(spatial)
-    if r < 1 or grid.shape.dims[0] != n or grid.shape.dims[-1] != r or grid.shape.rank != r + 2:
-        raise ShapeError(f"grid {list(grid.shape.dims)} does not fit input {list(x.shape.dims)}")
-    if not x.shape.dtype.is_float:
-        raise UnsupportedError(f"GridSample of {x.shape.dtype.text} data")
-    points = list(grid.shape.dims[:-1])
-    dtype = DType.F64 if grid.shape.dtype is DType.F64 else DType.F32
+    if (
+        r < 1
+        or grid.array_shape.dims[0] != n
+        or grid.array_shape.dims[-1] != r
+        or grid.array_shape.rank != r + 2
+    ):
+        raise ShapeError(
+            f"grid {list(grid.array_shape.dims)} does not fit input {list(x.array_shape.dims)}"
+        )
+    if not x.array_shape.dtype.is_float:
+        raise UnsupportedError(f"GridSample of {x.array_shape.dtype.text} data")
+    points = list(grid.array_shape.dims[:-1])
+    dtype = DType.F64 if grid.array_shape.dtype is DType.F64 else DType.F32
     taps = []
     for i, size in enumerate(spatial):
         # the grid's last dim lists coordinates innermost dim first (x, y[, z])
@@ -264,9 +271,9 @@ def affine_grid(ctx: NodeContext, theta: Instruction, size: Instruction) -> Inst
     b = ctx.b
     n, channels, *spatial = ctx.const_ints(1)
     r = len(spatial)
-    if r not in (2, 3) or theta.shape.dims != (n, r, r + 1):
+    if r not in (2, 3) or theta.array_shape.dims != (n, r, r + 1):
         shown = [n, channels, *spatial]
-        raise ShapeError(f"theta {list(theta.shape.dims)} does not fit size {shown}")
+        raise ShapeError(f"theta {list(theta.array_shape.dims)} does not fit size {shown}")
     lines = [_grid_line(s, bool(ctx.attr("align_corners", 0))) for s in spatial]
     # homogeneous base grid [*spatial, r + 1]: innermost coordinate first (x, y[, z]), then 1
     mesh = np.meshgrid(*lines, indexing="ij")[::-1]
@@ -275,7 +282,7 @@ def affine_grid(ctx: NodeContext, theta: Instruction, size: Instruction) -> Inst
     wide = b.convert(theta, DType.F64)
     grid = b.dot(wide, b.constant(base, DType.F64), DotDims([], [], [2], [1]))  # [n, r, M]
     grid = b.reshape(b.transpose(grid, [0, 2, 1]), [n, *spatial, r])
-    return b.convert(grid, theta.shape.dtype)
+    return b.convert(grid, theta.array_shape.dtype)
 
 
 # -- DeformConv -----------------------------------------------------------------------
@@ -316,9 +323,9 @@ def deform_conv(ctx: NodeContext, x, w, offset, bias=None, mask=None) -> Instruc
     offsets = b.reshape(b.convert(offset, dtype), [n, offset_groups, *kernel, r, *out])
     taps = []
     for i in range(r):
-        start = [0] * len(offsets.shape.dims)
+        start = [0] * len(offsets.array_shape.dims)
         start[2 + r] = i
-        limit = list(offsets.shape.dims)
+        limit = list(offsets.array_shape.dims)
         limit[2 + r] = i + 1
         shift = b.reshape(b.slice(offsets, start, limit), points)
         # the kernel tap's undeformed position: -pad + stride * out + dilation * tap
@@ -341,7 +348,7 @@ def deform_conv(ctx: NodeContext, x, w, offset, bias=None, mask=None) -> Instruc
     if mask is not None:
         scale = b.reshape(b.convert(mask, dtype), points)
         cols = b.binary(
-            Op.MULTIPLY, cols, b.broadcast(scale, list(range(len(points))), cols.shape.dims)
+            Op.MULTIPLY, cols, b.broadcast(scale, list(range(len(points))), cols.array_shape.dims)
         )
     # [n, og, k..., o..., cpg] -> [n, o..., og, cpg, k...] -> [n, o..., group, icg, k...]
     cols = b.transpose(cols, [0, *range(2 + r, 2 + 2 * r), 1, 2 + 2 * r, *range(2, 2 + r)])
@@ -355,5 +362,5 @@ def deform_conv(ctx: NodeContext, x, w, offset, bias=None, mask=None) -> Instruc
     y = b.transpose(y, [1, 0, 2 + r, *range(2, 2 + r)])
     y = b.reshape(y, [n, out_channels, *out])
     if bias is not None:
-        y = b.binary(Op.ADD, y, b.broadcast(b.convert(bias, dtype), [1], y.shape.dims))
+        y = b.binary(Op.ADD, y, b.broadcast(b.convert(bias, dtype), [1], y.array_shape.dims))
     return y

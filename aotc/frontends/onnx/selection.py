@@ -38,7 +38,9 @@ def sort_along(
     """Stable sort of `keys` along `dim` (floats in total order: NaN above +inf),
     with `carried` permuted alike; returns the sorted keys then the carried arrays."""
     direction = Direction.GT if descending else Direction.LT
-    order = comparator(b.module, keys.shape.dtype, direction, [c.shape.dtype for c in carried])
+    order = comparator(
+        b.module, keys.array_shape.dtype, direction, [c.array_shape.dtype for c in carried]
+    )
     result = b.sort([keys, *carried], dim, order, is_stable=True)
     if not carried:
         return [result]
@@ -47,13 +49,13 @@ def sort_along(
 
 def take(b: ComputationBuilder, x: Instruction, positions: Instruction, axis: int):
     """x's slices at the 1-D s64 `positions` along `axis` (in range by construction)."""
-    rank = x.shape.rank
+    rank = x.array_shape.rank
     gather = GatherDims(
         offset_dims=tuple(d for d in range(rank) if d != axis),
         collapsed_slice_dims=(axis,),
         start_index_map=(axis,),
         index_vector_dim=1,
-        slice_sizes=tuple(1 if d == axis else n for d, n in enumerate(x.shape.dims)),
+        slice_sizes=tuple(1 if d == axis else n for d, n in enumerate(x.array_shape.dims)),
     )
     return b.gather(x, positions, gather)
 
@@ -63,14 +65,17 @@ def count_true(ctx: NodeContext, mask: Instruction, what: str) -> int:
     b = ctx.b
     ones = b.convert(mask, INDEX)
     total = b.reduce(
-        ones, b.scalar(0, INDEX), range(mask.shape.rank), scalar_reducer(b.module, Op.ADD, INDEX)
+        ones,
+        b.scalar(0, INDEX),
+        range(mask.array_shape.rank),
+        scalar_reducer(b.module, Op.ADD, INDEX),
     )
     return int(ctx.value(total, what))
 
 
 def true_positions(b: ComputationBuilder, mask: Instruction, count: int) -> Instruction:
     """s64[count]: the positions of the true entries of the 1-D `mask`, ascending."""
-    n = mask.shape.dims[0]
+    n = mask.array_shape.dims[0]
     keys = b.select(mask, full(b, 0, DType.S32, (n,)), full(b, 1, DType.S32, (n,)))
     _, positions = sort_along(b, keys, [iota(b, (n,), 0)], 0)
     return b.slice(positions, [0], [count])
@@ -87,8 +92,8 @@ def top_k(ctx: NodeContext, x: Instruction, k: Instruction | None = None):
         if len(count) != 1:
             raise ShapeError(f"k must hold one value, got {count}")
         count = count[0]
-    dims = x.shape.dims
-    axis = normalize_axis(ctx.attr("axis", -1), x.shape.rank)
+    dims = x.array_shape.dims
+    axis = normalize_axis(ctx.attr("axis", -1), x.array_shape.rank)
     if not 0 <= count <= dims[axis]:
         raise ShapeError(f"k={count} is out of range for an axis of size {dims[axis]}")
     # stable: equal values keep the lower index first, as ONNX asks ('sorted' may be ignored)
@@ -104,9 +109,9 @@ def top_k(ctx: NodeContext, x: Instruction, k: Instruction | None = None):
 @onnx_op("NonZero", since=9)
 def non_zero(ctx: NodeContext, x: Instruction) -> Instruction:
     b = ctx.b
-    dims, rank = x.shape.dims, x.shape.rank
-    flat = b.reshape(x, (x.shape.size,))
-    mask = b.compare(flat, full(b, 0, x.shape.dtype, flat.shape.dims), Direction.NE)
+    dims, rank = x.array_shape.dims, x.array_shape.rank
+    flat = b.reshape(x, (x.array_shape.size,))
+    mask = b.compare(flat, full(b, 0, x.array_shape.dtype, flat.array_shape.dims), Direction.NE)
     count = count_true(ctx, mask, "NonZero's number of non-zero elements")
     if rank == 0 or count == 0:
         return b.constant(np.zeros((rank, count), np.int64))
@@ -125,25 +130,25 @@ def compress(ctx: NodeContext, x: Instruction, condition: Instruction) -> Instru
     b = ctx.b
     axis = ctx.attr("axis")
     if axis is None:
-        x, axis = b.reshape(x, (x.shape.size,)), 0
-    axis = normalize_axis(axis, x.shape.rank)
-    n = x.shape.dims[axis]
-    if condition.shape.rank != 1:
-        raise ShapeError(f"condition must be 1-D, got {list(condition.shape.dims)}")
+        x, axis = b.reshape(x, (x.array_shape.size,)), 0
+    axis = normalize_axis(axis, x.array_shape.rank)
+    n = x.array_shape.dims[axis]
+    if condition.array_shape.rank != 1:
+        raise ShapeError(f"condition must be 1-D, got {list(condition.array_shape.dims)}")
     # as numpy.compress: a short condition selects among the first entries only
-    length = min(condition.shape.dims[0], n)
+    length = min(condition.array_shape.dims[0], n)
     mask = b.convert(b.slice(condition, [0], [length]), DType.PRED)
     count = count_true(ctx, mask, "Compress's number of selected slices")
     if count == 0:
-        dims = [0 if d == axis else s for d, s in enumerate(x.shape.dims)]
-        return b.constant(np.zeros(dims, x.shape.dtype.numpy), x.shape.dtype)
+        dims = [0 if d == axis else s for d, s in enumerate(x.array_shape.dims)]
+        return b.constant(np.zeros(dims, x.array_shape.dtype.numpy), x.array_shape.dtype)
     return take(b, x, true_positions(b, mask, count), axis)
 
 
 def _differs(b: ComputationBuilder, x: Instruction, y: Instruction) -> Instruction:
     """x != y, NaNs equal to each other (numpy.unique folds them into one)."""
     unequal = b.compare(x, y, Direction.NE)
-    if not x.shape.dtype.is_float:
+    if not x.array_shape.dtype.is_float:
         return unequal
     nans = b.binary(Op.AND, b.compare(x, x, Direction.NE), b.compare(y, y, Direction.NE))
     return b.binary(Op.AND, unequal, b.unary(Op.NOT, nans))
@@ -154,16 +159,17 @@ def unique(ctx: NodeContext, x: Instruction) -> list[Instruction]:
     b = ctx.b
     axis = ctx.attr("axis")
     if axis is None:
-        x, axis = b.reshape(x, (x.shape.size,)), 0
-    axis = normalize_axis(axis, x.shape.rank)
-    n = x.shape.dims[axis]
+        x, axis = b.reshape(x, (x.array_shape.size,)), 0
+    axis = normalize_axis(axis, x.array_shape.rank)
+    n = x.array_shape.dims[axis]
     if n == 0:
         raise ShapeError("Unique of an empty axis")
     # the items are the slices along axis; their columns are the sort keys
-    moved = b.transpose(x, [axis] + [d for d in range(x.shape.rank) if d != axis])
-    table = b.reshape(moved, (n, moved.shape.size // n))
+    moved = b.transpose(x, [axis] + [d for d in range(x.array_shape.rank) if d != axis])
+    table = b.reshape(moved, (n, moved.array_shape.size // n))
     columns = [
-        b.reshape(b.slice(table, [0, c], [n, c + 1]), (n,)) for c in range(table.shape.dims[1])
+        b.reshape(b.slice(table, [0, c], [n, c + 1]), (n,))
+        for c in range(table.array_shape.dims[1])
     ]
     # stable sorts from the last column to the first order the items lexicographically
     order = iota(b, (n,), 0)

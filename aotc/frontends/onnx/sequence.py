@@ -71,7 +71,7 @@ def _position(ctx: NodeContext, index: int, length: int, default: int, end: bool
 
 
 def _same_dtype(items: Sequence[Instruction]) -> None:
-    dtypes = {item.shape.dtype for item in items}
+    dtypes = {item.array_shape.dtype for item in items}
     if len(dtypes) > 1:
         raise ModelError(
             f"a sequence's tensors must share one type, got {sorted(map(str, dtypes))}"
@@ -122,7 +122,7 @@ def sequence_erase(ctx: NodeContext, seq: Value, position=None) -> SequenceValue
 @onnx_op("SplitToSequence", since=11)
 def split_to_sequence(ctx: NodeContext, x: Value, split=None) -> SequenceValue:
     x = as_tensor(x, "input")
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     axis = normalize_axis(ctx.attr("axis", 0), len(dims))
     size = dims[axis]
     sizes = ctx.const_ints(1)

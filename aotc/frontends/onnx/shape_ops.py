@@ -22,7 +22,7 @@ from .registry import NodeContext, onnx_op
 
 @onnx_op("Reshape", since=5)
 def reshape(ctx: NodeContext, x: Instruction, shape: Instruction) -> Instruction:
-    in_dims = x.shape.dims
+    in_dims = x.array_shape.dims
     allow_zero = ctx.attr("allowzero", 0)
     dims = []
     for i, d in enumerate(ctx.const_ints(1)):
@@ -37,45 +37,45 @@ def reshape(ctx: NodeContext, x: Instruction, shape: Instruction) -> Instruction
         raise ShapeError("at most one shape entry may be -1")
     if -1 in dims:
         known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
-        size = x.shape.size
+        size = x.array_shape.size
         if known == 0 or size % known:
             raise ShapeError(f"cannot reshape {list(in_dims)} to {dims}")
         dims[dims.index(-1)] = size // known
-    if int(np.prod(dims, dtype=np.int64)) != x.shape.size:
+    if int(np.prod(dims, dtype=np.int64)) != x.array_shape.size:
         raise ShapeError(f"cannot reshape {list(in_dims)} to {dims}")
     return ctx.b.reshape(x, dims)
 
 
 @onnx_op("Flatten")
 def flatten(ctx: NodeContext, x: Instruction) -> Instruction:
-    rank = x.shape.rank
+    rank = x.array_shape.rank
     axis = ctx.attr("axis")
     if not -rank <= axis <= rank:
         raise ModelError(f"axis {axis} is out of range for rank {rank}")
     axis = axis + rank if axis < 0 else axis
-    outer = int(np.prod(x.shape.dims[:axis], dtype=np.int64))
-    return ctx.b.reshape(x, (outer, int(np.prod(x.shape.dims[axis:], dtype=np.int64))))
+    outer = int(np.prod(x.array_shape.dims[:axis], dtype=np.int64))
+    return ctx.b.reshape(x, (outer, int(np.prod(x.array_shape.dims[axis:], dtype=np.int64))))
 
 
 @onnx_op("Transpose")
 def transpose(ctx: NodeContext, x: Instruction) -> Instruction:
-    perm = ctx.attr("perm") or list(reversed(range(x.shape.rank)))
-    if sorted(perm) != list(range(x.shape.rank)):
-        raise ShapeError(f"perm {list(perm)} is not a permutation of {x.shape.rank} dims")
+    perm = ctx.attr("perm") or list(reversed(range(x.array_shape.rank)))
+    if sorted(perm) != list(range(x.array_shape.rank)):
+        raise ShapeError(f"perm {list(perm)} is not a permutation of {x.array_shape.rank} dims")
     return ctx.b.transpose(x, perm)
 
 
 @onnx_op("Concat")
 def concat(ctx: NodeContext, *xs: Instruction) -> Instruction:
-    axis = normalize_axis(ctx.required_attr("axis"), xs[0].shape.rank)
+    axis = normalize_axis(ctx.required_attr("axis"), xs[0].array_shape.rank)
     return ctx.b.concatenate(xs, axis)
 
 
 def _squeeze(ctx: NodeContext, x: Instruction, axes: Sequence[int] | None) -> Instruction:
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     if axes is None:
         axes = [i for i, d in enumerate(dims) if d == 1]
-    axes = normalize_axes(axes, x.shape.rank)
+    axes = normalize_axes(axes, x.array_shape.rank)
     for a in axes:
         if dims[a] != 1:
             raise ShapeError(f"cannot squeeze axis {a} of size {dims[a]}")
@@ -83,9 +83,9 @@ def _squeeze(ctx: NodeContext, x: Instruction, axes: Sequence[int] | None) -> In
 
 
 def _unsqueeze(ctx: NodeContext, x: Instruction, axes: Sequence[int]) -> Instruction:
-    rank = x.shape.rank + len(axes)
+    rank = x.array_shape.rank + len(axes)
     axes = normalize_axes(axes, rank)
-    rest = iter(x.shape.dims)
+    rest = iter(x.array_shape.dims)
     return ctx.b.reshape(x, [1 if i in axes else next(rest) for i in range(rank)])
 
 
@@ -129,23 +129,23 @@ def _slice_bounds(d: int, start: int, end: int, step: int) -> tuple[int, int, in
 
 
 def _slice(ctx: NodeContext, x: Instruction, starts, ends, axes, steps) -> Instruction:
-    rank = x.shape.rank
+    rank = x.array_shape.rank
     axes = list(range(len(starts))) if axes is None else [normalize_axis(a, rank) for a in axes]
     steps = [1] * len(starts) if steps is None else steps
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise ModelError("starts, ends, axes and steps must have one length")
     if len(set(axes)) != len(axes):
         raise ModelError(f"repeated axes {axes}")
-    begin, limit, stride = [0] * rank, list(x.shape.dims), [1] * rank
+    begin, limit, stride = [0] * rank, list(x.array_shape.dims), [1] * rank
     flipped = []
     for axis, start, end, step in zip(axes, starts, ends, steps):
-        bounds = _slice_bounds(x.shape.dims[axis], int(start), int(end), int(step))
+        bounds = _slice_bounds(x.array_shape.dims[axis], int(start), int(end), int(step))
         begin[axis], limit[axis], stride[axis], is_reversed = bounds
         if is_reversed:
             flipped.append(axis)
     if flipped:
         x = ctx.b.reverse(x, sorted(flipped))
-    if begin == [0] * rank and limit == list(x.shape.dims) and stride == [1] * rank:
+    if begin == [0] * rank and limit == list(x.array_shape.dims) and stride == [1] * rank:
         return x
     return ctx.b.slice(x, begin, limit, stride)
 
@@ -165,17 +165,17 @@ def slice_inputs(ctx: NodeContext, x: Instruction, *_: Instruction) -> Instructi
 @onnx_op("Gather")
 def gather(ctx: NodeContext, data: Instruction, indices: Instruction) -> Instruction:
     b = ctx.b
-    rank, q = data.shape.rank, indices.shape.rank
+    rank, q = data.array_shape.rank, indices.array_shape.rank
     axis = normalize_axis(ctx.attr("axis"), rank)
-    if indices.shape.dtype.is_float:
+    if indices.array_shape.dtype.is_float:
         raise ShapeError("indices must be integers")
     known = evaluate_constant(indices)
     if known is None or (np.asarray(known) < 0).any():
         # negative indices count from the end of the axis
-        dim = full_like(b, data.shape.dims[axis], indices)
+        dim = full_like(b, data.array_shape.dims[axis], indices)
         negative = b.compare(indices, full_like(b, 0, indices), Direction.LT)
         indices = b.select(negative, b.binary(Op.ADD, indices, dim), indices)
-    slice_sizes = [1 if i == axis else d for i, d in enumerate(data.shape.dims)]
+    slice_sizes = [1 if i == axis else d for i, d in enumerate(data.array_shape.dims)]
     dims = GatherDims(
         offset_dims=tuple(range(axis)) + tuple(range(axis + q, rank - 1 + q)),
         collapsed_slice_dims=(axis,),
@@ -187,14 +187,14 @@ def gather(ctx: NodeContext, data: Instruction, indices: Instruction) -> Instruc
 
 
 def _axis_slice(b: ComputationBuilder, x: Instruction, axis: int, start: int, limit: int):
-    starts = [start if i == axis else 0 for i in range(x.shape.rank)]
-    limits = [limit if i == axis else d for i, d in enumerate(x.shape.dims)]
+    starts = [start if i == axis else 0 for i in range(x.array_shape.rank)]
+    limits = [limit if i == axis else d for i, d in enumerate(x.array_shape.dims)]
     return b.slice(x, starts, limits)
 
 
 def _pad_axis(b: ComputationBuilder, x: Instruction, axis: int, low: int, high: int, mode: str):
     """Non-constant padding of one axis, built from slices of `x`."""
-    d = x.shape.dims[axis]
+    d = x.array_shape.dims[axis]
     # reflect mirrors without the edge element, wrap repeats the axis once at most
     limit = {"reflect": d - 1, "edge": max(low, high), "wrap": d}[mode]
     if d == 0 or max(low, high) > limit:
@@ -207,7 +207,7 @@ def _pad_axis(b: ComputationBuilder, x: Instruction, axis: int, low: int, high: 
         if mode == "edge":
             start = 0 if side == "low" else d - 1
             edge = _axis_slice(b, x, axis, start, start + 1)
-            dims = [amount if i == axis else n for i, n in enumerate(x.shape.dims)]
+            dims = [amount if i == axis else n for i, n in enumerate(x.array_shape.dims)]
             parts.append(b.broadcast_to(edge, dims))
         elif mode == "reflect":
             start, stop = (1, amount + 1) if side == "low" else (d - 1 - amount, d - 1)
@@ -221,7 +221,7 @@ def _pad_axis(b: ComputationBuilder, x: Instruction, axis: int, low: int, high: 
 
 def _pad(ctx: NodeContext, x: Instruction, pads, value: Instruction | None, axes, mode: str):
     b = ctx.b
-    rank = x.shape.rank
+    rank = x.array_shape.rank
     axes = list(range(rank)) if axes is None else normalize_axes(axes, rank)
     if len(pads) != 2 * len(axes):
         raise ModelError(f"pads has {len(pads)} values, expected {2 * len(axes)}")
@@ -230,13 +230,13 @@ def _pad(ctx: NodeContext, x: Instruction, pads, value: Instruction | None, axes
         low[axis], high[axis] = int(pads[i]), int(pads[i + len(axes)])
     if mode == "constant":
         if value is None:
-            value = b.scalar(0, x.shape.dtype)
-        value = b.convert(b.reshape(value, []), x.shape.dtype)
+            value = b.scalar(0, x.array_shape.dtype)
+        value = b.convert(b.reshape(value, []), x.array_shape.dtype)
         return b.pad(x, value, low, high)
     if min(low + high) < 0:
         # negative pads crop, whatever the mode
         starts = [max(0, -lo) for lo in low]
-        limits = [d - max(0, -hi) for d, hi in zip(x.shape.dims, high)]
+        limits = [d - max(0, -hi) for d, hi in zip(x.array_shape.dims, high)]
         x = b.slice(x, starts, limits)
         low, high = [max(0, lo) for lo in low], [max(0, hi) for hi in high]
     for axis in range(rank):
@@ -250,7 +250,7 @@ PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 @onnx_op("Pad", until=10)
 def pad_attributes(ctx: NodeContext, x: Instruction) -> Instruction:
-    value = ctx.b.scalar(ctx.attr("value", 0.0), x.shape.dtype)
+    value = ctx.b.scalar(ctx.attr("value", 0.0), x.array_shape.dtype)
     mode = ctx.choice("mode", PAD_MODES)
     return _pad(ctx, x, ctx.required_attr("pads"), value, None, mode)
 
@@ -263,13 +263,13 @@ def pad(ctx: NodeContext, x: Instruction, pads, value=None, axes=None) -> Instru
 
 @onnx_op("Expand", since=8)
 def expand(ctx: NodeContext, x: Instruction, shape: Instruction) -> Instruction:
-    return ctx.b.broadcast_to(x, broadcast_dims(x.shape.dims, ctx.const_ints(1)))
+    return ctx.b.broadcast_to(x, broadcast_dims(x.array_shape.dims, ctx.const_ints(1)))
 
 
 @onnx_op("Tile")
 def tile(ctx: NodeContext, x: Instruction, repeats: Instruction) -> Instruction:
     counts = ctx.const_ints(1)
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     if len(counts) != len(dims) or min(counts, default=0) < 0:
         raise ModelError(f"repeats {counts} do not fit an input of rank {len(dims)}")
     if all(c == 1 for c in counts):
@@ -281,8 +281,8 @@ def tile(ctx: NodeContext, x: Instruction, repeats: Instruction) -> Instruction:
 
 
 def _split(ctx: NodeContext, x: Instruction, sizes: list[int] | None) -> list[Instruction]:
-    axis = normalize_axis(ctx.attr("axis"), x.shape.rank)
-    d = x.shape.dims[axis]
+    axis = normalize_axis(ctx.attr("axis"), x.array_shape.rank)
+    d = x.array_shape.dims[axis]
     count = len(ctx.node.output)
     if not sizes:
         parts = ctx.attr("num_outputs") or count
@@ -308,8 +308,8 @@ def split(ctx: NodeContext, x: Instruction, sizes=None) -> list[Instruction]:
 
 
 def _blocksize(ctx: NodeContext, x: Instruction) -> int:
-    if x.shape.rank != 4:
-        raise ShapeError(f"input must be N x C x H x W, got {list(x.shape.dims)}")
+    if x.array_shape.rank != 4:
+        raise ShapeError(f"input must be N x C x H x W, got {list(x.array_shape.dims)}")
     size = ctx.required_attr("blocksize")
     if size < 1:
         raise ModelError(f"blocksize {size} must be positive")
@@ -319,7 +319,7 @@ def _blocksize(ctx: NodeContext, x: Instruction) -> int:
 @onnx_op("SpaceToDepth", since=1)
 def space_to_depth(ctx: NodeContext, x: Instruction) -> Instruction:
     k = _blocksize(ctx, x)
-    n, c, h, w = x.shape.dims
+    n, c, h, w = x.array_shape.dims
     if h % k or w % k:
         raise ShapeError(f"H={h} and W={w} must be multiples of blocksize {k}")
     mode = ctx.choice("mode", ("DCR", "CRD")) if "mode" in ctx.attrs else "DCR"
@@ -331,7 +331,7 @@ def space_to_depth(ctx: NodeContext, x: Instruction) -> Instruction:
 @onnx_op("DepthToSpace", since=1)
 def depth_to_space(ctx: NodeContext, x: Instruction) -> Instruction:
     k = _blocksize(ctx, x)
-    n, c, h, w = x.shape.dims
+    n, c, h, w = x.array_shape.dims
     if c % (k * k):
         raise ShapeError(f"C={c} must be a multiple of blocksize {k} squared")
     mode = ctx.choice("mode", ("DCR", "CRD")) if "mode" in ctx.attrs else "DCR"
@@ -345,16 +345,16 @@ def depth_to_space(ctx: NodeContext, x: Instruction) -> Instruction:
 
 @onnx_op("CenterCropPad", since=18)
 def center_crop_pad(ctx: NodeContext, x: Instruction, shape: Instruction) -> Instruction:
-    rank = x.shape.rank
+    rank = x.array_shape.rank
     sizes = ctx.const_ints(1)
     axes = ctx.attr("axes")
     axes = list(range(rank)) if axes is None else [normalize_axis(a, rank) for a in axes]
     if len(sizes) != len(axes) or len(set(axes)) != len(axes):
         raise ModelError(f"shape {sizes} does not fit axes {axes}")
-    starts, limits = [0] * rank, list(x.shape.dims)
+    starts, limits = [0] * rank, list(x.array_shape.dims)
     low, high = [0] * rank, [0] * rank
     for axis, size in zip(axes, sizes):
-        d = x.shape.dims[axis]
+        d = x.array_shape.dims[axis]
         # the odd element of a crop or a pad goes to the end
         if size < d:
             starts[axis] = (d - size) // 2
@@ -364,7 +364,7 @@ def center_crop_pad(ctx: NodeContext, x: Instruction, shape: Instruction) -> Ins
             high[axis] = size - d - low[axis]
     x = ctx.b.slice(x, starts, limits)
     if any(low) or any(high):
-        x = ctx.b.pad(x, ctx.b.scalar(0, x.shape.dtype), low, high)
+        x = ctx.b.pad(x, ctx.b.scalar(0, x.array_shape.dtype), low, high)
     return x
 
 
@@ -373,8 +373,10 @@ def col2im(ctx: NodeContext, x: Instruction, image_shape: Instruction, block_sha
     b = ctx.b
     image, kernel = ctx.const_ints(1), ctx.const_ints(2)
     n = len(image)
-    if len(kernel) != n or x.shape.rank != 3:
-        raise ShapeError(f"Col2Im of {list(x.shape.dims)} into image {image}, blocks {kernel}")
+    if len(kernel) != n or x.array_shape.rank != 3:
+        raise ShapeError(
+            f"Col2Im of {list(x.array_shape.dims)} into image {image}, blocks {kernel}"
+        )
     strides = ctx.attr("strides") or [1] * n
     dilations = ctx.attr("dilations") or [1] * n
     pads = ctx.attr("pads") or [0] * (2 * n)
@@ -382,13 +384,15 @@ def col2im(ctx: NodeContext, x: Instruction, image_shape: Instruction, block_sha
         (image[i] + pads[i] + pads[n + i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1
         for i in range(n)
     ]
-    batch, columns, count = x.shape.dims
+    batch, columns, count = x.array_shape.dims
     k_size = int(np.prod(kernel))
     if columns % k_size or count != int(np.prod(blocks)) or min(blocks) < 1:
-        raise ShapeError(f"input {list(x.shape.dims)} does not hold {blocks} blocks of {kernel}")
+        raise ShapeError(
+            f"input {list(x.array_shape.dims)} does not hold {blocks} blocks of {kernel}"
+        )
     channels = columns // k_size
     x = b.reshape(x, (batch, channels, *kernel, *blocks))
-    zero = b.scalar(0, x.shape.dtype)
+    zero = b.scalar(0, x.array_shape.dtype)
     total = None
     # every kernel offset adds its column, strided and shifted, into the image
     for offset in itertools.product(*(range(k) for k in kernel)):

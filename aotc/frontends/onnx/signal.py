@@ -40,9 +40,9 @@ MAX_DET_SIZE = 64
 
 
 def _float_input(x: Instruction, what: str) -> DType:
-    if not x.shape.dtype.is_float:
-        raise UnsupportedError(f"{what} must be a float tensor, not {x.shape.dtype.text}")
-    return x.shape.dtype
+    if not x.array_shape.dtype.is_float:
+        raise UnsupportedError(f"{what} must be a float tensor, not {x.array_shape.dtype.text}")
+    return x.array_shape.dtype
 
 
 def _work_dtype(dtype: DType) -> DType:
@@ -93,10 +93,10 @@ def _fourier_matrix(
 
 
 def _complex_parts(x: Instruction, what: str) -> int:
-    parts = x.shape.dims[-1] if x.shape.rank else 0
-    if x.shape.rank < 2 or parts not in (1, 2):
+    parts = x.array_shape.dims[-1] if x.array_shape.rank else 0
+    if x.array_shape.rank < 2 or parts not in (1, 2):
         raise ShapeError(
-            f"{what} must be [..., N, 1] (real) or [..., N, 2] (complex), got {list(x.shape.dims)}"
+            f"{what} must be [..., N, 1] (real) or [..., N, 2] (complex), got {list(x.array_shape.dims)}"
         )
     return parts
 
@@ -105,12 +105,12 @@ def _dft(ctx: NodeContext, x: Instruction, axis: int) -> Instruction:
     b = ctx.b
     dtype = _float_input(x, "DFT input")
     parts = _complex_parts(x, "DFT input")
-    rank = x.shape.rank
+    rank = x.array_shape.rank
     axis = normalize_axis(axis, rank)
     if axis == rank - 1:
         raise ModelError("axis must not be the last (real/imaginary) dimension")
     inverse, onesided = bool(ctx.attr("inverse")), bool(ctx.attr("onesided"))
-    n_in = x.shape.dims[axis]
+    n_in = x.array_shape.dims[axis]
     length = ctx.const_ints(1)
     if length is not None:
         length = length[0]
@@ -164,11 +164,11 @@ def stft(ctx: NodeContext, signal, frame_step, window=None, frame_length=None) -
     work = _work_dtype(dtype)
     kernel = b.constant(kernel_array, work)
     if window is not None:
-        window = b.broadcast(b.convert(window, work), [2], kernel.shape.dims)
+        window = b.broadcast(b.convert(window, work), [2], kernel.array_shape.dims)
         kernel = b.binary(Op.MULTIPLY, kernel, window)
     channels_first = b.convert(b.transpose(signal, [0, 2, 1]), work)
     out = b.convolution(channels_first, kernel, Window.make([length], [step]), ConvDims.nchw(1))
-    frames = out.shape.dims[2]
+    frames = out.array_shape.dims[2]
     out = b.transpose(b.reshape(out, [batch, bins, 2, frames]), [0, 3, 1, 2])
     return b.convert(out, dtype)
 
@@ -278,7 +278,7 @@ class _Term:
             first = next(lb for i, lb in enumerate(self.labels) if lb in self.labels[:i])
             p = self.labels.index(first)
             q = self.labels.index(first, p + 1)
-            dims = self.x.shape.dims
+            dims = self.x.array_shape.dims
             if dims[p] != dims[q]:
                 raise ShapeError(f"einsum label '{first}' has sizes {dims[p]} and {dims[q]}")
             index = Shape(DType.S32, dims)
@@ -290,7 +290,7 @@ class _Term:
     def broadcast(self, sizes: dict[str, int]) -> None:
         """Stretch size-1 dims to their label's size (ellipsis broadcasting)."""
         dims = [sizes[lb] for lb in self.labels]
-        if list(self.x.shape.dims) != dims:
+        if list(self.x.array_shape.dims) != dims:
             self.x = self.b.broadcast_to(self.x, dims)
 
     def sum_out(self, keep: set[str]) -> None:
@@ -322,15 +322,17 @@ class _Term:
 @onnx_op("Einsum", since=12)
 def einsum(ctx: NodeContext, *operands: Instruction) -> Instruction:
     b = ctx.b
-    inputs, output = parse_einsum(ctx.required_attr("equation"), [x.shape.rank for x in operands])
+    inputs, output = parse_einsum(
+        ctx.required_attr("equation"), [x.array_shape.rank for x in operands]
+    )
     if len(set(output)) != len(output):
         raise ModelError("einsum output repeats a label")
-    dtypes = {x.shape.dtype for x in operands}
+    dtypes = {x.array_shape.dtype for x in operands}
     if len(dtypes) != 1:
         raise ShapeError("einsum operands must have one element type")
     sizes: dict[str, int] = {}
     for labels, x in zip(inputs, operands):
-        for label, size in zip(labels, x.shape.dims):
+        for label, size in zip(labels, x.array_shape.dims):
             known = sizes.get(label, 1)
             if size != 1 and known not in (1, size):
                 raise ShapeError(f"einsum label '{label}' has sizes {known} and {size}")
@@ -359,18 +361,18 @@ def det(ctx: NodeContext, x: Instruction) -> Instruction:
     the pivots, negated per row swap.  Each step works on the shrinking trailing block."""
     b = ctx.b
     n, lead, batch = square_matrices(x, "Det", MAX_DET_SIZE)
-    work = _work_dtype(x.shape.dtype)
+    work = _work_dtype(x.array_shape.dtype)
     block = b.reshape(b.convert(x, work), [batch, n, n])
     result = full(b, 1, work, [batch])
     for m in range(n, 0, -1):
         block, pivot = _lu_step(b, block, m)
         result = b.binary(Op.MULTIPLY, result, pivot)
-    return b.convert(b.reshape(result, lead), x.shape.dtype)
+    return b.convert(b.reshape(result, lead), x.array_shape.dtype)
 
 
 def _lu_step(b: ComputationBuilder, block: Instruction, m: int) -> tuple[Instruction, Instruction]:
     """One elimination step on [batch, m, m]: the (signed) pivot and the next block."""
-    batch = block.shape.dims[0]
+    batch = block.array_shape.dims[0]
     column = b.reshape(b.slice(block, [0, 0, 0], [batch, m, 1]), [batch, m])
     magnitude = b.unary(Op.ABS, column)
     largest = reduce(b, magnitude, Op.MAXIMUM, [1], keepdims=False)

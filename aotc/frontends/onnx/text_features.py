@@ -80,7 +80,7 @@ def window_counts(
 ) -> Instruction | None:
     """[N, K] f32: how many windows of x [N, C] with skip distance `d` equal each of the K
     n-grams `grams` [K, n]; None when no window of that length fits in C tokens."""
-    rows, length = x.shape.dims
+    rows, length = x.array_shape.dims
     k, n = grams.shape
     windows = length - (n - 1) * d
     if windows <= 0:
@@ -99,7 +99,7 @@ def pool_counts(
     b: ComputationBuilder, x: Instruction, pool: NgramPool, pairs: list[tuple[int, int]]
 ) -> Instruction:
     """[N, size] f32: the counts of every output slot over all counted windows."""
-    rows = x.shape.dims[0]
+    rows = x.array_shape.dims[0]
     parts, slots = [], []
     for n, grams in sorted(pool.grams.items()):
         counts = [window_counts(b, x, grams, d) for m, d in pairs if m == n]
@@ -132,7 +132,7 @@ def weigh(ctx: NodeContext, counts: Instruction, mode: str, size: int) -> Instru
         return counts
     if weights:
         scale = b.constant(np.float32(weights[:size]), DType.F32)
-        scale = b.broadcast(scale, [1], counts.shape.dims)
+        scale = b.broadcast(scale, [1], counts.array_shape.dims)
     else:
         scale = full_like(b, 1.0, counts)
     if mode == "TFIDF":
@@ -149,12 +149,14 @@ def tfidf_vectorizer(ctx: NodeContext, x: Instruction) -> Instruction:
         raise UnsupportedError(
             "TfIdfVectorizer over strings (pool_strings) is not supported (aotc has no string type)"
         )
-    if x.shape.dtype not in (DType.S32, DType.S64):
+    if x.array_shape.dtype not in (DType.S32, DType.S64):
         raise UnsupportedError(
-            f"TfIdfVectorizer input must be int32 or int64, not {x.shape.dtype.text}"
+            f"TfIdfVectorizer input must be int32 or int64, not {x.array_shape.dtype.text}"
         )
-    if x.shape.rank > 2:
-        raise ModelError(f"TfIdfVectorizer input must be [C] or [N, C], not {list(x.shape.dims)}")
+    if x.array_shape.rank > 2:
+        raise ModelError(
+            f"TfIdfVectorizer input must be [C] or [N, C], not {list(x.array_shape.dims)}"
+        )
     mode = ctx.choice("mode", MODES)
     min_n = int(ctx.required_attr("min_gram_length"))
     max_n = int(ctx.required_attr("max_gram_length"))
@@ -162,8 +164,10 @@ def tfidf_vectorizer(ctx: NodeContext, x: Instruction) -> Instruction:
     if max_skip < 0:
         raise ModelError(f"max_skip_count must be >= 0, not {max_skip}")
     pool = ngram_pool(ctx, min_n, max_n)
-    batched = x.shape.rank == 2
-    rows, length = x.shape.dims if batched else (1, x.shape.size)  # a scalar is one token
+    batched = x.array_shape.rank == 2
+    rows, length = (
+        x.array_shape.dims if batched else (1, x.array_shape.size)
+    )  # a scalar is one token
     tokens = b.convert(b.reshape(x, [rows, length]), DType.S64)
     counts = pool_counts(b, tokens, pool, counted_windows(min_n, max_n, max_skip))
     out = weigh(ctx, counts, mode, pool.size)
