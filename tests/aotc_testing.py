@@ -109,3 +109,25 @@ def hlo_reducer(name: str, op: str, dtype: str = "f32") -> str:
   ROOT %{name}_r = {scalar} {op}({scalar} %{name}_x, {scalar} %{name}_y)
 }}
 """
+
+
+def parsed_dot_fusion(m: int, k: int, n: int) -> str:
+    """A dot with its bias as XLA's CPU may print it: a fusion recorded as kLoop (its
+    kind must come from its body, aotc/ir/fusion_kinds.py)."""
+    x, w, c = f"f32[{m},{k}]", f"f32[{k},{n}]", f"f32[{m},{n}]"
+    return f"""HloModule parsed
+
+%fused_dot (p0: {x}, p1: {w}, p2: {c}) -> {c} {{
+  %p0 = {x}{{1,0}} parameter(0)
+  %p1 = {w}{{1,0}} parameter(1)
+  %p2 = {c}{{1,0}} parameter(2)
+  %d = {c}{{1,0}} dot({x}{{1,0}} %p0, {w}{{1,0}} %p1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  ROOT %y = {c}{{1,0}} add({c}{{1,0}} %d, {c}{{1,0}} %p2)
+}}
+
+ENTRY %main (x: {x}, w: {w}, c: {c}) -> {c} {{
+  %x = {x}{{1,0}} parameter(0)
+  %w = {w}{{1,0}} parameter(1)
+  %c = {c}{{1,0}} parameter(2)
+  ROOT %f = {c}{{1,0}} fusion({x}{{1,0}} %x, {w}{{1,0}} %w, {c}{{1,0}} %c), kind=kLoop, calls=%fused_dot
+}}"""

@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 import pytest
+from aotc_testing import parsed_dot_fusion
 
 from aotc.backends.cpu import emit_object, parse_target
 from aotc.backends.cpu.blocking import blocking
@@ -207,23 +208,7 @@ def test_dot_epilogues(compile_module, fuse, rng, target):
     assert kinds == ["gemm"] * 7 + ["gemv.axpy"]
 
 
-# a dot with its bias as XLA's CPU may print it: recorded as a loop fusion (kLoop)
-PARSED_DOT_FUSION = """HloModule parsed
-
-%fused_dot (p0: f32[6,40], p1: f32[40,24], p2: f32[6,24]) -> f32[6,24] {
-  %p0 = f32[6,40]{1,0} parameter(0)
-  %p1 = f32[40,24]{1,0} parameter(1)
-  %p2 = f32[6,24]{1,0} parameter(2)
-  %d = f32[6,24]{1,0} dot(f32[6,40]{1,0} %p0, f32[40,24]{1,0} %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT %y = f32[6,24]{1,0} add(f32[6,24]{1,0} %d, f32[6,24]{1,0} %p2)
-}
-
-ENTRY %main (x: f32[6,40], w: f32[40,24], c: f32[6,24]) -> f32[6,24] {
-  %x = f32[6,40]{1,0} parameter(0)
-  %w = f32[40,24]{1,0} parameter(1)
-  %c = f32[6,24]{1,0} parameter(2)
-  ROOT %f = f32[6,24]{1,0} fusion(f32[6,40]{1,0} %x, f32[40,24]{1,0} %w, f32[6,24]{1,0} %c), kind=kLoop, calls=%fused_dot
-}"""
+PARSED_DOT_FUSION = parsed_dot_fusion(6, 40, 24)
 
 
 def test_a_parsed_fusions_recorded_kind_is_not_trusted(check, rng):

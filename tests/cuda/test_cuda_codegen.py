@@ -10,6 +10,7 @@ import struct
 import numpy as np
 import onnx
 import pytest
+from aotc_testing import parsed_dot_fusion
 from cuda_testing import REPO, require_ptxas
 from onnx import TensorProto, helper, numpy_helper
 
@@ -148,23 +149,7 @@ def test_kernel_forms():
     assert gemm.flops == 2 * 128 * 256 * 256 + 2 * 128 * 256  # the epilogue's too
 
 
-# a dot with its bias as XLA's CPU may print it: recorded as a loop fusion (kLoop)
-PARSED_DOT_FUSION = """HloModule parsed
-
-%fused_dot (p0: f32[1024,64], p1: f32[64,1024], p2: f32[1024,1024]) -> f32[1024,1024] {
-  %p0 = f32[1024,64]{1,0} parameter(0)
-  %p1 = f32[64,1024]{1,0} parameter(1)
-  %p2 = f32[1024,1024]{1,0} parameter(2)
-  %d = f32[1024,1024]{1,0} dot(f32[1024,64]{1,0} %p0, f32[64,1024]{1,0} %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT %y = f32[1024,1024]{1,0} add(f32[1024,1024]{1,0} %d, f32[1024,1024]{1,0} %p2)
-}
-
-ENTRY %main (x: f32[1024,64], w: f32[64,1024], c: f32[1024,1024]) -> f32[1024,1024] {
-  %x = f32[1024,64]{1,0} parameter(0)
-  %w = f32[64,1024]{1,0} parameter(1)
-  %c = f32[1024,1024]{1,0} parameter(2)
-  ROOT %f = f32[1024,1024]{1,0} fusion(f32[1024,64]{1,0} %x, f32[64,1024]{1,0} %w, f32[1024,1024]{1,0} %c), kind=kLoop, calls=%fused_dot
-}"""
+PARSED_DOT_FUSION = parsed_dot_fusion(1024, 64, 1024)
 
 
 def test_a_parsed_fusions_recorded_kind_is_not_trusted(tmp_path):

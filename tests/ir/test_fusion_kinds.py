@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aotc_testing import hlo_reducer
+from aotc_testing import hlo_reducer, parsed_dot_fusion
 
 from aotc.ir import FusionKind, Op
 from aotc.ir.fusion_kinds import fusion_kind, output_contractions
@@ -26,23 +26,7 @@ ENTRY %main (x: f32[4,8], w: f32[8,16], b: f32[16]) -> (f32[4,16], f32[4]) {
 }"""
 MODEL = "HloModule kinds\n" + hlo_reducer("add", "add") + ENTRY
 
-# a fusion as XLA's CPU prints it: a dot with its bias, recorded as kLoop
-PARSED = """HloModule parsed
-
-%fused_dot (p0: f32[4,8], p1: f32[8,16], p2: f32[4,16]) -> f32[4,16] {
-  %p0 = f32[4,8]{1,0} parameter(0)
-  %p1 = f32[8,16]{1,0} parameter(1)
-  %p2 = f32[4,16]{1,0} parameter(2)
-  %d = f32[4,16]{1,0} dot(f32[4,8]{1,0} %p0, f32[8,16]{1,0} %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT %y = f32[4,16]{1,0} add(f32[4,16]{1,0} %d, f32[4,16]{1,0} %p2)
-}
-
-ENTRY %main (x: f32[4,8], w: f32[8,16], c: f32[4,16]) -> f32[4,16] {
-  %x = f32[4,8]{1,0} parameter(0)
-  %w = f32[8,16]{1,0} parameter(1)
-  %c = f32[4,16]{1,0} parameter(2)
-  ROOT %f = f32[4,16]{1,0} fusion(f32[4,8]{1,0} %x, f32[8,16]{1,0} %w, f32[4,16]{1,0} %c), kind=kLoop, calls=%fused_dot
-}"""
+PARSED = parsed_dot_fusion(4, 8, 16)
 
 
 def _fusions(module):
