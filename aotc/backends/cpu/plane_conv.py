@@ -22,6 +22,7 @@ the first block); then the epilogue on the run's pixels, which are contiguous.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -446,7 +447,8 @@ def plane_kernel(
         f"{grid_width}.{out_width}.{ldc}.{'m' if masked else 'f'}.{table}"
     )
     if len(name) > 200:
-        name = f"{name[:160]}.{hash(table) & 0xFFFFFFFF:x}"
+        # a digest, not hash(): the same model must give the same object in every process
+        name = f"{name[:160]}.{hashlib.sha256(table.encode()).hexdigest()[:16]}"
     function, b = shared_function(ctx, name, [PTR, PTR, I64, PTR, I64, I1, I64, I64])
     if b is None:
         return function
