@@ -1,4 +1,4 @@
-"""Vector math (backends/cpu/vmath.py): accuracy against numpy in float64, and vectorization.
+"""Vector math (backends/llvm/vmath.py): accuracy against numpy in float64, and vectorization.
 
 Accuracy is measured in ulps of the float32 result (the spacing of f32 numbers at the exact
 value, 2^-149 for denormals), over a strided sweep of all f32 bit patterns, dense samples of

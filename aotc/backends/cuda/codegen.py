@@ -4,7 +4,7 @@ the host object that carries the cubins, the fallback PTX and the weights.
 libdevice is linked into a module only when its kernels call `__nv_` functions; its
 definitions are internalized so that the optimizer drops the ones not called.  The host
 object defines, for model NAME (read-only data, like the CPU backend's weights patched
-into zero-filled placeholder sections after emission, see cpu/elf.py):
+into zero-filled placeholder sections after emission, see llvm/elf.py):
 
     NAME_weights            the constants, uploaded once by NAME_cuda_init
     NAME_cubin_sm_XX        one cubin per architecture
