@@ -34,11 +34,14 @@ def c_compiler() -> str:
     return cc
 
 
-def build_c(sources: list[Path], out: Path, include: list[Path], libs: list[Path]) -> Path:
-    """Compile and link a C program against model libraries, as a user would."""
+def build_c(
+    sources: list[Path], out: Path, include: list[Path], libs: list[Path], system: tuple = ()
+) -> Path:
+    """Compile and link a C program against model libraries, as a user would (`system`:
+    more system libraries, e.g. "-ldl" for a CUDA model's driver loader)."""
     cmd = [c_compiler(), "-std=c11", "-O1", "-Wall", "-Werror"]
     cmd += [str(s) for s in sources] + [f"-I{d}" for d in include]
-    cmd += [str(lib) for lib in libs] + ["-lm", "-lpthread", "-o", str(out)]
+    cmd += [str(lib) for lib in libs] + ["-lm", "-lpthread", *system, "-o", str(out)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out
 

@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from aotc_testing import build_c
 from cuda_testing import (
     REPO,
     build_driver,
@@ -212,22 +213,6 @@ def test_run_before_init_is_an_error(mnist, tmp_path):
         "    mnist_cuda_destroy(&ctx);\n    return 0;\n}\n"
     )
     program = tmp_path / "early"
-    subprocess.run(
-        [
-            c_compiler(),
-            "-std=c11",
-            "-Wall",
-            "-Werror",
-            str(source),
-            f"-I{build}",
-            str(build / "libmnist.a"),
-            "-lm",
-            "-lpthread",
-            "-ldl",
-            "-o",
-            str(program),
-        ],
-        check=True,
-    )
+    build_c([source], program, [build], [build / "libmnist.a"], system=("-ldl",))
     result = subprocess.run([str(program)], capture_output=True, text=True, timeout=60, check=False)
     assert result.stdout.startswith("-3 run: invalid model context")
