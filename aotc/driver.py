@@ -42,6 +42,7 @@ class CompileOptions:
     dump_hlo: Path | None = None
     verify: bool = False
     threads: int = 1  # default thread count of the compiled model (<= 0: all CPUs)
+    profile: bool = False  # per-kernel time and call counters in the code (aotc profile)
 
 
 @dataclass
@@ -60,6 +61,8 @@ class CompiledModel:
     seconds: float
     backend: Backend[Any]  # the one that compiled it (and writes its artifacts)
     program: Any = None  # the backend's own record of its kernels (CompiledCode.program)
+    # a profiled build's kernels, in the order of its NAME_profile_ns/_calls counters
+    profile_kernels: tuple[str, ...] = ()
 
     def write(self, out_dir: str | Path) -> artifacts.ArtifactPaths:
         """Write NAME.h, NAME.o and libNAME.a into `out_dir` (all or nothing; see
@@ -104,7 +107,7 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     module.name = name
     make_pipeline(options.opt_level, options.dump_hlo, options.verify).run(module)
     plan = assign_buffers(module)
-    code = backend.compile(module, plan, name, target, options.threads)
+    code = backend.compile(module, plan, name, target, options.threads, options.profile)
     inputs, outputs = _tensor_specs(module)
     stats = artifacts.MemoryStats(
         arena_bytes=plan.arena_bytes,
@@ -128,12 +131,20 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
         time.perf_counter() - started,
         backend,
         code.program,
+        code.profile_kernels,
     )
 
 
 def describe_targets() -> str:
     """What `aotc targets` prints: each backend's targets and the tools it found."""
     return "\n\n".join(backend.describe_targets() for backend in BACKENDS.values())
+
+
+def measure_peak_gflops(target_spec: str = "host") -> tuple[str, float]:
+    """(the target described, its measured f32 multiply-add peak of one core here)."""
+    backend = backend_for(target_spec)
+    target = backend.parse_target(target_spec)
+    return str(target), backend.peak_gflops(target)
 
 
 def _import(model, options: CompileOptions) -> tuple[Module, str]:

@@ -28,6 +28,7 @@ def write_artifacts(
     target: Target | str,
     source: str,
     cc: str | Sequence[str] | None = None,
+    profile_kernels: Sequence[str] | None = None,
 ) -> ArtifactPaths:
     """Write NAME.h, NAME.o and libNAME.a (NAME.o + the runtime built for `target`).
 
@@ -37,9 +38,10 @@ def write_artifacts(
     library and removes a stale libNAME.a; the result says how to finish.  All or
     nothing: everything is built in a temporary directory beside `out_dir` and moved in
     at the end; on failure `out_dir` is as it was (or absent again).  The same arguments
-    give byte-identical files.
+    give byte-identical files.  `profile_kernels`: the kernels of a profiled build (its
+    header declares their counters).
     """
-    header = render_header(name, inputs, outputs, stats, target, source)
+    header = render_header(name, inputs, outputs, stats, target, source, profile_kernels)
     compiler = runtime_compiler(target, cc)
     archiver = find_archiver() if compiler is not None else None
     out_dir = Path(out_dir)

@@ -72,10 +72,12 @@ def render_header(
     stats: MemoryStats,
     target: Target | str,
     source: str,
+    profile_kernels: Sequence[str] | None = None,
 ) -> str:
     """The text of NAME.h.  `source` is shown as given: pass a relative path or a file
     name if the header should not depend on where the model was compiled.  `target` is
-    a Target (recorded as NAME_TARGET_TRIPLE / NAME_TARGET_CPU) or just a description."""
+    a Target (recorded as NAME_TARGET_TRIPLE / NAME_TARGET_CPU) or just a description.
+    `profile_kernels`: a profiled build's kernels, whose counters the header declares."""
     check_model_name(name)
     inputs, outputs = unique_specs(inputs, outputs)
     tensors = [*inputs, *outputs]
@@ -100,6 +102,7 @@ def render_header(
         width=max((len(t.c_name) for t in tensors), default=0),
         type_width=max((len(t.type_text) for t in tensors), default=0),
         has_16bit_floats=any(t.dtype in (DType.F16, DType.BF16) for t in tensors),
+        profile_kernels=list(profile_kernels or ()),
     )
 
 
@@ -120,6 +123,19 @@ def cffi_cdef(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorS
     return (
         f"int {name}_run({', '.join([*params, 'void *scratch'])});\n"
         f"int {name}_run_generic(void *const *inputs, void *const *outputs, void *scratch);\n"
+    )
+
+
+def profile_cdef(name: str, kernels: int) -> str:
+    """Declarations of a profiled build's counters (backends/cpu/profile_counters.py) and
+    of NAME_set_num_threads, for cffi."""
+    check_model_name(name)
+    count = max(kernels, 1)
+    return (
+        f"extern int64_t {name}_profile_ns[{count}];\n"
+        f"extern int64_t {name}_profile_calls[{count}];\n"
+        f"void {name}_profile_reset(void);\n"
+        f"void {name}_set_num_threads(int n);\n"
     )
 
 

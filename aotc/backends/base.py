@@ -24,6 +24,8 @@ class CompiledCode:
     object_bytes: bytes  # the relocatable object of NAME.o (CUDA: the host blobs)
     kernel_count: int  # the kernels one run executes
     program: Any = None  # the backend's own record of its kernels (CUDA: a CudaProgram)
+    # a profiled build's kernels, in the order of its NAME_profile_ns/_calls counters
+    profile_kernels: tuple[str, ...] = ()
 
 
 # a backend's own target class (CpuTarget, CudaTarget)
@@ -42,10 +44,23 @@ class Backend(Protocol[T]):
         ...
 
     def compile(
-        self, module: Module, plan: BufferPlan, name: str, target: T, threads: int = 1
+        self,
+        module: Module,
+        plan: BufferPlan,
+        name: str,
+        target: T,
+        threads: int = 1,
+        profile: bool = False,
     ) -> CompiledCode:
         """The code of `module` laid out by `plan`, its symbols prefixed with `name`;
-        `threads` is the compiled model's default thread count where it has threads."""
+        `threads` is the compiled model's default thread count where it has threads;
+        `profile` asks for per-kernel time and call counters (one-line error where the
+        backend has none)."""
+        ...
+
+    def peak_gflops(self, target: T) -> float:
+        """Measured f32 multiply-add peak of one core of this machine in code for
+        `target` (GFLOP/s); one-line error where that code cannot run here."""
         ...
 
     def write_artifacts(

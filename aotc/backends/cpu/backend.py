@@ -9,7 +9,6 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ... import artifacts
 from ...artifacts import ArtifactPaths, MemoryStats, TensorSpec
@@ -20,6 +19,8 @@ from ...ir.ops import NO_CODE_OPS
 from ..base import Backend, CompiledCode
 from .codegen import emit_object
 from .contraction import contraction_kind
+from .peak import peak_gflops
+from .program import kernel_instructions
 from .target import NOTABLE_TARGETS, CpuTarget, parse_target
 
 _TABLE_HEADINGS = ("TARGET", "TRIPLE", "CPU", "VECTORS", "FMA", "RUNTIME C COMPILER", "FOR")
@@ -35,11 +36,24 @@ class CpuBackend(Backend[CpuTarget]):
         return replace(parse_target(spec), winograd=opt_level >= 2)
 
     def compile(
-        self, module: Module, plan: BufferPlan, name: str, target: CpuTarget, threads: int = 1
+        self,
+        module: Module,
+        plan: BufferPlan,
+        name: str,
+        target: CpuTarget,
+        threads: int = 1,
+        profile: bool = False,
     ) -> CompiledCode:
-        object_bytes = emit_object(module, plan, name, target, threads)
+        object_bytes = emit_object(module, plan, name, target, threads, profile)
         kernels = sum(1 for instr in plan.schedule if instr.op not in NO_CODE_OPS)
-        return CompiledCode(object_bytes, kernels)
+        if not profile:
+            return CompiledCode(object_bytes, kernels)
+        # the header documents the counters of a profiled build: its program is their names
+        names = tuple(instr.name for instr in kernel_instructions(plan))
+        return CompiledCode(object_bytes, kernels, program=names, profile_kernels=names)
+
+    def peak_gflops(self, target: CpuTarget) -> float:
+        return peak_gflops(target)
 
     def write_artifacts(
         self,
@@ -51,12 +65,13 @@ class CpuBackend(Backend[CpuTarget]):
         stats: MemoryStats,
         target: CpuTarget,
         source: str,
-        program: Any = None,
+        program: tuple[str, ...] | None = None,
     ) -> ArtifactPaths:
         """NAME.h, NAME.o and libNAME.a; without a C compiler for the target, the runtime
-        sources instead of the library (see artifacts.write_artifacts)."""
+        sources instead of the library (see artifacts.write_artifacts).  `program` is a
+        profiled build's kernel names (None otherwise)."""
         return artifacts.write_artifacts(
-            out_dir, name, inputs, outputs, object_bytes, stats, target, source
+            out_dir, name, inputs, outputs, object_bytes, stats, target, source, profile_kernels=program
         )
 
     def kernel_forms(self, target: CpuTarget, plan: BufferPlan) -> dict[str, str]:

@@ -17,11 +17,16 @@ from .target import CpuTarget, target_machine
 
 
 def optimized_module(
-    module: Module, plan: BufferPlan, name: str, target: CpuTarget, threads: int = 1
+    module: Module,
+    plan: BufferPlan,
+    name: str,
+    target: CpuTarget,
+    threads: int = 1,
+    profile: bool = False,
 ):
     """Build, verify and -O3 optimize the LLVM module; returns (module, target machine)."""
     machine = target_machine(target)
-    llmod = build_module(module, plan, name, target, threads)
+    llmod = build_module(module, plan, name, target, threads, profile)
     llmod.triple = target.triple
     llmod.data_layout = str(machine.target_data)
     parsed = llvm.parse_assembly(str(llmod))
@@ -33,11 +38,17 @@ def optimized_module(
 
 
 def emit_object(
-    module: Module, plan: BufferPlan, name: str, target: CpuTarget, threads: int = 1
+    module: Module,
+    plan: BufferPlan,
+    name: str,
+    target: CpuTarget,
+    threads: int = 1,
+    profile: bool = False,
 ) -> bytes:
-    """An ELF relocatable object defining NAME_run, NAME_run_generic, NAME_weights, ..."""
+    """An ELF relocatable object defining NAME_run, NAME_run_generic, NAME_weights, ...
+    (and with `profile`, the kernel counters of profile_counters.py)."""
     final = prepack(target, plan)
-    parsed, machine = optimized_module(module, final, name, target, threads)
+    parsed, machine = optimized_module(module, final, name, target, threads, profile)
     plan.workspace_bytes, plan.object_weight_bytes = final.workspace_bytes, len(final.weights)
     obj = machine.emit_object(parsed)
     weights = final.weights or b"\0"  # the placeholder is never empty

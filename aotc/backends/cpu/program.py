@@ -46,6 +46,7 @@ from .contraction import emit_contraction, workspace_bytes
 from .control import CONTROL_KERNELS
 from .parallel import parallel_loop_nest
 from .pooling import emit_pooling
+from .profile_counters import counted_calls, plain_call
 from .prepack import DROPPED
 from .rows import emit_row_fusion
 from .target import CpuTarget, parse_target
@@ -56,9 +57,15 @@ KERNEL_ARGS = ("inputs", "outputs", "arena")
 
 
 def build_module(
-    module: Module, plan: BufferPlan, name: str, target: CpuTarget | None = None, threads: int = 1
+    module: Module,
+    plan: BufferPlan,
+    name: str,
+    target: CpuTarget | None = None,
+    threads: int = 1,
+    profile: bool = False,
 ) -> ir.Module:
-    """The unoptimized LLVM module for `module` laid out by `plan`."""
+    """The unoptimized LLVM module for `module` laid out by `plan`; with `profile`, the
+    entry function times its kernels into counters (profile_counters.py)."""
     check_c_identifier(name, "model name")
     llmod = ir.Module(name=name)
     weights = _global_bytes(llmod, f"{name}_weights", max(len(plan.weights), 1))
@@ -71,8 +78,11 @@ def build_module(
     kernels = emit_computation(ctx, weights, plan)
     impl = _function(llmod, f"{name}_impl", VOID, KERNEL_ARGS, internal=True)
     b = ir.IRBuilder(impl.append_basic_block("entry"))
-    for kernel in kernels:
-        b.call(kernel, impl.args)
+    call = plain_call
+    if profile:
+        call = counted_calls(llmod, name, [k.name.removeprefix(f"{name}.") for k in kernels])
+    for k, kernel in enumerate(kernels):
+        call(b, k, kernel, impl.args)
     _bind_buffers(ctx, b, impl, weights)
     for source, destination in plan.output_copies:
         b.call(
@@ -112,13 +122,14 @@ def emit_computation(
     conditional runs is emitted once per instruction running it, each with its plan.
     """
     outer, ctx.plan = ctx.plan, plan
-    kernels = [
-        _emit_kernel(ctx, weights, instr, scope)
-        for instr in plan.schedule
-        if plan.needs_code(instr)
-    ]
+    kernels = [_emit_kernel(ctx, weights, instr, scope) for instr in kernel_instructions(plan)]
     ctx.plan = outer
     return kernels
+
+
+def kernel_instructions(plan: BufferPlan) -> list[Instruction]:
+    """The instructions of `plan`'s schedule that get a kernel, in run order."""
+    return [instr for instr in plan.schedule if plan.needs_code(instr)]
 
 
 def _emit_control(ctx: EmitContext, weights, instr: Instruction, scope: str) -> ir.Function:

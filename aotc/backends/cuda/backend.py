@@ -28,10 +28,21 @@ class CudaBackend(Backend[CudaTarget]):
         return parse_cuda_target(spec)  # no kernel depends on the optimization level
 
     def compile(
-        self, module: Module, plan: BufferPlan, name: str, target: CudaTarget, threads: int = 1
+        self,
+        module: Module,
+        plan: BufferPlan,
+        name: str,
+        target: CudaTarget,
+        threads: int = 1,
+        profile: bool = False,
     ) -> CompiledCode:
+        if profile:
+            raise AotcError("profiling times CPU kernels; CUDA code has no counters")
         program = compile_cuda(module, plan, name, target)
         return CompiledCode(program.host_object, len(program.launches), program)
+
+    def peak_gflops(self, target: CudaTarget) -> float:
+        raise AotcError(f"cannot measure the peak of {target}: its code runs on a GPU")
 
     def write_artifacts(
         self,
