@@ -6,6 +6,7 @@ Usage:
     compiled = aotc.compile("model.onnx", input_shapes={"input": (1, 3, 224, 224)})
     compiled.write("build")          # build/model.h, model.o, libmodel.a
     outputs = compiled.load()(x)     # run it from Python (cffi)
+    kernels = aotc.profile("model.onnx")  # its kernels, slowest first (aotc profile)
 """
 
 from __future__ import annotations
@@ -21,3 +22,19 @@ def compile(model, *, name=None, input_shapes=None, target="host", opt_level=2):
         name=name, input_shapes=dict(input_shapes or {}), target=target, opt_level=opt_level
     )
     return compile_model(model, options)
+
+
+def profile(model, *, input_shapes=None, target="host", opt_level=2, threads=1, runs=10):
+    """Run an instrumented build of the model here on random inputs; its kernels, slowest
+    first, each with its time, calls, bytes, FLOPs and share of this machine's bound
+    (`aotc.profiling.KernelProfile`; `profiling.profile_model` gives the whole profile)."""
+    from .driver import CompileOptions
+    from .profiling import profile_model
+
+    options = CompileOptions(
+        input_shapes=dict(input_shapes or {}),
+        target=target,
+        opt_level=opt_level,
+        threads=threads,
+    )
+    return profile_model(model, options, runs).kernels

@@ -100,6 +100,11 @@ def _build_parser() -> argparse.ArgumentParser:
         help="threads the model uses unless NAME_set_num_threads or $AOTC_NUM_THREADS say "
         "otherwise (default 1; 0: all CPUs)",
     )
+    compile_cmd.add_argument(
+        "--profile",
+        action="store_true",
+        help="time every kernel into counters the header declares (NAME_profile_ns...)",
+    )
     compile_cmd.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
 
     inspect_cmd = commands.add_parser(
@@ -120,10 +125,42 @@ def _build_parser() -> argparse.ArgumentParser:
         help="also draw the memory plan as an SVG picture",
     )
 
+    profile_cmd = commands.add_parser(
+        "profile", help="run the model and print the time, bytes and FLOPs of every kernel"
+    )
+    profile_cmd.add_argument("model", help="model file: .onnx, or XLA HLO text")
+    profile_cmd.add_argument("--input", action="append", default=[], metavar="NAME=DIMS")
+    profile_cmd.add_argument("--const", action="append", default=[], metavar="NAME=VALUES")
+    profile_cmd.add_argument("--target", default="host", help="a target this machine runs")
+    profile_cmd.add_argument(
+        "-O", dest="opt_level", type=int, default=2, choices=range(4), metavar="{0..3}"
+    )
+    profile_cmd.add_argument(
+        "--threads", type=int, default=1, metavar="N", help="threads (default 1; 0: all CPUs)"
+    )
+    profile_cmd.add_argument(
+        "--runs", type=_positive, default=10, metavar="N", help="timed runs (default 10)"
+    )
+    profile_cmd.add_argument(
+        "--top", type=_positive, metavar="N", help="print the N slowest kernels only"
+    )
+    profile_cmd.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="measure this machine's bandwidth and peak again (else cached)",
+    )
+
     commands.add_parser(
         "targets", help="list the supported targets, what each implies, and the C compilers found"
     )
     return parser
+
+
+def _positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, not '{text}'")
+    return int(text)
 
 
 def _options(args):
@@ -132,7 +169,7 @@ def _options(args):
     shapes = dict(parse_shape(spec) for spec in args.input)
     values = dict(parse_values(spec) for spec in args.const)
     return CompileOptions(
-        name=args.name,
+        name=getattr(args, "name", None),
         input_shapes=shapes,
         input_values=values,
         target=args.target,
@@ -140,6 +177,7 @@ def _options(args):
         verify=getattr(args, "verify", False),
         dump_hlo=getattr(args, "dump_hlo", None),
         threads=getattr(args, "threads", 1),
+        profile=getattr(args, "profile", False),
     )
 
 
@@ -186,6 +224,16 @@ def _inspect(args) -> None:
             raise AotcError(f"cannot write {args.memory_plan}: {e.strerror or e}") from None
 
 
+def _profile(args) -> None:
+    """`aotc profile`: an instrumented build run here, its kernels by time."""
+    from . import profiling
+
+    profile = profiling.profile_model(
+        args.model, _options(args), args.runs, remeasure=args.remeasure
+    )
+    print(profiling.profile_table(profile, args.top))
+
+
 def summary(compiled, paths, seconds: float) -> str:
     """The few lines a user wants after a compile."""
     s = compiled.stats
@@ -220,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             _compile(args)
         elif args.command == "inspect":
             _inspect(args)
+        elif args.command == "profile":
+            _profile(args)
         elif args.command == "targets":
             _targets()
     except AotcError as error:

@@ -140,11 +140,15 @@ def describe_targets() -> str:
     return "\n\n".join(backend.describe_targets() for backend in BACKENDS.values())
 
 
-def measure_peak_gflops(target_spec: str = "host") -> tuple[str, float]:
-    """(the target described, its measured f32 multiply-add peak of one core here)."""
+def describe_target(target_spec: str = "host") -> str:
+    """The target a `--target` spec names, in words (its triple and CPU)."""
+    return str(backend_for(target_spec).parse_target(target_spec))
+
+
+def measure_peak_gflops(target_spec: str = "host") -> float:
+    """The f32 multiply-add peak of one core of this machine in code for the target (GFLOP/s)."""
     backend = backend_for(target_spec)
-    target = backend.parse_target(target_spec)
-    return str(target), backend.peak_gflops(target)
+    return backend.peak_gflops(backend.parse_target(target_spec))
 
 
 def _import(model, options: CompileOptions) -> tuple[Module, str]:

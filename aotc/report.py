@@ -26,23 +26,21 @@ class KernelInfo:
 
 def kernels(plan: BufferPlan) -> list[KernelInfo]:
     """One row per scheduled instruction that emits code, in execution order."""
-    rows = []
-    for instr in plan.schedule:
-        if instr.op in NO_CODE_OPS:
-            continue
-        body = instr.called[0].instructions if instr.op is Op.FUSION else [instr]
-        computed = [i for i in body if i.op not in (Op.PARAMETER, Op.CONSTANT)]
-        operands = {id(o): o for o in instr.operands}.values()
-        rows.append(
-            KernelInfo(
-                instr.name,
-                tuple(i.op.text for i in computed),
-                sum(o.shape.nbytes for o in operands),
-                instr.shape.nbytes,
-                sum(flops(i) for i in computed),
-            )
-        )
-    return rows
+    return [kernel_info(instr) for instr in plan.schedule if instr.op not in NO_CODE_OPS]
+
+
+def kernel_info(instr: Instruction) -> KernelInfo:
+    """The row of the kernel computing `instr` (a fusion: its fused computation)."""
+    body = instr.called[0].instructions if instr.op is Op.FUSION else [instr]
+    computed = [i for i in body if i.op not in (Op.PARAMETER, Op.CONSTANT)]
+    operands = {id(o): o for o in instr.operands}.values()
+    return KernelInfo(
+        instr.name,
+        tuple(i.op.text for i in computed),
+        sum(o.shape.nbytes for o in operands),
+        instr.shape.nbytes,
+        sum(flops(i) for i in computed),
+    )
 
 
 def flops(instr: Instruction) -> int:

@@ -1,13 +1,15 @@
 """Calling compiled code from Python: link a shared object, load it with cffi.
 
-Used by `aotc.backend` and the tests.  Arrays are converted to the bytes the
-C API expects (bf16 as uint16 bit patterns) and back.
+Used by `aotc.backend`, `aotc profile` and the tests.  Arrays are converted to the
+bytes the C API expects (bf16 as uint16 bit patterns) and back.  A profiled build's
+counters are read as numpy arrays.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import cffi
@@ -25,8 +27,11 @@ class LoadedModel:
         self.name = compiled.name
         self.inputs = compiled.inputs
         self.outputs = compiled.outputs
+        self.profile_kernels: tuple[str, ...] = compiled.profile_kernels
         self._ffi = cffi.FFI()
         self._ffi.cdef(artifacts.cffi_cdef(compiled.name, compiled.inputs, compiled.outputs))
+        if self.profile_kernels:
+            self._ffi.cdef(artifacts.profile_cdef(compiled.name, len(self.profile_kernels)))
         with tempfile.TemporaryDirectory(prefix="aotc-load-") as tmp:
             obj = Path(tmp) / f"{compiled.name}.o"
             obj.write_bytes(compiled.object_bytes)
@@ -44,6 +49,39 @@ class LoadedModel:
 
     def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Run once; inputs by position or by name, outputs as a list in order."""
+        call, raw_outputs = self._bound_call(inputs)
+        call()
+        return [from_storage(raw, spec.dtype) for spec, raw in zip(self.outputs, raw_outputs)]
+
+    def repeater(
+        self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]
+    ) -> Callable[[], None]:
+        """A call that runs the model on `inputs` again and again, converted once (for
+        timing: each call costs the model's run and cffi's call only)."""
+        return self._bound_call(inputs)[0]
+
+    def set_num_threads(self, threads: int) -> None:
+        """NAME_set_num_threads (a profiled build's cffi declarations have it)."""
+        getattr(self._lib, f"{self.name}_set_num_threads")(threads)
+
+    def reset_profile(self) -> None:
+        """Zero a profiled build's counters."""
+        getattr(self._lib, f"{self.name}_profile_reset")()
+
+    def profile_counters(self) -> tuple[np.ndarray, np.ndarray]:
+        """(nanoseconds, calls) of each kernel of `profile_kernels` so far (copies)."""
+        if not self.profile_kernels:
+            raise AotcError(f"{self.name} was compiled without profile counters")
+        return self._counter("profile_ns"), self._counter("profile_calls")
+
+    def _counter(self, suffix: str) -> np.ndarray:
+        address = self._ffi.addressof(self._lib, f"{self.name}_{suffix}")
+        values = np.frombuffer(self._ffi.buffer(address), np.int64)
+        return values[: len(self.profile_kernels)].copy()
+
+    def _bound_call(self, inputs) -> tuple[_BoundRun, list[np.ndarray]]:
+        """A call of NAME_run_generic on `inputs` (checked, converted once) and the
+        arrays its outputs are written to."""
         if isinstance(inputs, Mapping):
             missing = [t.name for t in self.inputs if t.name not in inputs]
             if missing:
@@ -56,10 +94,8 @@ class LoadedModel:
         ffi = self._ffi
         in_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in raw_inputs] or [ffi.NULL])
         out_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in raw_outputs] or [ffi.NULL])
-        status = self._run(in_ptrs, out_ptrs, ffi.from_buffer(self._scratch))
-        if status != 0:
-            raise AotcError(f"{self.name}_run returned {status}")
-        return [from_storage(raw, spec.dtype) for spec, raw in zip(self.outputs, raw_outputs)]
+        arguments = (in_ptrs, out_ptrs, ffi.from_buffer(self._scratch))
+        return _BoundRun(self.name, self._run, arguments, [*raw_inputs, *raw_outputs]), raw_outputs
 
     @staticmethod
     def _to_raw(spec, value) -> np.ndarray:
@@ -69,3 +105,18 @@ class LoadedModel:
         raw = to_storage(array, spec.dtype)
         # keep a 1-element buffer for empty tensors so the pointer is valid
         return np.ascontiguousarray(raw) if raw.size else np.zeros(1, spec.dtype.storage)
+
+
+@dataclass(frozen=True)
+class _BoundRun:
+    """NAME_run_generic with its arguments made once; calling it runs the model."""
+
+    name: str
+    run: Callable[..., int]
+    arguments: tuple  # the input and output pointer tables, the scratch pointer
+    arrays: list[np.ndarray]  # what the pointers point into: kept alive with them
+
+    def __call__(self) -> None:
+        status = self.run(*self.arguments)
+        if status != 0:
+            raise AotcError(f"{self.name}_run returned {status}")

@@ -77,6 +77,22 @@ def test_bad_flag(tmp_path):
     assert_one_line_error(result, "--frobnicate")
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("nope.onnx",), ("nope.onnx",)),
+        ((MNIST, "--frobnicate"), ("--frobnicate",)),
+        ((MNIST, "--runs", "0"), ("--runs",)),
+        ((MNIST, "--input", "input=1xfoo"), ("input",)),
+        ((MNIST, "--target", "cuda:sm_80"), ("CUDA",)),
+    ],
+)
+def test_profile_bad_input(args, words, tmp_path):
+    """`aotc profile` fails as the other commands do, before running anything."""
+    args = [tmp_path / a if a == "nope.onnx" else a for a in args]
+    assert_one_line_error(run_cli("profile", *args), *words)
+
+
 def test_bad_name(tmp_path):
     result = run_cli("compile", MNIST, "-o", tmp_path / "out", "--name", "9lives")
     assert_one_line_error(result, "9lives")
