@@ -46,21 +46,29 @@ def _row(kernel: KernelProfile) -> str:
 
 
 def _totals(profile: Profile) -> list[str]:
+    """The kernels against the run end to end, and the roof they are measured against."""
     kernels_ns, run_ns = profile.kernel_ns, profile.run_ns
     flops = sum(k.cost.flops * k.calls for k in profile.kernels) / profile.runs
     moved = sum(k.cost.bytes_moved * k.calls for k in profile.kernels) / profile.runs
     roofline_ns = sum(k.bound_share * k.total_ns for k in profile.kernels) / profile.runs
-    bound = profile.bound
-    return [
+    roof = profile.bound
+    kernels = (
         f"total: {len(profile.kernels)} kernels {_ms(kernels_ns)} ms per run = "
-        f"{100 * kernels_ns / max(run_ns, 1):.1f}% of {_ms(run_ns)} ms measured end to end; "
-        f"{moved / 1e6:.2f} MB, {flops / 1e6:.1f} MFLOP, {flops / max(kernels_ns, 1):.1f} "
-        f"GFLOP/s; roofline {_ms(roofline_ns)} ms",
-        f"bound: {bound.bandwidth_gbs:.1f} GB/s (one thread streaming), "
-        f"{bound.peak_gflops:.1f} GFLOP/s per core x {profile.threads} (f32 FMA); "
-        "% bound = roofline time / measured time (over 100: data from caches, or fewer "
-        "operations than counted, as Winograd computes)",
-    ]
+        f"{100 * kernels_ns / max(run_ns, 1):.1f}% of {_ms(run_ns)} ms measured end to end"
+    )
+    work = (
+        f"  {moved / 1e6:.2f} MB, {flops / 1e6:.1f} MFLOP per run, "
+        f"{flops / max(kernels_ns, 1):.1f} GFLOP/s; the kernels' roofline {_ms(roofline_ns)} ms"
+    )
+    bound = (
+        f"bound: {roof.bandwidth_gbs:.1f} GB/s (one thread streaming), "
+        f"{roof.peak_gflops:.1f} GFLOP/s per core x {profile.threads} (f32 FMA)"
+    )
+    legend = (
+        "  % bound = roofline time / measured time; over 100: data from caches, or fewer "
+        "operations than counted (Winograd)"
+    )
+    return [kernels, work, bound, legend]
 
 
 def _ms(ns: float) -> str:

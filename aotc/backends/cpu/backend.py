@@ -71,7 +71,15 @@ class CpuBackend(Backend[CpuTarget]):
         sources instead of the library (see artifacts.write_artifacts).  `program` is a
         profiled build's kernel names (None otherwise)."""
         return artifacts.write_artifacts(
-            out_dir, name, inputs, outputs, object_bytes, stats, target, source, profile_kernels=program
+            out_dir,
+            name,
+            inputs,
+            outputs,
+            object_bytes,
+            stats,
+            target,
+            source,
+            profile_kernels=program,
         )
 
     def kernel_forms(self, target: CpuTarget, plan: BufferPlan) -> dict[str, str]:

@@ -62,9 +62,7 @@ def _chains_module(target: CpuTarget, lanes: int, chains: int) -> ir.Module:
     module = ir.Module(name="peak")
     module.triple = target.triple
     vector = ir.VectorType(F32, lanes)
-    fma = ir.Function(
-        module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{lanes}f32"
-    )
+    fma = ir.Function(module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{lanes}f32")
     function = ir.Function(module, ir.FunctionType(F32, [I64, F32, F32]), "chains")
     n, x, y = function.args
     entry, loop, done = (function.append_basic_block(b) for b in ("entry", "loop", "done"))

@@ -75,7 +75,8 @@ def _emit_clock(llmod: ir.Module, name: str) -> ir.Function:
     spec = b.alloca(TIMESPEC)
     b.call(clock_gettime, [i32(CLOCK_MONOTONIC), spec])
     seconds, nanoseconds = (
-        b.load(b.gep(spec, [i32(0), i32(field)], source_etype=TIMESPEC), typ=I64) for field in (0, 1)
+        b.load(b.gep(spec, [i32(0), i32(field)], source_etype=TIMESPEC), typ=I64)
+        for field in (0, 1)
     )
     b.ret(b.add(b.mul(seconds, i64(1_000_000_000)), nanoseconds))
     return now

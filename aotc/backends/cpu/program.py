@@ -46,8 +46,8 @@ from .contraction import emit_contraction, workspace_bytes
 from .control import CONTROL_KERNELS
 from .parallel import parallel_loop_nest
 from .pooling import emit_pooling
-from .profile_counters import counted_calls, plain_call
 from .prepack import DROPPED
+from .profile_counters import KernelCall, counted_calls, plain_call
 from .rows import emit_row_fusion
 from .target import CpuTarget, parse_target
 from .transpose import emit_transpose
@@ -78,7 +78,7 @@ def build_module(
     kernels = emit_computation(ctx, weights, plan)
     impl = _function(llmod, f"{name}_impl", VOID, KERNEL_ARGS, internal=True)
     b = ir.IRBuilder(impl.append_basic_block("entry"))
-    call = plain_call
+    call: KernelCall = plain_call
     if profile:
         call = counted_calls(llmod, name, [k.name.removeprefix(f"{name}.") for k in kernels])
     for k, kernel in enumerate(kernels):
