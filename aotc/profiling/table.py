@@ -9,7 +9,7 @@ NAME_WIDTH = 28
 # (heading, width, the cell of a kernel): the numeric columns, right-aligned
 COLUMNS = (
     ("calls", 6, lambda k: f"{k.calls:,}"),
-    ("total ms", 9, lambda k: f"{k.total_ns / 1e6:.3f}"),
+    ("total ms", 9, lambda k: _ms(k.total_ns)),
     ("% run", 6, lambda k: f"{100 * k.share:.1f}"),
     ("MB", 8, lambda k: f"{k.cost.bytes_moved / 1e6:.2f}"),
     ("MFLOP", 9, lambda k: f"{k.cost.flops / 1e6:.1f}"),
