@@ -1,17 +1,17 @@
 """What a compiled model consists of: kernels with their cost, for `aotc inspect`.
 
 Costs are estimates from shapes: bytes read (each distinct operand once) and
-written, and floating-point operations (2 per multiply-add in dot and
-convolution, one per element and op elsewhere).
+written, and floating-point operations as aotc/ir/cost.py counts them (a fused
+kernel's members as often as it evaluates them).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from .buffers import BufferPlan
-from .ir import Instruction, Op, Shape
+from .ir import Instruction, Op
+from .ir.cost import kernel_flops
 from .ir.ops import NO_CODE_OPS
 
 
@@ -39,30 +39,8 @@ def kernel_info(instr: Instruction) -> KernelInfo:
         tuple(i.op.text for i in computed),
         sum(o.shape.nbytes for o in operands),
         instr.shape.nbytes,
-        sum(flops(i) for i in computed),
+        kernel_flops(instr),
     )
-
-
-def flops(instr: Instruction) -> int:
-    """Floating-point operations of one instruction (0 for data movement)."""
-    shape = instr.shape
-    if not isinstance(shape, Shape) or not shape.dtype.is_float:
-        return 0
-    if instr.op is Op.DOT:
-        lhs = instr.operands[0].shape
-        k = math.prod(lhs.dims[d] for d in instr.dot.lhs_contracting)
-        return 2 * shape.size * k
-    if instr.op is Op.CONVOLUTION:
-        kernel = instr.operands[1].shape
-        per_output = kernel.size // kernel.dims[instr.conv.kernel_output_feature]
-        return 2 * shape.size * per_output
-    if instr.op is Op.REDUCE:
-        return instr.operands[0].array_shape.size
-    if instr.op is Op.REDUCE_WINDOW:
-        return shape.size * math.prod(instr.window.size)
-    if instr.op.is_elementwise and instr.op not in (Op.CONVERT, Op.SELECT):
-        return shape.size
-    return 0
 
 
 def kernel_table(rows: list[KernelInfo], how: dict[str, str] | None = None) -> str:

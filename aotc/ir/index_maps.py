@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .module import Computation, Instruction
 from .ops import Op, Trait
-from .types import Shape
+from .types import DType, Shape
 
 IndexMap = tuple[int | None, ...]
 
@@ -182,3 +182,77 @@ def row_values(instr: Instruction) -> tuple[int, list[Instruction]]:
         if i is not fused.root and id(i) in maps and row_rank(i, maps[id(i)], root_dims) == rank
     ]
     return rank, hoisted
+
+
+# element types a row kernel can keep a value in its output buffer without rounding it
+CACHEABLE_DTYPES = frozenset({DType.F32, DType.F64})
+
+
+def cached_row_value(instr: Instruction, rank: int, hoisted: list[Instruction]):
+    """The value a row fusion computes while reducing a row and keeps in its output
+    buffer, so that the output loop loads it instead of computing it again (softmax's
+    exponentials: computed for the sum, then divided by it), or None.
+
+    It is a member the output loop reads at its own index and a hoisted reduction over
+    exactly the row's inner dims reads at the same index, both through elementwise ops
+    of the output's dims only, of the output's element type; the latest such member in
+    computation order (it covers what it is computed from).  `instr`'s kernel must
+    then not share its output buffer with an operand."""
+    fused = instr.called[0]
+    shape = instr.shape
+    if not isinstance(shape, Shape) or shape.dtype not in CACHEABLE_DTYPES:
+        return None
+    dims, root_rank = shape.dims, len(shape.dims)
+    # an operand read only at the output's index may share the output's buffer
+    # (buffers/inplace.py): storing into it early would clobber what is still to be read
+    if any(
+        instr.operands[p.index].op is not Op.CONSTANT  # weights are never overwritten
+        and dims_of(p) == dims
+        and read_elementwise_only(fused, p, dims)
+        for p in fused.parameters
+    ):
+        return None
+    full_rows = [
+        r
+        for r in hoisted
+        if r.op is Op.REDUCE
+        and len(r.operands) == 2
+        and _covers_row(set(r.dimensions), dims, rank)
+        and dims_of(r.operands[0]) == dims
+    ]
+    in_rows = _same_index_members([r.operands[0] for r in full_rows], dims, hoisted)
+    in_output = _same_index_members([fused.root], dims, hoisted)
+    candidates = [
+        i
+        for i in fused.instructions
+        if id(i) in in_rows
+        and id(i) in in_output
+        and i is not fused.root
+        and i.op not in (Op.PARAMETER, Op.CONSTANT)
+        and i.shape == shape
+    ]
+    return candidates[-1] if candidates else None
+
+
+def _covers_row(reduced: set[int], dims: tuple[int, ...], rank: int) -> bool:
+    """Whether reducing `reduced` of `dims` visits every element of a row of `rank`."""
+    inner = set(range(rank, len(dims)))
+    return reduced <= inner and all(dims[d] == 1 for d in inner - reduced)
+
+
+def _same_index_members(starts: list[Instruction], dims, hoisted) -> set[int]:
+    """Ids of the members reached from `starts` through elementwise ops of `dims` (each
+    read at the starts' own index), hoisted values excluded."""
+    skip = {id(h) for h in hoisted}
+    found: set[int] = set()
+    work = [s for s in starts if dims_of(s) == dims]
+    while work:
+        instr = work.pop()
+        if id(instr) in found or id(instr) in skip:
+            continue
+        found.add(id(instr))
+        if instr.op.is_elementwise:
+            work += [
+                o for o in instr.operands if isinstance(o.shape, Shape) and o.shape.dims == dims
+            ]
+    return found

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 
 from ..ir import Computation, ComputationBuilder, FusionKind, Instruction, Module, Op, Shape
+from ..ir.cost import evaluations_for, flops, weighted_operations
 from ..ir.fusion_kinds import CONTRACTION_OPS, fusion_kind
 from ..ir.index_maps import (
     IndexMap,
@@ -75,6 +77,10 @@ CHEAP_OPS = FREE_OPS | frozenset(
 
 # consumers that read an operand element several times per output element pass
 REUSING_OPS = frozenset({Op.BROADCAST, Op.DOT, Op.CONVOLUTION, Op.REDUCE_WINDOW, Op.GATHER})
+
+# computed by a kernel form of their own (pooling.py) with elementwise epilogues only: in
+# another loop (a concatenate's) the element rules would compute each window tap by tap
+KERNEL_FORM_OPS = frozenset({Op.REDUCE_WINDOW})
 
 # ops a fused loop can compute element by element (leaves and tuples never fuse)
 FUSIBLE_OPS = frozenset(
@@ -130,6 +136,21 @@ class _Group:
         self.places: dict[int, frozenset[int]] = {id(root): frozenset({id(root)})}
         self.row_values: set[int] = set()
         self.contraction: Instruction | None = None  # the dot or convolution it fuses
+        # elements of each member one run of the kernel computes (aotc/ir/cost.py)
+        self.evaluations: dict[int, float] = {id(root): float(_elements(root))}
+
+    def evaluations_of(self, producer: Instruction, users: list[Instruction], rows) -> float:
+        """How many elements of `producer` the kernel would compute: once per row for a
+        row value (`rows`), else as often as its users in the group read it."""
+        if rows is not None:
+            return float(rows)
+        readers = [
+            (u, self.evaluations[id(u)]) for u in dict.fromkeys(users) if id(u) in self.members
+        ]
+        return evaluations_for(producer, readers, row_output=self.root.shape)
+
+    def rows(self, rank: int) -> int:
+        return math.prod(self.root_dims[:rank])
 
     def places_of(self, producer: Instruction, users: list[Instruction]) -> frozenset[int]:
         found: set[int] = set()
@@ -154,6 +175,53 @@ class _Group:
         """Whether `producer` can be computed once per row of this group's kernel."""
         rank = row_rank(producer, maps, self.root_dims)
         return rank is not None and self.row_rank in (None, rank)
+
+
+# what storing a value and loading it back costs per byte, in arithmetic instructions:
+# what fusing a producer saves, against what recomputing it in the consumer costs
+BYTE_COST = 2.0
+
+
+# what fusion may add to a computation's arithmetic in all, as a share of it unfused:
+# recomputing cheap values saves their stores and loads, but must not multiply the work
+RECOMPUTE_BUDGET = 0.05
+
+
+class _Budget:
+    """The floating-point work fusion may still add to one computation."""
+
+    def __init__(self, computation: Computation):
+        self.left = RECOMPUTE_BUDGET * sum(flops(i) for i in computation.instructions)
+
+    def take(self, producer: Instruction, evaluations: float, duplicate: bool) -> bool:
+        """Whether fusing `producer` to be computed `evaluations` times pays, taking what
+        it recomputes from the budget: computing it inside the kernel must cost less than
+        computing each element once in its own kernel, storing it and loading it back
+        (`duplicate`: another kernel computes it anyway, so fusing saves only the load)."""
+        elements = max(_elements(producer), 1)
+        repeated = max(evaluations - (0 if duplicate else elements), 0.0)
+        extra = repeated * weighted_operations(producer) / elements
+        saved = elements * _element_bytes(producer) * (1 if duplicate else 2) * BYTE_COST
+        added = repeated * flops(producer) / elements
+        if extra > saved or added > self.left:
+            return False
+        self.left -= added
+        return True
+
+
+def _elements(instr: Instruction) -> int:
+    shape = instr.shape
+    if isinstance(shape, Shape):
+        return shape.size
+    first = shape.elements[0] if shape.elements else None  # a variadic reduce
+    return first.size if isinstance(first, Shape) else 0
+
+
+def _element_bytes(instr: Instruction) -> int:
+    shape = instr.shape
+    if isinstance(shape, Shape):
+        return shape.nbytes // max(shape.size, 1)
+    return sum(e.nbytes // max(e.size, 1) for e in shape.elements if isinstance(e, Shape))
 
 
 def _recomputable(producer: Instruction, places: int) -> bool:
@@ -203,6 +271,17 @@ class _Ancestry:
         return self.reduce_above[id(instr)]
 
 
+def _read_as_epilogue(computation, producer, maps, users, group: _Group) -> bool:
+    """Whether the group reads `producer` at its root's own index through elementwise ops
+    only: what a kernel form computing `producer` can apply per output element."""
+    root_rank = len(group.root_dims)
+    return (
+        maps == {identity(root_rank)}
+        and dims_of(producer) == group.root_dims
+        and read_elementwise_only(computation, producer, dims_of(producer), users, group.members)
+    )
+
+
 def _moves_image_rows(producer: Instruction, users, group: _Group) -> bool:
     """A transpose that moves its last dim, read by a convolution of the group: stored
     instead, so that the convolution packs its columns from contiguous rows rather than
@@ -223,6 +302,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
     copies: dict[int, list[_Group]] = {}  # id -> groups that compute a copy of it
     groups: list[_Group] = []
     ancestry = _Ancestry(computation)
+    budget = _Budget(computation)
     for instr in reversed(computation.instructions):
         if id(instr) in grouped or not _is_fusible(instr):
             continue
@@ -261,6 +341,10 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 )
             ):
                 continue
+            if producer.op in KERNEL_FORM_OPS and not _read_as_epilogue(
+                computation, producer, maps, users, group
+            ):
+                continue
             if _moves_image_rows(producer, users[id(producer)], group):
                 continue
             # a contraction's epilogue read through a concatenate, pad...: better left to
@@ -289,9 +373,14 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 continue
             if id(producer) in grouped and producer.op not in CHEAP_OPS:
                 continue
+            rows = group.rows(row_rank(producer, maps, group.root_dims)) if row_value else None
+            evaluations = group.evaluations_of(producer, users[id(producer)], rows)
+            if not budget.take(producer, evaluations, duplicate):
+                continue
             group.members[id(producer)] = producer
             group.maps[id(producer)] = maps
             group.places[id(producer)] = places
+            group.evaluations[id(producer)] = evaluations
             if row_value:
                 group.row_rank = row_rank(producer, maps, group.root_dims)
                 group.row_values.add(id(producer))

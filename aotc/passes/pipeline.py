@@ -59,6 +59,7 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
     from .fusion import Fusion
     from .inline import CallInlining
     from .scalefold import ScaleFolding
+    from .separable_windows import SeparableWindows
     from .transpose_fold import TransposeFolding
 
     passes: list[Pass] = [CallInlining()]  # backends take no `call`
@@ -68,7 +69,7 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
         # are canonical first, so that their weights' transposes fold
         passes += [ConvLayoutAssignment(), DeadCodeElimination(), ConstantFolding()]
         passes += [ScaleFolding(), ConstantFolding()]
-        passes += [AlgebraicSimplifier(), TransposeFolding()]
+        passes += [AlgebraicSimplifier(), TransposeFolding(), SeparableWindows()]
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
     if opt_level >= 2:
         passes += [Fusion(), DeadCodeElimination()]

@@ -2,8 +2,10 @@
 it moves and the floating-point operations it computes, in the counters' order.
 
 Bytes are those of its distinct operands read and its results written (what a kernel
-that reads and writes each once moves; `aotc inspect`'s count); a while or
-conditional counts its operands and results only, not its computations' kernels.
+that reads and writes each once moves; `aotc inspect`'s count); FLOPs are
+`aotc.ir.cost.kernel_flops` (a fusion's members as often as its kernel evaluates them).
+A while or conditional counts its operands and results only, not its computations'
+kernels.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from dataclasses import dataclass
 
 from .. import report
 from ..driver import CompiledModel
-from ..ir import Instruction
 
 
 @dataclass(frozen=True)
@@ -38,21 +39,14 @@ def kernel_costs(compiled: CompiledModel) -> list[KernelCost]:
     forms = compiled.kernel_forms()
     costs = []
     for name in compiled.profile_kernels:
-        info = report.kernel_info(instructions[name])
+        info = report.kernel_info(instructions[name])  # FLOPs: aotc.ir.cost.kernel_flops
         costs.append(
             KernelCost(
                 name,
                 tuple(dict.fromkeys(info.ops)),
                 forms.get(name, ""),
                 info.bytes_read + info.bytes_written,
-                _kernel_flops(instructions[name]),
+                info.flops,
             )
         )
     return costs
-
-
-def _kernel_flops(instr: Instruction) -> int:
-    """Floating-point operations of one call of the kernel computing `instr`."""
-    # TODO(ir.cost): aotc.ir.cost.kernel_flops(instr) once it is on main (it counts a
-    # fusion's members as often as the kernel evaluates them); until then inspect's count
-    return report.kernel_info(instr).flops

@@ -7,6 +7,9 @@ a kernel loops over those leading dims outside; per row it computes every
 non-root reduction at the row's index, in computation order (later ones may
 read earlier ones), then loops over the remaining dims inside, where the
 reductions' generators return the row's values instead of looping again.
+A value both a row's reduction and the output read at the output's index (softmax's
+exponentials) is stored in the output while the row is reduced and loaded back by
+the output loop (index_maps.cached_row_value), so it is computed once.
 """
 
 from __future__ import annotations
@@ -15,9 +18,14 @@ from llvmlite import ir
 
 from ...errors import AotcError
 from ...ir import Instruction, Op
-from ...ir.index_maps import dims_of, row_dims, row_values
+from ...ir.index_maps import cached_row_value, dims_of, row_dims, row_values
 from ..llvm.context import EmitContext, Gen
-from ..llvm.elemental import bind_instructions, element_pointer, make_generator
+from ..llvm.elemental import (
+    bind_instructions,
+    element_pointer,
+    make_generator,
+    memory_generator,
+)
 from ..llvm.lltypes import i64, store_element
 from ..llvm.loops import loop_nest
 from .parallel import parallel_loop_nest
@@ -51,11 +59,27 @@ def emit_row_fusion(ctx: EmitContext, instr: Instruction, params: list[Gen]) -> 
         rows = iter(live_rows)
         return [i64(0) if extent == 1 else row_index[next(rows)] for extent in dims_of(value)]
 
-    gens = bind_instructions(ctx, fused, params, {id(v): row_value(v) for v in hoisted})
+    rows = {id(v): row_value(v) for v in hoisted}
+    gens = bind_instructions(ctx, fused, params, rows)
+    row_gens = gens
+    cached = cached_row_value(instr, rank, hoisted)
+    if cached is not None:
+        # the row's reduction stores it in the output, where the output loop reads it
+        stored = memory_generator(ctx, where, shape)
+        compute = gens[id(cached)]
+
+        def keep(index):
+            value = compute(index)
+            pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
+            store_element(ctx.builder, shape.dtype, value, pointer)
+            return value
+
+        row_gens = bind_instructions(ctx, fused, params, {**rows, id(cached): keep})
+        gens = bind_instructions(ctx, fused, params, {**rows, id(cached): stored})
     computes = {
         id(v): params[v.index]
         if v.op is Op.PARAMETER
-        else make_generator(ctx, v, [gens[id(o)] for o in v.operands])
+        else make_generator(ctx, v, [row_gens[id(o)] for o in v.operands])
         for v in hoisted
     }
     with parallel_loop_nest(ctx, shape.dims[:rank], "row", work=shape.size) as outer:
