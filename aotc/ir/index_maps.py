@@ -202,7 +202,7 @@ def cached_row_value(instr: Instruction, rank: int, hoisted: list[Instruction]):
     shape = instr.shape
     if not isinstance(shape, Shape) or shape.dtype not in CACHEABLE_DTYPES:
         return None
-    dims, root_rank = shape.dims, len(shape.dims)
+    dims = shape.dims
     # an operand read only at the output's index may share the output's buffer
     # (buffers/inplace.py): storing into it early would clobber what is still to be read
     if any(

@@ -13,8 +13,8 @@ from onnx.reference import ReferenceEvaluator
 
 import aotc
 from aotc.backends.cpu.pooling import pooling_kind
-from aotc.passes.separable_windows import window_passes
 from aotc.ir import ComputationBuilder, DType, Module, Op, Shape, Window, scalar_reducer
+from aotc.passes.separable_windows import window_passes
 
 TOLERANCES = {np.float32: 1e-5, np.float64: 1e-12}
 ONNX_TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}

@@ -41,13 +41,16 @@ def test_a_producer_read_through_a_window_is_computed_per_tap():
     assert kernel_flops(module.entry.root) == 25 * counts["p1"] + 25 * counts["p2"]
 
 
-SOFTMAX = """HloModule m
+SOFTMAX = (
+    """HloModule m
 %add (a: f32[], b: f32[]) -> f32[] {
   %a = f32[] parameter(0)
   %b = f32[] parameter(1)
   ROOT %s = f32[] add(f32[] %a, f32[] %b)
 }
-""" + MAX.replace("%max", "%mx") + """
+"""
+    + MAX.replace("%max", "%mx")
+    + """
 ENTRY %main (x: f32[6,300]) -> f32[6,300] {
   %x = f32[6,300]{1,0} parameter(0)
   %ninf = f32[] constant(-inf)
@@ -60,6 +63,7 @@ ENTRY %main (x: f32[6,300]) -> f32[6,300] {
   %sb = f32[6,300]{1,0} broadcast(f32[6]{0} %s), dimensions={0}
   ROOT %y = f32[6,300]{1,0} divide(f32[6,300]{1,0} %e, f32[6,300]{1,0} %sb)
 }"""
+)
 
 
 def test_softmax_as_one_row_kernel_computes_each_value_once():
