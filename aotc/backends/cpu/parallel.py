@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from llvmlite import ir
 
 from ..llvm.context import EmitContext
-from ..llvm.elemental import delinearize
+from ..llvm.elemental import split_index
 from ..llvm.lltypes import I64, PTR, VOID, i64
 from ..llvm.loops import for_range, loop_nest
 
@@ -66,7 +66,8 @@ def parallel_loop_nest_passing(
     with parallel_chunks(ctx, outer, name, values) as (begin, end, _, passed):
         b = ctx.builder
         with for_range(b, b.sub(end, begin), f"{name}.chunk") as offset:
-            position = delinearize(b, b.add(begin, offset, flags=["nuw", "nsw"]), dims[:split])
+            # in range: no wrap of the outer dim, so a flat loop stays one unit-stride loop
+            position = split_index(b, b.add(begin, offset, flags=["nuw", "nsw"]), dims[:split])
             with loop_nest(b, dims[split:], name) as inner:
                 yield [*position, *inner], passed
 
