@@ -58,6 +58,7 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
     from .fold import ConstantFolding
     from .fusion import Fusion
     from .inline import CallInlining
+    from .padding_taps import PaddingTaps
     from .scalefold import ScaleFolding
     from .separable_windows import SeparableWindows
     from .transpose_fold import TransposeFolding
@@ -67,7 +68,7 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
         # scale folding needs the batch-norm vectors folded first, and makes new
         # constant expressions (scaled weights) for the second folding; convolutions
         # are canonical first, so that their weights' transposes fold
-        passes += [ConvLayoutAssignment(), DeadCodeElimination(), ConstantFolding()]
+        passes += [ConvLayoutAssignment(), PaddingTaps(), DeadCodeElimination(), ConstantFolding()]
         passes += [ScaleFolding(), ConstantFolding()]
         passes += [AlgebraicSimplifier(), TransposeFolding(), SeparableWindows()]
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
