@@ -71,11 +71,12 @@ def _vision(factory: Callable[[], Any], size: int | tuple[int, int] = 224, name:
 
     def source():
         import torch
-        from corpus_nets import calibrate_batch_norms
+        from corpus_nets import calibrate_batch_norms, randomize_zero_weights
 
         h, w = (size, size) if isinstance(size, int) else size
         model = factory().eval()
         image = torch.rand(1, 3, h, w)
+        randomize_zero_weights(model)
         calibrate_batch_norms(model, image)
         return model, {name: image}
 
@@ -98,7 +99,7 @@ def _segmentation(arch: str) -> Callable[[], Any]:
         from corpus_nets import Outputs
 
         model = _torchvision(arch, weights_backbone=None, aux_loss=False)()
-        return Outputs(model, ["x"], ["out"])
+        return Outputs(model, ["out"])
 
     return factory
 
@@ -131,12 +132,13 @@ def _transformers(
 
     def source():
         import transformers
-        from corpus_nets import Outputs
+        from corpus_nets import Outputs, randomize_zero_weights
 
         cfg = config()
         model = getattr(transformers, model_class)(cfg).eval()
+        randomize_zero_weights(model)
         example = {name: make(cfg) for name, make in inputs.items()}
-        return Outputs(model, list(example), list(keys)), example
+        return Outputs(model, list(keys), list(example)), example
 
     return source
 
@@ -221,6 +223,7 @@ VIT_SMALL = _config(  # ViT-S/16
     intermediate_size=1536,
     image_size=224,
     patch_size=16,
+    num_labels=1000,
 )
 
 
@@ -233,7 +236,7 @@ def _whisper_encoder() -> Callable[[], Any]:
 
         model = transformers.WhisperModel(WHISPER_TINY()).get_encoder().eval()
         example = {"input_features": _float(1, 80, 3000)(None)}
-        return Outputs(model, list(example), ["last_hidden_state"]), example
+        return Outputs(model, ["last_hidden_state"], list(example)), example
 
     return source
 
@@ -241,15 +244,16 @@ def _whisper_encoder() -> Callable[[], Any]:
 # ---------------------------------------------------------------------------- sklearn sources
 
 
-def _sklearn(make_estimator: Callable[[], Any], task: str = "classification"):
-    """`make_estimator()` fitted on generated data with SKLEARN_FEATURES features."""
+def _sklearn(make_estimator: Callable[[], Any], task: str, samples: int = 2000):
+    """`make_estimator()` fitted on `samples` generated rows of SKLEARN_FEATURES features
+    (fewer rows, fewer support vectors)."""
 
     def source():
         from sklearn import datasets
 
         if task == "classification":
             x, y = datasets.make_classification(
-                n_samples=2000,
+                n_samples=samples,
                 n_features=SKLEARN_FEATURES,
                 n_informative=10,
                 n_classes=3,
@@ -258,9 +262,12 @@ def _sklearn(make_estimator: Callable[[], Any], task: str = "classification"):
             )
         else:
             x, y = datasets.make_regression(
-                n_samples=2000, n_features=SKLEARN_FEATURES, noise=1.0, random_state=SEED
+                n_samples=samples, n_features=SKLEARN_FEATURES, noise=1.0, random_state=SEED
             )
-        estimator = make_estimator().fit(x.astype(np.float32), y)
+        with warnings.catch_warnings():
+            # SVC(probability=True) is deprecated from scikit-learn 1.9 (removed in 1.11)
+            warnings.simplefilter("ignore", FutureWarning)
+            estimator = make_estimator().fit(x.astype(np.float32), y)
         return estimator, [SKLEARN_BATCH, SKLEARN_FEATURES]
 
     return source
@@ -294,6 +301,52 @@ def _sk(make: Callable[[Any], Any]) -> Callable[[], Any]:
     return estimator
 
 
+# name -> (task, training rows, estimator from the names of _sk); the SVCs' rows are
+# chosen for about 500 support vectors
+SKLEARN_MODELS: dict[str, tuple[str, int, Callable[[Any], Any]]] = {
+    "sk_scaler_logreg": (
+        "classification",
+        2000,
+        lambda sk: sk.pipe(sk.scaler(), sk.LogisticRegression(max_iter=1000)),
+    ),
+    "sk_random_forest": (
+        "classification",
+        2000,
+        lambda sk: sk.RandomForestClassifier(100, max_depth=10, random_state=SEED),
+    ),
+    "sk_gradient_boosting": (
+        "classification",
+        2000,
+        lambda sk: sk.GradientBoostingClassifier(n_estimators=100, random_state=SEED),
+    ),
+    "sk_svc_rbf": (  # 492 support vectors
+        "classification",
+        600,
+        lambda sk: sk.pipe(sk.scaler(), sk.SVC(probability=True, random_state=SEED)),
+    ),
+    "sk_svc_linear": (  # 515 support vectors
+        "classification",
+        800,
+        lambda sk: sk.pipe(sk.scaler(), sk.SVC(kernel="linear")),
+    ),
+    "sk_mlp": (
+        "classification",
+        2000,
+        lambda sk: sk.pipe(sk.scaler(), sk.MLPClassifier((128, 64), random_state=SEED)),
+    ),
+    "sk_pca_knn": (
+        "classification",
+        2000,
+        lambda sk: sk.pipe(sk.PCA(10, random_state=SEED), sk.KNeighborsClassifier(5)),
+    ),
+    "sk_pca_ridge": (
+        "regression",
+        2000,
+        lambda sk: sk.pipe(sk.scaler(), sk.PCA(10, random_state=SEED), sk.Ridge()),
+    ),
+}
+
+
 # ---------------------------------------------------------------------------- exporters
 
 
@@ -302,7 +355,9 @@ def export_torchscript(source: tuple[Any, dict]) -> onnx.ModelProto:
 
     module, inputs = source
     buffer = io.BytesIO()
-    with torch.no_grad(), warnings.catch_warnings():
+    # not under torch.no_grad(), as users export: without autograd, nn.MultiheadAttention
+    # takes a fused kernel that the TorchScript exporter has no ONNX for
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's deprecation and tracer warnings
         torch.onnx.export(
             module,
@@ -320,7 +375,7 @@ def export_dynamo(source: tuple[Any, dict]) -> onnx.ModelProto:
     import torch
 
     module, inputs = source
-    with torch.no_grad(), warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
             module,
@@ -342,12 +397,14 @@ def export_sklearn(source: tuple[Any, list[int]]) -> onnx.ModelProto:
     final = estimator.steps[-1][1] if hasattr(estimator, "steps") else estimator
     # aotc takes no ZipMap (a sequence of maps): probabilities as one float tensor
     options = {id(final): {"zipmap": False}} if is_classifier(final) else None
-    return convert_sklearn(
-        estimator,
-        initial_types=[("input", FloatTensorType(shape))],
-        target_opset=SKLEARN_OPSETS,
-        options=options,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # SVC's deprecated probA_, probB_
+        return convert_sklearn(
+            estimator,
+            initial_types=[("input", FloatTensorType(shape))],
+            target_opset=SKLEARN_OPSETS,
+            options=options,
+        )
 
 
 EXPORTERS: dict[str, Callable[[Any], onnx.ModelProto]] = {
@@ -441,62 +498,20 @@ CORPUS: dict[str, Entry] = {
     "distilbert": Entry(
         "nlp", _transformers("DistilBertModel", DISTILBERT, TEXT_INPUTS, ("last_hidden_state",))
     ),
+    # decoders with an attention mask, as for generation: without one, transformers looks
+    # for packed sequences in the position ids (torch.diff, which TorchScript cannot export)
     **_both(
         "gpt2",
-        Entry(
-            "nlp",
-            _transformers("GPT2LMHeadModel", GPT2_SMALL, {"input_ids": _token_ids}, ("logits",)),
-        ),
+        Entry("nlp", _transformers("GPT2LMHeadModel", GPT2_SMALL, TEXT_INPUTS, ("logits",))),
     ),
-    "llama_small": Entry(
-        "nlp",
-        _transformers("LlamaForCausalLM", LLAMA_SMALL, {"input_ids": _token_ids}, ("logits",)),
+    **_both(
+        "llama_small",
+        Entry("nlp", _transformers("LlamaForCausalLM", LLAMA_SMALL, TEXT_INPUTS, ("logits",))),
     ),
     # scikit-learn pipelines, SKLEARN_BATCH rows of SKLEARN_FEATURES floats
     **{
-        name: Entry("sklearn", _sklearn(_sk(make), task), "sklearn")
-        for name, task, make in (
-            (
-                "sk_scaler_logreg",
-                "classification",
-                lambda sk: sk.pipe(sk.scaler(), sk.LogisticRegression(max_iter=1000)),
-            ),
-            (
-                "sk_random_forest",
-                "classification",
-                lambda sk: sk.RandomForestClassifier(100, max_depth=10, random_state=SEED),
-            ),
-            (
-                "sk_gradient_boosting",
-                "classification",
-                lambda sk: sk.GradientBoostingClassifier(n_estimators=100, random_state=SEED),
-            ),
-            (
-                "sk_svc_rbf",
-                "classification",
-                lambda sk: sk.pipe(sk.scaler(), sk.SVC(probability=True, random_state=SEED)),
-            ),
-            (
-                "sk_svc_linear",
-                "classification",
-                lambda sk: sk.pipe(sk.scaler(), sk.SVC(kernel="linear")),
-            ),
-            (
-                "sk_mlp",
-                "classification",
-                lambda sk: sk.pipe(sk.scaler(), sk.MLPClassifier((128, 64), random_state=SEED)),
-            ),
-            (
-                "sk_pca_knn",
-                "classification",
-                lambda sk: sk.pipe(sk.PCA(10, random_state=SEED), sk.KNeighborsClassifier(5)),
-            ),
-            (
-                "sk_pca_ridge",
-                "regression",
-                lambda sk: sk.pipe(sk.scaler(), sk.PCA(10, random_state=SEED), sk.Ridge()),
-            ),
-        )
+        name: Entry("sklearn", _sklearn(_sk(make), task, samples), "sklearn")
+        for name, (task, samples, make) in SKLEARN_MODELS.items()
     },
 }
 

@@ -15,16 +15,19 @@ from torch.nn import functional as F
 
 
 class Outputs(nn.Module):
-    """`inner` called with keyword tensors, returning the tensors under `keys` of its
-    output (a dict or a transformers ModelOutput): the exporters take positional tensors in
-    and a tuple of tensors out."""
+    """`inner` returning the tensors under `keys` of its output (a dict or a transformers
+    ModelOutput), called with its inputs by name (`input_names`) or else by position:
+    the exporters take positional tensors in and a tuple of tensors out."""
 
-    def __init__(self, inner: nn.Module, input_names: list[str], keys: list[str]):
+    def __init__(self, inner: nn.Module, keys: list[str], input_names: list[str] | None = None):
         super().__init__()
-        self.inner, self.input_names, self.keys = inner, input_names, keys
+        self.inner, self.keys, self.input_names = inner, keys, input_names
 
     def forward(self, *args):
-        out = self.inner(**dict(zip(self.input_names, args)))
+        if self.input_names is None:
+            out = self.inner(*args)
+        else:
+            out = self.inner(**dict(zip(self.input_names, args)))
         return tuple(out[k] for k in self.keys)
 
 
@@ -57,6 +60,15 @@ def calibrate_batch_norms(module: nn.Module, example: torch.Tensor) -> None:
     module.train()
     module(torch.rand(2, *example.shape[1:], dtype=example.dtype))
     module.eval()
+
+
+@torch.no_grad()
+def randomize_zero_weights(module: nn.Module) -> None:
+    """Draw the weight matrices a model initializes to zero (torchvision's ViT head):
+    an output of zeros agrees with anything."""
+    for weight in module.parameters():
+        if weight.dim() >= 2 and not weight.any():
+            nn.init.normal_(weight, std=weight[0].numel() ** -0.5)
 
 
 # ---------------------------------------------------------------------------- building blocks
@@ -148,10 +160,11 @@ class Detect(nn.Module):
 
     def forward(self, features):
         maps = [torch.cat((b(x), c(x)), 1) for x, b, c in zip(features, self.box, self.cls)]
-        flat = torch.cat([m.view(1, self.no, -1) for m in maps], 2)
+        batch = features[0].shape[0]
+        flat = torch.cat([m.view(batch, self.no, -1) for m in maps], 2)
         box, cls = flat.split((4 * self.reg_max, self.nc), 1)
-        bins = box.view(1, 4, self.reg_max, -1).transpose(2, 1).softmax(1)
-        dist = self.dfl(bins).view(1, 4, -1)
+        bins = box.view(batch, 4, self.reg_max, -1).transpose(2, 1).softmax(1)
+        dist = self.dfl(bins).view(batch, 4, -1)
         lt, rb = dist.chunk(2, 1)
         x1y1, x2y2 = self.anchors - lt, self.anchors + rb
         xywh = torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), 1) * self.strides
