@@ -7,7 +7,8 @@ exporter that turns the source into ONNX:
 - "torchscript": torch.onnx.export(dynamo=False), opset 17, constants folded;
 - "dynamo": torch.onnx.export(dynamo=True), opset 18 (its lowest), onnxscript-optimized;
   entries named NAME_dynamo are NAME through this exporter;
-- "sklearn": skl2onnx, opset 17 and ai.onnx.ml 3, probabilities as a tensor (no ZipMap).
+- "sklearn": skl2onnx, opsets up to 17 and ai.onnx.ml 3 (it writes the lowest its ops
+  need), probabilities as a tensor (no ZipMap).
 
 Every model has random weights drawn after seeding with SEED (torchvision `weights=None`,
 transformers models from a Config object, scikit-learn fitted on generated data), fixed
@@ -38,7 +39,7 @@ SEED = 0
 TORCHSCRIPT_OPSET = 17
 DYNAMO_OPSET = 18
 SKLEARN_OPSETS = {"": 17, "ai.onnx.ml": 3}
-MAX_IR_VERSION = 10  # onnx 1.23 writes IR 14 by default; onnxruntime 1.32 reads up to 11
+MAX_IR_VERSION = 10  # onnx 1.23 writes IR 14 by default, newer than onnxruntime 1.32 loads
 SKLEARN_BATCH = 64
 SKLEARN_FEATURES = 20
 SEQ = 128  # tokens per sequence of the text transformers
