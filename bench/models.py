@@ -195,9 +195,57 @@ def transformer_layer(hidden: int = 256, seq: int = 128, heads: int = 4, seed: i
     return _model(nodes, [x], [y], inits, f"transformer{hidden}")
 
 
+# ops through which an integer input keeps its values on the way to a Gather's indices
+_INDEX_PASSTHROUGH = frozenset(
+    {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand"}
+)
+
+
+def index_bound(model: onnx.ModelProto, name: str) -> int | None:
+    """The length of the table an integer input indexes (a token id's vocabulary): the
+    axis size of the first Gather that takes it, through Cast, Reshape and the like, as
+    indices into an initializer; None when it indexes none (an attention mask)."""
+    tables = {i.name: list(i.dims) for i in model.graph.initializer}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for value in node.input:
+            consumers.setdefault(value, []).append(node)
+    frontier, seen = [name], {name}
+    while frontier:
+        value = frontier.pop()
+        for node in consumers.get(value, []):
+            if node.op_type == "Gather" and node.input[1] == value and node.input[0] in tables:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                return tables[node.input[0]][axis]
+            if node.op_type in _INDEX_PASSTHROUGH and node.input[0] == value:
+                frontier += [o for o in node.output if o not in seen]
+                seen.update(node.output)
+    return None
+
+
+def _random_input(model, value, rng: np.random.Generator) -> np.ndarray:
+    """Floats in [0, 1); integers that index a table: uniform over it; other integers
+    and booleans (attention masks): ones.  Symbolic dimensions are 1."""
+    tensor = value.type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor.shape.dim]
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+    if np.issubdtype(dtype, np.floating):
+        return rng.random(dims, dtype=np.float32).astype(dtype)
+    bound = index_bound(model, value.name) if np.issubdtype(dtype, np.integer) else None
+    if bound is None:
+        return np.ones(dims, dtype)
+    return rng.integers(0, bound, dims).astype(dtype)
+
+
 def model_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random float inputs in [0, 1) for the model's non-initializer inputs."""
-    return light_input(model, seed)
+    """Random inputs for the model's non-initializer inputs, by dtype (_random_input)."""
+    rng = np.random.default_rng(seed)
+    initializers = {i.name for i in model.graph.initializer}
+    return {
+        value.name: _random_input(model, value, rng)
+        for value in model.graph.input
+        if value.name not in initializers
+    }
 
 
 def quantized(model: onnx.ModelProto, static: bool, seed: int = 0) -> onnx.ModelProto:

@@ -1,20 +1,27 @@
 """Speed benchmark: aotc-compiled models called from C against onnxruntime.
 
     python bench/run.py [--models a,b] [--threads 1,2] [--repeat N] [--quick] [--out FILE]
+    python bench/run.py --corpus [--models a,b] [--threads 1] [--quick]
 
-For each model of `models.BENCH_MODELS` (fixed seeds): compile it with aotc, link
-bench/driver.c against libNAME.a, and time, interleaved in the same run and with the
-same thread count, the driver (timing inside C) and an onnxruntime InferenceSession
-(all graph optimizations, intra-op threads = T, one inter-op thread, sequential) on the
-same inputs.  Outputs must agree within `RTOL`/`ATOL_SCALE`.  Prints the table and writes
-it to bench/results.md, with the single-core float32 GEMM peak measured in the same run.
-Exits 1 when a model failed or its outputs disagreed.
+For each model of `models.BENCH_MODELS` (fixed seeds), or with --corpus of
+`corpus.CORPUS` (models exported from torchvision, transformers and scikit-learn by
+their packages' exporters, built once and cached; needs the `bench` extra): compile it
+with aotc, link bench/driver.c against libNAME.a, and time, interleaved in the same run
+and with the same thread count, the driver (timing inside C) and an onnxruntime
+InferenceSession (all graph optimizations, intra-op threads = T, one inter-op thread,
+sequential) on the same inputs (`models.model_inputs`).  Outputs must agree within
+`RTOL`/`ATOL_SCALE`.  Prints the table and writes it to bench/results.md (--corpus:
+bench/corpus_results.md), with the single-core float32 GEMM peak measured in the same
+run.  A model that fails to build or compile is a row with its error; the run goes on,
+and exits 1 at the end when a model failed or its outputs disagreed.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
+import importlib.metadata
 import math
 import os
 import platform
@@ -35,6 +42,7 @@ import onnxruntime as ort
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
+import corpus
 from models import (
     ATOL_SCALE,
     BENCH_MODELS,
@@ -64,10 +72,39 @@ PAUSE_S = 0.01  # between turns, so that ORT's spinning workers go idle first
 WARM_TURN_S = 0.05
 MIN_SAMPLES = 3
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+ERROR_CHARS = 240  # a failed model's row shows this much of its one-line error
+# the packages whose exporters made the corpus, named in its report
+CORPUS_PACKAGES = ("torch", "torchvision", "transformers", "scikit-learn", "skl2onnx", "onnxscript")
 
 
 class BenchError(AotcError):
     """The driver program could not be built or run."""
+
+
+class ModelBuildError(BenchError):
+    """The benchmark's model could not be built (its exporter failed)."""
+
+
+Builder = Callable[[], onnx.ModelProto]
+
+
+def model_table(use_corpus: bool) -> dict[str, Builder]:
+    """name -> builder: models.BENCH_MODELS, or the corpus (built once, then cached)."""
+    if use_corpus:
+        return {name: functools.partial(corpus.load, name) for name in corpus.CORPUS}
+    return BENCH_MODELS
+
+
+def find_builder(name: str) -> Builder:
+    """The builder of a model of either table."""
+    return BENCH_MODELS.get(name) or model_table(use_corpus=True)[name]
+
+
+def one_line(error: BaseException) -> str:
+    """The error on one line, at most ERROR_CHARS long, for a table cell."""
+    text = str(error) if isinstance(error, AotcError) else f"{type(error).__name__}: {error}"
+    text = " ".join(text.split()).replace("|", "/")
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -92,6 +129,7 @@ class Row:
 
     model: str
     threads: int
+    category: str = ""
     gflop: float = math.nan
     compile_s: float = math.nan
     ort_ms: float = math.nan
@@ -180,9 +218,17 @@ def blas_name() -> str:
 # ---------------------------------------------------------------------------- building
 
 
-def compile_model(name: str, workdir: Path) -> Compiled:
-    """Compile with aotc, write the artifacts, build the driver and the inputs file."""
-    model = BENCH_MODELS[name]()
+def build_model(name: str, build: Builder | None = None) -> onnx.ModelProto:
+    try:
+        return (build or find_builder(name))()
+    except Exception as e:  # any exporter's failure: one model's result, not the run's end
+        raise ModelBuildError(f"building the model failed: {one_line(e)}") from e
+
+
+def compile_model(name: str, workdir: Path, build: Builder | None = None) -> Compiled:
+    """Build the model (`build`, else its builder in either table), compile it with aotc,
+    write the artifacts, build the driver and the inputs file."""
+    model = build_model(name, build)
     path = workdir / f"{name}.onnx"
     onnx.save(model, str(path))
     build = workdir / "build"
@@ -353,11 +399,13 @@ def interleave(timers: list[Timer], settings: Settings) -> None:
             time.sleep(PAUSE_S)
 
 
-def measure(model: Compiled, threads: list[int], settings: Settings) -> list[Row]:
+def measure(
+    model: Compiled, threads: list[int], settings: Settings, category: str = ""
+) -> list[Row]:
     """Time both runtimes on one model at every thread count, all in one interleaved
     schedule (so that speed-ups over thread counts see the same machine), and compare
     their outputs."""
-    rows = [Row(model.name, t, model.gflop, model.compile_s) for t in threads]
+    rows = [Row(model.name, t, category, model.gflop, model.compile_s) for t in threads]
     sessions = [ort_session(model.path, t) for t in threads]
     # single-threaded code gains nothing from a second thread: "n/a", not a repeat
     drivers = [Driver(model, t) if t == 1 or model.threaded else None for t in threads]
@@ -390,26 +438,53 @@ def _num(value: float | None, fmt: str) -> str:
     return "n/a" if value is None or math.isnan(value) else format(value, fmt)
 
 
-def table(rows: list[Row], peak: float) -> str:
+@dataclass(frozen=True)
+class Column:
+    """A column of the results table: its header, Markdown alignment and cell text."""
+
+    header: str
+    cell: Callable[[Row, float], str]  # (row, GEMM peak) -> text
+    align: str = "---:"
+    on_error: bool = False  # shown on the row of a model that failed (with its error last)
+
+
+def _percent_of_peak(r: Row, peak: float) -> str:
+    return _num(None if r.gflops is None else 100 * r.gflops / (peak * r.threads), ".3g")
+
+
+AGREE_TEXT = {True: "yes", False: "**NO**", None: "n/a"}
+COLUMNS = [
+    Column("model", lambda r, p: r.model, "---", on_error=True),
+    Column("GFLOP", lambda r, p: _num(r.gflop, ".4g"), on_error=True),
+    Column("ORT ms", lambda r, p: _num(r.ort_ms, ".4g")),
+    Column("aotc ms", lambda r, p: _num(r.aotc_ms, ".4g")),
+    Column("ratio ORT/aotc", lambda r, p: _num(r.ratio, ".3g")),
+    Column("aotc GFLOP/s", lambda r, p: _num(r.gflops, ".3g")),
+    Column("% of peak", _percent_of_peak),
+    Column("compile s", lambda r, p: _num(r.compile_s, ".1f")),
+    Column("samples ORT / aotc", lambda r, p: r.samples, "---"),
+    Column("max rel err", lambda r, p: _num(r.rel_err, ".1e")),
+    Column("agree", lambda r, p: AGREE_TEXT[r.agree], "---"),
+]
+# the corpus table names each model's category after its name
+CORPUS_COLUMNS = [
+    COLUMNS[0],
+    Column("category", lambda r, p: r.category, "---", on_error=True),
+    *COLUMNS[1:],
+]
+
+
+def table(rows: list[Row], peak: float, columns: list[Column] = COLUMNS) -> str:
     lines = [
-        (
-            "| model | GFLOP | ORT ms | aotc ms | ratio ORT/aotc | aotc GFLOP/s | % of peak "
-            "| compile s | samples ORT / aotc | max rel err | agree |"
-        ),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
+        "| " + " | ".join(c.header for c in columns) + " |",
+        "|" + "|".join(c.align for c in columns) + "|",
     ]
     for r in rows:
         if r.error:
-            lines.append(f"| {r.model} | {_num(r.gflop, '.4g')} | " + "| " * 8 + f"{r.error} |")
-            continue
-        gflops = r.gflops
-        pct = None if gflops is None else 100 * gflops / (peak * r.threads)
-        agree = {True: "yes", False: "**NO**", None: "n/a"}[r.agree]
-        lines.append(
-            f"| {r.model} | {r.gflop:.4g} | {r.ort_ms:.4g} | {_num(r.aotc_ms, '.4g')} "
-            f"| {_num(r.ratio, '.3g')} | {_num(gflops, '.3g')} | {_num(pct, '.3g')} "
-            f"| {r.compile_s:.1f} | {r.samples} | {_num(r.rel_err, '.1e')} | {agree} |"
-        )
+            cells = [c.cell(r, peak) if c.on_error else "" for c in columns[:-1]] + [r.error]
+        else:
+            cells = [c.cell(r, peak) for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -417,14 +492,20 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(statistics.fmean(map(math.log, values))) if values else None
 
 
+def _ratios(rows: list[Row]) -> list[float]:
+    return [r.ratio for r in rows if r.ratio is not None]
+
+
 def summary(rows: list[Row], threads: list[int]) -> str:
     lines = []
     for t in threads:
-        ratios = [r.ratio for r in rows if r.threads == t and r.ratio is not None]
+        ratios = _ratios([r for r in rows if r.threads == t])
         lines.append(
             f"- {t} thread(s): geometric-mean ratio ORT/aotc {_num(geomean(ratios), '.3f')} "
             f"over {len(ratios)} models"
         )
+    lines += category_summary(rows, threads)
+    lines += problem_summary(rows, threads)
     base = {r.model: r for r in rows if r.threads == 1 and not r.error}
     for t in (t for t in threads if t != 1):
         for r in (r for r in rows if r.threads == t and r.model in base and not r.error):
@@ -438,6 +519,48 @@ def summary(rows: list[Row], threads: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def category_summary(rows: list[Row], threads: list[int]) -> list[str]:
+    """Per category (corpus rows have one): the geometric-mean ratio at each thread count."""
+    lines = []
+    for category in dict.fromkeys(r.category for r in rows if r.category):
+        means = []
+        for t in threads:
+            ratios = _ratios([r for r in rows if r.threads == t and r.category == category])
+            means.append(f"{_num(geomean(ratios), '.3f')} at {t} thread(s) ({len(ratios)})")
+        lines.append(f"- {category}: geometric-mean ratio {', '.join(means)}")
+    return lines
+
+
+def problem_summary(rows: list[Row], threads: list[int]) -> list[str]:
+    """The models that failed, and those whose outputs disagreed, at the first thread count."""
+    first = [r for r in rows if r.threads == threads[0]]
+    failed = [r.model for r in first if r.error]
+    disagree = [r.model for r in first if r.agree is False]
+    return [
+        f"- {what}: {len(names)} ({', '.join(names) or 'none'})"
+        for what, names in (("failed", failed), ("outputs disagree", disagree))
+    ]
+
+
+def package_versions(names: tuple[str, ...]) -> str:
+    versions = []
+    for name in names:
+        try:
+            versions.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name} (not installed)")
+    return ", ".join(versions)
+
+
+def corpus_note() -> str:
+    return f"""- Models: bench/corpus.py's corpus, random weights (seed {corpus.SEED}), exported by
+  {package_versions(CORPUS_PACKAGES)};
+  NAME_dynamo is NAME through torch's dynamo exporter, the others through the TorchScript
+  exporter (or skl2onnx). Integer inputs that index a table (token ids) are uniform over
+  it, other integer inputs (attention masks) are ones (`models.model_inputs`).
+"""
+
+
 def revision() -> str:
     """`git describe` of the tree that was benchmarked, when it is a git checkout."""
     argv = ["git", "-C", str(BENCH.parent), "describe", "--always", "--dirty"]
@@ -445,7 +568,9 @@ def revision() -> str:
     return f" from git {done.stdout.strip()}" if done.returncode == 0 else ""
 
 
-def header_text(argv: list[str], peak: float, settings: Settings, loads: list) -> str:
+def header_text(
+    argv: list[str], peak: float, settings: Settings, loads: list, use_corpus: bool = False
+) -> str:
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     cpu = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
@@ -454,11 +579,12 @@ def header_text(argv: list[str], peak: float, settings: Settings, loads: list) -
         cpu = found.group(1) if found else cpu
     load = ", ".join(f"{a:.2f}" for a in loads)
     command = " ".join(["python bench/run.py", *argv])
-    return f"""# Speed: aotc against onnxruntime
+    title = "Speed on the corpus" if use_corpus else "Speed"
+    return f"""# {title}: aotc against onnxruntime
 
 Made by `{command}`{revision()} on {now}.
 
-- Machine: {cpu}, {os.cpu_count()} logical CPUs; 1-minute load average at start and end:
+{corpus_note() if use_corpus else ""}- Machine: {cpu}, {os.cpu_count()} logical CPUs; 1-minute load average at start and end:
   {load} (the machine is shared: noisy neighbours inflate both columns alike).
 - Peak: {peak:.1f} GFLOP/s, single-core float32 GEMM: numpy {np.__version__}
   ({blas_name()}) `a @ b` on {settings.peak_n}x{settings.peak_n} matrices in a subprocess
@@ -494,11 +620,13 @@ Made by `{command}`{revision()} on {now}.
 """
 
 
-def write_report(rows: list[Row], threads: list[int], peak: float, head: str) -> str:
+def write_report(
+    rows: list[Row], threads: list[int], peak: float, head: str, columns: list[Column] = COLUMNS
+) -> str:
     parts = [head]
     for t in threads:
         parts.append(f"\n## {t} thread{'s' if t > 1 else ''}\n\n")
-        parts.append(table([r for r in rows if r.threads == t], peak))
+        parts.append(table([r for r in rows if r.threads == t], peak, columns))
     parts.append("\n## Summary\n\n" + summary(rows, threads))
     return "".join(parts)
 
@@ -508,53 +636,70 @@ def write_report(rows: list[Row], threads: list[int], peak: float, head: str) ->
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(BENCH_MODELS), help="comma-separated")
+    parser.add_argument(
+        "--corpus", action="store_true", help="the models of bench/corpus.py (bench extra)"
+    )
+    parser.add_argument("--models", default=None, help="comma-separated (default: all)")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--repeat", type=int, default=None, help="samples per measurement")
     parser.add_argument("--quick", action="store_true", help="few short samples (smoke test)")
-    parser.add_argument("--out", type=Path, default=BENCH / "results.md")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default bench/results.md, --corpus: corpus_results.md",
+    )
     args = parser.parse_args(argv)
-    args.models = [m for m in args.models.split(",") if m]
-    unknown = [m for m in args.models if m not in BENCH_MODELS]
+    args.table = model_table(args.corpus)
+    args.models = [m for m in args.models.split(",") if m] if args.models else list(args.table)
+    unknown = [m for m in args.models if m not in args.table]
     if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(BENCH_MODELS)}")
+        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(args.table)}")
     args.threads = [int(t) for t in args.threads.split(",") if t]
     if not args.threads or min(args.threads) < 1:
         parser.error("--threads takes positive counts, e.g. 1,2")
+    if args.out is None:
+        args.out = BENCH / ("corpus_results.md" if args.corpus else "results.md")
     return args
+
+
+def bench_model(
+    name: str, build: Builder, category: str, threads: list[int], settings: Settings
+) -> list[Row]:
+    """One model's rows: measured, or its error (building, compiling or running it)."""
+    with tempfile.TemporaryDirectory(prefix=f"aotc_bench_{name}_") as tmp:
+        try:
+            model = compile_model(name, Path(tmp), build)
+        except Exception as e:  # noqa: BLE001 - a compiler bug is one model's result too
+            return [Row(name, t, category, error=f"failed: {one_line(e)}") for t in threads]
+        try:
+            return measure(model, threads, settings, category)
+        except Exception as e:  # noqa: BLE001 - so is a crash of either runtime
+            error = f"failed: {one_line(e)}"
+            return [
+                Row(name, t, category, model.gflop, model.compile_s, error=error) for t in threads
+            ]
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     settings = Settings.quick(args.repeat) if args.quick else Settings(args.repeat or 30)
+    columns = CORPUS_COLUMNS if args.corpus else COLUMNS
     loads = [os.getloadavg()[0]]
     peak = measure_peak(settings)
     print(f"single-core f32 GEMM peak: {peak:.1f} GFLOP/s", flush=True)
     rows: list[Row] = []
     for name in args.models:
-        with tempfile.TemporaryDirectory(prefix=f"aotc_bench_{name}_") as tmp:
-            try:
-                model = compile_model(name, Path(tmp))
-            except (AotcError, OSError, subprocess.SubprocessError) as e:
-                rows += [
-                    Row(name, t, error=f"failed: {e}".replace("\n", " ")) for t in args.threads
-                ]
-                print(rows[-1].error, flush=True)
-                continue
-            try:
-                measured = measure(model, args.threads, settings)
-            except (AotcError, OSError, subprocess.SubprocessError) as e:
-                error = f"failed: {e}".replace("\n", " ")
-                measured = [
-                    Row(name, t, model.gflop, model.compile_s, error=error) for t in args.threads
-                ]
-            rows += measured
-            for row in measured:
-                line = table([row], peak).splitlines()[-1]
-                print(f"{row.threads} thread(s): {line}", flush=True)
+        category = corpus.CORPUS[name].category if args.corpus else ""
+        measured = bench_model(name, args.table[name], category, args.threads, settings)
+        rows += measured
+        for row in measured:
+            line = table([row], peak, columns).splitlines()[-1]
+            print(f"{row.threads} thread(s): {line}", flush=True)
     peak = max(peak, measure_peak(settings))
     loads.append(os.getloadavg()[0])
-    text = write_report(rows, args.threads, peak, header_text(argv, peak, settings, loads))
+    head = header_text(argv, peak, settings, loads, args.corpus)
+    text = write_report(rows, args.threads, peak, head, columns)
     print("\n" + text)
     args.out.write_text(text)
     failed = any(r.error or r.agree is False for r in rows)
