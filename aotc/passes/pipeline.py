@@ -53,6 +53,7 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
     """The passes for an optimization level (-O0: only what compiling needs)."""
     from .algsimp import AlgebraicSimplifier
     from .conv_layout import ConvLayoutAssignment
+    from .conv_phases import ConvPhases
     from .cse import CommonSubexpressionElimination
     from .dce import DeadCodeElimination
     from .fold import ConstantFolding
@@ -65,9 +66,11 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
     if opt_level >= 1:
         # scale folding needs the batch-norm vectors folded first, and makes new
         # constant expressions (scaled weights) for the second folding; convolutions
-        # are canonical first, so that their weights' transposes fold
+        # are canonical first, so that their weights' transposes fold; stride phases
+        # after scale folding (which needs the whole convolution), so that the second
+        # folding computes their sub-kernels
         passes += [ConvLayoutAssignment(), DeadCodeElimination(), ConstantFolding()]
-        passes += [ScaleFolding(), ConstantFolding()]
+        passes += [ScaleFolding(), ConvPhases(), ConstantFolding()]
         passes += [AlgebraicSimplifier(), TransposeFolding()]
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
     if opt_level >= 2:
