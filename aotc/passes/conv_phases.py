@@ -13,15 +13,17 @@ arithmetic progression of kernel indices; tap t then reads input
 q*σ/gcd(σ, s) + (r*σ + t*δ - pl) / s.  Each phase (r_1..r_n) is therefore an ordinary
 convolution of the undilated input with its taps' sub-kernel (`phase_window`), and
 the phases' outputs interleave into the result (`interleave`); a phase no tap lands
-on for is zero.  Kernel size = stride without padding makes every phase a 1x1
-convolution: one GEMM of the input by the stacked sub-kernels.
+on for is zero.  Every phase computes ceil(O / P) outputs per dim; the grid's
+outputs past O are cropped.
 
-Phases in a row that share a window become one convolution with their sub-kernels
-stacked on the output features (within each feature group, so grouped and depthwise
-convolutions split too).  Every phase computes the same number of outputs per dim,
-ceil(O / P); the grid's outputs past O are cropped.  Batch-grouped convolutions
-(weight gradients) are left alone.  The sub-kernels are slices of the kernel:
-constant folding computes them where the weights are constants.
+Along each dim, consecutive phases whose taps read alike (as many, from the same
+input offset) form a run; the phases of a box of runs (one per dim) share one window
+and are one convolution, their sub-kernels stacked on the output features (within
+each feature group, so grouped and depthwise convolutions split too).  Kernel size =
+stride without padding is one box of 1x1 windows: one GEMM of the input by all the
+sub-kernels.  Batch-grouped convolutions (weight gradients) are left alone.  The
+sub-kernels are slices of the kernel: constant folding computes them where the
+weights are constants.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ class PhaseTaps:
     offset: int  # the input index the first tap reads for the phase's first output
     dilation: int  # input indices between taps
 
+    @property
+    def reads(self) -> tuple[int, int, int]:
+        """What decides the phase's window along the dim (its first tap does not)."""
+        return self.count, self.offset, self.dilation
+
 
 @dataclass(frozen=True)
 class DimSplit:
@@ -51,7 +58,6 @@ class DimSplit:
     the input; `taps[r]` is phase r's, None where no tap lands on an input sample."""
 
     in_size: int
-    out_size: int
     outputs: int
     stride: int
     taps: tuple[PhaseTaps | None, ...]
@@ -59,6 +65,18 @@ class DimSplit:
     @property
     def phases(self) -> int:
         return len(self.taps)
+
+    def runs(self) -> list[range]:
+        """Consecutive phases whose taps read alike (None: none)."""
+        runs = []
+        for _, run in itertools.groupby(range(self.phases), lambda r: _reads(self.taps[r])):
+            members = list(run)
+            runs.append(range(members[0], members[-1] + 1))
+        return runs
+
+
+def _reads(taps: PhaseTaps | None):
+    return None if taps is None else taps.reads
 
 
 def split_dim(window: Window, dim: int, in_size: int, out_size: int) -> DimSplit:
@@ -73,7 +91,7 @@ def split_dim(window: Window, dim: int, in_size: int, out_size: int) -> DimSplit
         kernel = [t for t, position in landing.items() if position % s == 0]
         taps.append(_phase_taps(kernel, [landing[t] // s for t in kernel]))
     outputs = -(-out_size // phases)
-    return DimSplit(in_size, out_size, outputs, sigma // math.gcd(sigma, s), tuple(taps))
+    return DimSplit(in_size, outputs, sigma // math.gcd(sigma, s), tuple(taps))
 
 
 def _phase_taps(kernel: list[int], reads: list[int]) -> PhaseTaps | None:
@@ -117,29 +135,29 @@ def split_into_phases(b: InsertingBuilder, conv: Instruction):
         split_dim(window, d, in_dims[i], out_dims[o])
         for d, (i, o) in enumerate(zip(dims.input_spatial, dims.output_spatial))
     ]
-    phases = list(itertools.product(*(range(split.phases) for split in splits)))
-    parts = []
-    # phases in a row sharing a window: one convolution (k = s: all of them)
-    for sub_window, run in itertools.groupby(phases, lambda p: phase_window(splits, p)):
-        run_phases = list(run)
-        if sub_window is None:
-            parts.append(_zeros(b, conv, splits, len(run_phases)))
-        else:
-            parts.append(_phase_convolution(b, conv, splits, run_phases, sub_window))
-    stacked = b.concatenate(parts, dims.output_feature + 1)
-    return interleave(b, conv, splits, stacked)
+    runs = [split.runs() for split in splits]
+    parts = {box: _box_outputs(b, conv, splits, box) for box in itertools.product(*runs)}
+    return interleave(b, conv, splits, _stack_boxes(b, runs, parts, dims.output_feature + 1))
 
 
-def _phase_convolution(b, conv, splits, phases, window) -> Instruction:
-    """The convolution of `phases`, which share `window`: output features (group,
-    phase, feature in group), the phase dim split out."""
+def _box_outputs(b, conv: Instruction, splits, box: tuple[range, ...]) -> Instruction:
+    """The outputs of the phases of `box` (a run per dim), their features split as
+    (group, the box's phases along each dim..., feature in group)."""
     lhs, rhs = conv.operands
-    dims = conv.conv
+    dims, groups = conv.conv, conv.feature_group_count
+    shape = list(conv.array_shape.dims)
+    for o, split in zip(dims.output_spatial, splits):
+        shape[o] = split.outputs
+    f = dims.output_feature
+    split_shape = [*shape[:f], groups, *map(len, box), shape[f] // groups, *shape[f + 1 :]]
+    window = phase_window(splits, tuple(run[0] for run in box))
+    if window is None:
+        return b.broadcast(b.scalar(0, conv.array_shape.dtype), [], split_shape)
+    phases = itertools.product(*box)
     kernels = [_sub_kernel(b, rhs, dims.kernel_spatial, splits, p) for p in phases]
-    groups = conv.feature_group_count
     kernel = _stack_features(b, kernels, dims.kernel_output_feature, groups)
     out = b.convolution(lhs, kernel, window, dims, groups, conv.array_shape.dtype)
-    return _split_features(b, out, dims.output_feature, groups, len(phases))
+    return b.reshape(out, split_shape)
 
 
 def _sub_kernel(b, rhs: Instruction, spatial, splits, phase) -> Instruction:
@@ -154,46 +172,37 @@ def _sub_kernel(b, rhs: Instruction, spatial, splits, phase) -> Instruction:
     return b.slice(rhs, starts, limits, strides)
 
 
-def _stack_features(b, kernels, feature: int, groups: int) -> Instruction:
+def _stack_features(b, kernels: list[Instruction], feature: int, groups: int) -> Instruction:
     """Sub-kernels stacked on the output features, phase-major within each group."""
     if len(kernels) == 1:
         return kernels[0]
-    split = [_split_features(b, k, feature, groups, 1) for k in kernels]
-    stacked = b.concatenate(split, feature + 1)
     dims = list(kernels[0].array_shape.dims)
+    split = [*dims[:feature], groups, 1, dims[feature] // groups, *dims[feature + 1 :]]
+    stacked = b.concatenate([b.reshape(k, split) for k in kernels], feature + 1)
     dims[feature] *= len(kernels)
     return b.reshape(stacked, dims)
 
 
-def _split_features(b, x: Instruction, feature: int, groups: int, phases: int):
-    """`x` with its feature dim as (group, phase, feature in group)."""
-    dims = list(x.array_shape.dims)
-    per_group = dims[feature] // (groups * phases)
-    return b.reshape(x, [*dims[:feature], groups, phases, per_group, *dims[feature + 1 :]])
-
-
-def _zeros(b, conv: Instruction, splits, phases: int) -> Instruction:
-    """The outputs of `phases` no tap lands on for, features split as in _split_features."""
-    dims = conv.conv
-    shape = list(conv.array_shape.dims)
-    for o, split in zip(dims.output_spatial, splits):
-        shape[o] = split.outputs
-    groups = conv.feature_group_count
-    f = dims.output_feature
-    shape[f : f + 1] = [groups, phases, shape[f] // groups]
-    zero = b.scalar(0, conv.array_shape.dtype)
-    return b.broadcast(zero, [], shape)
+def _stack_boxes(b, runs, parts, axis: int, box: tuple[range, ...] = ()) -> Instruction:
+    """The boxes' outputs put together along the phase dims, `axis` the first: all the
+    phases' outputs, features as (group, phases along each dim..., feature in group)."""
+    d = len(box)
+    if d == len(runs):
+        return parts[box]
+    pieces = [_stack_boxes(b, runs, parts, axis, (*box, run)) for run in runs[d]]
+    return b.concatenate(pieces, axis + d)
 
 
 def interleave(b, conv: Instruction, splits, stacked: Instruction) -> Instruction:
-    """The result from the phases' outputs `stacked` (features as (group, phase, feature
-    in group)): output q of phase (r_1..r_n) goes to q_d * P_d + r_d along each dim."""
+    """The result from the phases' outputs `stacked`: output q of phase (r_1..r_n)
+    goes to q_d * P_d + r_d along each dim."""
     dims = conv.conv
     f = dims.output_feature
     spatial = {o: d for d, o in enumerate(dims.output_spatial)}
-    # `stacked` with its phase dim split into one per spatial dim, each dim labelled
+    # the dims of `stacked`, labelled, and the result's order: each output dim before
+    # its phase dim
     source: list[tuple] = []
-    target: list[tuple] = []  # the result's order: each output dim before its phase dim
+    target: list[tuple] = []
     for i in range(conv.array_shape.rank):
         if i == f:
             source += [("group",), *(("phase", d) for d in range(len(splits))), ("feature",)]
@@ -204,10 +213,7 @@ def interleave(b, conv: Instruction, splits, stacked: Instruction) -> Instructio
         else:
             source.append(("batch",))
             target.append(("batch",))
-    stacked_dims = list(stacked.array_shape.dims)
-    phases = [split.phases for split in splits]
-    phased = b.reshape(stacked, [*stacked_dims[: f + 1], *phases, *stacked_dims[f + 2 :]])
-    moved = b.transpose(phased, [source.index(label) for label in target])
+    moved = b.transpose(stacked, [source.index(label) for label in target])
     grid = list(conv.array_shape.dims)
     for o, split in zip(dims.output_spatial, splits):
         grid[o] = split.outputs * split.phases
