@@ -145,6 +145,7 @@ def _box_outputs(b, conv: Instruction, splits, box: tuple[range, ...]) -> Instru
     (group, the box's phases along each dim..., feature in group)."""
     lhs, rhs = conv.operands
     dims, groups = conv.conv, conv.feature_group_count
+    assert dims is not None
     shape = list(conv.array_shape.dims)
     for o, split in zip(dims.output_spatial, splits):
         shape[o] = split.outputs
@@ -197,6 +198,7 @@ def interleave(b, conv: Instruction, splits, stacked: Instruction) -> Instructio
     """The result from the phases' outputs `stacked`: output q of phase (r_1..r_n)
     goes to q_d * P_d + r_d along each dim."""
     dims = conv.conv
+    assert dims is not None
     f = dims.output_feature
     spatial = {o: d for d, o in enumerate(dims.output_spatial)}
     # the dims of `stacked`, labelled, and the result's order: each output dim before

@@ -36,8 +36,10 @@ def _root_reshapes(instr: Instruction) -> list[Instruction]:
     """The reshapes read at the kernel's own output index: the root, or operands of the
     elementwise ops the root reads that way."""
     root = instr.called[0].root if instr.op is Op.FUSION else instr
+    assert root is not None, instr.name
     dims = instr.array_shape.dims
-    found, work, seen = [], [root], set()
+    found: list[Instruction] = []
+    work, seen = [root], set()
     while work:
         value = work.pop()
         if id(value) in seen or not isinstance(value.shape, Shape) or value.shape.dims != dims:
