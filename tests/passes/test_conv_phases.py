@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pass_testing import check_pass
 
 import aotc
+from aotc.frontends.hlo import import_hlo
 from aotc.ir import ComputationBuilder, ConvDims, DType, Instruction, Module, Op, Shape, Window
 from aotc.ir.evaluate import evaluate
 from aotc.ir.shapes import windowed_output_dims
@@ -283,3 +284,28 @@ def test_k2s2_runs_as_one_gemm():
     forms = compiled.kernel_forms()
     assert forms[convs[0].name] in ("planes", "im2col"), forms
     assert compiled.stats.kernel_count == 2  # the GEMM and the interleave
+
+
+# jax.lax.conv_transpose(x, w, (2, 2), "SAME") on NHWC / HWIO, the weights an argument:
+# the sub-kernels are sliced at run time
+JAX_CONV_TRANSPOSE = """HloModule jit_conv_transpose
+
+ENTRY main.3 {
+  x = f32[2,5,6,3]{3,2,1,0} parameter(0)
+  w = f32[3,3,3,4]{3,2,1,0} parameter(1)
+  ROOT conv = f32[2,10,12,4]{3,2,1,0} convolution(x, w), window={size=3x3 pad=1_2x1_2 lhs_dilate=2x2}, dim_labels=b01f_01io->b01f
+}
+"""
+
+
+def test_compiled_channels_last_hlo_matches_the_evaluator(tmp_path):
+    path = tmp_path / "conv_transpose.hlo"
+    path.write_text(JAX_CONV_TRANSPOSE)
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-2, 2, (2, 5, 6, 3)).astype(np.float32)
+    w = rng.uniform(-1, 1, (3, 3, 3, 4)).astype(np.float32)
+    want = evaluate(import_hlo(path), [x, w])
+    compiled = aotc.compile(path)
+    assert _base_dilated(compiled.module) == []
+    (got,) = compiled.load()(x, w)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
