@@ -114,7 +114,12 @@ def _windows_1d():
                 yield window
 
 
-@pytest.mark.parametrize("window", list(_windows_1d()), ids=str)
+def _window_id(w: Window) -> str:
+    (k,), (s,), (stride,), (d,) = w.size, w.lhs_dilation, w.stride, w.rhs_dilation
+    return f"k{k}_lhs{s}_s{stride}_d{d}_p{w.pad_low[0]}_{w.pad_high[0]}"
+
+
+@pytest.mark.parametrize("window", list(_windows_1d()), ids=_window_id)
 def test_every_1d_geometry_keeps_its_values(window):
     _check_phases([4], window)
 
