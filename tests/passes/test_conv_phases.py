@@ -133,7 +133,7 @@ def test_every_1d_geometry_keeps_its_values(window):
         ((3, 4), Window.make((5, 3), None, (2, 4), (3, 1), (3, 2), (1, 2)), {}),
         # base dilation in one dim only, with a window stride in the other
         ((4, 5), Window.make((3, 3), (1, 2), (1, 1), (2, 1), (2, 1)), {}),
-        # stride and base dilation together (2 phases of stride 1... and 3 of 2)
+        # stride with base dilation: 4 and 2 give 2 phases of stride 1, 3 and 2 3 of stride 2
         ((5, 6), Window.make((3, 4), (2, 2), (1, 2), (1, 0), (4, 3)), {}),
         # grouped: 2 groups of 2 input features, 3 output features each
         (
