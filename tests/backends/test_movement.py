@@ -85,13 +85,15 @@ def test_movement_every_storage_type(check, fuse, rand, dtype):
 
 
 @pytest.mark.parametrize("phases", [(2, 2), (3, 1), (1, 4)], ids=str)
-def test_interleaving_fusions_loop_over_the_split_dims(check, fuse, rng, phases):
+def test_interleaving_fusions_loop_over_the_split_dims(
+    check, fuse, rng, same_across_threads, phases
+):
     """Stride phases interleaved into an image (passes/conv_phases.py; depth-to-space
     too): reshape, transpose, reshape, and a per-channel add at the root.  The loops run
     over the dims the root's reshape splits (cpu/loop_dims.py); a crop after the
-    reshape leaves them whole."""
+    reshape leaves them whole.  Big enough to be shared out to threads."""
     p1, p2 = phases
-    channels, height, width = 3, 5, 7
+    channels, height, width = 3, 40, 70
     module = Module("interleave")
     b = ComputationBuilder(module, "main")
     x = b.parameter(0, Shape(DType.F32, (1, p1 * p2 * channels, height, width)))
@@ -119,7 +121,7 @@ def test_interleaving_fusions_loop_over_the_split_dims(check, fuse, rng, phases)
     assert loop_dims(outputs[2])[2] == (height * p1 - 1,)
     xv = rng.standard_normal(x.array_shape.dims).astype(np.float32)
     bv = rng.standard_normal(channels).astype(np.float32)
-    got = check(module, [xv, bv], rtol=0, atol=0).run(xv, bv)
+    got = same_across_threads(check(module, [xv, bv], rtol=0, atol=0), [xv, bv])
     planes = xv.reshape(p1, p2, channels, height, width).transpose(2, 3, 0, 4, 1)
     want = planes.reshape(image) + bv[None, :, None, None]
     np.testing.assert_array_equal(got[0], want)
