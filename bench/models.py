@@ -117,6 +117,27 @@ def mlp(sizes: tuple[int, ...] = (784, 512, 512, 10), batch: int = 1, seed: int 
     return _model(nodes, [x], [y], inits, "mlp")
 
 
+def conv_transpose(
+    c_in: int, c_out: int, size: int, kernel: int, stride: int, pad: int = 0, seed: int = 0
+):
+    """One ConvTranspose with a bias, as in segmentation and GAN upsampling heads."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0, np.sqrt(2 / (c_in * kernel * kernel)), (c_in, c_out, kernel, kernel))
+    b = rng.uniform(-0.1, 0.1, c_out)
+    inits = [
+        numpy_helper.from_array(w.astype(np.float32), "w"),
+        numpy_helper.from_array(b.astype(np.float32), "b"),
+    ]
+    attrs = {"strides": [stride, stride], "pads": [pad] * 4}
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    out = (size - 1) * stride + kernel - 2 * pad
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c_out, out, out])
+    return _model([node], [x], [y], inits, "conv_transpose")
+
+
 def transformer_layer(hidden: int = 256, seq: int = 128, heads: int = 4, seed: int = 0):
     """One post-norm encoder layer: attention, residual, LayerNorm, Erf-GELU FFN, residual,
     LayerNorm; input x [1, seq, hidden]."""
@@ -313,6 +334,10 @@ BENCH_MODELS = {
         transformer_layer(768, 128, heads=12), True
     ),
     "resnet50_int8": lambda: quantized(light_model("resnet50"), True),
+    # upsampling heads: U-Net / DBNet (k2 s2), GAN / FCN (k4 s2 p1)
+    "convtranspose_24to1_k2s2_80": lambda: conv_transpose(24, 1, 80, 2, 2),
+    "convtranspose_64to32_k2s2_80": lambda: conv_transpose(64, 32, 80, 2, 2),
+    "convtranspose_128to64_k4s2p1_40": lambda: conv_transpose(128, 64, 40, 4, 2, 1),
 }
 QUANTIZED = frozenset(name for name in BENCH_MODELS if name.endswith("_int8"))
 # Their outputs agree with another run's within this share of its max|output|: a float

@@ -10,6 +10,7 @@ the verifier to check shapes.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from ..errors import ShapeError
@@ -124,6 +125,34 @@ def reshape(instr: Instruction) -> Shape:
     out, x = given(instr), _arr(instr, 0)
     _check(out.dtype == x.dtype and out.size == x.size, instr, f"cannot reshape to {out}")
     return out
+
+
+def reshape_groups(in_dims, out_dims) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """A reshape's dims in the smallest runs of equal size: (operand dims, result dims)
+    pairs in order, cut wherever the elements before both sides are equally many, so
+    that each run's index is its own (a merge, a split, or unit dims added or taken);
+    unit dims join the run after them."""
+    if 0 in in_dims or 0 in out_dims:
+        return [(tuple(range(len(in_dims))), tuple(range(len(out_dims))))]
+    in_cuts, out_cuts = _first_prefixes(in_dims), _first_prefixes(out_dims)
+    cuts = sorted((in_cuts[size], out_cuts[size]) for size in in_cuts.keys() & out_cuts.keys())
+    cuts.append((len(in_dims), len(out_dims)))
+    return [
+        (tuple(range(i, next_i)), tuple(range(j, next_j)))
+        for (i, j), (next_i, next_j) in itertools.pairwise(cuts)
+        if (i, j) != (next_i, next_j)
+    ]
+
+
+def _first_prefixes(dims) -> dict[int, int]:
+    """{elements before position k: the first such k}."""
+    first: dict[int, int] = {}
+    size = 1
+    for k, extent in enumerate(dims):
+        first.setdefault(size, k)
+        size *= extent
+    first.setdefault(size, len(dims))
+    return first
 
 
 def transpose(instr: Instruction) -> Shape:

@@ -53,6 +53,7 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
     """The passes for an optimization level (-O0: only what compiling needs)."""
     from .algsimp import AlgebraicSimplifier
     from .conv_layout import ConvLayoutAssignment
+    from .conv_phases import ConvPhases
     from .cse import CommonSubexpressionElimination
     from .dce import DeadCodeElimination
     from .fold import ConstantFolding
@@ -67,9 +68,11 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
     if opt_level >= 1:
         # scale folding needs the batch-norm vectors folded first, and makes new
         # constant expressions (scaled weights) for the second folding; convolutions
-        # are canonical first, so that their weights' transposes fold
-        passes += [ConvLayoutAssignment(), PaddingTaps(), DeadCodeElimination(), ConstantFolding()]
-        passes += [ScaleFolding(), ConstantFolding()]
+        # are canonical first, so that their weights' transposes fold; stride phases
+        # and dropped padding taps after scale folding (which needs the whole
+        # convolution), so that the second folding computes their sub-kernels
+        passes += [ConvLayoutAssignment(), DeadCodeElimination(), ConstantFolding()]
+        passes += [ScaleFolding(), ConvPhases(), PaddingTaps(), ConstantFolding()]
         passes += [AlgebraicSimplifier(), TransposeFolding(), SeparableWindows()]
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
     if opt_level >= 2:

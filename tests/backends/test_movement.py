@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from aotc.backends.cpu.loop_dims import loop_dims
 from aotc.ir import ComputationBuilder, DType, Module, Op, Shape
 
 
@@ -81,3 +82,46 @@ def test_movement_every_storage_type(check, fuse, rand, dtype):
     ]
     b.build(b.tuple(outputs), entry=True)
     check(module, [rand(Shape(dtype, (3, 5)))], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("phases", [(2, 2), (3, 1), (1, 4)], ids=str)
+def test_interleaving_fusions_loop_over_the_split_dims(
+    check, fuse, rng, same_across_threads, phases
+):
+    """Stride phases interleaved into an image (passes/conv_phases.py; depth-to-space
+    too): reshape, transpose, reshape, and a per-channel add at the root.  The loops run
+    over the dims the root's reshape splits (cpu/loop_dims.py); a crop after the
+    reshape leaves them whole.  Big enough to be shared out to threads."""
+    p1, p2 = phases
+    channels, height, width = 3, 40, 70
+    module = Module("interleave")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, (1, p1 * p2 * channels, height, width)))
+    bias = b.parameter(1, Shape(DType.F32, (channels,)))
+    image = [1, channels, height * p1, width * p2]
+
+    def interleaved(f, p):
+        planes = f.reshape(p[0], [1, p1, p2, channels, height, width])
+        moved = f.transpose(planes, [0, 3, 4, 1, 5, 2])
+        return f.reshape(moved, image)
+
+    def biased(f, p):
+        return f.binary(Op.ADD, interleaved(f, p), f.broadcast(p[1], [1], image))
+
+    def cropped(f, p):
+        crop = f.slice(interleaved(f, p), [0, 0, 0, 0], [1, channels, height * p1 - 1, width * p2])
+        return f.binary(Op.ADD, crop, f.broadcast(p[1], [1], crop.array_shape.dims))
+
+    outputs = [fuse(b, [x, bias], body) for body in (biased, interleaved, cropped)]
+    b.build(b.tuple(outputs), entry=True)
+    split = [(1,), (channels,), (height, p1) if p1 > 1 else (height,)]
+    split.append((width, p2) if p2 > 1 else (width,))
+    assert loop_dims(outputs[0]) == split
+    assert loop_dims(outputs[1]) == split
+    assert loop_dims(outputs[2])[2] == (height * p1 - 1,)
+    xv = rng.standard_normal(x.array_shape.dims).astype(np.float32)
+    bv = rng.standard_normal(channels).astype(np.float32)
+    got = same_across_threads(check(module, [xv, bv], rtol=0, atol=0), [xv, bv])
+    planes = xv.reshape(p1, p2, channels, height, width).transpose(2, 3, 0, 4, 1)
+    want = planes.reshape(image) + bv[None, :, None, None]
+    np.testing.assert_array_equal(got[0], want)

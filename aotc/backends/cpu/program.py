@@ -32,6 +32,7 @@ from ...names import check_c_identifier
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import (
     bind_instructions,
+    compose_index,
     constant_rule,
     element_pointer,
     invariant_generator,
@@ -44,6 +45,7 @@ from ..llvm.loops import if_then
 from ..llvm.rules import KERNELS, RULES
 from .contraction import emit_contraction, workspace_bytes
 from .control import CONTROL_KERNELS
+from .loop_dims import loop_dims
 from .parallel import parallel_loop_nest
 from .pooling import emit_pooling
 from .prepack import DROPPED
@@ -247,13 +249,17 @@ def _store_loop(
         loop = [math.prod(dims)]
     elif inner is not None:
         loop = [*dims[:inner], math.prod(dims[inner:])]
-    else:
-        loop = list(dims)
+    else:  # each dim as the digits a reshape at the root splits it into, if one does
+        digits = loop_dims(instr) if isinstance(instr.shape, Shape) else [(d,) for d in dims]
+        loop = [extent for extents in digits for extent in extents]
     with parallel_loop_nest(ctx, loop) as index:
         if flat:  # one loop over the linear position: row-major index (0, ..., 0, linear)
             index = [i64(0)] * (len(dims) - 1) + index
         elif inner is not None:
             index = [*index[:inner], *split_index(ctx.builder, index[inner], dims[inner:])]
+        else:
+            place = iter(index)
+            index = [compose_index(ctx, [next(place) for _ in e], e) for e in digits]
         values = gen(index)
         if len(outputs) == 1 and not isinstance(values, tuple):
             values = (values,)

@@ -75,6 +75,9 @@ class EmitContext:
         # kernel scratch after the arena (GEMM packing), shared by all kernels; set
         # by program.build_module from the entry plan
         self.workspace: Slice | None = None
+        # index values a loop composed of digits (elemental.compose_index): id ->
+        # (value, digits, their extents), so that splitting one again reads the digits
+        self.composed: dict[int, tuple[ir.Value, list[ir.Value], tuple[int, ...]]] = {}
 
     # -- functions outside the IR ---------------------------------------------
 

@@ -113,6 +113,27 @@ def delinearize(b: ir.IRBuilder, linear: ir.Value, dims: Sequence[int]) -> list[
     return index[::-1]
 
 
+def compose_index(ctx: EmitContext, digits: Sequence[ir.Value], extents) -> ir.Value:
+    """`linearize(digits)`, remembered: `decompose_index` of it gives `digits` back."""
+    if len(digits) == 1:
+        return digits[0]
+    value = linearize(ctx.builder, digits, extents)
+    ctx.composed[id(value)] = (value, list(digits), tuple(extents))
+    return value
+
+
+def decompose_index(ctx: EmitContext, linear: ir.Value, extents) -> list[ir.Value]:
+    """`delinearize(linear, extents)`, or the digits `linear` was composed of where their
+    extents are these but for unit dims (no division then: a loop over the digits reads
+    through a reshape that splits its dim as plain indices)."""
+    known = ctx.composed.get(id(linear))
+    live = [e for e in extents if e != 1]
+    if known is None or known[0] is not linear or [e for e in known[2] if e != 1] != live:
+        return delinearize(ctx.builder, linear, extents)
+    digits = iter(d for d, e in zip(known[1], known[2]) if e != 1)
+    return [i64(0) if e == 1 else next(digits) for e in extents]
+
+
 def split_index(b: ir.IRBuilder, linear: ir.Value, extents) -> list[ir.Value]:
     """The row-major multi-index of `linear` (known to be in range): quotients by
     division, remainders by subtraction and no wrap of the outermost dim, so that

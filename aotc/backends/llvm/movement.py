@@ -10,8 +10,9 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...ir import Instruction, Op
+from ...ir.shapes import reshape_groups
 from .context import EmitContext, Gen, Rule
-from .elemental import delinearize, linearize
+from .elemental import decompose_index, linearize
 from .lltypes import i64
 from .loops import branch_value
 
@@ -23,19 +24,31 @@ def broadcast_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) ->
 
 
 def reshape_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
+    """Each run of dims of equal size (shapes.reshape_groups) on its own: dims the two
+    shapes share keep their index (row fusion relies on it), a split or merge divides
+    by its run's extents only."""
     (source,) = operands
     out_dims = instr.array_shape.dims
     in_dims = instr.operands[0].array_shape.dims
-
-    # leading dims both shapes share keep their index (row fusion relies on it)
-    same = 0
-    while same < min(len(out_dims), len(in_dims)) and out_dims[same] == in_dims[same]:
-        same += 1
+    groups = [
+        ([in_dims[i] for i in ins], [out_dims[o] for o in outs], outs)
+        for ins, outs in reshape_groups(in_dims, out_dims)
+    ]
 
     def gen(index):
-        b = ctx.builder
-        rest = linearize(b, index[same:], out_dims[same:])
-        return source(list(index[:same]) + delinearize(b, rest, in_dims[same:]))
+        operand_index: list[ir.Value] = []
+        for in_extents, out_extents, outs in groups:
+            live = [index[o] for o, e in zip(outs, out_extents) if e != 1]
+            if [e for e in in_extents if e != 1] == [e for e in out_extents if e != 1]:
+                kept = iter(live)
+                operand_index += [i64(0) if e == 1 else next(kept) for e in in_extents]
+                continue
+            if len(live) == 1:
+                linear = live[0]
+            else:
+                linear = linearize(ctx.builder, [index[o] for o in outs], out_extents)
+            operand_index += decompose_index(ctx, linear, in_extents)
+        return source(operand_index)
 
     return gen
 

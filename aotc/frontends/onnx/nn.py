@@ -88,7 +88,8 @@ def conv(ctx: NodeContext, x: Instruction, w: Instruction, bias=None, dtype=None
 @onnx_op("ConvTranspose")
 def conv_transpose(ctx: NodeContext, x: Instruction, w: Instruction, bias=None) -> Instruction:
     """The gradient of Conv as a convolution: the input dilated by the strides, the
-    kernel mirrored with its feature dims swapped, padded by (k - 1) * d - pads."""
+    kernel mirrored with its feature dims swapped, padded by (k - 1) * d - pads (the
+    definition; passes/conv_phases.py computes it without the inserted zeros)."""
     b = ctx.b
     n = _spatial_rank(x)
     groups = ctx.attr("group")
