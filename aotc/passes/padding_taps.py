@@ -31,6 +31,7 @@ def _live_taps(window: Window, dim: int, extent: int, out: int) -> tuple[int, in
 def drop_padding_taps(b: InsertingBuilder, instr: Instruction):
     # conv(x, w, window k, pads p) -> conv(x, w[live taps], window k', pads p')
     window, dims = instr.window, instr.conv
+    assert window is not None and dims is not None, instr.name  # the verifier's rule
     if any(s != 1 for s in (*window.stride, *window.lhs_dilation)):
         return None
     x, w = instr.operands
