@@ -1,7 +1,7 @@
 """Speed benchmark: aotc-compiled models called from C against onnxruntime.
 
     python bench/run.py [--models a,b] [--threads 1,2] [--repeat N] [--quick] [--out FILE]
-    python bench/run.py --corpus [--models a,b] [--threads 1] [--quick]
+    python bench/run.py --corpus [--models a,b] [--threads 1] [--quick] [--top-kernel]
 
 For each model of `models.BENCH_MODELS` (fixed seeds), or with --corpus of
 `corpus.CORPUS` (models exported from torchvision, transformers and scikit-learn by
@@ -13,7 +13,8 @@ sequential) on the same inputs (`models.model_inputs`).  Outputs must agree with
 `RTOL`/`ATOL_SCALE`.  Prints the table and writes it to bench/results.md (--corpus:
 bench/corpus_results.md), with the single-core float32 GEMM peak measured in the same
 run.  A model that fails to build or compile is a row with its error; the run goes on,
-and exits 1 at the end when a model failed or its outputs disagreed.
+and exits 1 at the end when a model failed or its outputs disagreed.  --top-kernel adds
+each model's slowest kernel from `aotc profile` (an instrumented build, profiled apart).
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ class Row:
     rel_err: float = math.nan
     agree: bool | None = None
     error: str = ""
+    top_kernel: str = ""  # --top-kernel: the profile's slowest kernel (aotc profile)
 
     @property
     def ratio(self) -> float | None:
@@ -474,6 +476,10 @@ CORPUS_COLUMNS = [
 ]
 
 
+TOP_KERNEL_COLUMN = Column("top kernel (aotc profile)", lambda r, p: r.top_kernel, "---")
+PROFILE_RUNS = 3
+
+
 def table(rows: list[Row], peak: float, columns: list[Column] = COLUMNS) -> str:
     lines = [
         "| " + " | ".join(c.header for c in columns) + " |",
@@ -639,6 +645,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--corpus", action="store_true", help="the models of bench/corpus.py (bench extra)"
     )
+    parser.add_argument(
+        "--top-kernel",
+        action="store_true",
+        help="a column with each model's slowest kernel, from an instrumented build",
+    )
     parser.add_argument("--models", default=None, help="comma-separated (default: all)")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--repeat", type=int, default=None, help="samples per measurement")
@@ -664,7 +675,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def bench_model(
-    name: str, build: Builder, category: str, threads: list[int], settings: Settings
+    name: str,
+    build: Builder,
+    category: str,
+    threads: list[int],
+    settings: Settings,
+    top_kernel: bool = False,
 ) -> list[Row]:
     """One model's rows: measured, or its error (building, compiling or running it)."""
     with tempfile.TemporaryDirectory(prefix=f"aotc_bench_{name}_") as tmp:
@@ -673,25 +689,47 @@ def bench_model(
         except Exception as e:  # noqa: BLE001 - a compiler bug is one model's result too
             return [Row(name, t, category, error=f"failed: {one_line(e)}") for t in threads]
         try:
-            return measure(model, threads, settings, category)
+            rows = measure(model, threads, settings, category)
         except Exception as e:  # noqa: BLE001 - so is a crash of either runtime
             error = f"failed: {one_line(e)}"
             return [
                 Row(name, t, category, model.gflop, model.compile_s, error=error) for t in threads
             ]
+        if top_kernel:
+            for row in rows:
+                row.top_kernel = slowest_kernel(model.path, row.threads)
+        return rows
+
+
+def slowest_kernel(path: Path, threads: int) -> str:
+    """The profile's slowest kernel (`aotc profile`): its ops and form, its share of the
+    run and of this machine's bound."""
+    from aotc.driver import CompileOptions
+    from aotc.profiling import profile_model
+
+    try:
+        profile = profile_model(path, CompileOptions(threads=threads), runs=PROFILE_RUNS)
+    except Exception as e:  # noqa: BLE001 - the timing stands without it
+        return f"profile failed: {one_line(e)}"
+    top = profile.kernels[0]
+    return f"{top.cost.label}: {top.share:.0%} of the run at {top.bound_share:.0%} of bound"
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     settings = Settings.quick(args.repeat) if args.quick else Settings(args.repeat or 30)
     columns = CORPUS_COLUMNS if args.corpus else COLUMNS
+    if args.top_kernel:
+        columns = [*columns, TOP_KERNEL_COLUMN]
     loads = [os.getloadavg()[0]]
     peak = measure_peak(settings)
     print(f"single-core f32 GEMM peak: {peak:.1f} GFLOP/s", flush=True)
     rows: list[Row] = []
     for name in args.models:
         category = corpus.CORPUS[name].category if args.corpus else ""
-        measured = bench_model(name, args.table[name], category, args.threads, settings)
+        measured = bench_model(
+            name, args.table[name], category, args.threads, settings, args.top_kernel
+        )
         rows += measured
         for row in measured:
             line = table([row], peak, columns).splitlines()[-1]

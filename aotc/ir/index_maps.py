@@ -184,8 +184,10 @@ def row_values(instr: Instruction) -> tuple[int, list[Instruction]]:
     return rank, hoisted
 
 
-# element types a row kernel can keep a value in its output buffer without rounding it
-CACHEABLE_DTYPES = frozenset({DType.F32, DType.F64})
+# element types of the values a row kernel keeps in its output buffer: halves are rounded
+# there, where a row kernel would hold them in f32 (ONNX's reference rounds each op's
+# result to the half type anyway)
+CACHEABLE_DTYPES = frozenset({DType.F32, DType.F64, DType.F16, DType.BF16})
 
 
 def cached_row_value(instr: Instruction, rank: int, hoisted: list[Instruction]):

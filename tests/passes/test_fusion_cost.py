@@ -24,6 +24,9 @@ OVER_LIMIT = {
     ),
     "test_attention_local_window_ext_cache_rank3_head_mask_expanded": "as the case above",
     "test_attention_4d_diff_heads_mask4d_padded_kv": "as the case above",
+    "test_attention_4d_causal_padded_kv_bf16": "as the case above",
+    "test_attention_4d_causal_padded_kv_bf16_expanded": "as the case above",
+    "test_attention_4d_padded_kv_bf16": "as the case above",
 }
 
 
