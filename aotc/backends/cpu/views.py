@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import dataclasses
 from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ...buffers import BufferPlan, Slice
+from ...buffers import BufferKind, BufferPlan, Slice
 from ...ir import DType, Instruction, Op, Shape
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import i64, storage_type
@@ -110,6 +111,8 @@ def fused_view(plan: BufferPlan, fusion: Instruction, instr: Instruction) -> Vie
     fusion operand (parameter, transpose, broadcast, reshape)."""
     if instr.op is Op.PARAMETER:
         return memory_view(plan, fusion.operands[instr.index])
+    if instr.op is Op.SLICE:
+        return _sliced_view(fused_view(plan, fusion, instr.operands[0]), instr)
     if instr.op not in STRIDED_VIEW_OPS:
         return None
     inner = fused_view(plan, fusion, instr.operands[0])
@@ -129,6 +132,26 @@ def fused_view(plan: BufferPlan, fusion: Instruction, instr: Instruction) -> Vie
     strides = [_merged(d) for d in digits]
     kept = digits if None in strides else ()
     return _make_view(inner.where, dims, strides, instr, kept)
+
+
+def _sliced_view(inner: View | None, instr: Instruction) -> View | None:
+    """`inner` sliced: its start moved to the slice's first element, its strides times the
+    slice's steps (YOLO's C2f convolutions read one half of a tensor's channels).
+    Weights stay whole: prepacking knows constants by their slices."""
+    dtype = instr.array_shape.dtype
+    if inner is None or not inner.is_affine or inner.where.kind is BufferKind.CONSTANT:
+        return None
+    if dtype is not inner.dtype or dtype.bits % 8:
+        return None
+    spec = instr.slice
+    start = sum(first * stride for first, stride in zip(spec.starts, inner.strides)) * (
+        dtype.bits // 8
+    )
+    strides = [stride * step for stride, step in zip(inner.strides, spec.strides)]
+    where = dataclasses.replace(
+        inner.where, offset=inner.where.offset + start, size=inner.where.size - start
+    )
+    return _make_view(where, instr.array_shape.dims, strides, instr)
 
 
 def _reshaped_digits(view: View, dims) -> list[Digits] | None:
