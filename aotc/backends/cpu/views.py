@@ -8,9 +8,9 @@ operands through views instead of element generators when they have one.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-import dataclasses
 from dataclasses import dataclass
 
 from llvmlite import ir
