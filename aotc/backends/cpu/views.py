@@ -144,6 +144,7 @@ def _sliced_view(inner: View | None, instr: Instruction) -> View | None:
     if dtype is not inner.dtype or dtype.bits % 8:
         return None
     spec = instr.slice
+    assert spec is not None, instr.name  # the verifier's rule
     start = sum(first * stride for first, stride in zip(spec.starts, inner.strides)) * (
         dtype.bits // 8
     )
