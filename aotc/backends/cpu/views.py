@@ -145,10 +145,9 @@ def _sliced_view(inner: View | None, instr: Instruction) -> View | None:
         return None
     spec = instr.slice
     assert spec is not None, instr.name  # the verifier's rule
-    start = sum(first * stride for first, stride in zip(spec.starts, inner.strides)) * (
-        dtype.bits // 8
-    )
-    strides = [stride * step for stride, step in zip(inner.strides, spec.strides)]
+    inner_strides = [stride for stride in inner.strides if stride is not None]  # affine
+    start = sum(f * stride for f, stride in zip(spec.starts, inner_strides)) * (dtype.bits // 8)
+    strides = [stride * step for stride, step in zip(inner_strides, spec.strides)]
     where = dataclasses.replace(
         inner.where, offset=inner.where.offset + start, size=inner.where.size - start
     )
