@@ -7,7 +7,9 @@ must be a compile-time constant (or specialised), and its condition is evaluated
 iteration where constant; a runtime condition masks the carried values with `select`
 (no scan outputs) or specialises.  Scan unrolls over its static sequence length.
 Values may change shape from one iteration to the next, since each iteration is its own
-code.
+code.  A Scan whose iterations are independent (its states pass through unchanged) and
+whose body is elementwise ops and reductions is lowered once for all rows instead
+(mapped_scan.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ...ir import DType, Instruction, Op
 from ...ir.evaluate import evaluate_constant
 from .dtypes import to_dtype
 from .helpers import normalize_axis
+from .mapped_scan import mapped_scan
 from .registry import NodeContext, onnx_op
 from .sequence import NO_VALUE, SequenceValue, Value, as_tensor
 
@@ -207,10 +210,13 @@ def scan(ctx: NodeContext, *inputs: Value) -> list[Value]:
     axes = ctx.attr("scan_input_axes") or [0] * m
     axes = [normalize_axis(a, x.array_shape.rank) for a, x in zip(axes, xs)]
     reverse = ctx.attr("scan_input_directions") or [0] * m
-    final, steps = _scan_steps(ctx, states, xs, axes, reverse)
-    k = len(steps)
+    k = len(ctx.required_attr("body").output) - n
     out_axes = ctx.attr("scan_output_axes") or [0] * k
     out_reverse = ctx.attr("scan_output_directions") or [0] * k
+    mapped = mapped_scan(ctx, states, xs, axes, reverse, out_axes, out_reverse)
+    if mapped is not None:
+        return mapped
+    final, steps = _scan_steps(ctx, states, xs, axes, reverse)
     outputs = []
     for values, axis, backwards in zip(steps, out_axes, out_reverse):
         rank = values[0].shape.rank + 1 if values else 1
