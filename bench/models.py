@@ -138,6 +138,36 @@ def conv_transpose(
     return _model([node], [x], [y], inits, "conv_transpose")
 
 
+def spatial_pyramid_pool(channels: int, size: int, chained: bool):
+    """YOLO's pyramid pooling of [1, C, S, S]: SPPF (`chained`: three 5x5 max pools, each
+    of the one before) or SPP (5x5, 9x9 and 13x13 pools of the input), stride 1, same
+    padding, concatenated with the input."""
+    from onnx import TensorProto, helper
+
+    nodes, source = [], "x"
+    for i, kernel in enumerate((5, 5, 5) if chained else (5, 9, 13)):
+        pads = [kernel // 2] * 4
+        node = helper.make_node(
+            "MaxPool", [source], [f"p{i}"], kernel_shape=[kernel, kernel], pads=pads
+        )
+        nodes.append(node)
+        source = f"p{i}" if chained else "x"
+    nodes.append(helper.make_node("Concat", ["x", "p0", "p1", "p2"], ["y"], axis=1))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4 * channels, size, size])
+    return _model(nodes, [x], [y], [], "sppf" if chained else "spp")
+
+
+def softmax(shape: tuple[int, ...]):
+    """One Softmax over the last axis (attention scores: [batch, heads, queries, keys])."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))
+    return _model([node], [x], [y], [], "softmax")
+
+
 def transformer_layer(hidden: int = 256, seq: int = 128, heads: int = 4, seed: int = 0):
     """One post-norm encoder layer: attention, residual, LayerNorm, Erf-GELU FFN, residual,
     LayerNorm; input x [1, seq, hidden]."""
@@ -338,6 +368,11 @@ BENCH_MODELS = {
     "convtranspose_24to1_k2s2_80": lambda: conv_transpose(24, 1, 80, 2, 2),
     "convtranspose_64to32_k2s2_80": lambda: conv_transpose(64, 32, 80, 2, 2),
     "convtranspose_128to64_k4s2p1_40": lambda: conv_transpose(128, 64, 40, 4, 2, 1),
+    # YOLO's pyramid pooling blocks
+    "sppf_128x10": lambda: spatial_pyramid_pool(128, 10, chained=True),
+    "spp_128x10": lambda: spatial_pyramid_pool(128, 10, chained=False),
+    # a speech encoder's attention over 1,500 positions
+    "softmax_2x1500x1500": lambda: softmax((1, 2, 1500, 1500)),
 }
 QUANTIZED = frozenset(name for name in BENCH_MODELS if name.endswith("_int8"))
 # Their outputs agree with another run's within this share of its max|output|: a float
