@@ -112,7 +112,7 @@ def reads_per_element(user: Instruction, operand: Instruction) -> float:
         return float(math.prod(user.window.size))
     if user.op in (Op.REDUCE, Op.CONCATENATE, Op.PAD):
         # each operand element is read once over the whole result
-        return _size(operand) / max(_size(user), 1)
+        return elements(operand) / max(elements(user), 1)
     return 1.0
 
 
@@ -128,7 +128,7 @@ def evaluations(computation: Computation, hoisted: dict[int, int] | None = None)
             users.setdefault(id(operand), []).append(instr)
     for instr in reversed(computation.instructions):
         if instr is computation.root:
-            counts[id(instr)] = float(_size(instr))
+            counts[id(instr)] = float(elements(instr))
         elif id(instr) in hoisted:
             counts[id(instr)] = float(hoisted[id(instr)])
         else:
@@ -183,7 +183,7 @@ def fused_work(computation: Computation, counts: dict[int, float], cost) -> floa
     for instr in computation.instructions:
         if instr.op in (Op.PARAMETER, Op.CONSTANT) or not isinstance(instr.shape, Shape):
             continue
-        total += cost(instr) * counts.get(id(instr), 0.0) / max(_size(instr), 1)
+        total += cost(instr) * counts.get(id(instr), 0.0) / max(elements(instr), 1)
     return total
 
 
@@ -198,7 +198,7 @@ def kernel_flops(instr: Instruction) -> int:
     once = {id(v): rows for v in values}
     cached = cached_row_value(instr, rank, values) if values else None
     if cached is not None:  # kept in the output buffer: computed once per element
-        once[id(cached)] = _size(cached)
+        once[id(cached)] = elements(cached)
     counts = evaluations(fused, once)
     return round(fused_work(fused, counts, flops))
 
@@ -213,7 +213,8 @@ def module_flops(module: Module) -> int:
     )
 
 
-def _size(instr: Instruction) -> int:
+def elements(instr: Instruction) -> int:
+    """Elements of an array, or of each element of a variadic reduce's tuple."""
     shape = instr.shape
     if isinstance(shape, Shape):
         return shape.size

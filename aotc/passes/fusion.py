@@ -38,7 +38,7 @@ import heapq
 import math
 
 from ..ir import Computation, ComputationBuilder, FusionKind, Instruction, Module, Op, Shape
-from ..ir.cost import evaluations_for, flops, weighted_operations
+from ..ir.cost import elements, evaluations_for, flops, weighted_operations
 from ..ir.fusion_kinds import CONTRACTION_OPS, fusion_kind
 from ..ir.index_maps import (
     IndexMap,
@@ -137,7 +137,7 @@ class _Group:
         self.row_values: set[int] = set()
         self.contraction: Instruction | None = None  # the dot or convolution it fuses
         # elements of each member one run of the kernel computes (aotc/ir/cost.py)
-        self.evaluations: dict[int, float] = {id(root): float(_elements(root))}
+        self.evaluations: dict[int, float] = {id(root): float(elements(root))}
 
     def evaluations_of(self, producer: Instruction, users: list[Instruction], rows) -> float:
         """How many elements of `producer` the kernel would compute: once per row for a
@@ -198,23 +198,15 @@ class _Budget:
         it recomputes from the budget: computing it inside the kernel must cost less than
         computing each element once in its own kernel, storing it and loading it back
         (`duplicate`: another kernel computes it anyway, so fusing saves only the load)."""
-        elements = max(_elements(producer), 1)
-        repeated = max(evaluations - (0 if duplicate else elements), 0.0)
-        extra = repeated * weighted_operations(producer) / elements
-        saved = elements * _element_bytes(producer) * (1 if duplicate else 2) * BYTE_COST
-        added = repeated * flops(producer) / elements
+        count = max(elements(producer), 1)
+        repeated = max(evaluations - (0 if duplicate else count), 0.0)
+        extra = repeated * weighted_operations(producer) / count
+        saved = count * _element_bytes(producer) * (1 if duplicate else 2) * BYTE_COST
+        added = repeated * flops(producer) / count
         if extra > saved or added > self.left:
             return False
         self.left -= added
         return True
-
-
-def _elements(instr: Instruction) -> int:
-    shape = instr.shape
-    if isinstance(shape, Shape):
-        return shape.size
-    first = shape.elements[0] if shape.elements else None  # a variadic reduce
-    return first.size if isinstance(first, Shape) else 0
 
 
 def _element_bytes(instr: Instruction) -> int:
