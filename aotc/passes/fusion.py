@@ -177,6 +177,10 @@ class _Group:
         return rank is not None and self.row_rank in (None, rank)
 
 
+# the most instructions one fused kernel computes per element: LLVM's vectorizer gives up
+# on larger loop bodies (an unrolled iterative solver's 7,724: 6x slower than unfused)
+MAX_MEMBERS = 512
+
 # what storing a value and loading it back costs per byte, in arithmetic instructions:
 # what fusing a producer saves, against what recomputing it in the consumer costs
 BYTE_COST = 2.0
@@ -312,6 +316,8 @@ def _form_groups(computation: Computation) -> list[_Group]:
             _, _, producer, replicated, copied = heapq.heappop(work)
             if id(producer) in group.members or not _is_fusible(producer):
                 continue
+            if len(group.members) >= MAX_MEMBERS:
+                continue  # past this, one loop body no longer vectorizes: kernels that do win
             maps = maps_from_users(producer, users[id(producer)], group.maps)
             # a non-root reduction fuses as a row value only; a costly value read through a
             # broadcast only as a row value on top of one
