@@ -132,7 +132,11 @@ def _check_bound(op: Op, x: np.ndarray, got: np.ndarray, exact: np.ndarray, boun
 
 
 @pytest.mark.skipif(not X86, reason="runs x86-64 code")
-@pytest.mark.parametrize("target", ["host", "x86_64:x86-64-v2"], ids=["host", "no-fma"])
+@pytest.mark.parametrize(
+    "target",
+    ["host", "x86_64:x86-64-v2", "x86_64:x86-64-v3"],
+    ids=["host", "no-fma", "fma-no-ldexp"],
+)
 def test_f32_accuracy(compile_module, target):
     if target == "host" and not parse_target("host").has_fma:
         pytest.skip("the host has no FMA: the v2 case covers mul + add")
@@ -230,6 +234,15 @@ def test_avx2_kernels_use_ymm_and_no_calls(op):
     # no libm: the loop body is inline (calls only among the model's functions and to the
     # aotc runtime's thread pool)
     assert all(c.startswith(("vm", "aotc_")) for c in calls), calls
+
+
+def test_avx512_exp_scales_with_vscalef():
+    """AVX-512 scales by 2^n in one instruction (rounded once, denormals included)."""
+    assert parse_target("x86_64:x86-64-v4").has_vector_ldexp
+    assert not parse_target("x86_64:x86-64-v3").has_vector_ldexp  # ldexpf calls there
+    asm = _kernel_asm(Op.EXP, "x86_64:x86-64-v4")
+    assert re.search(r"\tvscalefps\t.*%zmm", asm), "no packed vscalefps"
+    assert "ldexp" not in asm
 
 
 def test_sse_kernel_uses_packed_xmm_ops():

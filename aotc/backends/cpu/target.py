@@ -90,6 +90,12 @@ class CpuTarget:
         return _probe(self.triple, self.cpu, self.features).has_fma
 
     @property
+    def has_vector_ldexp(self) -> bool:
+        """Whether a vector `llvm.ldexp` (x * 2^n, rounded once) is one instruction, as
+        AVX-512's vscalefps, rather than a libm call per lane."""
+        return _probe(self.triple, self.cpu, self.features).has_vector_ldexp
+
+    @property
     def has_pmaddwd(self) -> bool:
         """Whether x86's pmaddwd (16-bit pairs multiplied and summed into 32-bit lanes)
         is one instruction at the full `vector_bits` (AVX-512 needs BW, 256 bits AVX2)."""
@@ -141,6 +147,7 @@ class _VectorUnit:
     vector_bits: int
     has_fma: bool
     has_pmaddwd: bool
+    has_vector_ldexp: bool
 
 
 # a 512-bit add and a 128-bit fused multiply-add: the registers and instructions LLVM
@@ -162,6 +169,11 @@ define void @fma(ptr %a, ptr %b, ptr %c) {
   ret void
 }
 declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)
+define <16 x float> @ldexp(<16 x float> %x, <16 x i32> %n) {
+  %r = call <16 x float> @llvm.ldexp.v16f32.v16i32(<16 x float> %x, <16 x i32> %n)
+  ret <16 x float> %r
+}
+declare <16 x float> @llvm.ldexp.v16f32.v16i32(<16 x float>, <16 x i32>)
 """
 
 
@@ -200,14 +212,16 @@ def _probe(triple: str, cpu: str, features: str) -> _VectorUnit:
     machine = create_machine(triple, cpu, features)
     module = llvm.parse_assembly(f'target triple = "{triple}"\n{_PROBE_IR}')
     assembly = machine.emit_assembly(module)
-    add, _, fma = assembly.partition("fma:")
+    add, _, rest = assembly.partition("fma:")
+    fma, _, ldexp = rest.partition("ldexp:")
     bits = 512 if "zmm" in add else 256 if "ymm" in add else 128
     pmaddwd = False
     if triple.startswith("x86_64"):
         module = llvm.parse_assembly(f'target triple = "{triple}"\n{_pairs_probe(bits // 32)}')
         found = re.search(r"pmaddwd\s.*%(\w+)", machine.emit_assembly(module))
         pmaddwd = found is not None and found.group(1).startswith(_PAIRS_REGISTERS[bits])
-    return _VectorUnit(bits, bool(_FMA_INSTRUCTIONS.search(fma)), pmaddwd)
+    fma_native = bool(_FMA_INSTRUCTIONS.search(fma))
+    return _VectorUnit(bits, fma_native, pmaddwd, "ldexpf" not in ldexp)  # no libm call
 
 
 def _check_triple(triple: str, spec: str) -> str:

@@ -60,6 +60,12 @@ class CudaTarget:
         """Every NVIDIA GPU has a fused multiply-add (the elemental math asks)."""
         return True
 
+    @property
+    def has_vector_ldexp(self) -> bool:
+        """Scaling by 2^n stays integer arithmetic on the exponent bits (NVPTX has no
+        ldexp instruction)."""
+        return False
+
     def describe(self) -> str:
         tf32 = ", TF32 tensor cores" if self.tf32 else ""
         return f"CUDA {', '.join(self.archs)} (+PTX {self.newest}){tf32}, host {self.triple}"

@@ -27,6 +27,7 @@ class KernelTarget(Protocol):
     target class has more: vector width, GEMM tiles)."""
 
     has_fma: bool
+    has_vector_ldexp: bool
 
 
 class MathLibrary:

@@ -157,6 +157,7 @@ class _Emitter:
         self.ctx = ctx
         self.b = ctx.builder
         self.fused = ctx.target is not None and ctx.target.has_fma
+        self.ldexp = ctx.target is not None and ctx.target.has_vector_ldexp
 
     def f(self, value: float) -> ir.Constant:
         return ir.Constant(F32, value)
@@ -236,20 +237,29 @@ def _offset_exp(
 
 
 def _scale(m: _Emitter, x: ir.Value, n: ir.Value) -> ir.Value:
-    """x * 2^n for n in [-252, 254]: two factors, so that neither overflows and a denormal
-    result is rounded once, in the second product."""
+    """x * 2^n for n in [-252, 254], rounded once: `llvm.ldexp` where the target has it
+    as one vector instruction (AVX-512's vscalefps); elsewhere two factors, so that
+    neither overflows and a denormal result is rounded in the second product only."""
     b = m.b
+    if m.ldexp:
+        return m.ctx.intrinsic("llvm.ldexp", [x, n])
     half = b.ashr(n, m.i(1))
     return b.fmul(b.fmul(x, m.pow2(half)), m.pow2(b.sub(n, half)))
 
 
 def exp(ctx: EmitContext, x: ir.Value) -> ir.Value:
-    """e^x for f32 x; at most 1 ulp (0.62 measured; 0.75 for denormal results, which are
-    rounded twice)."""
+    """e^x for f32 x; at most 1 ulp (0.982 measured over every f32 input with FMA and
+    vscalefps, 0.94 without FMA).
+
+    Cheaper than expm1's form (no compensation of r's rounding, no Fast2Sum): e^r is
+    near 1, so 1 + expm1(r) rounded once stays within 1 ulp, and the scaling by 2^n is
+    one instruction where the target has one.  Softmax and logistic spend most of
+    their time here."""
     m = _Emitter(ctx)
-    n, r, r_low = _exp_reduce(m, m.clamp(x, EXP_LO, EXP_HI))
+    n, r, _ = _exp_reduce(m, m.clamp(x, EXP_LO, EXP_HI))
     # NaN: the clamp keeps it and it propagates through r
-    return _scale(m, _offset_exp(m, m.f(1.0), r, r_low, None), n)
+    tail = m.mul_add(m.b.fmul(r, r), m.poly(r, EXPM1_Q), r)
+    return _scale(m, m.b.fadd(m.f(1.0), tail), n)
 
 
 def expm1(ctx: EmitContext, x: ir.Value) -> ir.Value:
