@@ -52,6 +52,7 @@ class Pipeline:
 def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = False):
     """The passes for an optimization level (-O0: only what compiling needs)."""
     from .algsimp import AlgebraicSimplifier
+    from .conv_bands import ConvBands
     from .conv_layout import ConvLayoutAssignment
     from .conv_phases import ConvPhases
     from .cse import CommonSubexpressionElimination
@@ -70,9 +71,11 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
         # constant expressions (scaled weights) for the second folding; convolutions
         # are canonical first, so that their weights' transposes fold; stride phases
         # and dropped padding taps after scale folding (which needs the whole
-        # convolution), so that the second folding computes their sub-kernels
+        # convolution), so that the second folding computes their sub-kernels; output
+        # bands after the padding taps, which leave fewer taps for them to weigh
         passes += [ConvLayoutAssignment(), DeadCodeElimination(), ConstantFolding()]
-        passes += [ScaleFolding(), ConvPhases(), PaddingTaps(), ConstantFolding()]
+        passes += [ScaleFolding(), ConvPhases(), PaddingTaps(), ConvBands()]
+        passes += [ConstantFolding()]
         passes += [AlgebraicSimplifier(), TransposeFolding(), SeparableWindows()]
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
     if opt_level >= 2:
