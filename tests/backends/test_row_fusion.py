@@ -4,10 +4,15 @@ on the unfused module."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from aotc_testing import hlo_reducer
 
+from aotc.backends.cpu import parse_target
+from aotc.backends.cpu.codegen import optimized_module
+from aotc.buffers import assign_buffers
 from aotc.ir import Op
 from aotc.ir.evaluate import evaluate
 from aotc.ir.text import parse_module
@@ -181,3 +186,14 @@ def test_reduction_with_a_user_outside_stays_separate():
         if k.op is Op.REDUCE or (k.op is Op.FUSION and k.called[0].root.op is Op.REDUCE)
     ]
     assert reduces_outside, "the stored sum must be its own kernel"
+
+
+@pytest.mark.parametrize("case", ["softmax_last", "global_normalize"])
+def test_division_by_a_row_value_divides_once_per_row(case):
+    """The output loop multiplies by the row's reciprocal: the only division left is
+    1 / the row value, and the quotients stay within 1.5 ulp (the numerics test above)."""
+    module = _fused(CASES[case][0])
+    plan = assign_buffers(module)
+    text = str(optimized_module(module, plan, "m", parse_target("x86_64:x86-64-v3"))[0])
+    dividends = re.findall(r"= fdiv \S+ ([^,]+),", text)
+    assert dividends and set(dividends) == {"1.000000e+00"}, dividends
