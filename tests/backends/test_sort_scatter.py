@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from aotc.backends.llvm.sort import sort_strategy
 from aotc.ir import (
     Computation,
     ComputationBuilder,
@@ -124,6 +125,72 @@ def test_sort_by_a_multi_key_comparator(check, rng):
     for r in range(2):
         expected = sorted(zip(kv[r].tolist(), vv[r].tolist()), key=lambda t: (t[0], -t[1]))
         assert list(zip(got_k[r].tolist(), got_v[r].tolist())) == expected
+
+
+# -- long rows: TopK's selection and the merge sort -----------------------------------------
+
+LONG = 3000
+
+
+def top_k_module(dtype: DType, dims, k: int, descending: bool) -> Module:
+    """TopK as the frontends write it: a stable sort of keys and positions, then slices
+    of the first k along the sorted dim (dim 1)."""
+    module = Module("topk_long")
+    b = ComputationBuilder(module, "main")
+    keys = b.parameter(0, Shape(dtype, dims))
+    iota = b.iota(Shape(DType.S32, dims), 1)
+    direction = Direction.GT if descending else Direction.LT
+    cmp = comparator(module, dtype, direction, [DType.S32])
+    s = b.sort([keys, iota], 1, cmp, is_stable=True)
+    parts = [b.slice(b.get_tuple_element(s, e), [0, 0], [dims[0], k]) for e in range(2)]
+    b.build(b.tuple(parts), entry=True)
+    return module
+
+
+# k -> how the CPU orders the rows: select up to about a quarter of them, else merge
+LONG_K = {0: "select", 1: "select", 5: "select", 200: "select", 1000: "merge", LONG - 1: "merge"}
+LONG_K[LONG] = "merge"
+
+
+@pytest.mark.parametrize("k", list(LONG_K))
+@pytest.mark.parametrize("descending", [True, False], ids=["largest", "smallest"])
+@pytest.mark.parametrize("dtype", [DType.F32, DType.S32], ids=lambda d: d.text)
+def test_top_k_of_long_rows_with_ties(check, rng, dtype, descending, k):
+    """Rows of 3,000 drawn from a few values (floats with NaNs and signed zeros): the
+    selection and the merge sort give numpy's stable order exactly."""
+    dims = (3, LONG)
+    module = top_k_module(dtype, dims, k, descending)
+    sort = next(i for i in module.entry.instructions if i.op is Op.SORT)
+    chosen = sort_strategy(sort, module.entry.post_order(), scratch=True).name
+    assert chosen == LONG_K[k]
+    keys = pick(rng, dtype, dims)
+    values, indices = check(module, [keys]).run(keys)
+    rows = [stable_order(row, dtype, descending)[:k] for row in keys.tolist()]
+    order = np.array(rows, np.int64).reshape(dims[0], k)
+    np.testing.assert_array_equal(indices, order)
+    np.testing.assert_array_equal(values, np.take_along_axis(keys, order, 1))
+
+
+@pytest.mark.parametrize("n", [65, 100, 1000, 3001])
+def test_long_rows_merge_sorted_along_an_outer_dim(check, rng, n):
+    """Whole rows along dim 0 (strided) of three operands of different widths, merged
+    through scratch in an odd (65, 100: 5) or even (1000: 8, 3001: 10) number of passes."""
+    module = Module("merge")
+    b = ComputationBuilder(module, "main")
+    dims = (n, 2)
+    keys = b.parameter(0, Shape(DType.F16, dims))
+    flags = b.parameter(1, Shape(DType.PRED, dims))
+    iota = b.iota(Shape(DType.S64, dims), 0)
+    cmp = comparator(module, DType.F16, Direction.GT, [DType.PRED, DType.S64])
+    s = b.sort([keys, flags, iota], 0, cmp, is_stable=True)
+    b.build(b.tuple([b.get_tuple_element(s, e) for e in range(3)]), entry=True)
+    kv = pick(rng, DType.F16, dims)
+    fv = rng.random(dims) < 0.5
+    got_k, got_f, got_i = check(module, [kv, fv]).run(kv, fv)
+    order = np.array([stable_order(col, DType.F16, True) for col in kv.T.tolist()]).T
+    np.testing.assert_array_equal(got_i, order)
+    np.testing.assert_array_equal(got_k, np.take_along_axis(kv, order, 0))
+    np.testing.assert_array_equal(got_f, np.take_along_axis(fv, order, 0))
 
 
 # -- scatter ------------------------------------------------------------------------------

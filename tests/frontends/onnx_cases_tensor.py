@@ -520,6 +520,19 @@ def _indexing(cases: CaseList) -> None:
     cases.add(
         op_case("top_k_opset9", "TopK", [In(f32(3, 5))], {"k": 2, "axis": 0}, opset=9, outputs=2)
     )
+    # long rows of few values: the CPU selects small k in one pass, merge sorts long k
+    ties = ints(4, 3000, low=-5, high=5, dtype=np.float32)
+    for largest in (0, 1):
+        for k in (5, 200):
+            cases.add(
+                op_case(
+                    f"top_k_long_ties_k{k}_largest{largest}",
+                    "TopK",
+                    [In(ties), Const(i64(k))],
+                    {"largest": largest},
+                    outputs=2,
+                )
+            )
     cases.add(op_case("unique_nan", "Unique", [Const(nan)], outputs=4))
     rows = np.array([[2, 1], [0, 5], [2, 1], [0, 4], [0, 5]], np.int64)
     cases.add(

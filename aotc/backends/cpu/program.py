@@ -16,8 +16,9 @@ scheduled instruction; the plan says where every operand and result lives.  A wh
 or conditional's kernel calls its computations' kernels (control.py); any other's
 body comes from the first row of EMITTERS that takes the instruction: dots and
 convolutions with their epilogues (contraction.py), pooling (pooling.py), tiled
-transposes (transpose.py), ops with kernel rules of their own (sort, scatter), row
-fusions (rows.py), and else loop nests storing the element generator's values.
+transposes (transpose.py), sorts (sort.py: scratch for merging long rows), ops with
+kernel rules of their own (scatter, rng), row fusions (rows.py), and else loop nests
+storing the element generator's values.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ..llvm.elemental import (
     memory_generator,
     split_index,
 )
+from ..llvm.kernels import kernel_outputs
 from ..llvm.lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from ..llvm.loops import if_then
 from ..llvm.rules import KERNELS, RULES
@@ -51,6 +53,7 @@ from .pooling import emit_pooling
 from .prepack import DROPPED
 from .profile_counters import KernelCall, counted_calls, plain_call
 from .rows import emit_row_fusion
+from .sort import emit_sort, sort_workspace_bytes
 from .target import CpuTarget, parse_target
 from .transpose import emit_transpose
 
@@ -73,7 +76,7 @@ def build_module(
     weights = _global_bytes(llmod, f"{name}_weights", max(len(plan.weights), 1))
     weights.section = f".rodata.{name}_weights"
     ctx = EmitContext(llmod, plan, name, RULES, target=target or parse_target())
-    plan.workspace_bytes = workspace_bytes(ctx.target, plan)
+    plan.workspace_bytes = max(workspace_bytes(ctx.target, plan), sort_workspace_bytes(plan))
     ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
     arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.scratch_bytes, 1))
 
@@ -178,7 +181,7 @@ def _emit_rule_kernel(ctx: EmitContext, instr: Instruction, operands: list[Gen])
     rule = KERNELS.get(instr.op)
     if rule is None:
         return False
-    rule(ctx, instr, operands, _outputs(ctx, instr))
+    rule(ctx, instr, operands, kernel_outputs(ctx, instr))
     return True
 
 
@@ -205,17 +208,11 @@ EMITTERS = (
     ("contraction", emit_contraction),  # dot/conv (+ epilogue): forms.py's kernels
     ("pooling", emit_pooling),  # max/avg/global pooling (+ epilogue)
     ("transpose", emit_transpose),  # a transpose moving the last dim, tile by tile
-    ("kernel", _emit_rule_kernel),  # sort, scatter...: a rule that emits a whole kernel
+    ("sort", emit_sort),  # the kernel rule of a sort, given scratch for merging long rows
+    ("kernel", _emit_rule_kernel),  # scatter, rng...: a rule that emits a whole kernel
     ("rows", emit_row_fusion),  # a row fusion: its reductions once per row
     ("loops", _emit_loops),  # element generators stored in loop nests
 )
-
-
-def _outputs(ctx: EmitContext, instr: Instruction) -> list[tuple[Shape, Slice]]:
-    """(shape, slice) of each array of the result: itself, or its tuple's elements."""
-    if isinstance(instr.shape, Shape):
-        return [(instr.shape, ctx.plan.slice_of(instr))]
-    return [(e, ctx.plan.slice_of(instr, (k,))) for k, e in enumerate(instr.shape.elements)]
 
 
 def _operand_generator(ctx: EmitContext, operand: Instruction) -> Gen:

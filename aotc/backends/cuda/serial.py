@@ -1,5 +1,7 @@
 """Serial kernels: scatters, and sorts whose rows do not fit in shared memory (sort.py
-takes the others), run their CPU kernel code on one GPU thread.
+takes the others), run their CPU kernel code on one GPU thread.  The sort kernel gets
+no scratch row here, so a long full sort is an insertion sort, while a sort whose users
+read only a prefix (TopK's) selects it (llvm/sort.py).
 
 Their outputs are not elementwise functions of an index (a sorted element depends
 on its whole row, a scattered one on every update), and the CPU kernels are

@@ -5,7 +5,7 @@ into shared memory padded to a power of two W, sorted by the bitonic network (lo
 (log2 W + 1) / 2 compare-exchange stages over W / 2 pairs, a barrier after each), and
 copied out.  Elements are ordered by the comparator with the original position breaking
 ties, so the network, which is not stable by itself, gives exactly the stable sort (what
-the CPU's insertion sort gives, and any sort's semantics allow); padding positions sort
+the CPU's kernel gives, and any sort's semantics allow); padding positions sort
 after every element.
 
 Rows whose elements do not fit in a block's shared memory keep the serial kernel

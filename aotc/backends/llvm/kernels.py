@@ -25,14 +25,31 @@ Output = tuple[Shape, Slice]
 Kernel = Callable[[EmitContext, Instruction, list[Gen], list[Output]], None]
 
 
+def kernel_outputs(ctx: EmitContext, instr: Instruction) -> list[Output]:
+    """(shape, slice) of each array of the result: itself, or its tuple's elements."""
+    if isinstance(instr.shape, Shape):
+        return [(instr.shape, ctx.plan.slice_of(instr))]
+    outputs = []
+    for k, element in enumerate(instr.shape.elements):
+        assert isinstance(element, Shape), f"nested tuple in {instr.name}"
+        outputs.append((element, ctx.plan.slice_of(instr, (k,))))
+    return outputs
+
+
 def output_pointer(ctx: EmitContext, output: Output, index: Sequence[ir.Value]) -> ir.Value:
     shape, where = output
     return element_pointer(ctx, ctx.slice_pointer(where), shape, index)
 
 
-def copy_into(ctx: EmitContext, gens: Sequence[Gen], outputs: Sequence[Output]) -> None:
-    """Store every element of each generator in its output (equal dims), one loop nest."""
-    with loop_nest(ctx.builder, outputs[0][0].dims, "copy") as index:
+def copy_into(
+    ctx: EmitContext,
+    gens: Sequence[Gen],
+    outputs: Sequence[Output],
+    dims: Sequence[int] | None = None,
+) -> None:
+    """Store each generator's elements in its output (equal dims), one loop nest: all of
+    them, or the leading block `dims`."""
+    with loop_nest(ctx.builder, outputs[0][0].dims if dims is None else dims, "copy") as index:
         for gen, output in zip(gens, outputs):
             pointer = output_pointer(ctx, output, index)
             store_element(ctx.builder, output[0].dtype, gen(index), pointer)

@@ -1,78 +1,170 @@
-"""The sort kernel: operands copied to the outputs, then each row insertion-sorted in place.
+"""The sort kernel: each row's first `keep` positions in order.
 
-Binary insertion sort: each element's place among the sorted ones before it is found
-by binary search (O(log n) comparisons), then those after it move one place right by a
-plain copy loop.  It is stable (an element goes after every element it does not
-precede strictly), so is_stable needs nothing extra.  Its O(n^2) moves are copies
-without compares (a 2,000-long row of TopK's distances in about 1 ms); a merge sort
-with scratch space would replace it for much longer rows.  The comparator is emitted
-inline on (held element, element in the sorted part) pairs of every operand.
+`keep` is the prefix along the sorted dim that the sort's users read
+(ir/read_prefix.py): all of the row for a plain sort, k for TopK's sort-then-slice.
+How a row is ordered is the row of `STRATEGIES` with the lowest estimated cost among
+those that can run:
+
+| strategy | needs | cost per row of n |
+|---|---|---|
+| merge | a scratch row | about n log2(n / RUN) compares and moves (merge_sort.py) |
+| select | nothing | n compares, plus a binary search and a shift per element inserted |
+
+select copies the prefix to the outputs and binary-insertion sorts it; then each later
+element of the row is compared with the last kept one and, only where it strictly
+precedes it (rare once the prefix holds good elements), inserted while the last kept
+one drops out.  So TopK's k of n costs about n compares, and positions from `keep` on
+are left unwritten (nothing reads them).  With keep = n it is the binary insertion
+sort, O(n^2) moves (a 2,000-long row in about 0.3 ms): what a kernel given no scratch
+(the GPU's serial kernel) does for long rows.  The costs are rough fits of
+measurements on one x86 core (64 rows of 2,000 and 4 of 20,000, k from 5 to n):
+selection wins up to k of about a tenth (n = 2,000) to a twentieth
+(n = 20,000) of the row.
+
+Both are stable (an element goes after every element it does not precede strictly,
+and elements are taken in row order), so is_stable needs nothing extra.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
 from llvmlite import ir
 
+from ...buffers import Slice
 from ...ir import Instruction, Op
+from ...ir.read_prefix import read_prefix
 from .context import EmitContext, Gen
-from .elemental import call_computation
-from .kernels import Kernel, Output, copy_into, load_raw, output_pointer
-from .lltypes import I64, from_storage, i64, storage_type
-from .loops import for_range, loop_nest, while_loop
+from .kernels import Kernel, Output, copy_into, output_pointer
+from .lltypes import i64, store_element
+from .loops import for_range, if_then, loop_nest
+from .merge_sort import RUN, merge_sort_row, scratch_place, scratch_row_bytes
+from .sort_row import Place, SortRow
+
+
+class RowJob(NamedTuple):
+    """What a strategy orders: one row of the outputs, of n positions, keep of them read."""
+
+    sorter: SortRow
+    row: Place  # the outputs' elements
+    fetch: Callable[[ir.Value], None]  # the operands' element at a position into held
+    scratch: Place | None  # a scratch row, where the backend gave one
+    keep: int
+    n: int
+
+
+def _merge(job: RowJob) -> None:
+    assert job.scratch is not None  # merge applies only with scratch
+    merge_sort_row(job.sorter, job.row, job.scratch, job.n)
+
+
+def _select(job: RowJob) -> None:
+    sorter, b, keep = job.sorter, job.sorter.builder, job.keep
+    with for_range(b, keep - 1, "next") as k:  # sort the prefix in place
+        i = b.add(k, i64(1))
+        sorter.move(job.row(i), sorter.held)
+        sorter.insert(job.row, i64(0), i)
+    if keep == job.n:
+        return
+    last = i64(keep - 1)
+    with for_range(b, job.n - keep, "rest") as t:  # only an element beating the last goes in
+        i = b.add(t, i64(keep))
+        job.fetch(i)
+        with if_then(b, sorter.precedes(sorter.held, job.row(last))):
+            sorter.insert(job.row, i64(0), last)
+
+
+def _merge_cost(keep: int, n: int) -> float:
+    """About 7 ns an element per merge level, from runs of RUN (measured on znver4)."""
+    return 7.0 * n * max(1.0, math.log2(n / RUN))
+
+
+def _select_cost(keep: int, n: int) -> float:
+    """2 ns a rejected element; random rows insert about keep (1 + ln(n / keep))
+    elements, each a binary search (100 ns) and a shift of keep / 2 (keep / 4 ns)."""
+    inserted = keep * (1 + math.log(n / keep)) if keep else 0.0
+    return 2.0 * n + inserted * (100.0 + keep / 4)
+
+
+class Strategy(NamedTuple):
+    name: str
+    needs_scratch: bool
+    cost: Callable[[int, int], float]  # (keep, n) -> estimated ns per row
+    copied: Callable[[int, int], int]  # (keep, n) -> leading positions copied to the outputs
+    order: Callable[[RowJob], None]  # emits the ordering of one row
+
+
+# the cheapest of those that can run wins (select, where no scratch is given)
+STRATEGIES = (
+    Strategy("merge", True, _merge_cost, lambda keep, n: n, _merge),
+    Strategy("select", False, _select_cost, lambda keep, n: keep, _select),
+)
+
+
+def sort_strategy(instr: Instruction, schedule: Sequence[Instruction], scratch: bool) -> Strategy:
+    keep, n = _keep(instr, schedule)
+    runnable = [s for s in STRATEGIES if scratch or not s.needs_scratch]
+    return min(runnable, key=lambda s: s.cost(keep, n))
+
+
+def scratch_bytes(instr: Instruction, schedule: Sequence[Instruction]) -> int:
+    """The scratch `instr` (a sort in the computation `schedule` runs) would use: one
+    row of its operands where it would be merge sorted, else 0."""
+    if sort_strategy(instr, schedule, scratch=True).name != "merge":
+        return 0
+    n = instr.operands[0].array_shape.dims[_axis(instr)]
+    return scratch_row_bytes([o.array_shape.dtype for o in instr.operands], n)
 
 
 def sort_kernel(
-    ctx: EmitContext, instr: Instruction, operands: list[Gen], outputs: list[Output]
+    ctx: EmitContext,
+    instr: Instruction,
+    operands: list[Gen],
+    outputs: list[Output],
+    scratch: Slice | None = None,
 ) -> None:
+    """The kernel rule; a backend that reserves scratch_bytes(instr) passes `scratch`."""
     b = ctx.builder
     assert b is not None  # inside a kernel
-    copy_into(ctx, operands, outputs)
-    dims = outputs[0][0].dims
-    (axis,) = instr.dimensions
-    if dims[axis] < 2 or 0 in dims:
+    dims, axis = outputs[0][0].dims, _axis(instr)
+    keep, n = _keep(instr, ctx.plan.schedule)
+    strategy = sort_strategy(instr, ctx.plan.schedule, scratch is not None)
+    copied = strategy.copied(keep, n)
+    copy_into(ctx, operands, outputs, [copied if d == axis else e for d, e in enumerate(dims)])
+    if keep == 0 or n < 2 or 0 in dims:
         return
-    comparator = instr.called[0]
     dtypes = [shape.dtype for shape, _ in outputs]
-    held = [ctx.alloca(storage_type(dt)) for dt in dtypes]  # the element being inserted
-    low, high = ctx.alloca(I64), ctx.alloca(I64)  # the binary search's bounds
+    sorter = SortRow(ctx, instr.called[0], dtypes)
+    spare = None if scratch is None else scratch_place(ctx, scratch, dtypes, n)
     rows = [extent for d, extent in enumerate(dims) if d != axis]
     with loop_nest(b, rows, "row") as row:
 
-        def pointers(position: ir.Value) -> list[ir.Value]:
-            index = [*row[:axis], position, *row[axis:]]
-            return [output_pointer(ctx, o, index) for o in outputs]
+        def at(position: ir.Value) -> list[ir.Value]:
+            return [*row[:axis], position, *row[axis:]]
 
-        def precedes(position: ir.Value) -> ir.Value:
-            """comparator(held, element at `position`)."""
-            args = []
-            for dtype, h, o, p in zip(dtypes, held, outputs, pointers(position)):
-                mine, theirs = b.load(h), load_raw(ctx, o, p)
-                args += [from_storage(b, dtype, mine), from_storage(b, dtype, theirs)]
-            return call_computation(ctx, comparator, args)[0]
+        def place(position: ir.Value) -> list[ir.Value]:
+            return [output_pointer(ctx, o, at(position)) for o in outputs]
 
-        with for_range(b, dims[axis] - 1, "next") as k:
-            i = b.add(k, i64(1))
-            for h, o, p in zip(held, outputs, pointers(i)):
-                b.store(load_raw(ctx, o, p), h)
-            # binary search of [0, i) (sorted) for the first element held precedes: after
-            # every element it does not precede, so equal elements keep their order
-            b.store(i64(0), low)
-            b.store(i, high)
-            with while_loop(b, lambda: b.icmp_unsigned("<", b.load(low), b.load(high)), "find"):
-                lo, hi = b.load(low), b.load(high)
-                middle = b.lshr(b.add(lo, hi), i64(1))
-                before = precedes(middle)
-                b.store(b.select(before, lo, b.add(middle, i64(1))), low)
-                b.store(b.select(before, middle, hi), high)
-            slot = b.load(low)
-            # shift [slot, i) one place right, last first (a plain copy loop: no compares)
-            with for_range(b, b.sub(i, slot), "shift") as t:
-                j = b.sub(i, t)
-                left = b.sub(j, i64(1))
-                for o, source, target in zip(outputs, pointers(left), pointers(j)):
-                    b.store(load_raw(ctx, o, source), target)
-            for h, target in zip(held, pointers(slot)):
-                b.store(b.load(h), target)
+        def fetch(position: ir.Value) -> None:
+            for dtype, h, gen in zip(dtypes, sorter.held, operands):
+                store_element(b, dtype, gen(at(position)), h)
+
+        strategy.order(RowJob(sorter, place, fetch, spare, keep, n))
+
+
+def _keep(instr: Instruction, schedule: Sequence[Instruction]) -> tuple[int, int]:
+    """(the prefix read, the row length) along the sorted dim."""
+    axis = _axis(instr)
+    n = instr.operands[0].array_shape.dims[axis]
+    return min(read_prefix(instr, axis, schedule), n), n
+
+
+def _axis(instr: Instruction) -> int:
+    assert instr.dimensions is not None  # the verifier requires one sorted dim
+    (axis,) = instr.dimensions
+    return axis
 
 
 SORT_KERNELS: dict[Op, Kernel] = {Op.SORT: sort_kernel}
