@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from aotc.ir import ComputationBuilder, DType, GatherDims, Module, Shape
+from aotc.backends.cpu import parse_target
+from aotc.backends.cpu.codegen import optimized_module
+from aotc.buffers import assign_buffers
+from aotc.ir import ComputationBuilder, DType, GatherDims, Module, Op, Shape
+from aotc.passes.fusion import Fusion
+
+
+def fused(module: Module) -> Module:
+    Fusion().run(module)
+    return module
 
 
 def test_embedding_lookup_clamps_out_of_range(check, rng):
@@ -51,3 +62,25 @@ def test_gather_batching_dims(check, rng):
     (got,) = check(module, [ov, iv]).run(ov, iv)
     expected = np.stack([ov[k][iv[k]] for k in range(2)])
     np.testing.assert_array_equal(got, expected)
+
+
+def test_rows_gathered_by_a_constant_table_vectorize(check, rng):
+    """The index table is weights: its loads are invariant, so LLVM hoists each row's index
+    out of the row's loop and vectorizes the loop (resizing's row blends: 2.4-2.9x)."""
+    module = Module("rows")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, (16, 256)))
+    index = rng.integers(0, 16, 40)
+    dims = GatherDims((1,), (0,), (0,), 1, (1, 256))
+    rows = b.gather(x, b.constant(index.astype(np.int64)), dims)
+    weight = rng.standard_normal(40).astype(np.float32)
+    scaled = b.binary(Op.MULTIPLY, rows, b.broadcast(b.constant(weight), [0], (40, 256)))
+    b.build(b.tuple([scaled]), entry=True)
+    module = fused(module)
+    xv = rng.standard_normal((16, 256)).astype(np.float32)
+    (got,) = check(module, [xv]).run(xv)
+    np.testing.assert_allclose(got, xv[index] * weight[:, None], rtol=1e-6)
+    plan = assign_buffers(module)
+    text = str(optimized_module(module, plan, "rows", parse_target("x86_64:x86-64-v3"))[0])
+    assert "!invariant.load" in text
+    assert re.search(r"store <8 x float>", text), "the row loop is not vectorized"

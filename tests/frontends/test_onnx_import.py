@@ -356,6 +356,26 @@ def test_resize_linear_of_bool_refused():
         import_onnx(model)
 
 
+@pytest.mark.parametrize(
+    ("in_hw", "out_hw", "innermost_first"),
+    [((8, 8), (64, 64), True), ((64, 64), (8, 8), False), ((5, 40), (40, 20), True)],
+)
+def test_resize_axes_in_the_cheapest_order(in_hw, out_hw, innermost_first):
+    """Upsampling resizes the innermost axis first, while the image is small (its gathers
+    are scattered); downsampling last.  Results match the reference either way."""
+    sizes = numpy_helper.from_array(np.array([1, 2, *out_hw], np.int64), "sizes")
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")
+    x = tensor("x", [1, 2, *in_hw])
+    model = make_model([node], [x], [tensor("y", None)], [sizes], opset=18)
+    module = import_onnx(model)
+    gathers = [i for i in module.entry.instructions if i.op is Op.GATHER]
+    first_axis = gathers[0].gather.start_index_map[0]
+    assert (first_axis == 3) == innermost_first, [g.gather for g in gathers]
+    data = np.random.default_rng(3).standard_normal((1, 2, *in_hw)).astype(np.float32)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": data})
+    np.testing.assert_allclose(run(module, [data])[0], expected, rtol=1e-5, atol=1e-5)
+
+
 def test_missing_external_data(tmp_path):
     weights = numpy_helper.from_array(np.ones(3, np.float32), "w")
     onnx.external_data_helper.set_external_data(weights, location="gone.bin")

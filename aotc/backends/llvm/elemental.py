@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
-from ...buffers import Slice
+from ...buffers import BufferKind, Slice
 from ...ir import Computation, DType, Instruction, Op, Shape
 from ...ir.ops import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE
 from . import scalar
@@ -154,11 +154,15 @@ def element_pointer(ctx: EmitContext, base: ir.Value, shape: Shape, index) -> ir
 
 
 def memory_generator(ctx: EmitContext, where: Slice, shape: Shape) -> Gen:
-    """Loads elements of an array stored at `where`."""
+    """Loads elements of an array stored at `where`.  Loads of weights are marked
+    invariant: nothing stores to them, so LLVM may hoist a load at a loop-invariant index
+    (a gather's index table, a per-row weight) out of loops whose stores it would
+    otherwise suspect of aliasing it, and vectorize them."""
+    invariant = where.kind is BufferKind.CONSTANT
 
     def gen(index):
         pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
-        return load_element(ctx.builder, shape.dtype, pointer)
+        return load_element(ctx.builder, shape.dtype, pointer, invariant)
 
     return gen
 

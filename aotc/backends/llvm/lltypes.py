@@ -78,9 +78,15 @@ def constant(dtype: DType, value) -> ir.Constant:
     return ir.Constant(ty, number)
 
 
-def load_element(builder: ir.IRBuilder, dtype: DType, pointer: ir.Value) -> ir.Value:
-    """Load one element from memory and bring it into its register type."""
-    return from_storage(builder, dtype, builder.load(pointer, typ=storage_type(dtype)))
+def load_element(
+    builder: ir.IRBuilder, dtype: DType, pointer: ir.Value, invariant: bool = False
+) -> ir.Value:
+    """Load one element from memory and bring it into its register type; `invariant`:
+    memory no code stores to (LLVM's !invariant.load)."""
+    raw = builder.load(pointer, typ=storage_type(dtype))
+    if invariant:
+        raw.set_metadata("invariant.load", builder.module.add_metadata([]))
+    return from_storage(builder, dtype, raw)
 
 
 def store_element(builder: ir.IRBuilder, dtype: DType, value: ir.Value, pointer: ir.Value):

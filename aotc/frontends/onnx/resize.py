@@ -6,12 +6,16 @@ computes them with numpy at compile time (a port of onnx.reference's
 vectorised resize: coordinate transform, neighbour choice, nearest / linear /
 cubic coefficients, antialias, exclude_outside).  The lowering then gathers
 the taps along the axis with constant indices and sums them weighted, one axis
-at a time.  Nearest mode reads one tap per output: pure data movement, exact
-for every dtype.
+at a time, in the order that does the least work (`cheapest_order`): a gather
+along the innermost dim reads scattered elements where one along an outer dim
+reads whole rows, so upsampling resizes the innermost axis first, while the
+image is small.  Nearest mode reads one tap per output: pure data movement,
+exact for every dtype.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ModelError, UnsupportedError
-from ...ir import DType, GatherDims, Instruction, Op, scalar_reducer
+from ...ir import DType, GatherDims, Instruction, Op
 from .helpers import full_like, normalize_axis
 from .registry import NodeContext, onnx_op
 
@@ -226,18 +230,21 @@ def _pick(ctx: NodeContext, x: Instruction, axis: int, index: np.ndarray) -> Ins
 
 
 def _weighted(ctx: NodeContext, x: Instruction, axis: int, taps: AxisTaps) -> Instruction:
-    """sum_k weight[o, k] * x[index[o, k]] along `axis`, in x's (float) dtype."""
+    """sum_k weight[o, k] * x[index[o, k]] along `axis`, in x's (float) dtype: one gathered
+    term per tap, added in tap order (an elementwise loop over the output, vectorized
+    along its rows, where a reduction over a middle dim of 2-4 taps is not)."""
     b = ctx.b
-    out, n = taps.index.shape
-    dims = x.array_shape.dims
-    gathered = take(ctx, x, axis, taps.index.reshape(-1))
-    split = [*dims[:axis], out, n, *dims[axis + 1 :]]
-    gathered = b.reshape(gathered, split)
-    weight = b.broadcast(b.constant(taps.weight, x.array_shape.dtype), [axis, axis + 1], split)
-    products = b.binary(Op.MULTIPLY, gathered, weight)
+    dims = list(x.array_shape.dims)
+    dims[axis] = taps.index.shape[0]
     dtype = x.array_shape.dtype
-    adder = scalar_reducer(b.module, Op.ADD, dtype)
-    return b.reduce(products, b.scalar(0, dtype), [axis + 1], adder)
+    total = None
+    for k in range(taps.index.shape[1]):
+        gathered = take(ctx, x, axis, taps.index[:, k])
+        weight = b.broadcast(b.constant(taps.weight[:, k], dtype), [axis], dims)
+        term = b.binary(Op.MULTIPLY, gathered, weight)
+        total = term if total is None else b.binary(Op.ADD, total, term)
+    assert total is not None  # every axis has a tap
+    return total
 
 
 def _fill(ctx: NodeContext, y: Instruction, axis: int, rows: np.ndarray | None, value: float):
@@ -268,10 +275,39 @@ def _from_compute(ctx: NodeContext, y: Instruction, dtype: DType) -> Instruction
     return b.convert(y, dtype)
 
 
+# a tap gathered along the innermost dim costs this many along an outer one (scattered
+# element loads against a vector load of a whole row)
+INNERMOST_TAP_COST = 4
+# orders tried (every permutation) for at most this many resized axes
+MAX_ORDERED_AXES = 5
+
+
+def cheapest_order(
+    dims: Sequence[int], plans: Sequence[tuple[int, AxisTaps]]
+) -> list[tuple[int, AxisTaps]]:
+    """`plans` in the order whose passes read the fewest taps (innermost ones weighted);
+    the given order where an axis extrapolates (its filled rows then stay in place) or
+    on ties."""
+    if len(plans) > MAX_ORDERED_AXES or any(t.outside is not None for _, t in plans):
+        return list(plans)
+    innermost = len(dims) - 1
+
+    def cost(order) -> int:
+        shape, total = list(dims), 0
+        for axis, taps in order:
+            shape[axis] = taps.index.shape[0]
+            weight = INNERMOST_TAP_COST if axis == innermost else 1
+            total += math.prod(shape) * taps.index.shape[1] * weight
+        return total
+
+    return list(min(itertools.permutations(plans), key=cost))
+
+
 def resample(
     ctx: NodeContext, x: Instruction, spec: ResizeSpec, plans: Sequence[tuple[int, AxisTaps]]
 ) -> Instruction:
-    """Apply each (axis, taps) in turn."""
+    """Apply each (axis, taps), in the cheapest order."""
+    plans = cheapest_order(x.array_shape.dims, plans)
     dtype = x.array_shape.dtype
     if spec.mode == "nearest":
         for axis, taps in plans:
