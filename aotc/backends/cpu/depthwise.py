@@ -157,7 +157,10 @@ class DepthwisePlan:
                         continue
                     x = self._tap(ctx, cfg, line, ow0, shift, mask, inside)
                     summed = mul_add(ctx, b, cfg, w, x, total)
-                    keep = None if mask is None or all(mask) else bits(mask)
+                    # lanes past the row's end are not stored: any sum will do there
+                    keep = None
+                    if mask is not None and not all(m or l >= count for l, m in enumerate(mask)):
+                        keep = bits(mask)
                     if real is not None:
                         reals = splat(
                             b, real, keep.type if keep else ir.VectorType(real.type, lanes)
