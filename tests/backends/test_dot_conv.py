@@ -134,12 +134,19 @@ def test_convolution_batch_groups_and_1d(check, rng):
         ((1, 3, 9, 13), Window.make((3, 3), (2, 2), (2, 1), (2, 0), rhs_dilation=(2, 2))),
         ((1, 4, 6, 32), Window.make((5, 5), (1, 1), (2, 2), (2, 2))),  # 32 wide: one vector
         ((1, 2, 5, 3), Window.make((3, 3), (1, 1), (2, 2), (2, 2))),  # taps off both sides
+        # wider than a vector: edge chunks, a loop of clean chunks, a partial last chunk
+        ((1, 3, 11, 113), Window.make((3, 3), (1, 1), (1, 1), (1, 1))),
+        ((2, 2, 13, 111), Window.make((3, 3), (2, 2), (1, 1), (1, 1))),  # strided, odd
+        ((1, 3, 12, 70), Window.make((5, 5), (2, 2), (2, 2), (2, 2))),
+        ((1, 2, 9, 67), Window.make((3, 3), (1, 1), (0, 2), (2, 0), rhs_dilation=(2, 2))),
+        ((1, 5, 7, 7), Window.make((5, 5), (1, 1), (2, 2), (2, 2))),  # 7 wide: 8 lanes
+        ((1, 3, 6, 40), Window.make((3, 3), (1, 1), (0, 0), (0, 0))),  # no padding
     ],
 )
 def test_depthwise_rows_as_vectors(check, rng, image, window):
-    """Depthwise convolutions on images narrow enough that each output row is one
-    vector (masked loads per tap; strided windows through a shuffle), padding and
-    dilation included, against the evaluator."""
+    """Depthwise convolutions a vector of output columns at a time (masked loads per
+    edge tap, a loop over the chunks every tap fills; strided windows through a
+    shuffle), padding and dilation included, against the evaluator."""
     channels = image[1]
     module = Module("dwrow")
     b = ComputationBuilder(module, "main")

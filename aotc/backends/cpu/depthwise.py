@@ -3,9 +3,13 @@
 The depthwise form of forms.py's CONV_FORMS: a float convolution with an NCHW output
 whose feature groups each read one input channel (MobileNet's, ShuffleNet's 3x3
 layers).  Per output plane (image, channel), shared out to the threads, each output row
-sums its taps directly, vectorized over the row's width; each tap's valid output range
-is known at compile time (`valid_span`, which pooling.py shares).  The epilogue then
-runs on the finished plane.
+sums its taps directly, a vector of output columns at a time, as pooling.py's window
+rows do: each tap's valid columns are known at compile time (`valid_span`, which
+pooling.py shares), so the chunks every tap fills run in a loop of plain loads and
+multiply-adds (stride-2 columns: one wide load, shuffled), and the edge chunks are
+emitted one by one with constant lane masks.  The output rows whose window rows are
+all inside the image run apart from those that padding reaches, which skip the
+padded window rows per tap.  The epilogue then runs on the finished plane.
 """
 
 from __future__ import annotations
@@ -13,14 +17,14 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...buffers import Slice
-from ..llvm.lltypes import I1, i64, register_type
+from ..llvm.lltypes import i64, register_type
 from ..llvm.loops import for_range, if_then
 from .blocked_gemm import emit_region
 from .conv import ConvGeometry, ConvProblem, image_geometry
-from .gemm_config import gemm_config
+from .gemm_config import GemmConfig, gemm_config
 from .im2col import IMAGE_FIELDS
 from .parallel import parallel_loop_nest
-from .vectors import masked_load, pick_lanes, splat
+from .vectors import bits, masked_load, mul_add, pick_lanes, splat, store_first
 
 
 def plan_depthwise(problem: ConvProblem) -> DepthwisePlan | None:
@@ -37,13 +41,10 @@ def plan_depthwise(problem: ConvProblem) -> DepthwisePlan | None:
     return DepthwisePlan(g, image_geometry(g, view))
 
 
-# depthwise output rows at most this wide are computed as one vector
-VECTOR_ROW_WIDTH = 32
-
-
 class DepthwisePlan:
     """Feature groups of one input channel: a direct loop per output row, vectorized
-    over its width, each tap's valid output range known at compile time."""
+    over its width (columns contiguous in memory; else column by column), each tap's
+    valid output range known at compile time."""
 
     workspace_bytes = 0
     kind = "depthwise"
@@ -73,9 +74,11 @@ class DepthwisePlan:
             plane = b.add(b.mul(image, i64(g.cout)), channel)
             plane_out = b.gep(ctx.slice_pointer(c), [b.mul(plane, i64(g.pixels))], source_etype=ty)
             weights = self._weights(ctx, sources[1].gen, channel)
-            with for_range(b, out_height, "oh") as oh:
-                row = b.gep(plane_out, [b.mul(oh, i64(out_width))], source_etype=ty)
-                self._row(ctx, ty, row, plane_in, oh, weights, out_height)
+            for first, stop, padded in self._row_runs(out_height):
+                with for_range(b, stop - first, "oh") as t:
+                    oh = b.add(t, i64(first))
+                    row = b.gep(plane_out, [b.mul(oh, i64(out_width))], source_etype=ty)
+                    self._row(ctx, ty, row, plane_in, oh, weights, out_height, padded)
             if epilogue is not None:  # on the plane just computed
 
                 def element(m, n):
@@ -101,54 +104,107 @@ class DepthwisePlan:
             rows.append(row)
         return rows
 
-    def _row(self, ctx, ty, row, plane_in, oh, weights, out_height: int) -> None:
-        """One output row: as one vector when narrow, else column by column."""
-        if self.image["out_width"] <= VECTOR_ROW_WIDTH and self.image["w_stride"] == 1:
-            self._vector_row(ctx, ty, row, plane_in, oh, weights)
+    def _row_runs(self, out_height: int) -> list[tuple[int, int, bool]]:
+        """Runs of output rows [first, stop) and whether padding reaches their window."""
+        p = self.image
+        low, high = _valid_range(p["kh"], p["dh"], p["ph"], p["sh"], p["height"], out_height)
+        if high <= low:
+            return [(0, out_height, True)]
+        runs = [(0, low, True), (low, high, False), (high, out_height, True)]
+        return [run for run in runs if run[1] > run[0]]
+
+    def _row(self, ctx, ty, row, plane_in, oh, weights, out_height: int, padded: bool) -> None:
+        """One output row: in vectors where its columns are contiguous, else column by
+        column."""
+        config = gemm_config(ctx.target, self.g.out.dtype)
+        if self.image["w_stride"] == 1 and config is not None:
+            self._vector_row(ctx, config, row, plane_in, oh, weights, padded)
         else:
             self._column_row(ctx, ty, row, plane_in, oh, weights, out_height)
 
-    def _vector_row(self, ctx, ty, row, plane_in, oh, weights) -> None:
-        """A narrow output row as one vector: each tap loads its valid columns under a
-        lane mask and adds its products there; no loops, which on 7 and 14 wide rows
-        cost more than the arithmetic."""
-        p = self.image
-        b = ctx.builder
-        config = gemm_config(ctx.target, self.g.out.dtype)
-        width = p["out_width"]
-        vec = ir.VectorType(ty, width)
-        zeros = ir.Constant(vec, None)
-        total = zeros
-        for kh in range(p["kh"]):
-            line, inside = self._input_line(ctx, ty, plane_in, oh, kh)
-            row_mask = splat(b, inside, ir.VectorType(I1, width))
-            for kw in range(p["kw"]):
-                shift = kw * p["dw"] - p["pw"]
-                low, high = valid_span(shift, p["sw"], p["width"], width)
-                if high <= low:
-                    continue
-                lanes = [low <= ow < high for ow in range(width)]
-                mask = b.and_(row_mask, ir.Constant(ir.VectorType(I1, width), lanes))
-                x = self._tap_columns(ctx, config, line, shift, lanes, inside)
-                product = b.fmul(splat(b, weights[kh][kw], vec), x)
-                # masked-off lanes add +0, never weight x 0 (NaN for an infinite weight)
-                total = b.fadd(total, b.select(mask, product, zeros))
-        b.store(total, row, align=config.itemsize)
+    def _vector_row(self, ctx, cfg: GemmConfig, row, plane_in, oh, weights, padded) -> None:
+        """One output row, a vector of columns at a time, all taps summed in registers.
 
-    def _tap_columns(self, ctx, config, line, shift: int, lanes: list[bool], inside):
-        """The inputs of one tap across a narrow row (zero outside `lanes`, and all zero
-        unless the input row is `inside`): one masked load, of every stride-th column
-        for a strided window (then picked out by a shuffle: gathers were 5x slower)."""
-        b = ctx.builder
-        stride, width = self.image["sw"], len(lanes)
-        wide = [lanes[j // stride] and j % stride == 0 for j in range(width * stride)]
-        mask_type = ir.VectorType(I1, width * stride)
-        mask = b.and_(ir.Constant(mask_type, wide), splat(b, inside, mask_type))
-        start = b.gep(line, [i64(shift)], source_etype=config.element)
-        x = masked_load(ctx, b, config, start, mask)
-        if stride == 1:
-            return x
-        return pick_lanes(b, x, (j * stride for j in range(width)))
+        The chunks whose lanes every tap reaches run in a loop; the others (the edges,
+        the partial last chunk) are emitted one by one, their lane masks known here.  A
+        lane a tap does not reach keeps its sum (never weight x 0: NaN for an infinite
+        weight), as does every lane for a window row in the padding (`padded` rows)."""
+        p, b = self.image, ctx.builder
+        lanes = _chunk_lanes(cfg.lanes, p["out_width"])
+        vec = ir.VectorType(cfg.element, lanes)
+        lines = []  # per window row: the input row (row 0 where padded), whether it is real
+        for kh in range(p["kh"]):
+            line, real = self._input_line(ctx, cfg.element, plane_in, oh, kh)
+            if padded:
+                line = b.select(real, line, plane_in)
+            lines.append((line, real if padded else None))
+        taps = [kw * p["dw"] - p["pw"] for kw in range(p["kw"])]  # input column of column 0
+        spans = [valid_span(shift, p["sw"], p["width"], p["out_width"]) for shift in taps]
+        low, high = max(s[0] for s in spans), min(s[1] for s in spans)
+        chunks = -(-p["out_width"] // lanes)
+        clean = [c for c in range(chunks) if c * lanes >= low and (c + 1) * lanes <= high]
+        begin, end = (clean[0], clean[-1] + 1) if clean else (chunks, chunks)
+        # the clean chunks' loads of `lanes * sw` contiguous elements stay inside the row
+        whole = [end * lanes * p["sw"] + shift <= p["width"] for shift in taps]
+        splats = [[splat(b, w, vec) for w in row_weights] for row_weights in weights]
+
+        def emit(ow0: ir.Value, masks: list, count: int) -> None:
+            sums = [ir.Constant(vec, None)] * SUMS
+            for kh, ((line, real), row_weights) in enumerate(zip(lines, splats)):
+                total = sums[kh % SUMS]
+                for shift, mask, inside, w in zip(taps, masks, whole, row_weights):
+                    if mask is not None and not any(mask):
+                        continue
+                    x = self._tap(ctx, cfg, line, ow0, shift, mask, inside)
+                    summed = mul_add(ctx, b, cfg, w, x, total)
+                    # lanes past the row's end are not stored: any sum will do there
+                    keep = None
+                    if mask is not None and not all(m or l >= count for l, m in enumerate(mask)):
+                        keep = bits(mask)
+                    if real is not None:
+                        reals = splat(
+                            b, real, keep.type if keep else ir.VectorType(real.type, lanes)
+                        )
+                        keep = reals if keep is None else b.and_(keep, reals)
+                    total = summed if keep is None else b.select(keep, summed, total)
+                sums[kh % SUMS] = total
+            total = sums[0]
+            for other in sums[1 : p["kh"]]:
+                total = b.fadd(total, other)
+            store_first(ctx, cfg, total, b.gep(row, [ow0], source_etype=cfg.element), count)
+
+        def edge(c: int) -> None:
+            columns = range(c * lanes, (c + 1) * lanes)
+            masks = [[lo <= ow < hi for ow in columns] for lo, hi in spans]
+            emit(i64(c * lanes), masks, min(lanes, p["out_width"] - c * lanes))
+
+        for c in range(begin):
+            edge(c)
+        if end > begin:
+            with for_range(b, end - begin, "chunk") as chunk:
+                emit(b.mul(b.add(chunk, i64(begin)), i64(lanes)), [None] * len(taps), lanes)
+        for c in range(end, chunks):
+            edge(c)
+
+    def _tap(self, ctx, cfg: GemmConfig, line, ow0, shift: int, mask, inside: bool):
+        """Lanes l: line[(ow0 + l) * sw + shift], zero where not mask[l] (mask None:
+        every lane valid).  Strided columns come from one contiguous load, shuffled
+        (masked to the span used unless `inside`: gathers were 5x slower)."""
+        b, stride = ctx.builder, self.image["sw"]
+        lanes = _chunk_lanes(cfg.lanes, self.image["out_width"])
+        start = b.add(b.mul(ow0, i64(stride)), i64(shift))
+        pointer = b.gep(line, [start], source_etype=cfg.element)
+        wanted = [True] * lanes if mask is None else mask
+        width = lanes * stride
+        # from the first to the last lane wanted: a gap-free mask stays a masked load
+        first = wanted.index(True) * stride
+        last = (lanes - 1 - wanted[::-1].index(True)) * stride
+        used = [first <= j <= last for j in range(width)]
+        if all(used) or (mask is None and inside):
+            x = b.load(pointer, typ=ir.VectorType(cfg.element, width), align=cfg.itemsize)
+        else:
+            x = masked_load(ctx, b, cfg, pointer, bits(used))
+        return x if stride == 1 else pick_lanes(b, x, (j * stride for j in range(lanes)))
 
     def _column_row(self, ctx, ty, row, plane_in, oh, weights, out_height: int) -> None:
         """One output row.  Where every tap is inside the image (all but the rows and
@@ -225,6 +281,17 @@ class DepthwisePlan:
                         target = b.gep(row, [ow], source_etype=ty)
                         total = b.fadd(b.load(target, typ=ty), b.fmul(weights[kh][kw], x))
                         b.store(total, target)
+
+
+# partial sums per chunk, window rows taken in turn: shorter chains of dependent
+# multiply-adds (a 5x5 window's 25 in one chain left 7-wide rows latency-bound)
+SUMS = 2
+
+
+def _chunk_lanes(lanes: int, out_width: int) -> int:
+    """Lanes per chunk of a row: a full vector, or the smallest power of two that holds
+    a narrower row (a 7-wide row in 8 lanes, not 16)."""
+    return min(lanes, 1 << (out_width - 1).bit_length())
 
 
 def _valid_range(taps: int, dilation: int, pad: int, stride: int, extent: int, out: int):

@@ -43,13 +43,22 @@ from ..llvm.elemental import (
     linearize,
     memory_generator,
 )
-from ..llvm.lltypes import I1, I32, VOID, constant, i64, literal_value, register_type, store_element
+from ..llvm.lltypes import constant, i64, literal_value, register_type, store_element
 from ..llvm.loops import for_range
 from ..llvm.scalar import FLOAT_BINARY_INTRINSIC  # max/min: NaN-propagating, as the rules
 from .depthwise import valid_span
 from .gemm_config import GemmConfig, gemm_config
 from .parallel import parallel_loop_nest
-from .vectors import i32_lanes, masked_gather, masked_load, pick_lanes, splat, vector_gep
+from .vectors import (
+    bits,
+    i32_lanes,
+    masked_gather,
+    masked_load,
+    pick_lanes,
+    splat,
+    store_first,
+    vector_gep,
+)
 from .views import View, affine, fused_view, memory_view, merged_stride
 
 POOLING_OPS = frozenset({Op.REDUCE_WINDOW, Op.REDUCE})
@@ -392,7 +401,7 @@ def _window_row(ctx: EmitContext, p: _Pooling, cfg: GemmConfig, row, plane_in, o
                     x = b.select(real, x, init)
                 fold.add(x)
         acc = fold.result()
-        _store_chunk(ctx, cfg, acc, b.gep(row, [ow0], source_etype=cfg.element), count)
+        store_first(ctx, cfg, acc, b.gep(row, [ow0], source_etype=cfg.element), count)
 
     def edge(c: int) -> None:
         columns = range(c * lanes, (c + 1) * lanes)
@@ -426,28 +435,11 @@ def _load_tap(ctx, p: _Pooling, cfg: GemmConfig, line, ow0, shift: int, mask, in
         if all(used) or (mask is None and inside):
             x = b.load(pointer, typ=ir.VectorType(ty, width), align=cfg.itemsize)
         else:
-            x = masked_load(ctx, b, cfg, pointer, _bits(used))
+            x = masked_load(ctx, b, cfg, pointer, bits(used))
         if w.sw > 1:
             x = pick_lanes(b, x, (l * w.sw for l in range(lanes)))
     else:
         pointer = b.gep(line, [b.mul(start, i64(w.w_stride))], source_etype=ty)
         offsets = i32_lanes(l * w.sw * w.w_stride for l in range(lanes))
-        x = masked_gather(ctx, b, cfg, vector_gep(b, pointer, offsets, ty), _bits(wanted))
-    return x if all(wanted) else b.select(_bits(wanted), x, init)
-
-
-def _store_chunk(ctx, cfg: GemmConfig, value, pointer, count: int) -> None:
-    """Store the first `count` lanes of `value` at `pointer`."""
-    b = ctx.builder
-    if count == cfg.lanes:
-        b.store(value, pointer, align=cfg.itemsize)
-        return
-    mask = _bits([lane < count for lane in range(cfg.lanes)])
-    name = f"llvm.masked.store.v{cfg.lanes}{type_suffix(cfg.element)}.p0"
-    args = [value, pointer, ir.Constant(I32, cfg.itemsize), mask]
-    b.call(ctx.declare(name, VOID, args), args)
-
-
-def _bits(flags: list[bool]) -> ir.Constant:
-    """A constant <N x i1> mask."""
-    return ir.Constant(ir.VectorType(I1, len(flags)), [int(f) for f in flags])
+        x = masked_gather(ctx, b, cfg, vector_gep(b, pointer, offsets, ty), bits(wanted))
+    return x if all(wanted) else b.select(bits(wanted), x, init)

@@ -149,5 +149,21 @@ def masked_store(ctx, b, cfg, value, pointer, first: int, cols, adding: bool) ->
     store_lanes(ctx, b, cfg, value, pointer, mask)
 
 
+def bits(flags) -> ir.Constant:
+    """A constant <N x i1> lane mask."""
+    flags = list(flags)
+    return ir.Constant(ir.VectorType(ir.IntType(1), len(flags)), [int(f) for f in flags])
+
+
+def store_first(ctx, cfg: GemmConfig, value, pointer, count: int) -> None:
+    """Store the first `count` lanes of `value` at `pointer` (all: a plain store)."""
+    if count == value.type.count:
+        ctx.builder.store(value, pointer, align=cfg.itemsize)
+        return
+    store_lanes(
+        ctx, ctx.builder, cfg, value, pointer, bits(l < count for l in range(value.type.count))
+    )
+
+
 def _type_tag(cfg: GemmConfig) -> str:
     return {DType.F32: "f32", DType.F64: "f64"}.get(cfg.dtype, f"i{cfg.dtype.bits}")
