@@ -104,7 +104,9 @@ def emit_row_fusion(ctx: EmitContext, instr: Instruction, params: list[Gen]) -> 
             for divide_id, (divide, divisor) in divisors.items():  # before later values use it
                 if divisor is value:
                     one = constant(divide.array_shape.dtype, 1.0)
-                    reciprocals[divide_id] = ctx.builder.fdiv(one, computed[id(value)])
+                    b = ctx.builder
+                    assert b is not None  # inside the kernel
+                    reciprocals[divide_id] = b.fdiv(one, computed[id(value)])
         with loop_nest(ctx.builder, shape.dims[rank:], "col") as inner:
             index = [*outer, *inner]
             pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)

@@ -258,8 +258,10 @@ def exp(ctx: EmitContext, x: ir.Value) -> ir.Value:
     m = _Emitter(ctx)
     n, r, _ = _exp_reduce(m, m.clamp(x, EXP_LO, EXP_HI))
     # NaN: the clamp keeps it and it propagates through r
-    tail = m.mul_add(m.b.fmul(r, r), m.poly(r, EXPM1_Q), r)
-    return _scale(m, m.b.fadd(m.f(1.0), tail), n)
+    b = m.b
+    assert b is not None  # inside a kernel
+    tail = m.mul_add(b.fmul(r, r), m.poly(r, EXPM1_Q), r)
+    return _scale(m, b.fadd(m.f(1.0), tail), n)
 
 
 def expm1(ctx: EmitContext, x: ir.Value) -> ir.Value:
