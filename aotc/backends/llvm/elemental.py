@@ -11,6 +11,7 @@ parameters bound to the fusion operands' generators.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from llvmlite import ir
@@ -91,13 +92,45 @@ def _value_gen(value: ir.Value) -> Gen:
 
 
 def linearize(b: ir.IRBuilder, index: Sequence[ir.Value], dims: Sequence[int]) -> ir.Value:
-    """Row-major linear position of a multi-index."""
+    """Row-major linear position of a multi-index; trailing digits that `split_index` made
+    of a position over these extents give that position back, not a recombination of
+    them (LLVM cannot always fold one: a power-of-two extent turns the remainder into a
+    mask, and the loop vectorizer then sees no unit stride)."""
+    split = _split_suffix(index, dims)
+    if split is not None:
+        whole, count = split
+        outer = linearize(b, index[:-count], dims[:-count]) if count < len(dims) else i64(0)
+        scale = i64(math.prod(dims[-count:]))
+        return b.add(b.mul(outer, scale, flags=["nuw", "nsw"]), whole, flags=["nuw", "nsw"])
     linear = i64(0)
     for value, extent in zip(index, dims):
         linear = b.add(
             b.mul(linear, i64(extent), flags=["nuw", "nsw"]), value, flags=["nuw", "nsw"]
         )
     return linear
+
+
+# the attribute split_index tags its digits with: (position, extents, digit number)
+_SPLIT = "_aotc_split_of"
+
+
+def _split_suffix(index: Sequence[ir.Value], dims: Sequence[int]):
+    """(position, digit count) if index's last digits are all of one split_index over
+    dims' last extents, else None."""
+    if not index:
+        return None
+    tag = getattr(index[-1], _SPLIT, None)
+    if tag is None:
+        return None
+    whole, extents, _ = tag
+    count = len(extents)
+    if count > len(index) or tuple(dims[len(dims) - count :]) != extents:
+        return None
+    for k, digit in enumerate(index[len(index) - count :]):
+        mine = getattr(digit, _SPLIT, None)
+        if mine is None or mine[0] is not whole or mine[1] != extents or mine[2] != k:
+            return None
+    return whole, count
 
 
 def delinearize(b: ir.IRBuilder, linear: ir.Value, dims: Sequence[int]) -> list[ir.Value]:
@@ -139,13 +172,17 @@ def split_index(b: ir.IRBuilder, linear: ir.Value, extents) -> list[ir.Value]:
     division, remainders by subtraction and no wrap of the outermost dim, so that
     address arithmetic on it folds back to `linear` (the loop vectorizer then sees
     the unit stride of an epilogue loop)."""
-    index = []
+    whole, index = linear, []
     for extent in reversed(extents[1:]):
         quotient = b.udiv(linear, i64(extent)) if extent != 1 else linear
         index.append(b.sub(linear, b.mul(quotient, i64(extent))) if extent != 1 else i64(0))
         linear = quotient
     index.append(linear)
-    return index[::-1] if extents else []
+    index.reverse()
+    if len(extents) > 1 and len({id(d) for d in index}) == len(index):
+        for k, digit in enumerate(index):  # linearize gives `whole` back for them
+            setattr(digit, _SPLIT, (whole, tuple(extents), k))
+    return index if extents else []
 
 
 def element_pointer(ctx: EmitContext, base: ir.Value, shape: Shape, index) -> ir.Value:
