@@ -19,7 +19,8 @@ element of the dot once, then applies its epilogue).
 
 Row fusion: a reduction read back through a broadcast (softmax's max and sum,
 layer normalization's mean and variance) joins its consumer when its result
-is indexed by the consumer's leading output dims unchanged.  The kernel then
+is indexed by the consumer's leading output dims unchanged, and the consumer's
+kernel has no contraction (a GEMM epilogue has no once-per-row place).  The kernel then
 loops over those dims outside, computes the reduction once per row, and
 loops over the remaining dims inside; so softmax and layer normalization
 become one kernel each.  The pass tracks, per group member, which root
@@ -165,14 +166,20 @@ class _Group:
         """A dot or convolution (a tiled kernel) joins only as the one contraction of an
         epilogue: read at the root's own index through elementwise ops (so the backend
         runs it as a tiled GEMM and applies the rest per output element: an OUTPUT
-        fusion, see aotc/ir/fusion_kinds.py)."""
+        fusion, see aotc/ir/fusion_kinds.py); not beside a row value (see
+        takes_row_value)."""
         root_rank = len(self.root_dims)
-        if self.contraction is not None or self.root.op in CONTRACTION_OPS:
+        if self.contraction is not None or self.root.op in CONTRACTION_OPS or self.row_values:
             return False
         return maps == {identity(root_rank)} and dims_of(producer) == self.root_dims
 
     def takes_row_value(self, producer: Instruction, maps: frozenset[IndexMap]) -> bool:
-        """Whether `producer` can be computed once per row of this group's kernel."""
+        """Whether `producer` can be computed once per row of this group's kernel: not in
+        a contraction's, whose epilogue runs element by element (a reduction there is
+        computed again for each element: an RBF kernel's row norms made it 10x slower);
+        whichever of the two the walk meets first joins, the other is stored."""
+        if self.contraction is not None or self.root.op in CONTRACTION_OPS:
+            return False
         rank = row_rank(producer, maps, self.root_dims)
         return rank is not None and self.row_rank in (None, rank)
 

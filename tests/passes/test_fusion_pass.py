@@ -268,3 +268,42 @@ def test_convolution_is_not_fused_through_transposes():
     assert any(i.op is Op.CONVOLUTION for i in module.entry.instructions)
     args = random_args(reference)
     assert (evaluate(module, args) == evaluate(reference, args)).all()
+
+
+# an RBF kernel exp(-(|x|^2 - 2 x.w)): the row norms are a reduction beside the dot
+RBF = (
+    """HloModule rbf
+"""
+    + hlo_reducer("add", "add")
+    + """
+ENTRY %main (x: f32[4,8], w: f32[8,6]) -> f32[4,6] {
+  %x = f32[4,8]{1,0} parameter(0)
+  %w = f32[8,6]{1,0} parameter(1)
+  %sq = f32[4,8]{1,0} multiply(f32[4,8]{1,0} %x, f32[4,8]{1,0} %x)
+  %zero = f32[] constant(0)
+  %n = f32[4]{0} reduce(f32[4,8]{1,0} %sq, f32[] %zero), dimensions={1}, to_apply=%add
+  %d = f32[4,6]{1,0} dot(f32[4,8]{1,0} %x, f32[8,6]{1,0} %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %two = f32[] constant(2)
+  %twob = f32[4,6]{1,0} broadcast(f32[] %two), dimensions={}
+  %d2 = f32[4,6]{1,0} multiply(f32[4,6]{1,0} %d, f32[4,6]{1,0} %twob)
+  %nb = f32[4,6]{1,0} broadcast(f32[4]{0} %n), dimensions={0}
+  %s = f32[4,6]{1,0} subtract(f32[4,6]{1,0} %nb, f32[4,6]{1,0} %d2)
+  %neg = f32[4,6]{1,0} negate(f32[4,6]{1,0} %s)
+  ROOT %e = f32[4,6]{1,0} exponential(f32[4,6]{1,0} %neg)
+}"""
+)
+
+
+def test_a_row_value_stays_out_of_a_contractions_kernel():
+    """The dot takes the exp as its epilogue; the norms, which the epilogue would compute
+    again per element, are a kernel of their own."""
+    module = parse_module(RBF)
+    reference = parse_module(RBF)
+    assert Fusion().run(module)
+    kernels = [i for i in module.entry.instructions if i.op not in (Op.PARAMETER, Op.CONSTANT)]
+    contents = [{i.op for i in k.called[0].instructions} for k in kernels]
+    assert len(kernels) == 2
+    assert Op.REDUCE in contents[0] and Op.DOT not in contents[0]
+    assert Op.DOT in contents[1] and Op.EXP in contents[1] and Op.REDUCE not in contents[1]
+    args = random_args(reference)
+    np.testing.assert_allclose(evaluate(module, args), evaluate(reference, args), rtol=1e-6)
