@@ -48,6 +48,7 @@ from ..ir.index_maps import (
     maps_from_users,
     rank_of,
     read_elementwise_only,
+    reads_indices_at_own_index,
     row_rank,
 )
 
@@ -139,6 +140,9 @@ class _Group:
         self.contraction: Instruction | None = None  # the dot or convolution it fuses
         # elements of each member one run of the kernel computes (aotc/ir/cost.py)
         self.evaluations: dict[int, float] = {id(root): float(elements(root))}
+        # per member, the lookups its value is an index of, one into the next, on the
+        # way to the root (see MAX_CHASE)
+        self.chase: dict[int, int] = {id(root): 0}
 
     def evaluations_of(self, producer: Instruction, users: list[Instruction], rows) -> float:
         """How many elements of `producer` the kernel would compute: once per row for a
@@ -149,6 +153,18 @@ class _Group:
             (u, self.evaluations[id(u)]) for u in dict.fromkeys(users) if id(u) in self.members
         ]
         return evaluations_for(producer, readers, row_output=self.root.shape)
+
+    def chase_of(self, producer: Instruction, users: list[Instruction]) -> int:
+        """The lookups in the group that `producer`'s value would index, one into the
+        next (x[feature[node]]: node 2 deep)."""
+        return max(
+            (
+                self.chase[id(u)] + (u.op is Op.GATHER and u.operands[1] is producer)
+                for u in users
+                if id(u) in self.members
+            ),
+            default=0,
+        )
 
     def rows(self, rank: int) -> int:
         return math.prod(self.root_dims[:rank])
@@ -183,6 +199,12 @@ class _Group:
         rank = row_rank(producer, maps, self.root_dims)
         return rank is not None and self.row_rank in (None, rank)
 
+
+# a value that lookups index this deep is stored, not computed in their kernel (data
+# movement aside): a chain of lookups in one loop waits on each load in turn, where a
+# kernel per step overlaps the lookups of many elements (a forest's ten levels fused
+# into one loop ran 7x slower than a kernel per level)
+MAX_CHASE = 2
 
 # the most instructions one fused kernel computes per element: LLVM's vectorizer gives up
 # on larger loop bodies (an unrolled iterative solver's 7,724: 6x slower than unfused)
@@ -316,8 +338,10 @@ def _form_groups(computation: Computation) -> list[_Group]:
         # candidates are judged latest-first, so all their in-group users are known;
         # entries: (-position, producer, recomputed several times per output element?,
         # reached through a copy that other kernels compute too?)
-        reusing = instr.op in REUSING_OPS
-        work = [(-position[id(o)], id(o), o, reusing, False) for o in instr.operands]
+        work = [
+            (-position[id(o)], id(o), o, _reads_repeatedly(instr, n), False)
+            for n, o in enumerate(instr.operands)
+        ]
         heapq.heapify(work)
         while work:
             _, _, producer, replicated, copied = heapq.heappop(work)
@@ -336,6 +360,9 @@ def _form_groups(computation: Computation) -> list[_Group]:
                     continue
                 replicated = False  # computed once per row
             if replicated and producer.op not in FREE_OPS:
+                continue
+            chase = group.chase_of(producer, users[id(producer)])
+            if chase >= MAX_CHASE and producer.op not in FREE_OPS:
                 continue
             if producer.op in CONTRACTION_OPS and not (
                 group.takes_contraction(producer, maps)
@@ -386,6 +413,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
             group.maps[id(producer)] = maps
             group.places[id(producer)] = places
             group.evaluations[id(producer)] = evaluations
+            group.chase[id(producer)] = chase
             if row_value:
                 group.row_rank = row_rank(producer, maps, group.root_dims)
                 group.row_values.add(id(producer))
@@ -395,11 +423,18 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 copies.setdefault(id(producer), []).append(group)
             else:
                 grouped.add(id(producer))
-            again = replicated or producer.op in REUSING_OPS
-            for o in producer.operands:
+            for n, o in enumerate(producer.operands):
+                again = replicated or _reads_repeatedly(producer, n)
                 heapq.heappush(work, (-position[id(o)], id(o), o, again, duplicate))
         groups.append(group)
     return groups
+
+
+def _reads_repeatedly(consumer: Instruction, number: int) -> bool:
+    """Whether `consumer` reads elements of its operand `number` several times per
+    output element pass: a reusing op's operands, but for a lookup's indices (one per
+    output element: a tree traversal's node numbers then fuse level into level)."""
+    return consumer.op in REUSING_OPS and not reads_indices_at_own_index(consumer, number)
 
 
 def _computed_by_every_user(instr: Instruction, users, copy_groups: list[_Group]) -> bool:

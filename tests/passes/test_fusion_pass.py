@@ -2,7 +2,7 @@ import numpy as np
 from aotc_testing import hlo_reducer
 from pass_testing import check_pass, random_args
 
-from aotc.ir import Op
+from aotc.ir import Direction, Op
 from aotc.ir.evaluate import evaluate
 from aotc.ir.text import parse_module
 from aotc.passes.fusion import Fusion
@@ -307,3 +307,50 @@ def test_a_row_value_stays_out_of_a_contractions_kernel():
     assert Op.DOT in contents[1] and Op.EXP in contents[1] and Op.REDUCE not in contents[1]
     args = random_args(reference)
     np.testing.assert_allclose(evaluate(module, args), evaluate(reference, args), rtol=1e-6)
+
+
+def _forest_levels(levels: int):
+    """A tree traversal, level by level: node' = select(x[feature[node]] <= split[node],
+    left[node], right[node]) over (rows, trees), as ml_trees.reached_leaves builds it."""
+    from aotc.ir import ComputationBuilder, DType, GatherDims, Module, Shape
+
+    rng = np.random.default_rng(0)
+    nodes, rows, trees, features = 15, 4, 3, 5
+    module = Module("forest")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, (rows, features)))
+
+    def table(values, dtype):
+        return b.constant(np.asarray(values), dtype)
+
+    feature = table(rng.integers(0, features, nodes).astype(np.int32), DType.S32)
+    split = table(rng.random(nodes).astype(np.float32), DType.F32)
+    left = table(np.minimum(2 * np.arange(nodes) + 1, nodes - 1).astype(np.int32), DType.S32)
+    right = table(np.minimum(2 * np.arange(nodes) + 2, nodes - 1).astype(np.int32), DType.S32)
+
+    def lookup(t, index):
+        return b.gather(t, index, GatherDims((), (0,), (0,), 2, (1,)))
+
+    row_dims = GatherDims((), (1,), (1,), 2, (1, 1), (0,), (0,))
+    node = b.broadcast(table(np.zeros(trees, np.int32), DType.S32), [1], (rows, trees))
+    for _ in range(levels):
+        value = b.gather(x, lookup(feature, node), row_dims)
+        goes_left = b.compare(value, lookup(split, node), Direction.LE)
+        node = b.select(goes_left, lookup(left, node), lookup(right, node))
+    b.build(node, entry=True)
+    return module
+
+
+def test_lookups_fuse_with_their_indices_one_level_per_kernel():
+    """A level's lookups join the kernel computing from its node numbers, x[feature[node]]
+    included; the node numbers of the level before are stored (MAX_CHASE): a chain of
+    levels in one loop would wait on each load in turn."""
+    module, reference = _forest_levels(3), _forest_levels(3)
+    assert Fusion().run(module)
+    kernels = [i for i in module.entry.instructions if i.op not in (Op.PARAMETER, Op.CONSTANT)]
+    assert len(kernels) == 3
+    for kernel in kernels:
+        ops = [i.op for i in kernel.called[0].instructions]
+        assert ops.count(Op.GATHER) == 5 and Op.SELECT in ops
+    args = random_args(reference)
+    np.testing.assert_array_equal(evaluate(module, args), evaluate(reference, args))
