@@ -403,6 +403,11 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 producer.op not in CHEAP_OPS or ancestry.reaches_reduce(producer) or epilogue
             ):
                 continue
+            # a lookup's computed indices are stored once when other kernels read them
+            # too: each copy would pull in the lookups they come from (a tree level's
+            # node numbers, read by the next level's four lookups)
+            if duplicate and chase and producer.op not in FREE_OPS:
+                continue
             if id(producer) in grouped and producer.op not in CHEAP_OPS:
                 continue
             rows = group.rows(row_rank(producer, maps, group.root_dims)) if row_value else None

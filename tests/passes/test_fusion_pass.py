@@ -309,9 +309,10 @@ def test_a_row_value_stays_out_of_a_contractions_kernel():
     np.testing.assert_allclose(evaluate(module, args), evaluate(reference, args), rtol=1e-6)
 
 
-def _forest_levels(levels: int):
+def _forest_levels(levels: int, leaf_tables: int = 0):
     """A tree traversal, level by level: node' = select(x[feature[node]] <= split[node],
-    left[node], right[node]) over (rows, trees), as ml_trees.reached_leaves builds it."""
+    left[node], right[node]) over (rows, trees), as ml_trees.reached_leaves builds it;
+    then `leaf_tables` lookups of the leaves reached (their weights, their targets)."""
     from aotc.ir import ComputationBuilder, DType, GatherDims, Module, Shape
 
     rng = np.random.default_rng(0)
@@ -337,6 +338,9 @@ def _forest_levels(levels: int):
         value = b.gather(x, lookup(feature, node), row_dims)
         goes_left = b.compare(value, lookup(split, node), Direction.LE)
         node = b.select(goes_left, lookup(left, node), lookup(right, node))
+    if leaf_tables:
+        leaves = [table(rng.random(nodes).astype(np.float32), DType.F32) for _ in range(2)]
+        node = b.tuple([lookup(t, node) for t in leaves[:leaf_tables]])
     b.build(node, entry=True)
     return module
 
@@ -354,3 +358,17 @@ def test_lookups_fuse_with_their_indices_one_level_per_kernel():
         assert ops.count(Op.GATHER) == 5 and Op.SELECT in ops
     args = random_args(reference)
     np.testing.assert_array_equal(evaluate(module, args), evaluate(reference, args))
+
+
+def test_node_numbers_read_by_several_kernels_are_stored_once():
+    """The last level's node numbers feed two leaf lookups in two kernels: stored once,
+    not computed again (with the lookups they come from) in each copy, nor in the next
+    level's kernels."""
+    module, reference = _forest_levels(3, leaf_tables=2), _forest_levels(3, leaf_tables=2)
+    assert Fusion().run(module)
+    kernels = [i for i in module.entry.instructions if i.op is Op.FUSION]
+    selects = [sum(i.op is Op.SELECT for i in k.called[0].instructions) for k in kernels]
+    assert sum(selects) == 3 and max(selects) == 1  # each level's select in one kernel
+    args = random_args(reference)
+    for got, want in zip(evaluate(module, args), evaluate(reference, args), strict=True):
+        np.testing.assert_array_equal(got, want)
