@@ -10,7 +10,8 @@ up, each consumer starts a group and pulls in operands that
   arithmetic such as add or maximum; never transcendentals), and
 - are not recomputed many times: a producer reached through a consumer that
   reads each operand element several times (broadcast, dot, convolution,
-  reduce-window, gather) must itself be free.
+  reduce-window, gather) must itself be free; a lookup's indices (one per
+  output element) are read once, but lookups chase at most MAX_CHASE deep.
 
 So elementwise chains become one loop, reductions absorb their elementwise
 producers (input fusion), and a dot or convolution followed by bias, residual
