@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import math
 
-from .index_maps import CACHEABLE_DTYPES, cached_row_value, row_values
+from .index_maps import (
+    CACHEABLE_DTYPES,
+    cached_row_value,
+    reads_indices_at_own_index,
+    row_values,
+)
 from .module import Computation, Instruction, Module
 from .ops import Op
 from .types import Shape
@@ -167,6 +172,8 @@ def _reduces_trailing_dims(user: Instruction, operand: Instruction) -> bool:
 
 
 def _reads_at_own_index(user: Instruction, operand: Instruction) -> bool:
+    if user.op is Op.GATHER:  # a lookup's indices
+        return user.operands[1] is operand and reads_indices_at_own_index(user, 1)
     if not (user.op.is_elementwise or user.op is Op.BITCAST):
         return False
     return _dims(user) == _dims(operand)

@@ -52,6 +52,8 @@ def operand_map(user: Instruction, user_map: IndexMap, number: int) -> IndexMap:
     if user.op in (Op.RESHAPE, Op.BITCAST):
         same = shared_leadingdims_of(user.array_shape.dims, operand.array_shape.dims)
         return user_map[:same] + (None,) * (rank - same)
+    if reads_indices_at_own_index(user, number):
+        return user_map
     if user.op is Op.REDUCE and number < len(user.operands) // 2:  # an input, not an init
         mapped = [None] * rank
         kept = [d for d in range(rank) if d not in user.dimensions]
@@ -59,6 +61,22 @@ def operand_map(user: Instruction, user_map: IndexMap, number: int) -> IndexMap:
             mapped[in_dim] = user_map[out_dim]
         return tuple(mapped)
     return (None,) * rank
+
+
+def reads_indices_at_own_index(user: Instruction, number: int) -> bool:
+    """Whether `user` is a gather whose operand `number` holds its indices, one per
+    output element at that element's own index (a table lookup: no offset dims, the
+    index vector implicit), so each output element reads one index element."""
+    if user.op is not Op.GATHER or number != 1 or user.operands[0] is user.operands[1]:
+        return False
+    dims = user.gather
+    indices = user.operands[1]
+    return (
+        dims is not None
+        and not dims.offset_dims
+        and dims.index_vector_dim == rank_of(indices)
+        and dims_of(indices) == dims_of(user)
+    )
 
 
 def shared_leadingdims_of(a: tuple[int, ...], b: tuple[int, ...]) -> int:

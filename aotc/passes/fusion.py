@@ -10,7 +10,8 @@ up, each consumer starts a group and pulls in operands that
   arithmetic such as add or maximum; never transcendentals), and
 - are not recomputed many times: a producer reached through a consumer that
   reads each operand element several times (broadcast, dot, convolution,
-  reduce-window, gather) must itself be free.
+  reduce-window, gather) must itself be free; a lookup's indices (one per
+  output element) are read once, but lookups chase at most MAX_CHASE deep.
 
 So elementwise chains become one loop, reductions absorb their elementwise
 producers (input fusion), and a dot or convolution followed by bias, residual
@@ -19,7 +20,8 @@ element of the dot once, then applies its epilogue).
 
 Row fusion: a reduction read back through a broadcast (softmax's max and sum,
 layer normalization's mean and variance) joins its consumer when its result
-is indexed by the consumer's leading output dims unchanged.  The kernel then
+is indexed by the consumer's leading output dims unchanged, and the consumer's
+kernel has no contraction (a GEMM epilogue has no once-per-row place).  The kernel then
 loops over those dims outside, computes the reduction once per row, and
 loops over the remaining dims inside; so softmax and layer normalization
 become one kernel each.  The pass tracks, per group member, which root
@@ -47,6 +49,7 @@ from ..ir.index_maps import (
     maps_from_users,
     rank_of,
     read_elementwise_only,
+    reads_indices_at_own_index,
     row_rank,
 )
 
@@ -138,6 +141,9 @@ class _Group:
         self.contraction: Instruction | None = None  # the dot or convolution it fuses
         # elements of each member one run of the kernel computes (aotc/ir/cost.py)
         self.evaluations: dict[int, float] = {id(root): float(elements(root))}
+        # per member, the lookups its value is an index of, one into the next, on the
+        # way to the root (see MAX_CHASE)
+        self.chase: dict[int, int] = {id(root): 0}
 
     def evaluations_of(self, producer: Instruction, users: list[Instruction], rows) -> float:
         """How many elements of `producer` the kernel would compute: once per row for a
@@ -148,6 +154,18 @@ class _Group:
             (u, self.evaluations[id(u)]) for u in dict.fromkeys(users) if id(u) in self.members
         ]
         return evaluations_for(producer, readers, row_output=self.root.shape)
+
+    def chase_of(self, producer: Instruction, users: list[Instruction]) -> int:
+        """The lookups in the group that `producer`'s value would index, one into the
+        next (x[feature[node]]: node 2 deep)."""
+        return max(
+            (
+                self.chase[id(u)] + (u.op is Op.GATHER and u.operands[1] is producer)
+                for u in users
+                if id(u) in self.members
+            ),
+            default=0,
+        )
 
     def rows(self, rank: int) -> int:
         return math.prod(self.root_dims[:rank])
@@ -165,17 +183,29 @@ class _Group:
         """A dot or convolution (a tiled kernel) joins only as the one contraction of an
         epilogue: read at the root's own index through elementwise ops (so the backend
         runs it as a tiled GEMM and applies the rest per output element: an OUTPUT
-        fusion, see aotc/ir/fusion_kinds.py)."""
+        fusion, see aotc/ir/fusion_kinds.py); not beside a row value (see
+        takes_row_value)."""
         root_rank = len(self.root_dims)
-        if self.contraction is not None or self.root.op in CONTRACTION_OPS:
+        if self.contraction is not None or self.root.op in CONTRACTION_OPS or self.row_values:
             return False
         return maps == {identity(root_rank)} and dims_of(producer) == self.root_dims
 
     def takes_row_value(self, producer: Instruction, maps: frozenset[IndexMap]) -> bool:
-        """Whether `producer` can be computed once per row of this group's kernel."""
+        """Whether `producer` can be computed once per row of this group's kernel: not in
+        a contraction's, whose epilogue runs element by element (a reduction there is
+        computed again for each element: an RBF kernel's row norms made it 10x slower);
+        whichever of the two the walk meets first joins, the other is stored."""
+        if self.contraction is not None or self.root.op in CONTRACTION_OPS:
+            return False
         rank = row_rank(producer, maps, self.root_dims)
         return rank is not None and self.row_rank in (None, rank)
 
+
+# a value that lookups index this deep is stored, not computed in their kernel (data
+# movement aside): a chain of lookups in one loop waits on each load in turn, where a
+# kernel per step overlaps the lookups of many elements (a forest's ten levels fused
+# into one loop ran 7x slower than a kernel per level)
+MAX_CHASE = 2
 
 # the most instructions one fused kernel computes per element: LLVM's vectorizer gives up
 # on larger loop bodies (an unrolled iterative solver's 7,724: 6x slower than unfused)
@@ -309,8 +339,10 @@ def _form_groups(computation: Computation) -> list[_Group]:
         # candidates are judged latest-first, so all their in-group users are known;
         # entries: (-position, producer, recomputed several times per output element?,
         # reached through a copy that other kernels compute too?)
-        reusing = instr.op in REUSING_OPS
-        work = [(-position[id(o)], id(o), o, reusing, False) for o in instr.operands]
+        work = [
+            (-position[id(o)], id(o), o, _reads_repeatedly(instr, n), False)
+            for n, o in enumerate(instr.operands)
+        ]
         heapq.heapify(work)
         while work:
             _, _, producer, replicated, copied = heapq.heappop(work)
@@ -329,6 +361,9 @@ def _form_groups(computation: Computation) -> list[_Group]:
                     continue
                 replicated = False  # computed once per row
             if replicated and producer.op not in FREE_OPS:
+                continue
+            chase = group.chase_of(producer, users[id(producer)])
+            if chase >= MAX_CHASE and producer.op not in FREE_OPS:
                 continue
             if producer.op in CONTRACTION_OPS and not (
                 group.takes_contraction(producer, maps)
@@ -369,6 +404,11 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 producer.op not in CHEAP_OPS or ancestry.reaches_reduce(producer) or epilogue
             ):
                 continue
+            # a lookup's computed indices are stored once when other kernels read them
+            # too: each copy would pull in the lookups they come from (a tree level's
+            # node numbers, read by the next level's four lookups)
+            if duplicate and chase and producer.op not in FREE_OPS:
+                continue
             if id(producer) in grouped and producer.op not in CHEAP_OPS:
                 continue
             rows = group.rows(row_rank(producer, maps, group.root_dims)) if row_value else None
@@ -379,6 +419,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
             group.maps[id(producer)] = maps
             group.places[id(producer)] = places
             group.evaluations[id(producer)] = evaluations
+            group.chase[id(producer)] = chase
             if row_value:
                 group.row_rank = row_rank(producer, maps, group.root_dims)
                 group.row_values.add(id(producer))
@@ -388,11 +429,18 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 copies.setdefault(id(producer), []).append(group)
             else:
                 grouped.add(id(producer))
-            again = replicated or producer.op in REUSING_OPS
-            for o in producer.operands:
+            for n, o in enumerate(producer.operands):
+                again = replicated or _reads_repeatedly(producer, n)
                 heapq.heappush(work, (-position[id(o)], id(o), o, again, duplicate))
         groups.append(group)
     return groups
+
+
+def _reads_repeatedly(consumer: Instruction, number: int) -> bool:
+    """Whether `consumer` reads elements of its operand `number` several times per
+    output element pass: a reusing op's operands, but for a lookup's indices (one per
+    output element: a tree traversal's node numbers then fuse level into level)."""
+    return consumer.op in REUSING_OPS and not reads_indices_at_own_index(consumer, number)
 
 
 def _computed_by_every_user(instr: Instruction, users, copy_groups: list[_Group]) -> bool:

@@ -63,6 +63,7 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
     from .padding_taps import PaddingTaps
     from .scalefold import ScaleFolding
     from .separable_windows import SeparableWindows
+    from .squared_distances import SquaredDistances
     from .transpose_fold import TransposeFolding
 
     passes: list[Pass] = [CallInlining()]  # backends take no `call`
@@ -77,6 +78,7 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
         passes += [ScaleFolding(), ConvPhases(), PaddingTaps(), ConvBands()]
         passes += [ConstantFolding()]
         passes += [AlgebraicSimplifier(), TransposeFolding(), SeparableWindows()]
+        passes += [SquaredDistances()]  # on constants folded above
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
     if opt_level >= 2:
         passes += [Fusion(), DeadCodeElimination()]

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from aotc.backends.cpu import parse_target
+from aotc.backends.cpu import emit_llvm_ir, parse_target
 from aotc.backends.cpu.codegen import optimized_module
 from aotc.buffers import assign_buffers
 from aotc.ir import ComputationBuilder, DType, GatherDims, Module, Op, Shape
@@ -84,3 +84,46 @@ def test_rows_gathered_by_a_constant_table_vectorize(check, rng):
     text = str(optimized_module(module, plan, "rows", parse_target("x86_64:x86-64-v3"))[0])
     assert "!invariant.load" in text
     assert re.search(r"store <8 x float>", text), "the row loop is not vectorized"
+
+
+def _two_lookups(module_name, right_values):
+    """leaf[select(p, left[root], right[root])]: node numbers looked up in tables of node
+    numbers (a tree step), then a value per node."""
+    module = Module(module_name)
+    b = ComputationBuilder(module, "main")
+    p = b.parameter(0, Shape(DType.PRED, (6, 5)))
+    roots = b.broadcast(b.constant(np.array([0, 1, 2, 0, 3], np.int32), DType.S32), [1], (6, 5))
+    left = b.constant(np.array([1, 3, 5, 7, 6, 4, 2, 0], np.int32), DType.S32)
+    right = b.constant(np.array(right_values, np.int32), DType.S32)
+    leaf = b.constant(np.arange(8, dtype=np.float32) * 10, DType.F32)
+
+    def lookup(table, index):
+        return b.gather(table, index, GatherDims((), (0,), (0,), 2, (1,)))
+
+    node = b.select(p, lookup(left, roots), lookup(right, roots))
+    b.build(b.tuple([lookup(leaf, node)]), entry=True)
+    return module
+
+
+def _pred(rng):
+    return rng.integers(0, 2, (6, 5)).astype(bool)
+
+
+def test_indices_known_in_range_are_not_clamped(check, rng):
+    """Node numbers from tables of node numbers lie inside the tables: no clamps."""
+    module = _two_lookups("inrange", [2, 4, 6, 1, 0, 7, 3, 5])
+    pv = _pred(rng)
+    check(module, [pv])
+    text = emit_llvm_ir(module, assign_buffers(module), "inrange", parse_target("host"))
+    assert "llvm.smax" not in text and "llvm.smin" not in text and "llvm.umin" not in text
+
+
+def test_indices_outside_the_table_stay_clamped(check, rng):
+    """A table holding -1 and 9 for 8 nodes: its lookups still clamp (as the evaluator)."""
+    module = _two_lookups("outside", [2, -1, 9, 1, 0, 7, 3, 5])
+    pv = np.ones((6, 5), bool)
+    pv[:, 1:3] = False  # roots 1 and 2 take right[1] = -1 and right[2] = 9
+    (got,) = check(module, [pv]).run(pv)
+    assert got[0, 1] == 0 and got[0, 2] == 70  # clamped to nodes 0 and 7
+    text = emit_llvm_ir(module, assign_buffers(module), "outside", parse_target("host"))
+    assert "llvm.smax" in text

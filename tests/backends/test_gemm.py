@@ -8,13 +8,14 @@ a case cannot pass by falling back to the element rules unnoticed.
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
 import pytest
 from aotc_testing import parsed_dot_fusion
 
-from aotc.backends.cpu import emit_object, parse_target
+from aotc.backends.cpu import emit_llvm_ir, emit_object, parse_target
 from aotc.backends.cpu.blocking import blocking
 from aotc.backends.cpu.contraction import contraction_kind
 from aotc.backends.cpu.gemm_config import gemm_config
@@ -642,3 +643,60 @@ def test_concurrent_calls_with_distinct_scratch(compile_module, rng):
         expected = inputs[k][0].astype(np.float64) @ inputs[k][1]
         for got in results[k]:
             _close(got, expected)
+
+
+def _row_norm_kernel(fuse):
+    """exp(-(|x|^2 - 2 x.w)): a GEMM epilogue reading a per-row value that another
+    kernel leaves in the arena (an RBF kernel's norms), its result read by a second dot,
+    so it stays in the arena too."""
+    module = Module("rbf")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(F32, (24, 10)))
+    w = b.parameter(1, Shape(F32, (10, 70)))
+    v = b.parameter(2, Shape(F32, (70, 3)))
+    squares = b.binary(Op.MULTIPLY, x, x)
+    norms = b.add(
+        Op.REDUCE,
+        [squares, b.scalar(0.0, F32)],
+        dimensions=(1,),
+        called=(_adder(module),),
+    )
+
+    def kernel(fb, p):
+        dims = (24, 70)
+        two = fb.broadcast(fb.scalar(2.0, F32), (), dims)
+        cross = fb.binary(Op.MULTIPLY, _dot(fb, p[0], p[1]), two)
+        squared = fb.binary(Op.SUBTRACT, fb.broadcast(p[2], (0,), dims), cross)
+        return fb.unary(Op.EXP, fb.unary(Op.NEGATE, squared))
+
+    fused = fuse(b, [x, w, norms], kernel)
+    b.build(b.tuple([_dot(b, fused, v)]), entry=True)
+    return module, fused
+
+
+def _adder(module):
+    fb = ComputationBuilder(module, "add_f32")
+    a, c = fb.parameter(0, Shape(F32, ())), fb.parameter(1, Shape(F32, ()))
+    return fb.build(fb.binary(Op.ADD, a, c))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_epilogue_reads_a_row_value_from_the_arena(compile_module, fuse, rng, target):
+    module, fused = _row_norm_kernel(fuse)
+    args = [_normal(rng, (24, 10)) * 0.3, _normal(rng, (10, 70)) * 0.3, _normal(rng, (70, 3))]
+    compiled = compile_module(module, target=target)
+    (got,) = compiled.run(*args)
+    x, w, v = (a.astype(np.float64) for a in args)
+    expected = np.exp(2 * x @ w - (x * x).sum(axis=1, keepdims=True)) @ v
+    _close(got, expected, "row value epilogue")
+    assert _kind(compiled, target, fused) == "gemm"
+
+
+def test_epilogue_loads_outside_the_output_vectorize(fuse):
+    """The per-row value is loaded as outside the kernel's output (llvm/alias.py), so the
+    epilogue's stores do not keep LLVM from vectorizing its loop."""
+    module, fused = _row_norm_kernel(fuse)
+    text = emit_llvm_ir(module, assign_buffers(module), "rbf", parse_target("x86_64:x86-64-v4"))
+    kernel = text.split(f"@rbf.{fused.name}(")[1].split("\n}\n")[0]
+    assert "!noalias" in kernel and "!alias.scope" in kernel
+    assert re.search(r"<\d+ x float>", kernel), "the epilogue loop did not vectorize"

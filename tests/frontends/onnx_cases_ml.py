@@ -669,6 +669,19 @@ def _svm_classifiers(cases: CaseList, x: np.ndarray) -> None:
             atol=1e-5,
         )
     )
+    # rows at and next to support vectors around 30: the kernel's largest
+    # values, where |x|^2 - 2 x.s + |s|^2 cancels most (ml_svm.py centres it)
+    # (its own generator: the shared one's draws stay those of the cases after it)
+    nudges = np.random.default_rng(7).uniform(-1e-3, 1e-3, (6, features)).astype(np.float32)
+    vectors = np.asarray(three["support_vectors"], np.float32).reshape(-1, features) * 4 + 30
+    near = three | {
+        "support_vectors": vectors.ravel().tolist(),
+        "kernel_params": [0.8, 0.0, 0.0],
+        "prob_a": [-1.5, -2.0, -0.8],
+        "prob_b": [0.1, -0.2, 0.05],
+    }
+    rows = np.concatenate([vectors, vectors + nudges])
+    cases.add(_svm_classifier("svm_classifier_rbf_at_support_vectors", rows, near, atol=1e-5))
     cases.add(
         _svm_classifier(
             "svm_classifier_int64_input",

@@ -2,7 +2,7 @@ import numpy as np
 from aotc_testing import hlo_reducer
 from pass_testing import check_pass, random_args
 
-from aotc.ir import Op
+from aotc.ir import Direction, Op
 from aotc.ir.evaluate import evaluate
 from aotc.ir.text import parse_module
 from aotc.passes.fusion import Fusion
@@ -268,3 +268,107 @@ def test_convolution_is_not_fused_through_transposes():
     assert any(i.op is Op.CONVOLUTION for i in module.entry.instructions)
     args = random_args(reference)
     assert (evaluate(module, args) == evaluate(reference, args)).all()
+
+
+# an RBF kernel exp(-(|x|^2 - 2 x.w)): the row norms are a reduction beside the dot
+RBF = (
+    """HloModule rbf
+"""
+    + hlo_reducer("add", "add")
+    + """
+ENTRY %main (x: f32[4,8], w: f32[8,6]) -> f32[4,6] {
+  %x = f32[4,8]{1,0} parameter(0)
+  %w = f32[8,6]{1,0} parameter(1)
+  %sq = f32[4,8]{1,0} multiply(f32[4,8]{1,0} %x, f32[4,8]{1,0} %x)
+  %zero = f32[] constant(0)
+  %n = f32[4]{0} reduce(f32[4,8]{1,0} %sq, f32[] %zero), dimensions={1}, to_apply=%add
+  %d = f32[4,6]{1,0} dot(f32[4,8]{1,0} %x, f32[8,6]{1,0} %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %two = f32[] constant(2)
+  %twob = f32[4,6]{1,0} broadcast(f32[] %two), dimensions={}
+  %d2 = f32[4,6]{1,0} multiply(f32[4,6]{1,0} %d, f32[4,6]{1,0} %twob)
+  %nb = f32[4,6]{1,0} broadcast(f32[4]{0} %n), dimensions={0}
+  %s = f32[4,6]{1,0} subtract(f32[4,6]{1,0} %nb, f32[4,6]{1,0} %d2)
+  %neg = f32[4,6]{1,0} negate(f32[4,6]{1,0} %s)
+  ROOT %e = f32[4,6]{1,0} exponential(f32[4,6]{1,0} %neg)
+}"""
+)
+
+
+def test_a_row_value_stays_out_of_a_contractions_kernel():
+    """The dot takes the exp as its epilogue; the norms, which the epilogue would compute
+    again per element, are a kernel of their own."""
+    module = parse_module(RBF)
+    reference = parse_module(RBF)
+    assert Fusion().run(module)
+    kernels = [i for i in module.entry.instructions if i.op not in (Op.PARAMETER, Op.CONSTANT)]
+    contents = [{i.op for i in k.called[0].instructions} for k in kernels]
+    assert len(kernels) == 2
+    assert Op.REDUCE in contents[0] and Op.DOT not in contents[0]
+    assert Op.DOT in contents[1] and Op.EXP in contents[1] and Op.REDUCE not in contents[1]
+    args = random_args(reference)
+    np.testing.assert_allclose(evaluate(module, args), evaluate(reference, args), rtol=1e-6)
+
+
+def _forest_levels(levels: int, leaf_tables: int = 0):
+    """A tree traversal, level by level: node' = select(x[feature[node]] <= split[node],
+    left[node], right[node]) over (rows, trees), as ml_trees.reached_leaves builds it;
+    then `leaf_tables` lookups of the leaves reached (their weights, their targets)."""
+    from aotc.ir import ComputationBuilder, DType, GatherDims, Module, Shape
+
+    rng = np.random.default_rng(0)
+    nodes, rows, trees, features = 15, 4, 3, 5
+    module = Module("forest")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, (rows, features)))
+
+    def table(values, dtype):
+        return b.constant(np.asarray(values), dtype)
+
+    feature = table(rng.integers(0, features, nodes).astype(np.int32), DType.S32)
+    split = table(rng.random(nodes).astype(np.float32), DType.F32)
+    left = table(np.minimum(2 * np.arange(nodes) + 1, nodes - 1).astype(np.int32), DType.S32)
+    right = table(np.minimum(2 * np.arange(nodes) + 2, nodes - 1).astype(np.int32), DType.S32)
+
+    def lookup(t, index):
+        return b.gather(t, index, GatherDims((), (0,), (0,), 2, (1,)))
+
+    row_dims = GatherDims((), (1,), (1,), 2, (1, 1), (0,), (0,))
+    node = b.broadcast(table(np.zeros(trees, np.int32), DType.S32), [1], (rows, trees))
+    for _ in range(levels):
+        value = b.gather(x, lookup(feature, node), row_dims)
+        goes_left = b.compare(value, lookup(split, node), Direction.LE)
+        node = b.select(goes_left, lookup(left, node), lookup(right, node))
+    if leaf_tables:
+        leaves = [table(rng.random(nodes).astype(np.float32), DType.F32) for _ in range(2)]
+        node = b.tuple([lookup(t, node) for t in leaves[:leaf_tables]])
+    b.build(node, entry=True)
+    return module
+
+
+def test_lookups_fuse_with_their_indices_one_level_per_kernel():
+    """A level's lookups join the kernel computing from its node numbers, x[feature[node]]
+    included; the node numbers of the level before are stored (MAX_CHASE): a chain of
+    levels in one loop would wait on each load in turn."""
+    module, reference = _forest_levels(3), _forest_levels(3)
+    assert Fusion().run(module)
+    kernels = [i for i in module.entry.instructions if i.op not in (Op.PARAMETER, Op.CONSTANT)]
+    assert len(kernels) == 3
+    for kernel in kernels:
+        ops = [i.op for i in kernel.called[0].instructions]
+        assert ops.count(Op.GATHER) == 5 and Op.SELECT in ops
+    args = random_args(reference)
+    np.testing.assert_array_equal(evaluate(module, args), evaluate(reference, args))
+
+
+def test_node_numbers_read_by_several_kernels_are_stored_once():
+    """The last level's node numbers feed two leaf lookups in two kernels: stored once,
+    not computed again (with the lookups they come from) in each copy, nor in the next
+    level's kernels."""
+    module, reference = _forest_levels(3, leaf_tables=2), _forest_levels(3, leaf_tables=2)
+    assert Fusion().run(module)
+    kernels = [i for i in module.entry.instructions if i.op is Op.FUSION]
+    selects = [sum(i.op is Op.SELECT for i in k.called[0].instructions) for k in kernels]
+    assert sum(selects) == 3 and max(selects) == 1  # each level's select in one kernel
+    args = random_args(reference)
+    for got, want in zip(evaluate(module, args), evaluate(reference, args), strict=True):
+        np.testing.assert_array_equal(got, want)

@@ -28,6 +28,7 @@ from llvmlite import ir
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...ir import DType, Instruction, Op, Shape
 from ...ir.fusion_kinds import CONTRACTION_OPS, output_contractions
+from ..llvm.alias import OutputScope
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import element_pointer, make_generator, memory_generator
 from ..llvm.lltypes import store_element
@@ -116,6 +117,8 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
         epilogue = None
     else:
         body = instr.called[0]
+        scope = OutputScope(ctx.module, f"{ctx.prefix}.{instr.name}")
+        operands = _outside_output(ctx, instr, operands, scope)
         values = {
             id(c): memory_generator(ctx, where, c.array_shape)
             for c, where in zip(kernel.contractions, places)
@@ -125,7 +128,7 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
             [Source(gens[id(o)], operand_view(ctx.plan, instr, o)) for o in c.operands]
             for c in kernel.contractions
         ]
-        epilogue = _epilogue(ctx, gens[id(body.root)], instr.array_shape, out_where)
+        epilogue = _epilogue(ctx, gens[id(body.root)], instr.array_shape, out_where, scope)
     last = len(kernel.plans) - 1
     for n, (plan, where) in enumerate(zip(kernel.plans, places)):
         finish = epilogue if n == last else None  # the others are operands of its epilogue
@@ -209,12 +212,32 @@ def _bind(ctx, body, params: list[Gen], values: dict[int, Gen]) -> dict[int, Gen
 # -- epilogue and workspace ---------------------------------------------------------
 
 
-def _epilogue(ctx: EmitContext, root: Gen, shape: Shape, where: Slice) -> Callable:
-    """Store the fused root's value at an output index."""
+def _outside_output(
+    ctx: EmitContext, fusion: Instruction, operands: list[Gen], scope: OutputScope
+) -> list[Gen]:
+    """The fusion's operand generators, those reading buffers disjoint from its output
+    loading under `scope` (alias.py): the epilogue's stores then do not keep LLVM from
+    hoisting and vectorizing their loads (a per-row value read from the arena did)."""
+    out = ctx.plan.slice_of(fusion)
+    gens = []
+    for operand, gen in zip(fusion.operands, operands):
+        shape = operand.shape
+        if isinstance(shape, Shape) and shape.size > 1:
+            where = ctx.plan.slice_of(operand)
+            if not where.overlaps(out):
+                gen = memory_generator(ctx, where, shape, outside=scope)
+        gens.append(gen)
+    return gens
+
+
+def _epilogue(
+    ctx: EmitContext, root: Gen, shape: Shape, where: Slice, scope: OutputScope
+) -> Callable:
+    """Store the fused root's value at an output index (a store into `scope`)."""
 
     def apply(index: list[ir.Value]) -> None:
         pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
-        store_element(ctx.builder, shape.dtype, root(index), pointer)
+        scope.store(store_element(ctx.builder, shape.dtype, root(index), pointer))
 
     return apply
 

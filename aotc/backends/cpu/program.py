@@ -29,6 +29,7 @@ from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...ir import Instruction, Module, Op, Shape
+from ...ir.value_ranges import integer_ranges
 from ...names import check_c_identifier
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import (
@@ -76,6 +77,7 @@ def build_module(
     weights = _global_bytes(llmod, f"{name}_weights", max(len(plan.weights), 1))
     weights.section = f".rodata.{name}_weights"
     ctx = EmitContext(llmod, plan, name, RULES, target=target or parse_target())
+    ctx.value_ranges = integer_ranges(module)
     plan.workspace_bytes = max(workspace_bytes(ctx.target, plan), sort_workspace_bytes(plan))
     ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
     arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.scratch_bytes, 1))

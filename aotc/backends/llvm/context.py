@@ -79,6 +79,9 @@ class EmitContext:
         # index values a loop composed of digits (elemental.compose_index): id ->
         # (value, digits, their extents), so that splitting one again reads the digits
         self.composed: dict[int, tuple[ir.Value, list[ir.Value], tuple[int, ...]]] = {}
+        # id -> (least, greatest) of integer values known at compile time
+        # (ir/value_ranges.py; set by the CPU program): gathers skip clamping them
+        self.value_ranges: dict[int, tuple[int, int]] = {}
 
     # -- functions outside the IR ---------------------------------------------
 

@@ -20,8 +20,16 @@ from ...buffers import BufferKind, Slice
 from ...ir import Computation, DType, Instruction, Op, Shape
 from ...ir.ops import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE
 from . import scalar
+from .alias import OutputScope
 from .context import EmitContext, Gen, Rule, Value
-from .lltypes import constant, i64, literal_value, load_element, storage_type
+from .lltypes import (
+    constant,
+    from_storage,
+    i64,
+    literal_value,
+    load_element,
+    storage_type,
+)
 
 
 def make_generator(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
@@ -190,16 +198,25 @@ def element_pointer(ctx: EmitContext, base: ir.Value, shape: Shape, index) -> ir
     return ctx.builder.gep(base, [linear], inbounds=True, source_etype=storage_type(shape.dtype))
 
 
-def memory_generator(ctx: EmitContext, where: Slice, shape: Shape) -> Gen:
-    """Loads elements of an array stored at `where`.  Loads of weights are marked
-    invariant: nothing stores to them, so LLVM may hoist a load at a loop-invariant index
-    (a gather's index table, a per-row weight) out of loops whose stores it would
-    otherwise suspect of aliasing it, and vectorize them."""
+def memory_generator(
+    ctx: EmitContext, where: Slice, shape: Shape, outside: OutputScope | None = None
+) -> Gen:
+    """Loads elements of an array stored at `where`; with `outside`, loads marked as
+    never reading the kernel's output (alias.py).  Loads of weights are marked invariant:
+    nothing stores to them, so LLVM may hoist a load at a loop-invariant index (a
+    gather's index table, a per-row weight) out of loops whose stores it would otherwise
+    suspect of aliasing it, and vectorize them."""
     invariant = where.kind is BufferKind.CONSTANT
 
     def gen(index):
         pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
-        return load_element(ctx.builder, shape.dtype, pointer, invariant)
+        if outside is None:
+            return load_element(ctx.builder, shape.dtype, pointer, invariant)
+        loaded = ctx.builder.load(pointer, typ=storage_type(shape.dtype))
+        outside.load(loaded)
+        if invariant:
+            loaded.set_metadata("invariant.load", ctx.builder.module.add_metadata([]))
+        return from_storage(ctx.builder, shape.dtype, loaded)
 
     return gen
 

@@ -25,6 +25,8 @@ def gather_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Ge
     sliced_dims = [d for d in range(len(operand_dims)) if d not in removed]
     vector_dim = dims.index_vector_dim
     explicit_vector = vector_dim < indices_shape.rank
+    # indices known to start slices inside the operand are not clamped (value_ranges.py)
+    known = ctx.value_ranges.get(id(instr.operands[1]), (-1, -1))
 
     def gen(index):
         b = ctx.builder
@@ -34,8 +36,10 @@ def gather_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Ge
             where = batch[:vector_dim] + [i64(k)] + batch[vector_dim:] if explicit_vector else batch
             value = scalar.convert(ctx, indices_shape.dtype, DType.S64, indices(where))
             highest = operand_dims[operand_dim] - dims.slice_sizes[operand_dim]
-            value = ctx.intrinsic("llvm.smax", [value, i64(0)])
-            start[operand_dim] = ctx.intrinsic("llvm.smin", [value, i64(highest)])
+            if not (0 <= known[0] and known[1] <= highest):
+                value = ctx.intrinsic("llvm.smax", [value, i64(0)])
+                value = ctx.intrinsic("llvm.smin", [value, i64(highest)])
+            start[operand_dim] = value
         for operand_dim, indices_dim in zip(
             dims.operand_batching_dims, dims.start_indices_batching_dims
         ):

@@ -90,7 +90,8 @@ def load_element(
 
 
 def store_element(builder: ir.IRBuilder, dtype: DType, value: ir.Value, pointer: ir.Value):
-    builder.store(to_storage(builder, dtype, value), pointer)
+    """Store one element in its storage type; returns the store (for metadata)."""
+    return builder.store(to_storage(builder, dtype, value), pointer)
 
 
 def from_storage(builder: ir.IRBuilder, dtype: DType, stored: ir.Value) -> ir.Value:
