@@ -88,18 +88,13 @@ def _windows(module) -> list[tuple[int, ...]]:
     )
 
 
+# a 3x3 rate-24 kernel over 32x32: the windows of its 3 x 3 boxes of bands
+RATE_24 = (64, 16, (32, 32), (3, 3), (24, 24), (24, 24, 24, 24))
+RATE_24_BOXES = [(2, 2), (2, 1), (2, 2), (1, 2), (1, 1), (1, 2), (2, 2), (2, 1), (2, 2)]
+
 # (cin, cout, image, kernel, dilation, ONNX pads, groups, windows left after the pass)
 SPLIT = {
-    "rate 24 (DeepLab)": (
-        64,
-        16,
-        (32, 32),
-        (3, 3),
-        (24, 24),
-        (24, 24, 24, 24),
-        1,
-        [(2, 2), (2, 1), (2, 2), (1, 2), (1, 1), (1, 2), (2, 2), (2, 1), (2, 2)],
-    ),
+    "rate 24 (DeepLab)": (*RATE_24, 1, RATE_24_BOXES),
     "rate 12, odd image": (
         64,
         16,
@@ -122,16 +117,7 @@ SPLIT = {
         [(2, 2), (2, 3), (1, 2), (1, 3), (2, 2), (2, 3)],
     ),
     "one dim only": (64, 8, (32, 6), (3, 3), (24, 1), (24, 1, 24, 1), 1, [(2, 3), (1, 3), (2, 3)]),
-    "two groups": (
-        64,
-        16,
-        (32, 32),
-        (3, 3),
-        (24, 24),
-        (24, 24, 24, 24),
-        2,
-        [(2, 2), (2, 1), (2, 2), (1, 2), (1, 1), (1, 2), (2, 2), (2, 1), (2, 2)],
-    ),
+    "two groups": (*RATE_24, 2, RATE_24_BOXES),
 }
 
 # the same, left alone

@@ -4,7 +4,7 @@ The depthwise form of forms.py's CONV_FORMS: a float convolution with an NCHW ou
 whose feature groups each read one input channel (MobileNet's, ShuffleNet's 3x3
 layers).  Per output plane (image, channel), shared out to the threads, each output row
 sums its taps directly, a vector of output columns at a time, as pooling.py's window
-rows do: each tap's valid columns are known at compile time (`valid_span`, which
+rows do: each tap's valid columns are known at compile time (row_chunks.py, which
 pooling.py shares), so the chunks every tap fills run in a loop of plain loads and
 multiply-adds (stride-2 columns: one wide load, shuffled), and the edge chunks are
 emitted one by one with constant lane masks.  The output rows whose window rows are
@@ -24,6 +24,7 @@ from .conv import ConvGeometry, ConvProblem, image_geometry
 from .gemm_config import GemmConfig, gemm_config
 from .im2col import IMAGE_FIELDS
 from .parallel import parallel_loop_nest
+from .row_chunks import RowChunks, valid_span
 from .vectors import bits, masked_load, mul_add, pick_lanes, splat, store_first
 
 
@@ -139,13 +140,8 @@ class DepthwisePlan:
                 line = b.select(real, line, plane_in)
             lines.append((line, real if padded else None))
         taps = [kw * p["dw"] - p["pw"] for kw in range(p["kw"])]  # input column of column 0
-        spans = [valid_span(shift, p["sw"], p["width"], p["out_width"]) for shift in taps]
-        low, high = max(s[0] for s in spans), min(s[1] for s in spans)
-        chunks = -(-p["out_width"] // lanes)
-        clean = [c for c in range(chunks) if c * lanes >= low and (c + 1) * lanes <= high]
-        begin, end = (clean[0], clean[-1] + 1) if clean else (chunks, chunks)
-        # the clean chunks' loads of `lanes * sw` contiguous elements stay inside the row
-        whole = [end * lanes * p["sw"] + shift <= p["width"] for shift in taps]
+        row_chunks = RowChunks(tuple(taps), p["sw"], p["width"], p["out_width"], lanes)
+        whole = row_chunks.whole
         splats = [[splat(b, w, vec) for w in row_weights] for row_weights in weights]
 
         def emit(ow0: ir.Value, masks: list, count: int) -> None:
@@ -173,18 +169,7 @@ class DepthwisePlan:
                 total = b.fadd(total, other)
             store_first(ctx, cfg, total, b.gep(row, [ow0], source_etype=cfg.element), count)
 
-        def edge(c: int) -> None:
-            columns = range(c * lanes, (c + 1) * lanes)
-            masks = [[lo <= ow < hi for ow in columns] for lo, hi in spans]
-            emit(i64(c * lanes), masks, min(lanes, p["out_width"] - c * lanes))
-
-        for c in range(begin):
-            edge(c)
-        if end > begin:
-            with for_range(b, end - begin, "chunk") as chunk:
-                emit(b.mul(b.add(chunk, i64(begin)), i64(lanes)), [None] * len(taps), lanes)
-        for c in range(end, chunks):
-            edge(c)
+        row_chunks.emit(b, emit)
 
     def _tap(self, ctx, cfg: GemmConfig, line, ow0, shift: int, mask, inside: bool):
         """Lanes l: line[(ow0 + l) * sw + shift], zero where not mask[l] (mask None:
@@ -300,15 +285,4 @@ def _valid_range(taps: int, dilation: int, pad: int, stride: int, extent: int, o
     for tap in range(taps):
         span = valid_span(tap * dilation - pad, stride, extent, out)
         low, high = max(low, span[0]), min(high, span[1])
-    return low, high
-
-
-def valid_span(shift: int, stride: int, width: int, out_width: int) -> tuple[int, int]:
-    """Output columns [low, high) whose input column ow*stride + shift is in [0, width)."""
-    low = 0
-    while low < out_width and low * stride + shift < 0:
-        low += 1
-    high = out_width
-    while high > low and (high - 1) * stride + shift >= width:
-        high -= 1
     return low, high

@@ -12,7 +12,7 @@ a buffer (`views.fused_view`); anything else stays with the element rules.
 
 A window kernel runs per output plane and row, a vector of output columns at a
 time, all taps folded in registers and stored once.  Each tap's valid columns
-are known at compile time (depthwise.py `valid_span`): the chunks every tap fills
+are known at compile time (row_chunks.py): the chunks every tap fills
 run in a loop with plain loads (stride-2 columns: one wide load, shuffled);
 the edge chunks are emitted one by one with constant lane masks, a masked lane
 holding the init value, as do window rows in the padding.  That is what the
@@ -46,9 +46,9 @@ from ..llvm.elemental import (
 from ..llvm.lltypes import constant, i64, literal_value, register_type, store_element
 from ..llvm.loops import for_range
 from ..llvm.scalar import FLOAT_BINARY_INTRINSIC  # max/min: NaN-propagating, as the rules
-from .depthwise import valid_span
 from .gemm_config import GemmConfig, gemm_config
 from .parallel import parallel_loop_nest
+from .row_chunks import RowChunks
 from .vectors import (
     bits,
     i32_lanes,
@@ -382,13 +382,8 @@ def _window_row(ctx: EmitContext, p: _Pooling, cfg: GemmConfig, row, plane_in, o
         line = b.gep(plane_in, [b.mul(ih, i64(w.h_stride))], source_etype=cfg.element)
         lines.append((line, real))
     taps = [kw * w.dw - w.pw for kw in range(w.kw)]  # input column of output column 0
-    spans = [valid_span(shift, w.sw, w.width, w.out_width) for shift in taps]
-    low, high = max(s[0] for s in spans), min(s[1] for s in spans)
-    chunks = -(-w.out_width // lanes)
-    clean = [c for c in range(chunks) if c * lanes >= low and (c + 1) * lanes <= high]
-    begin, end = (clean[0], clean[-1] + 1) if clean else (chunks, chunks)
-    # the clean chunks' loads of `lanes * sw` contiguous elements stay inside the row
-    whole = [end * lanes * w.sw + shift <= w.width for shift in taps]
+    row_chunks = RowChunks(tuple(taps), w.sw, w.width, w.out_width, lanes)
+    whole = row_chunks.whole
 
     def emit(ow0: ir.Value, masks: list, count: int) -> None:
         fold = _Fold(ctx, p.reducer, init)
@@ -403,18 +398,7 @@ def _window_row(ctx: EmitContext, p: _Pooling, cfg: GemmConfig, row, plane_in, o
         acc = fold.result()
         store_first(ctx, cfg, acc, b.gep(row, [ow0], source_etype=cfg.element), count)
 
-    def edge(c: int) -> None:
-        columns = range(c * lanes, (c + 1) * lanes)
-        masks = [[lo <= ow < hi for ow in columns] for lo, hi in spans]
-        emit(i64(c * lanes), masks, min(lanes, w.out_width - c * lanes))
-
-    for c in range(begin):
-        edge(c)
-    if end > begin:
-        with for_range(b, end - begin, "chunk") as chunk:
-            emit(b.mul(b.add(chunk, i64(begin)), i64(lanes)), [None] * len(taps), lanes)
-    for c in range(end, chunks):
-        edge(c)
+    row_chunks.emit(b, emit)
 
 
 def _load_tap(ctx, p: _Pooling, cfg: GemmConfig, line, ow0, shift: int, mask, inside, init):
