@@ -41,14 +41,20 @@ def emit_gemm(
     ldc: int,
     workspace: ir.Value,
     epilogue: Epilogue | None = None,
+    rows: ir.Value | None = None,
 ) -> None:
-    """C = A B, blocked; `epilogue(m0, rows, n0, cols)` runs on each finished sliver."""
+    """C = A B, blocked; `epilogue(m0, rows, n0, cols)` runs on each finished sliver.
+    `rows`: M known at run time only, at most `blocks.m` and one M block (the
+    attention kernel's last block of query rows is short)."""
     b = ctx.builder
     region_a, region_b = _regions(ctx, blocks, a, b_operand, workspace)
     k_slices = -(-blocks.k // blocks.kc)
+    assert rows is None or blocks.mb >= blocks.m, "rows known at run time: one M block"
 
     with for_range(b, -(-blocks.m // blocks.mb), "mblock") as mi:
         m0, mb = block_span(b, mi, blocks.mb, blocks.m)
+        if rows is not None:
+            mb = rows
         with for_range(b, k_slices, "kslice") as ki:
             k0, kc = block_span(b, ki, blocks.kc, blocks.k)
             packed_a = a.pack(ctx, blocks, region_a, m0, mb, k0, kc, blocks.mr)
