@@ -20,6 +20,7 @@ fixed partition, so results are the same for any thread count.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import bind_instructions, element_pointer, linearize, split_index
 from ..llvm.lltypes import I8, i64, load_element, store_element
 from ..llvm.loops import for_range
-from .blocked_gemm import emit_gemm, emit_region
+from .blocked_gemm import emit_gemm_on_b, emit_region, pack_whole_b, whole_b_bytes
 from .blocking import Blocking, aligned, blocking
 from .contraction import Source
 from .dot import DotProblem, dot_problem
@@ -50,41 +51,51 @@ SCORE_BLOCK_BYTES = 256 << 10
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    """How a kChain fusion's blocks are computed."""
+    """How a kChain fusion's blocks are computed: units of `per_unit` blocks of `rows`
+    query rows of one batch element, each unit packing K^T and V once."""
 
     chain: AttentionChain
     scores: DotProblem  # S = Q K^T
     values: DotProblem  # O = P V
     rows: int  # query rows per block
+    per_unit: int  # blocks per unit
     first: Blocking  # of a block's S
     second: Blocking  # of a block's O
 
     kind = "attention"
 
     @property
+    def blocks(self) -> int:
+        """Blocks of query rows per batch element."""
+        return -(-self.scores.m // self.rows)
+
+    @property
     def grid(self) -> tuple[int, ...]:
-        """The blocks: batch elements, then blocks of query rows."""
-        return (*self.scores.batch, -(-self.scores.m // self.rows))
+        """The units: batch elements, then runs of blocks."""
+        return (*self.scores.batch, -(-self.blocks // self.per_unit))
 
     @property
     def parts(self) -> int:
         return min(math.prod(self.grid), MAX_PARTS)
 
     @property
-    def score_bytes(self) -> int:
-        return aligned(self.rows * self.scores.n * self.scores.config.itemsize)
-
-    @property
-    def out_bytes(self) -> int:
-        """The output block, where the last kernel has an epilogue to apply."""
-        if not _has_epilogue(self.chain.values):
-            return 0
-        return aligned(self.rows * self.values.n * self.values.config.itemsize)
+    def layout(self) -> tuple[int, ...]:
+        """Bytes of a part's regions: K^T packed, V packed, the score block, the output
+        block (where the last kernel has an epilogue), Q's or P's packed rows."""
+        first, second = self.first, self.second
+        itemsize = self.scores.config.itemsize
+        out = aligned(self.rows * self.values.n * itemsize)
+        return (
+            whole_b_bytes(first),
+            whole_b_bytes(second),
+            aligned(self.rows * self.scores.n * itemsize),
+            out if _has_epilogue(self.chain.values) else 0,
+            max(first.a_bytes, second.a_bytes),
+        )
 
     @property
     def part_bytes(self) -> int:
-        packing = max(sum(b.region_bytes((False, False))) for b in (self.first, self.second))
-        return self.score_bytes + self.out_bytes + packing
+        return sum(self.layout)
 
     @property
     def workspace_bytes(self) -> int:
@@ -108,9 +119,12 @@ def plan_attention(target, plan: BufferPlan, instr: Instruction) -> AttentionPla
     rows = min(max(SCORE_BLOCK_BYTES // per_row, 1), scores.m)
     mr = blocking(scores.config, rows, scores.n, scores.k).mr
     rows = min(max(rows // mr * mr, mr), scores.m)
+    # enough units to share out to MAX_PARTS threads, each packing K^T and V once
+    blocks = -(-scores.m // rows)
+    runs = min(-(-MAX_PARTS // math.prod(scores.batch)), blocks)
     first = blocking(scores.config, rows, scores.n, scores.k)
     second = blocking(values.config, rows, values.n, values.k)
-    return AttentionPlan(chain, scores, values, rows, first, second)
+    return AttentionPlan(chain, scores, values, rows, -(-blocks // runs), first, second)
 
 
 def attention_kind(target, plan: BufferPlan, instr: Instruction) -> str | None:
@@ -143,31 +157,51 @@ def emit_attention(ctx: EmitContext, instr: Instruction, operands: list[Gen]) ->
         b = ctx.builder
         start = b.mul(slot, i64(attention.part_bytes))
         part = b.gep(ctx.slice_pointer(workspace), [start], source_etype=I8)
-        block = _Block(ctx, instr, operands, attention, index[:batches], index[batches], part)
-        block.scores()
-        block.softmax()
-        block.values()
+        block = _Block(ctx, instr, operands, attention, index[:batches], part)
+        block.pack_operands()
+        first = b.mul(index[batches], i64(attention.per_unit))
+        count = smaller(b, i64(attention.per_unit), b.sub(i64(attention.blocks), first))
+        with for_range(b, count, "qblock") as n:
+            block.start(b.add(first, n))
+            block.scores()
+            block.softmax()
+            block.values()
 
     share_out(ctx, attention.grid, attention.parts, unit)
     return True
 
 
 class _Block:
-    """One block of query rows of one batch element, emitted step by step."""
+    """The blocks of query rows of one unit, emitted step by step (`start` moves on)."""
 
-    def __init__(self, ctx, instr, operands, attention: AttentionPlan, batch, number, part):
-        b = ctx.builder
+    def __init__(self, ctx, instr, operands, attention: AttentionPlan, batch, part):
         self.ctx, self.instr, self.attention, self.batch = ctx, instr, attention, batch
         self.chain = attention.chain
-        rows = attention.rows
-        self.q0 = b.mul(number, i64(rows))
-        self.count = smaller(b, i64(rows), b.sub(i64(attention.scores.m), self.q0))
-        self.s_block = part
-        self.o_block = ctx.byte_pointer(part, attention.score_bytes)
-        self.packing = ctx.byte_pointer(part, attention.score_bytes + attention.out_bytes)
+        offsets = itertools.accumulate(attention.layout, initial=0)
+        self.k_packed, self.v_packed, self.s_block, self.o_block, self.packing = (
+            ctx.byte_pointer(part, offset) for offset in itertools.islice(offsets, 5)
+        )
+        self.q0 = self.count = i64(0)
         body = instr.called[0]
         self.outer = {id(p): operands[p.index] for p in body.parameters}
         self.q_dims = list(self.chain.rows.array_shape.dims[len(batch) : -1])
+
+    def start(self, number: ir.Value) -> None:
+        """Move on to block `number` of the batch element."""
+        b, rows = self.ctx.builder, self.attention.rows
+        self.q0 = b.mul(number, i64(rows))
+        self.count = smaller(b, i64(rows), b.sub(i64(self.attention.scores.m), self.q0))
+
+    def pack_operands(self) -> None:
+        """K^T and V packed whole, for all the unit's blocks."""
+        ctx = self.ctx
+        for part, problem, blocks, dst in (
+            (self.chain.scores, self.attention.scores, self.attention.first, self.k_packed),
+            (self.chain.values, self.attention.values, self.attention.second, self.v_packed),
+        ):
+            dot = chain_dot(part)
+            sources = self._sources(part, dot, self._bind(part, {}))
+            pack_whole_b(ctx, blocks, problem.rhs.factory()(ctx, sources, self.batch), dst)
 
     # -- S's block --------------------------------------------------------------------
 
@@ -190,7 +224,6 @@ class _Block:
         problem = self.attention.scores
         sources = self._sources(part, dot, gens)
         a = _Shifted(problem.lhs.factory()(ctx, sources, self.batch), self.q0)
-        b_operand = problem.rhs.factory()(ctx, sources, self.batch)
         root = part.called[0].root
         epilogue = None
         if root is not dot:
@@ -205,9 +238,9 @@ class _Block:
 
                 emit_region(ctx, m0, rows, n0, cols, element)
 
-        emit_gemm(
-            ctx, self.attention.first, a, b_operand, self.s_block, problem.n,
-            self.packing, epilogue, rows=self.count,
+        emit_gemm_on_b(
+            ctx, self.attention.first, a, self.k_packed, self.s_block, problem.n,
+            self.packing, self.count, epilogue,
         )  # fmt: skip
 
     # -- the rows ---------------------------------------------------------------------
@@ -248,9 +281,7 @@ class _Block:
             return load_element(b, dot.array_shape.dtype, pointer)
 
         gens = self._bind(part, {id(dot): value})
-        sources = self._sources(part, dot, gens)
         a = StridedPanels(self.s_block, self.attention.scores.n, 1)
-        b_operand = problem.rhs.factory()(ctx, sources, self.batch)
         root = part.called[0].root
         epilogue = None
         if root is dot:
@@ -267,9 +298,9 @@ class _Block:
 
                 emit_region(ctx, m0, rows, n0, cols, element)
 
-        emit_gemm(
-            ctx, self.attention.second, a, b_operand, c, problem.n, self.packing, epilogue,
-            rows=self.count,
+        emit_gemm_on_b(
+            ctx, self.attention.second, a, self.v_packed, c, problem.n, self.packing,
+            self.count, epilogue,
         )  # fmt: skip
 
     # -- helpers ----------------------------------------------------------------------

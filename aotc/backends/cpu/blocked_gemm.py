@@ -24,7 +24,7 @@ from llvmlite import ir
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I64, i64
 from ..llvm.loops import for_range, if_then
-from .blocking import Blocking
+from .blocking import Blocking, aligned, round_up
 from .panels import PackedPanels, Panels
 from .tiles import edge_kernel, fuses_edge, micro_kernel
 from .vectors import smaller
@@ -41,20 +41,14 @@ def emit_gemm(
     ldc: int,
     workspace: ir.Value,
     epilogue: Epilogue | None = None,
-    rows: ir.Value | None = None,
 ) -> None:
-    """C = A B, blocked; `epilogue(m0, rows, n0, cols)` runs on each finished sliver.
-    `rows`: M known at run time only, at most `blocks.m` and one M block (the
-    attention kernel's last block of query rows is short)."""
+    """C = A B, blocked; `epilogue(m0, rows, n0, cols)` runs on each finished sliver."""
     b = ctx.builder
     region_a, region_b = _regions(ctx, blocks, a, b_operand, workspace)
     k_slices = -(-blocks.k // blocks.kc)
-    assert rows is None or blocks.mb >= blocks.m, "rows known at run time: one M block"
 
     with for_range(b, -(-blocks.m // blocks.mb), "mblock") as mi:
         m0, mb = block_span(b, mi, blocks.mb, blocks.m)
-        if rows is not None:
-            mb = rows
         with for_range(b, k_slices, "kslice") as ki:
             k0, kc = block_span(b, ki, blocks.kc, blocks.k)
             packed_a = a.pack(ctx, blocks, region_a, m0, mb, k0, kc, blocks.mr)
@@ -66,6 +60,45 @@ def emit_gemm(
                 multiply_blocks(
                     ctx, blocks, packed_a, packed_b, c, ldc, block, ki, epilogue, streams
                 )
+
+
+def whole_b_bytes(blocks: Blocking) -> int:
+    """Bytes of B packed whole (`pack_whole_b`): every K slice's panels over all of N."""
+    return aligned(round_up(blocks.n, blocks.nr) * blocks.k * blocks.config.itemsize)
+
+
+def pack_whole_b(ctx: EmitContext, blocks: Blocking, b_operand: Panels, dst: ir.Value) -> None:
+    """Pack all of B into `dst`, K slice after K slice, for `emit_gemm_on_b` to reuse:
+    the attention kernel multiplies K^T and V by many blocks of rows."""
+    b = ctx.builder
+    width = round_up(blocks.n, blocks.nr)
+    with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
+        k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+        out = b.gep(dst, [b.mul(k0, i64(width))], source_etype=blocks.config.element)
+        b_operand.pack(ctx, blocks, out, i64(0), i64(blocks.n), k0, kc, blocks.nr)
+
+
+def emit_gemm_on_b(
+    ctx: EmitContext,
+    blocks: Blocking,
+    a: Panels,
+    packed_b: ir.Value,
+    c: ir.Value,
+    ldc: int,
+    region_a: ir.Value,
+    rows: ir.Value,
+    epilogue: Epilogue | None = None,
+) -> None:
+    """C = A B for `rows` rows of A (one M block), B packed whole by `pack_whole_b`."""
+    b = ctx.builder
+    assert blocks.mb >= blocks.m, "one M block"
+    width = round_up(blocks.n, blocks.nr)
+    with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
+        k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+        packed_a = a.pack(ctx, blocks, region_a, i64(0), rows, k0, kc, blocks.mr)
+        slice_b = b.gep(packed_b, [b.mul(k0, i64(width))], source_etype=blocks.config.element)
+        block = (i64(0), rows, i64(0), i64(blocks.n))
+        multiply_blocks(ctx, blocks, packed_a, slice_b, c, ldc, block, ki, epilogue, False)
 
 
 def _regions(ctx, blocks: Blocking, a, b_operand, workspace):
