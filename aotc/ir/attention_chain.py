@@ -88,7 +88,7 @@ def _operand_of(kernel: Instruction, dot: Instruction, k: int) -> Instruction | 
     if operand.op is not Op.PARAMETER:
         return None
     body = kernel.called[0]
-    if body.users()[id(operand)] != [dot]:
+    if body.users()[id(operand)] != [dot] or operand.index is None:
         return None
     return kernel.operands[operand.index]
 
@@ -97,6 +97,7 @@ def _is_chain(chain: AttentionChain) -> bool:
     """Whether the rows of S are independent through to O (and of a dtype chained)."""
     first, second = _the_dot(chain.scores), _the_dot(chain.values)
     assert first is not None and second is not None
+    assert first.dot is not None and second.dot is not None  # the verifier's rule
     shapes = [first.array_shape, chain.rows.array_shape, second.array_shape]
     shapes += [o.array_shape for o in (*first.operands, *second.operands)]
     if any(s.dtype not in CHAIN_DTYPES for s in shapes):

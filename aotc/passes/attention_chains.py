@@ -30,7 +30,8 @@ class AttentionChains:
         changed = False
         for computation in module.program_computations():
             users = computation.users()
-            chains, taken = [], set()
+            chains: list[AttentionChain] = []
+            taken: set[int] = set()
             for instr in computation.instructions:
                 chain = attention_chain(instr, users)
                 if chain is None or chain.rows.array_shape.nbytes < MIN_SCORE_BYTES:
@@ -59,7 +60,9 @@ def _outline(module: Module, computation, chain: AttentionChain) -> None:
         for operand in part.operands:
             if id(operand) not in inside:
                 number = len(operands)
-                inside[id(operand)] = builder.parameter(number, operand.shape, f"param_{number}")
+                inside[id(operand)] = builder.parameter(
+                    number, operand.array_shape, f"param_{number}"
+                )
                 operands.append(operand)
         clone = dataclasses.replace(
             part,
@@ -94,7 +97,7 @@ def _as_fusion(module: Module, kernel: Instruction) -> Instruction:
     for operand in kernel.operands:
         if id(operand) not in params:
             number = len(operands)
-            params[id(operand)] = builder.parameter(number, operand.shape, f"param_{number}")
+            params[id(operand)] = builder.parameter(number, operand.array_shape, f"param_{number}")
             operands.append(operand)
     dot = dataclasses.replace(
         kernel,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -205,14 +206,14 @@ class _Block:
 
     # -- S's block --------------------------------------------------------------------
 
-    def score_pointer(self, index: list[ir.Value]) -> ir.Value:
+    def score_pointer(self, index: Sequence[ir.Value]) -> ir.Value:
         """Where S's element at `index` (S's dims) is in the block."""
         b = self.ctx.builder
         q = linearize(b, index[len(self.batch) : -1], self.q_dims)
         local = b.add(b.mul(b.sub(q, self.q0), i64(self.attention.scores.n)), index[-1])
         return b.gep(self.s_block, [local], source_etype=self.attention.scores.config.element)
 
-    def score(self, index: list[ir.Value]) -> ir.Value:
+    def score(self, index: Sequence[ir.Value]) -> ir.Value:
         dtype = self.chain.rows.array_shape.dtype
         return load_element(self.ctx.builder, dtype, self.score_pointer(index))
 
@@ -249,7 +250,7 @@ class _Block:
         """The row fusion on each row of the block, in place."""
         part = self.chain.rows
         scores = score_parameter(self.chain)
-        params = [
+        params: list[Gen] = [
             self.score if p is scores else self.outer[id(o)]
             for p, o in zip(part.called[0].parameters, part.operands)
         ]
@@ -271,7 +272,7 @@ class _Block:
         out_where, shape = ctx.plan.slice_of(self.instr), self.instr.array_shape
         v_dims = list(shape.dims[len(self.batch) + len(self.q_dims) :])
 
-        def value(index):
+        def value(index: Sequence[ir.Value]) -> ir.Value:
             n = linearize(b, index[len(self.batch) + len(self.q_dims) :], v_dims)
             q = linearize(
                 b, index[len(self.batch) : len(self.batch) + len(self.q_dims)], self.q_dims
@@ -325,7 +326,10 @@ class _Block:
 def _views(plan: BufferPlan, instr: Instruction, part: Instruction):
     """The memory views of the dot operands of a kernel of the chain `instr`."""
     dot = chain_dot(part)
-    entry = [instr.operands[o.index] if o.op is Op.PARAMETER else None for o in part.operands]
+    entry = [
+        instr.operands[o.index] if o.op is Op.PARAMETER and o.index is not None else None
+        for o in part.operands
+    ]
     return [fused_view(plan, part, o, entry) for o in dot.operands]
 
 

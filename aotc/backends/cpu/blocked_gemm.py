@@ -71,6 +71,7 @@ def pack_whole_b(ctx: EmitContext, blocks: Blocking, b_operand: Panels, dst: ir.
     """Pack all of B into `dst`, K slice after K slice, for `emit_gemm_on_b` to reuse:
     the attention kernel multiplies K^T and V by many blocks of rows."""
     b = ctx.builder
+    assert b is not None
     width = round_up(blocks.n, blocks.nr)
     with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
         k0, kc = block_span(b, ki, blocks.kc, blocks.k)
@@ -91,6 +92,7 @@ def emit_gemm_on_b(
 ) -> None:
     """C = A B for `rows` rows of A (one M block), B packed whole by `pack_whole_b`."""
     b = ctx.builder
+    assert b is not None
     assert blocks.mb >= blocks.m, "one M block"
     width = round_up(blocks.n, blocks.nr)
     with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:

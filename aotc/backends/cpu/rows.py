@@ -119,16 +119,18 @@ def row_emitter(
     }
 
     def emit_row(outer: list[ir.Value]) -> None:
+        b = ctx.builder
+        assert b is not None
         row_index[:] = outer
         for value in hoisted:  # in computation order: later values read earlier ones
             computed[id(value)] = computes[id(value)](at_row(value))
             for divide_id, (divide, divisor) in divisors.items():  # before later values use it
                 if divisor is value:
                     one = constant(divide.array_shape.dtype, 1.0)
-                    reciprocals[divide_id] = ctx.builder.fdiv(one, computed[id(value)])
-        with loop_nest(ctx.builder, shape.dims[rank:], "col") as inner:
+                    reciprocals[divide_id] = b.fdiv(one, computed[id(value)])
+        with loop_nest(b, shape.dims[rank:], "col") as inner:
             index = [*outer, *inner]
-            store_element(ctx.builder, shape.dtype, gens[id(fused.root)](index), placement(index))
+            store_element(b, shape.dtype, gens[id(fused.root)](index), placement(index))
 
     return emit_row
 

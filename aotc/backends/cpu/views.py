@@ -120,6 +120,7 @@ def fused_view(
     if operands is None:
         operands = fusion.operands
     if instr.op is Op.PARAMETER:
+        assert instr.index is not None  # the verifier's rule
         operand = operands[instr.index]
         return None if operand is None else memory_view(plan, operand)
     if instr.op is Op.SLICE:
