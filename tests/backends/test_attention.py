@@ -13,6 +13,9 @@ from aotc.backends.cpu import attention
 from aotc.driver import CompileOptions, compile_model
 from aotc.frontends.onnx import import_onnx
 from aotc.ir import FusionKind, Op
+from aotc.ir.evaluate import evaluate
+from aotc.ir.parser import parse_module
+from aotc.ir.text import print_module
 from aotc.passes import attention_chains
 from aotc.passes.pipeline import make_pipeline
 
@@ -141,3 +144,19 @@ def test_chain_body_holds_the_three_kernels():
     (chain,) = [i for i in module.entry.instructions if i.fusion_kind is FusionKind.CHAIN]
     parts = [i.fusion_kind for i in chain.called[0].instructions if i.op is Op.FUSION]
     assert parts == [FusionKind.OUTPUT, FusionKind.LOOP, FusionKind.OUTPUT]
+
+
+def test_chain_prints_parses_and_evaluates_as_the_three_kernels(monkeypatch):
+    """A kChain fusion round-trips through the text form, and the evaluator computes it
+    as the three kernels it holds."""
+    monkeypatch.setattr(attention_chains, "MIN_SCORE_BYTES", 0)
+    model = _model(2, 2, 9, 11, 4, 5, mask=(1, 1, 1, 11), bias=True)
+    chained, plain = import_onnx(model), import_onnx(model)
+    make_pipeline(2, chains=True, verify=True).run(chained)
+    make_pipeline(2).run(plain)
+    text = print_module(chained)
+    assert "kind=kChain" in text
+    assert print_module(parse_module(text)) == text
+    feeds = list(_inputs(model, causal=False).values())
+    (got,), (expected,) = evaluate(chained, feeds), evaluate(plain, feeds)
+    np.testing.assert_array_equal(got, expected)
