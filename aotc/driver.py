@@ -105,7 +105,10 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     module, source = _import(model, options)
     name = _model_name(options.name, source, module)
     module.name = name
-    make_pipeline(options.opt_level, options.dump_hlo, options.verify).run(module)
+    pipeline = make_pipeline(
+        options.opt_level, options.dump_hlo, options.verify, chains=backend.computes_chains
+    )
+    pipeline.run(module)
     plan = assign_buffers(module)
     code = backend.compile(module, plan, name, target, options.threads, options.profile)
     inputs, outputs = _tensor_specs(module)

@@ -31,8 +31,7 @@ def kernels(plan: BufferPlan) -> list[KernelInfo]:
 
 def kernel_info(instr: Instruction) -> KernelInfo:
     """The row of the kernel computing `instr` (a fusion: its fused computation)."""
-    body = instr.called[0].instructions if instr.op is Op.FUSION else [instr]
-    computed = [i for i in body if i.op not in (Op.PARAMETER, Op.CONSTANT)]
+    computed = _computed(instr)
     operands = {id(o): o for o in instr.operands}.values()
     return KernelInfo(
         instr.name,
@@ -41,6 +40,14 @@ def kernel_info(instr: Instruction) -> KernelInfo:
         instr.shape.nbytes,
         kernel_flops(instr),
     )
+
+
+def _computed(instr: Instruction) -> list[Instruction]:
+    """The instructions a kernel computes: a fusion's members, those of fusions in it."""
+    if instr.op is not Op.FUSION:
+        return [instr]
+    body = instr.called[0].instructions
+    return [c for i in body if i.op not in (Op.PARAMETER, Op.CONSTANT) for c in _computed(i)]
 
 
 def kernel_table(rows: list[KernelInfo], how: dict[str, str] | None = None) -> str:

@@ -38,6 +38,9 @@ class Backend(Protocol[T]):
     prefix: str  # the specs it owns start with this ("": every spec no other one owns)
     label: str  # how messages name its code, e.g. "CUDA"
     loadable: bool  # whether its code runs in this process (CompiledModel.load)
+    # whether it computes kChain fusions (aotc/ir/attention_chain.py): the pipeline then
+    # makes them
+    computes_chains: bool
 
     def parse_target(self, spec: str, opt_level: int = 2) -> T:
         """The target `spec` names, as compiled at `opt_level`; one-line error otherwise."""

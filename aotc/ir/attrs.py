@@ -172,3 +172,5 @@ class FusionKind(enum.Enum):
     LOOP = "kLoop"
     INPUT = "kInput"
     OUTPUT = "kOutput"
+    # fusions run as one kernel block by block (attention_chain.py); not an XLA kind
+    CHAIN = "kChain"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from .attrs import FusionKind
 from .index_maps import (
     CACHEABLE_DTYPES,
     cached_row_value,
@@ -200,6 +201,8 @@ def kernel_flops(instr: Instruction) -> int:
     if instr.op is not Op.FUSION:
         return flops(instr)
     fused = instr.called[0]
+    if instr.fusion_kind is FusionKind.CHAIN:  # its fusions' work, computed block by block
+        return sum(kernel_flops(i) for i in fused.instructions if i.op is Op.FUSION)
     rank, values = row_values(instr)
     rows = math.prod(instr.array_shape.dims[:rank]) if values else 0
     once = {id(v): rows for v in values}

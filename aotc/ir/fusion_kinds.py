@@ -12,6 +12,8 @@ trusting a recorded kind: a fusion parsed from XLA's text may carry another one
   in.  Backends run the contractions as tiled kernels and apply the epilogue to each
   finished element.
 - INPUT (kInput): a reduction at the root, producers of its operands fused in.
+- CHAIN (kChain, not XLA's): a body of fusions that a backend runs as one kernel,
+  block by block (attention_chain.py: the CPU's attention kernel).
 - LOOP (kLoop): anything else, one loop over the output; row fusions (reductions read
   back per row, see index_maps.py) and reduce-windows among them.
 """
@@ -30,6 +32,8 @@ CONTRACTION_OPS = frozenset({Op.DOT, Op.CONVOLUTION})
 
 def fusion_kind(body: Computation) -> FusionKind:
     """The kind of a fusion calling `body`."""
+    if any(i.op is Op.FUSION for i in body.instructions):
+        return FusionKind.CHAIN
     if _epilogue_contractions(body):
         return FusionKind.OUTPUT
     if body.root.op is Op.REDUCE:

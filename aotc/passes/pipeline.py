@@ -49,9 +49,13 @@ class Pipeline:
         (self.dump_dir / f"{number:02d}-{name}.hlo").write_text(text)
 
 
-def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = False):
-    """The passes for an optimization level (-O0: only what compiling needs)."""
+def make_pipeline(
+    opt_level: int, dump_dir: Path | None = None, verify: bool = False, chains: bool = False
+):
+    """The passes for an optimization level (-O0: only what compiling needs); `chains`:
+    the backend computes kChain fusions (attention block by block, after fusion)."""
     from .algsimp import AlgebraicSimplifier
+    from .attention_chains import AttentionChains
     from .conv_bands import ConvBands
     from .conv_layout import ConvLayoutAssignment
     from .conv_phases import ConvPhases
@@ -82,4 +86,6 @@ def make_pipeline(opt_level: int, dump_dir: Path | None = None, verify: bool = F
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
     if opt_level >= 2:
         passes += [Fusion(), DeadCodeElimination()]
+        if chains:
+            passes += [AttentionChains()]
     return Pipeline(passes, dump_dir, verify)

@@ -17,6 +17,7 @@ from ...errors import AotcError, one_line
 from ...ir import Module
 from ...ir.ops import NO_CODE_OPS
 from ..base import Backend, CompiledCode
+from .attention import attention_kind
 from .codegen import emit_object
 from .contraction import contraction_kind
 from .peak import peak_gflops
@@ -30,6 +31,7 @@ class CpuBackend(Backend[CpuTarget]):
     prefix = ""
     label = "CPU"
     loadable = True  # the object links into a shared library (aotc.runner)
+    computes_chains = True  # attention block by block (attention.py)
 
     def parse_target(self, spec: str, opt_level: int = 2) -> CpuTarget:
         # below -O2, convolutions sum directly (closest to a reference's rounding)
@@ -84,7 +86,10 @@ class CpuBackend(Backend[CpuTarget]):
 
     def kernel_forms(self, target: CpuTarget, plan: BufferPlan) -> dict[str, str]:
         """How each dot or convolution kernel is emitted ("gemm", "winograd", "depthwise"...)."""
-        kinds = {i.name: contraction_kind(target, plan, i) for i in plan.schedule}
+        kinds = {
+            i.name: contraction_kind(target, plan, i) or attention_kind(target, plan, i)
+            for i in plan.schedule
+        }
         return {name: kind for name, kind in kinds.items() if kind}
 
     def describe_targets(self) -> str:

@@ -24,7 +24,7 @@ from llvmlite import ir
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I64, i64
 from ..llvm.loops import for_range, if_then
-from .blocking import Blocking
+from .blocking import Blocking, aligned, round_up
 from .panels import PackedPanels, Panels
 from .tiles import edge_kernel, fuses_edge, micro_kernel
 from .vectors import smaller
@@ -60,6 +60,47 @@ def emit_gemm(
                 multiply_blocks(
                     ctx, blocks, packed_a, packed_b, c, ldc, block, ki, epilogue, streams
                 )
+
+
+def whole_b_bytes(blocks: Blocking) -> int:
+    """Bytes of B packed whole (`pack_whole_b`): every K slice's panels over all of N."""
+    return aligned(round_up(blocks.n, blocks.nr) * blocks.k * blocks.config.itemsize)
+
+
+def pack_whole_b(ctx: EmitContext, blocks: Blocking, b_operand: Panels, dst: ir.Value) -> None:
+    """Pack all of B into `dst`, K slice after K slice, for `emit_gemm_on_b` to reuse:
+    the attention kernel multiplies K^T and V by many blocks of rows."""
+    b = ctx.builder
+    assert b is not None
+    width = round_up(blocks.n, blocks.nr)
+    with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
+        k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+        out = b.gep(dst, [b.mul(k0, i64(width))], source_etype=blocks.config.element)
+        b_operand.pack(ctx, blocks, out, i64(0), i64(blocks.n), k0, kc, blocks.nr)
+
+
+def emit_gemm_on_b(
+    ctx: EmitContext,
+    blocks: Blocking,
+    a: Panels,
+    packed_b: ir.Value,
+    c: ir.Value,
+    ldc: int,
+    region_a: ir.Value,
+    rows: ir.Value,
+    epilogue: Epilogue | None = None,
+) -> None:
+    """C = A B for `rows` rows of A (one M block), B packed whole by `pack_whole_b`."""
+    b = ctx.builder
+    assert b is not None
+    assert blocks.mb >= blocks.m, "one M block"
+    width = round_up(blocks.n, blocks.nr)
+    with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
+        k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+        packed_a = a.pack(ctx, blocks, region_a, i64(0), rows, k0, kc, blocks.mr)
+        slice_b = b.gep(packed_b, [b.mul(k0, i64(width))], source_etype=blocks.config.element)
+        block = (i64(0), rows, i64(0), i64(blocks.n))
+        multiply_blocks(ctx, blocks, packed_a, slice_b, c, ldc, block, ki, epilogue, False)
 
 
 def _regions(ctx, blocks: Blocking, a, b_operand, workspace):

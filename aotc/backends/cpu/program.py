@@ -14,7 +14,8 @@ Symbols (all prefixed with the model name, so models link side by side):
 Each kernel is an internal function `(inputs[], outputs[], arena)` computing one
 scheduled instruction; the plan says where every operand and result lives.  A while
 or conditional's kernel calls its computations' kernels (control.py); any other's
-body comes from the first row of EMITTERS that takes the instruction: dots and
+body comes from the first row of EMITTERS that takes the instruction: attention
+chains block by block (attention.py), dots and
 convolutions with their epilogues (contraction.py), pooling (pooling.py), tiled
 transposes (transpose.py), sorts (sort.py: scratch for merging long rows), ops with
 kernel rules of their own (scatter, rng), row fusions (rows.py), and else loop nests
@@ -46,6 +47,7 @@ from ..llvm.kernels import kernel_outputs
 from ..llvm.lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from ..llvm.loops import if_then
 from ..llvm.rules import KERNELS, RULES
+from .attention import attention_workspace_bytes, emit_attention
 from .contraction import emit_contraction, workspace_bytes
 from .control import CONTROL_KERNELS
 from .loop_dims import loop_dims
@@ -78,7 +80,11 @@ def build_module(
     weights.section = f".rodata.{name}_weights"
     ctx = EmitContext(llmod, plan, name, RULES, target=target or parse_target())
     ctx.value_ranges = integer_ranges(module)
-    plan.workspace_bytes = max(workspace_bytes(ctx.target, plan), sort_workspace_bytes(plan))
+    plan.workspace_bytes = max(
+        workspace_bytes(ctx.target, plan),
+        sort_workspace_bytes(plan),
+        attention_workspace_bytes(ctx.target, plan),
+    )
     ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
     arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.scratch_bytes, 1))
 
@@ -207,6 +213,7 @@ def _emit_loops(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> bo
 # (name, emit(ctx, instr, operand generators) -> whether it emitted the kernel's body),
 # tried in order; the last takes every instruction
 EMITTERS = (
+    ("attention", emit_attention),  # a kChain fusion: attention block by block
     ("contraction", emit_contraction),  # dot/conv (+ epilogue): forms.py's kernels
     ("pooling", emit_pooling),  # max/avg/global pooling (+ epilogue)
     ("transpose", emit_transpose),  # a transpose moving the last dim, tile by tile

@@ -17,21 +17,23 @@ division costs some ten multiplies, and the product is within 1.5 ulp of the quo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llvmlite import ir
 
 from ...errors import AotcError
 from ...ir import DType, Instruction, Op
 from ...ir.index_maps import cached_row_value, dims_of, row_dims, row_values
 from ..llvm.context import EmitContext, Gen
-from ..llvm.elemental import (
-    bind_instructions,
-    element_pointer,
-    make_generator,
-    memory_generator,
-)
-from ..llvm.lltypes import constant, i64, store_element
+from ..llvm.elemental import bind_instructions, element_pointer, make_generator
+from ..llvm.lltypes import constant, i64, load_element, store_element
 from ..llvm.loops import loop_nest
 from .parallel import parallel_loop_nest
+
+# (output index) -> where the kernel stores that element of its output
+Placement = Callable[[list[ir.Value]], ir.Value]
+# emits one row of the output, given the row's index (the leading output dims)
+RowEmitter = Callable[[list[ir.Value]], None]
 
 
 def emit_row_fusion(ctx: EmitContext, instr: Instruction, params: list[Gen]) -> bool:
@@ -40,11 +42,28 @@ def emit_row_fusion(ctx: EmitContext, instr: Instruction, params: list[Gen]) -> 
     rank, hoisted = row_values(instr)
     if not hoisted:
         return False
+    shape, where = instr.array_shape, ctx.plan.slice_of(instr)
+
+    def placement(index):
+        return element_pointer(ctx, ctx.slice_pointer(where), shape, index)
+
+    emit_row = row_emitter(ctx, instr, params, placement)
+    with parallel_loop_nest(ctx, shape.dims[:rank], "row", work=shape.size) as outer:
+        emit_row(outer)
+    return True
+
+
+def row_emitter(
+    ctx: EmitContext, instr: Instruction, params: list[Gen], placement: Placement
+) -> RowEmitter:
+    """The code of one row of row fusion `instr`, its output stored at `placement` (the
+    attention kernel's rows go to a block of scores in the workspace)."""
+    rank, hoisted = row_values(instr)
     fused = instr.called[0]
     row_index: list[ir.Value] = []
     computed: dict[int, object] = {}
 
-    shape, where = instr.array_shape, ctx.plan.slice_of(instr)
+    shape = instr.array_shape
     live_rows = row_dims(shape.dims, rank)  # the row index dims a row value reads
 
     def row_value(value: Instruction) -> Gen:
@@ -80,13 +99,14 @@ def emit_row_fusion(ctx: EmitContext, instr: Instruction, params: list[Gen]) -> 
     cached = cached_row_value(instr, rank, hoisted)
     if cached is not None:
         # the row's reduction stores it in the output, where the output loop reads it
-        stored = memory_generator(ctx, where, shape)
         compute = gens[id(cached)]
+
+        def stored(index):
+            return load_element(ctx.builder, shape.dtype, placement(index))
 
         def keep(index):
             value = compute(index)
-            pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
-            store_element(ctx.builder, shape.dtype, value, pointer)
+            store_element(ctx.builder, shape.dtype, value, placement(index))
             return value
 
         row_gens = bind({**rows, id(cached): keep})
@@ -97,21 +117,22 @@ def emit_row_fusion(ctx: EmitContext, instr: Instruction, params: list[Gen]) -> 
         else make_generator(ctx, v, [row_gens[id(o)] for o in v.operands])
         for v in hoisted
     }
-    with parallel_loop_nest(ctx, shape.dims[:rank], "row", work=shape.size) as outer:
+
+    def emit_row(outer: list[ir.Value]) -> None:
+        b = ctx.builder
+        assert b is not None
         row_index[:] = outer
         for value in hoisted:  # in computation order: later values read earlier ones
             computed[id(value)] = computes[id(value)](at_row(value))
             for divide_id, (divide, divisor) in divisors.items():  # before later values use it
                 if divisor is value:
                     one = constant(divide.array_shape.dtype, 1.0)
-                    b = ctx.builder
-                    assert b is not None  # inside the kernel
                     reciprocals[divide_id] = b.fdiv(one, computed[id(value)])
-        with loop_nest(ctx.builder, shape.dims[rank:], "col") as inner:
+        with loop_nest(b, shape.dims[rank:], "col") as inner:
             index = [*outer, *inner]
-            pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
-            store_element(ctx.builder, shape.dtype, gens[id(fused.root)](index), pointer)
-    return True
+            store_element(b, shape.dtype, gens[id(fused.root)](index), placement(index))
+
+    return emit_row
 
 
 # divisions that multiply by a reciprocal: f16/bf16 compute in f32 and round once at the

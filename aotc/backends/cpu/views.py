@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -106,16 +107,27 @@ def _make_view(where: Slice, dims, strides, instr: Instruction, digits=()) -> Vi
     return View(where, tuple(dims), tuple(strides), instr.array_shape.dtype, tuple(digits))
 
 
-def fused_view(plan: BufferPlan, fusion: Instruction, instr: Instruction) -> View | None:
+def fused_view(
+    plan: BufferPlan,
+    fusion: Instruction,
+    instr: Instruction,
+    operands: Sequence[Instruction | None] | None = None,
+) -> View | None:
     """The memory view of `instr` inside `fusion`'s body, if it only re-indexes a
-    fusion operand (parameter, transpose, broadcast, reshape)."""
+    fusion operand (parameter, transpose, broadcast, reshape).  `operands`: the entry
+    values the fusion's operands are (default: themselves), None for one in no buffer
+    (a fusion nested in a kChain fusion reads its parameters and its siblings)."""
+    if operands is None:
+        operands = fusion.operands
     if instr.op is Op.PARAMETER:
-        return memory_view(plan, fusion.operands[instr.index])
+        assert instr.index is not None  # the verifier's rule
+        operand = operands[instr.index]
+        return None if operand is None else memory_view(plan, operand)
     if instr.op is Op.SLICE:
-        return _sliced_view(fused_view(plan, fusion, instr.operands[0]), instr)
+        return _sliced_view(fused_view(plan, fusion, instr.operands[0], operands), instr)
     if instr.op not in STRIDED_VIEW_OPS:
         return None
-    inner = fused_view(plan, fusion, instr.operands[0])
+    inner = fused_view(plan, fusion, instr.operands[0], operands)
     if inner is None or instr.array_shape.dtype is not instr.operands[0].array_shape.dtype:
         return None
     dims = instr.array_shape.dims

@@ -23,6 +23,7 @@ class CudaBackend(Backend[CudaTarget]):
     prefix = PREFIX
     label = "CUDA"
     loadable = False
+    computes_chains = False  # attention stays three kernels
 
     def parse_target(self, spec: str, opt_level: int = 2) -> CudaTarget:
         return parse_cuda_target(spec)  # no kernel depends on the optimization level

@@ -1,0 +1,117 @@
+"""Attention chains as one fusion: S = Q K^T, P = softmax(S), O = P V computed together.
+
+After fusion, attention is three kernels (aotc/ir/attention_chain.py), and the score
+array S between them goes to memory and back three times: 54 MB per layer for
+Whisper's 6 heads over 1,500 positions.  Where S is large, this pass replaces the
+three kernels by one `kChain` fusion whose body holds them as fusions (a bare dot
+wrapped in one), so that a backend computes a block of query rows at a time, S's
+block staying in cache (the CPU's attention.py).  It runs after fusion, only for
+backends that compute kChain fusions (`make_pipeline(chains=True)`); others keep the
+three kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir import ComputationBuilder, FusionKind, Instruction, Module, Op
+from ..ir.attention_chain import AttentionChain, attention_chain
+
+# chains whose score array is smaller stay three kernels: S then fits in the caches
+# between the kernels (BERT's 12 heads x 128 x 128 are 786 KB), and a kernel per query
+# block would repack K and V more often than it saves
+MIN_SCORE_BYTES = 4 << 20
+
+
+class AttentionChains:
+    name = "attention-chains"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for computation in module.program_computations():
+            users = computation.users()
+            chains: list[AttentionChain] = []
+            taken: set[int] = set()
+            for instr in computation.instructions:
+                chain = attention_chain(instr, users)
+                if chain is None or chain.rows.array_shape.nbytes < MIN_SCORE_BYTES:
+                    continue
+                kernels = {id(chain.scores), id(chain.rows), id(chain.values)}
+                if not kernels & taken:  # one chain's output the next one's scores
+                    chains.append(chain)
+                    taken |= kernels
+            for chain in chains:
+                _outline(module, computation, chain)
+            if chains:
+                computation.remove_dead()
+                changed = True
+        if changed:
+            module.remove_unused_computations()
+        return changed
+
+
+def _outline(module: Module, computation, chain: AttentionChain) -> None:
+    """Replace the chain's last kernel by a kChain fusion of the three."""
+    parts = [_as_fusion(module, k) for k in (chain.scores, chain.rows, chain.values)]
+    builder = ComputationBuilder(module, f"chained_{chain.values.name}")
+    inside: dict[int, Instruction] = {}
+    operands: list[Instruction] = []
+    for original, part in zip((chain.scores, chain.rows, chain.values), parts):
+        for operand in part.operands:
+            if id(operand) not in inside:
+                number = len(operands)
+                inside[id(operand)] = builder.parameter(
+                    number, operand.array_shape, f"param_{number}"
+                )
+                operands.append(operand)
+        clone = dataclasses.replace(
+            part,
+            operands=[inside[id(o)] for o in part.operands],
+            name=module.unique_name(part.name),
+        )
+        builder.computation.instructions.append(clone)
+        inside[id(original)] = clone
+    body = builder.build(inside[id(chain.values)])
+    fusion = Instruction(
+        Op.FUSION,
+        chain.values.shape,
+        operands,
+        module.unique_name(f"fusion.attention.{chain.values.name}"),
+        called=(body,),
+        fusion_kind=FusionKind.CHAIN,
+        origin=chain.values.origin,
+    )
+    position = computation.instructions.index(chain.values)
+    computation.instructions.insert(position, fusion)
+    computation.replace_all_uses(chain.values, fusion)
+    fusion.operands = operands  # replace_all_uses must not rewrite the fusion's own operands
+
+
+def _as_fusion(module: Module, kernel: Instruction) -> Instruction:
+    """`kernel` if a fusion, else (a bare dot) an OUTPUT fusion of it alone."""
+    if kernel.op is Op.FUSION:
+        return kernel
+    builder = ComputationBuilder(module, f"fused_{kernel.name}")
+    params: dict[int, Instruction] = {}
+    operands: list[Instruction] = []
+    for operand in kernel.operands:
+        if id(operand) not in params:
+            number = len(operands)
+            params[id(operand)] = builder.parameter(number, operand.array_shape, f"param_{number}")
+            operands.append(operand)
+    dot = dataclasses.replace(
+        kernel,
+        operands=[params[id(o)] for o in kernel.operands],
+        name=module.unique_name(kernel.name),
+    )
+    builder.computation.instructions.append(dot)
+    body = builder.build(dot)
+    return Instruction(
+        Op.FUSION,
+        kernel.shape,
+        operands,
+        module.unique_name(f"fusion.{kernel.name}"),
+        called=(body,),
+        fusion_kind=FusionKind.OUTPUT,
+        origin=kernel.origin,
+    )
