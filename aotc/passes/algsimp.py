@@ -84,29 +84,6 @@ def divide_by_constant(b: InsertingBuilder, instr: Instruction):
     return None
 
 
-# x^k for small integer constants k as products, the way onnxruntime's Pow and PyTorch
-# compute them: x^2 = x * x is exact (one rounding, as a correctly rounded pow); x^3 =
-# (x * x) * x rounds twice (within 1 ulp more) where the inline pow costs some 50
-# operations per element (GPT-2's tanh-GELU cubes every activation)
-POWER_PRODUCTS = {2: 2, 3: 3}
-
-
-@rule(Op.POWER)
-def power_of_small_integer(b: InsertingBuilder, instr: Instruction):
-    # x^2 -> x * x;  x^3 -> (x * x) * x  (floats)
-    x, y = instr.operands
-    value = splat_value(y)
-    if value is None or not instr.array_shape.dtype.is_float:
-        return None
-    factors = POWER_PRODUCTS.get(value) if float(value).is_integer() else None
-    if factors is None:
-        return None
-    product = x
-    for _ in range(factors - 1):
-        product = b.binary(Op.MULTIPLY, product, x)
-    return product
-
-
 @rule(Op.RESHAPE, Op.BITCAST)
 def reshape_chain(b: InsertingBuilder, instr: Instruction):
     # reshape(x) to x's own shape -> x;  reshape(reshape(x)) -> reshape(x)
@@ -289,7 +266,6 @@ ALGSIMP_RULES = [
     subtract_zero,
     multiply_one,
     divide_by_constant,
-    power_of_small_integer,
     reshape_chain,
     transpose_chain,
     transpose_toward_operands,

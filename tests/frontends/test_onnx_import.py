@@ -642,3 +642,18 @@ def test_group_query_attention_needs_a_constant_total_length():
     model = make_model([node], inputs, [tensor("y", None)], extra_opsets=[MS_OPSET])
     with pytest.raises(InputValuesRequired, match=r"total_sequence_length must be a constant"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize(("exponent", "products"), [(2.0, True), (3.0, True), (2.5, False)])
+def test_pow_by_two_or_three_is_products(exponent, products):
+    """x^2 and x^3 import as multiplies (as onnxruntime computes them: x^3 within 1 ulp
+    more than pow); other exponents stay a power."""
+    y = numpy_helper.from_array(np.array(exponent, np.float32), "y")
+    node = helper.make_node("Pow", ["x", "y"], ["z"])
+    model = make_model([node], [tensor("x", [7])], [tensor("z", None)], [y])
+    module = import_onnx(model)
+    ops = {i.op for i in module.entry.instructions}
+    assert (Op.POWER not in ops) == products, ops
+    data = np.random.default_rng(2).uniform(0.1, 4, 7).astype(np.float32)
+    want = data.astype(np.float64) ** exponent
+    np.testing.assert_allclose(run(module, [data])[0], want, rtol=3e-7)

@@ -240,37 +240,3 @@ ENTRY %main (x: f32[1,4,3,2], y: f32[1,4,3,2], b: f32[2]) -> (f32[1,2,4,3], f32[
     assert len(transposes) == 1 and transposes[0].operands[0].op is Op.MAXIMUM
     back = module.entry.root.operands[1]
     assert back.op is Op.MAXIMUM and back.operands[0].op is Op.ADD
-
-
-POWERS = """HloModule m
-ENTRY %main (x: f32[5]) -> (f32[5], f32[5], f32[5]) {
-  %x = f32[5]{0} parameter(0)
-  %two = f32[] constant(2)
-  %b2 = f32[5]{0} broadcast(f32[] %two), dimensions={}
-  %three = f32[] constant(3)
-  %b3 = f32[5]{0} broadcast(f32[] %three), dimensions={}
-  %half = f32[] constant(0.5)
-  %bh = f32[5]{0} broadcast(f32[] %half), dimensions={}
-  %p2 = f32[5]{0} power(f32[5]{0} %x, f32[5]{0} %b2)
-  %p3 = f32[5]{0} power(f32[5]{0} %x, f32[5]{0} %b3)
-  %ph = f32[5]{0} power(f32[5]{0} %x, f32[5]{0} %bh)
-  ROOT %t = (f32[5]{0}, f32[5]{0}, f32[5]{0}) tuple(%p2, %p3, %ph)
-}"""
-
-POWERS_AS_PRODUCTS = """HloModule m
-ENTRY %main (x: f32[5]) -> (f32[5], f32[5], f32[5]) {
-  %x = f32[5]{0} parameter(0)
-  %half = f32[] constant(0.5)
-  %bh = f32[5]{0} broadcast(f32[] %half), dimensions={}
-  %ph = f32[5]{0} power(f32[5]{0} %x, f32[5]{0} %bh)
-  %p2 = f32[5]{0} multiply(f32[5]{0} %x, f32[5]{0} %x)
-  %m = f32[5]{0} multiply(f32[5]{0} %x, f32[5]{0} %x)
-  %p3 = f32[5]{0} multiply(f32[5]{0} %m, f32[5]{0} %x)
-  ROOT %t = (f32[5]{0}, f32[5]{0}, f32[5]{0}) tuple(%p2, %p3, %ph)
-}"""
-
-
-def test_small_integer_powers_become_products():
-    """x^2 and x^3 as products (x^3 within 1 ulp of pow, as onnxruntime computes it);
-    x^0.5 stays a power (sqrt differs at -0 and -inf)."""
-    check_pass(AlgebraicSimplifier(), POWERS, POWERS_AS_PRODUCTS, rtol=2.5e-7)
