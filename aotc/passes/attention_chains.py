@@ -58,12 +58,7 @@ def _outline(module: Module, computation, chain: AttentionChain) -> None:
     operands: list[Instruction] = []
     for original, part in zip((chain.scores, chain.rows, chain.values), parts):
         for operand in part.operands:
-            if id(operand) not in inside:
-                number = len(operands)
-                inside[id(operand)] = builder.parameter(
-                    number, operand.array_shape, f"param_{number}"
-                )
-                operands.append(operand)
+            _parameter_for(builder, inside, operands, operand)
         clone = dataclasses.replace(
             part,
             operands=[inside[id(o)] for o in part.operands],
@@ -95,10 +90,7 @@ def _as_fusion(module: Module, kernel: Instruction) -> Instruction:
     params: dict[int, Instruction] = {}
     operands: list[Instruction] = []
     for operand in kernel.operands:
-        if id(operand) not in params:
-            number = len(operands)
-            params[id(operand)] = builder.parameter(number, operand.array_shape, f"param_{number}")
-            operands.append(operand)
+        _parameter_for(builder, params, operands, operand)
     dot = dataclasses.replace(
         kernel,
         operands=[params[id(o)] for o in kernel.operands],
@@ -115,3 +107,16 @@ def _as_fusion(module: Module, kernel: Instruction) -> Instruction:
         fusion_kind=FusionKind.OUTPUT,
         origin=kernel.origin,
     )
+
+
+def _parameter_for(
+    builder: ComputationBuilder,
+    params: dict[int, Instruction],
+    operands: list[Instruction],
+    operand: Instruction,
+) -> None:
+    """The body's parameter standing for `operand`, made once (the fusion's next operand)."""
+    if id(operand) not in params:
+        number = len(operands)
+        params[id(operand)] = builder.parameter(number, operand.array_shape, f"param_{number}")
+        operands.append(operand)
