@@ -263,9 +263,10 @@ def power(ctx: NodeContext, x: Instruction, y: Instruction) -> Instruction:
 def _product_factors(x: Instruction, y: Instruction) -> int | None:
     """How many factors of x make x^y, for a float x and a constant y of one value in
     POWER_PRODUCTS that does not widen the result's shape; else None."""
-    if not x.array_shape.dtype.is_float or y.op is not Op.CONSTANT or y.literal.size == 0:
+    literal = y.literal if y.op is Op.CONSTANT else None
+    if not x.array_shape.dtype.is_float or literal is None or literal.size == 0:
         return None
-    values = np.unique(y.literal.astype(np.float64))
+    values = np.unique(literal.astype(np.float64))
     dims = tuple(x.array_shape.dims)
     if len(values) != 1 or np.broadcast_shapes(dims, y.array_shape.dims) != dims:
         return None
