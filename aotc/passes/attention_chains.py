@@ -16,6 +16,7 @@ import dataclasses
 
 from ..ir import ComputationBuilder, FusionKind, Instruction, Module, Op
 from ..ir.attention_chain import AttentionChain, attention_chain
+from .fusion import fusion_instruction, replace_by_fusion
 
 # chains whose score array is smaller stay three kernels: S then fits in the caches
 # between the kernels (BERT's 12 heads x 128 x 128 are 786 KB), and a kernel per query
@@ -67,19 +68,10 @@ def _outline(module: Module, computation, chain: AttentionChain) -> None:
         builder.computation.instructions.append(clone)
         inside[id(original)] = clone
     body = builder.build(inside[id(chain.values)])
-    fusion = Instruction(
-        Op.FUSION,
-        chain.values.shape,
-        operands,
-        module.unique_name(f"fusion.attention.{chain.values.name}"),
-        called=(body,),
-        fusion_kind=FusionKind.CHAIN,
-        origin=chain.values.origin,
+    fusion = fusion_instruction(
+        module, chain.values, operands, body, FusionKind.CHAIN, "fusion.attention"
     )
-    position = computation.instructions.index(chain.values)
-    computation.instructions.insert(position, fusion)
-    computation.replace_all_uses(chain.values, fusion)
-    fusion.operands = operands  # replace_all_uses must not rewrite the fusion's own operands
+    replace_by_fusion(computation, chain.values, fusion)
 
 
 def _as_fusion(module: Module, kernel: Instruction) -> Instruction:
@@ -98,15 +90,7 @@ def _as_fusion(module: Module, kernel: Instruction) -> Instruction:
     )
     builder.computation.instructions.append(dot)
     body = builder.build(dot)
-    return Instruction(
-        Op.FUSION,
-        kernel.shape,
-        operands,
-        module.unique_name(f"fusion.{kernel.name}"),
-        called=(body,),
-        fusion_kind=FusionKind.OUTPUT,
-        origin=kernel.origin,
-    )
+    return fusion_instruction(module, kernel, operands, body, FusionKind.OUTPUT, "fusion")
 
 
 def _parameter_for(

@@ -473,18 +473,35 @@ def _outline(module: Module, computation: Computation, group: _Group) -> None:
     # a contraction joins a group only as one the backends run ahead of its epilogue
     contraction = group.contraction is not None or group.root.op in CONTRACTION_OPS
     assert (kind is FusionKind.OUTPUT) == contraction, f"{body.name}: {kind}"
-    fusion = Instruction(
+    fusion = fusion_instruction(module, group.root, operands, body, kind, "fusion")
+    replace_by_fusion(computation, group.root, fusion)
+
+
+def fusion_instruction(
+    module: Module,
+    root: Instruction,
+    operands: list[Instruction],
+    body: Computation,
+    kind: FusionKind,
+    prefix: str,
+) -> Instruction:
+    """A fusion calling `body` on `operands`, in `root`'s place (its shape and origin)."""
+    return Instruction(
         Op.FUSION,
-        group.root.shape,
+        root.shape,
         operands,
-        module.unique_name(f"fusion.{group.root.name}"),
+        module.unique_name(f"{prefix}.{root.name}"),
         called=(body,),
         fusion_kind=kind,
-        origin=group.root.origin,
+        origin=root.origin,
     )
-    position = computation.instructions.index(group.root)
-    computation.instructions.insert(position, fusion)
-    computation.replace_all_uses(group.root, fusion)
+
+
+def replace_by_fusion(computation: Computation, root: Instruction, fusion: Instruction) -> None:
+    """`fusion` in the computation just before `root`, and read wherever `root` was."""
+    operands = fusion.operands
+    computation.instructions.insert(computation.instructions.index(root), fusion)
+    computation.replace_all_uses(root, fusion)
     fusion.operands = operands  # replace_all_uses must not rewrite the fusion's own operands
 
 

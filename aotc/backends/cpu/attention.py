@@ -133,16 +133,10 @@ def attention_kind(target, plan: BufferPlan, instr: Instruction) -> str | None:
     return None if plan_attention(target, plan, instr) is None else AttentionPlan.kind
 
 
-def attention_workspace_bytes(target, plan: BufferPlan) -> int:
-    """The workspace the attention kernels of `plan` (and its nested plans) need."""
-    sizes = [0]
-    for instr in plan.schedule:
-        attention = plan_attention(target, plan, instr)
-        if attention is not None:
-            sizes.append(attention.workspace_bytes)
-    for nested in plan.nested.values():
-        sizes += [attention_workspace_bytes(target, p) for p in nested.plans]
-    return max(sizes)
+def attention_workspace(target, plan: BufferPlan, instr: Instruction) -> int:
+    """The workspace `instr`'s attention kernel needs (0: not a kChain fusion)."""
+    attention = plan_attention(target, plan, instr)
+    return 0 if attention is None else attention.workspace_bytes
 
 
 def emit_attention(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> bool:

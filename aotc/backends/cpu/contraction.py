@@ -73,16 +73,10 @@ class _Kernel:
         return sum(self.value_bytes) + max(p.workspace_bytes for p in self.plans)
 
 
-def workspace_bytes(target, plan: BufferPlan) -> int:
-    """The workspace the kernels of `plan` (and of its nested plans) need: the largest."""
-    sizes = [0]
-    for instr in plan.schedule:
-        kernel = _analyze(target, plan, instr)
-        if kernel is not None:
-            sizes.append(kernel.workspace_bytes)
-    for nested in plan.nested.values():
-        sizes += [workspace_bytes(target, p) for p in nested.plans]
-    return max(sizes)
+def contraction_workspace(target, plan: BufferPlan, instr: Instruction) -> int:
+    """The workspace `instr`'s contraction kernel needs (0: none, or not a contraction)."""
+    kernel = _analyze(target, plan, instr)
+    return 0 if kernel is None else kernel.workspace_bytes
 
 
 def contraction_kind(target, plan: BufferPlan, instr: Instruction) -> str | None:

@@ -47,8 +47,8 @@ from ..llvm.kernels import kernel_outputs
 from ..llvm.lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from ..llvm.loops import if_then
 from ..llvm.rules import KERNELS, RULES
-from .attention import attention_workspace_bytes, emit_attention
-from .contraction import emit_contraction, workspace_bytes
+from .attention import attention_workspace, emit_attention
+from .contraction import contraction_workspace, emit_contraction
 from .control import CONTROL_KERNELS
 from .loop_dims import loop_dims
 from .parallel import parallel_loop_nest
@@ -56,12 +56,15 @@ from .pooling import emit_pooling
 from .prepack import DROPPED
 from .profile_counters import KernelCall, counted_calls, plain_call
 from .rows import emit_row_fusion
-from .sort import emit_sort, sort_workspace_bytes
+from .sort import emit_sort, sort_workspace
 from .target import CpuTarget, parse_target
 from .transpose import emit_transpose
+from .workspace import largest_workspace
 
 ARENA_ALIGNMENT = 64
 KERNEL_ARGS = ("inputs", "outputs", "arena")
+# the kernels that take scratch from the workspace, each sizing its own
+WORKSPACE_SIZERS = (contraction_workspace, sort_workspace, attention_workspace)
 
 
 def build_module(
@@ -80,11 +83,7 @@ def build_module(
     weights.section = f".rodata.{name}_weights"
     ctx = EmitContext(llmod, plan, name, RULES, target=target or parse_target())
     ctx.value_ranges = integer_ranges(module)
-    plan.workspace_bytes = max(
-        workspace_bytes(ctx.target, plan),
-        sort_workspace_bytes(plan),
-        attention_workspace_bytes(ctx.target, plan),
-    )
+    plan.workspace_bytes = largest_workspace(ctx.target, plan, WORKSPACE_SIZERS)
     ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
     arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.scratch_bytes, 1))
 

@@ -16,12 +16,9 @@ from ..llvm.kernels import kernel_outputs
 from ..llvm.sort import scratch_bytes, sort_kernel
 
 
-def sort_workspace_bytes(plan: BufferPlan) -> int:
-    """The workspace the sorts of `plan` and of its nested plans need: the largest."""
-    sizes = [scratch_bytes(i, plan.schedule) for i in plan.schedule if i.op is Op.SORT]
-    for nested in plan.nested.values():
-        sizes += [sort_workspace_bytes(p) for p in nested.plans]
-    return max(sizes, default=0)
+def sort_workspace(target, plan: BufferPlan, instr: Instruction) -> int:
+    """The scratch row `instr` needs if it is a sort (0 otherwise)."""
+    return scratch_bytes(instr, plan.schedule) if instr.op is Op.SORT else 0
 
 
 def emit_sort(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> bool:
