@@ -52,11 +52,11 @@ from .vectors import i32_lanes, lanes_below, masked_load, masked_store, mul_add,
 # 14x14 0.37, 64 -> 256 at 13x13 0.64, 128 <-> 32 at 56x56 0.81 (both ways in turn), 16 ->
 # 64 at 55x55 0.73-0.97 (SqueezeNet 1.1 at 16 channels and up: 0.84 of the time, at 32 and
 # up 0.96); at 7x7 slower (4x4 tiles are too few for the GEMMs): 256 channels 1.02-1.13,
-# 512 1.08.  Few output channels reuse each packed V panel too little (once per MR of
-# them): DenseNet-121, whose 3x3 layers are 128 -> 32, ran 0.88-0.90 of the time with them
-# on im2col (and no faster with F4).
+# 512 1.08.  Few output channels are no reason to stay direct: against the planes form,
+# DenseNet-121 (its 3x3 layers are 128 -> 32) 0.86 of the time, YOLOv8n (16 and 32 out)
+# 0.96, GoogLeNet and CRNN unchanged.
 MIN_CHANNELS = 16
-MIN_OUTPUT_CHANNELS = 64
+MIN_OUTPUT_CHANNELS = 16
 MIN_OUTPUT_SIZE = 8
 # F4 against F2, the same chains: 64 channels at 56x56 (196 F4 tiles) 0.69-0.76, 128
 # at 28x28 (49) 0.87-0.90, 256 at 14x14 (16, a quarter of them padding) 1.37-1.5;
