@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("onnxruntime")
+ort = pytest.importorskip("onnxruntime")
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
@@ -58,6 +58,29 @@ def test_compare_flags_disagreement():
     agree, rel = compare([want[0] * np.float32(1.01)], want)
     assert not agree and rel == pytest.approx(0.01, rel=1e-3)
     assert not compare([np.full_like(want[0], np.nan)], want)[0]
+
+
+def test_referee_weighs_both_runtimes_against_the_reference():
+    bench = _bench_run()
+    reference = [np.linspace(-1.0, 1.0, 64, dtype=np.float32)]
+    ort = [reference[0] + np.float32(5e-5)]  # within the tolerance of the reference
+    near = [reference[0] - np.float32(1.2e-4)]  # disagrees with ort, 2.4x its error
+    far = [reference[0] + np.float32(2e-4)]  # 4x
+    assert not bench.compare(near, ort)[0]
+    assert bench.refereed(near, ort, reference)
+    assert not bench.refereed(far, ort, reference)
+    # a referee that onnxruntime does not confirm decides nothing
+    assert not bench.refereed(near, [reference[0] + np.float32(0.01)], reference)
+
+
+def test_reference_outputs_follow_the_model_inputs():
+    _bench_run()
+    models = sys.modules["models"]  # run.py imports bench/models.py as `models`
+    model = models.mlp((8, 4, 3))
+    feeds = models.model_inputs(model)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    got = models.reference_outputs(model, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
 
 
 def test_unknown_model_is_refused():
