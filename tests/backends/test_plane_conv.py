@@ -1,9 +1,12 @@
 """Convolutions on image planes (plane_conv.py): the plane geometry, which shapes take
 the path, and results against numpy in float64 (rtol 1e-4, atol 1e-4 of the largest
 magnitude) on every target, with constant (pre-packed) and input kernels, fused bias and
-relu, batches, strides, asymmetric padding and several input-channel blocks."""
+relu, batches, strides, asymmetric padding and several input-channel blocks; grouped
+convolutions likewise, and which of them take the path (TILE_RULES)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from aotc.backends.cpu import parse_target
 from aotc.backends.cpu.blocking import blocking
 from aotc.backends.cpu.codegen import optimized_module
 from aotc.backends.cpu.gemm_config import gemm_config
-from aotc.backends.cpu.plane_conv import MAX_WASTE, Planes
+from aotc.backends.cpu.plane_conv import MAX_WASTE, Planes, tile_rule
 from aotc.buffers import assign_buffers
 from aotc.driver import CompileOptions, compile_model
 from aotc.frontends.onnx import import_onnx
@@ -95,7 +98,7 @@ CASES = [
 ]
 
 
-def _conv_model(x, w, stride, pads, weights, bias):
+def _conv_model(x, w, stride, pads, weights, bias, groups=1):
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)]
     initializers = [numpy_helper.from_array(bias, "b")]
     if weights is None:
@@ -110,6 +113,7 @@ def _conv_model(x, w, stride, pads, weights, bias):
             strides=list(stride),
             pads=list(pads),
             kernel_shape=list(w[2:]),
+            group=groups,
         ),
         helper.make_node("Relu", ["y"], ["z"]),
     ]
@@ -195,3 +199,68 @@ def test_epilogue_loops_vectorize(width):
     got = got[0] if isinstance(got, (list, tuple)) else got
     conv = _conv_reference(xv, wv, (1, 1), (0, 0), (0, 0), (1, 1), 1) + bias[None, :, None, None]
     _close(got, conv / (1 + np.exp(-conv)), f"silu {x}")
+
+
+# (input, kernel, stride, pads, groups): odd sizes, 8 channels per group at stride 1; 6
+# in and 9 out per group (not a multiple of MR) at stride 2 over a batch; 16 per group
+# with asymmetric padding; 32 out per group at stride 2; a pointwise kernel read in
+# place, 2 out per group; 80 in per group (two input-channel blocks of an A panel)
+GROUPED_CASES = [
+    ((1, 32, 23, 21), (32, 8, 3, 3), (1, 1), (1, 1, 1, 1), 4),
+    ((2, 24, 30, 27), (36, 6, 3, 3), (2, 2), (1, 1, 1, 1), 4),
+    ((1, 48, 17, 19), (48, 16, 3, 3), (1, 1), (0, 1, 1, 0), 3),
+    ((1, 64, 30, 30), (64, 32, 3, 3), (2, 2), (1, 1, 1, 1), 2),
+    ((1, 16, 12, 12), (8, 4, 1, 1), (1, 1), (0, 0, 0, 0), 4),
+    ((1, 160, 12, 14), (8, 80, 3, 3), (1, 1), (1, 1, 1, 1), 2),
+]
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+@pytest.mark.parametrize("constant", [True, False], ids=["packed", "input"])
+def test_grouped_plane_convolutions(target, constant):
+    """Each feature group a convolution of its channels' planes, bias and relu fused."""
+    rng = np.random.default_rng(13)
+    for x, w, stride, pads, groups in GROUPED_CASES:
+        xv = rng.standard_normal(x).astype(np.float32)
+        wv = rng.standard_normal(w).astype(np.float32)
+        bias = rng.standard_normal(w[0]).astype(np.float32)
+        model = _conv_model(x, w, stride, pads, wv if constant else None, bias, groups)
+        compiled = compile_model(model, CompileOptions(target=target))
+        assert set(compiled.kernel_forms().values()) == {"planes"}, (x, w, groups)
+        feeds = {"x": xv} if constant else {"x": xv, "w": wv}
+        got = compiled.load()(**feeds)
+        got = got[0] if isinstance(got, (list, tuple)) else got
+        conv = _conv_reference(xv, wv, stride, pads[:2], pads[2:], (1, 1), groups)
+        want = np.maximum(conv + bias[None, :, None, None], 0)
+        _close(got, want, f"{target} {x} {w} {stride} {pads} {groups}")
+
+
+@pytest.mark.parametrize(
+    "x, w, stride, groups, form",
+    [
+        # 16 out per group at 7x7: two masked 8 x 32 tiles per row panel (1.31 waste)
+        ((1, 400, 7, 7), (400, 16, 3, 3), (1, 1), 25, "planes"),
+        ((1, 400, 14, 14), (400, 16, 3, 3), (2, 2), 25, "planes"),
+        # 32 per group at stride 1: im2col's GEMMs are as fast, waste or not
+        ((1, 256, 28, 28), (256, 32, 3, 3), (1, 1), 8, "gemm"),
+        ((1, 1024, 14, 14), (1024, 32, 3, 3), (2, 2), 32, "planes"),
+        ((1, 64, 56, 56), (64, 1, 3, 3), (1, 1), 64, "depthwise"),
+    ],
+)
+def test_which_grouped_convolutions_take_planes(x, w, stride, groups, form):
+    model = _conv_model(x, w, stride, (1, 1, 1, 1), None, np.zeros(w[0], np.float32), groups)
+    compiled = compile_model(model, CompileOptions(target="x86_64:skylake-avx512"))
+    assert set(compiled.kernel_forms().values()) == {form}
+
+
+def test_grouped_tiles_are_sized_by_whole_masked_tiles():
+    """A 7x7 image's grid of 61 columns (rows 9 apart) in 8 x 48 tiles would be 96 columns
+    for 49 pixels: grouped convolutions take 8 x 32 tiles (64); one group keeps the
+    GEMM's tile, whose last columns the edge kernel would take."""
+    config = gemm_config(parse_target("x86_64:skylake-avx512"), DType.F32)
+    grouped = replace(_planes((1, 400, 7, 7), (400, 16, 3, 3), (1, 1), (1, 1), (1, 1)), groups=25)
+    rule = tile_rule(grouped)
+    blocks = blocking(config, grouped.group_cout, grouped.grid, grouped.group_k, rule.edges)
+    assert (blocks.mr, blocks.nr) == (8, 32) and grouped.grid == 61
+    single = _planes((1, 16, 7, 7), (16, 16, 3, 3), (1, 1), (1, 1), (1, 1))
+    assert tile_rule(single).max_waste == MAX_WASTE and tile_rule(single).edges

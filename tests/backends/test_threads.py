@@ -213,7 +213,7 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, sa
         "batch",
         "m",
         "planes",
-        "n",
+        "planes",  # grouped: (run of tiles, group) units
         "depthwise",
         "m",
         "n",

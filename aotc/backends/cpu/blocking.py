@@ -54,13 +54,14 @@ class Blocking:
         return (0 if packed[0] else self.a_bytes), (0 if packed[1] else self.b_bytes)
 
 
-def blocking(config: GemmConfig, m: int, n: int, k: int) -> Blocking:
+def blocking(config: GemmConfig, m: int, n: int, k: int, edges: bool = True) -> Blocking:
     """Blocks for an M x N x K product: the register tile that pads M and N least
-    (narrower for small M/N); K, M and N slices balanced so that none is a sliver."""
+    (narrower for small M/N; `edges`: N's last columns may take the edge kernel, else
+    they are a whole tile's); K, M and N slices balanced so that none is a sliver."""
     blocks, size = config.blocks, config.itemsize
     mr, nr = min(
         (_tile(config, rows, vectors, m, n) for rows, vectors in blocks.tiles),
-        key=lambda tile: _padded_cost(config, tile, m, n),
+        key=lambda tile: _padded_cost(config, tile, m, n, edges),
     )
     kc = balanced(k, max(blocks.l1 // (mr * size), 1), 1)
     nb = balanced(n, max(blocks.l2 // (kc * size) // nr, 1) * nr, nr)
@@ -73,12 +74,12 @@ def _tile(config: GemmConfig, rows: int, vectors: int, m: int, n: int) -> tuple[
     return min(rows, m), min(vectors * config.lanes, round_up(n, config.lanes))
 
 
-def _padded_cost(config: GemmConfig, tile: tuple[int, int], m: int, n: int) -> float:
+def _padded_cost(config: GemmConfig, tile: tuple[int, int], m: int, n: int, edges: bool) -> float:
     """Multiply-adds of the M x N product padded to whole tiles (or with the edge
-    kernel's column vectors), weighted by the tile's efficiency."""
+    kernel's column vectors, where `edges`), weighted by the tile's efficiency."""
     mr, nr = tile
     rows, vectors = config.blocks.tiles[0]
-    edge = edge_columns(config, mr, nr, n)
+    edge = edge_columns(config, mr, nr, n) if edges else 0
     edge_lanes = edge_cost(config, mr, edge) * config.lanes / mr if edge else 0  # per row of C
     cost = round_up(m, mr) * (round_up(n - edge, nr) + edge_lanes)
     full = min(rows, m) * min(vectors, -(-n // config.lanes))

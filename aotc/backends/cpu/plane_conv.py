@@ -12,17 +12,21 @@ tile of the grid loads NR contiguous values per (channel, tap), whatever the
 stride, and its A values (MR output channels) come from the weights packed as
 for the GEMM (prepack.py).  Grid columns x >= Wo are not output pixels: the
 tiles compute them, and their stores skip them.  A stride-1 convolution without
-padding reads an image that is in memory row after row in place.
+padding reads an image that is in memory row after row in place.  A grouped
+convolution is one such convolution per feature group, on its slice of the
+planes' channels into its slice of the output channels, A packed group by group.
 
-Loops, per image: the planes (in parallel over channels), then runs of tiles
-shared out to the threads; in a run, per block of input channels (the A panel
-in L1, the run's planes in L2), per A panel, the run's tiles (adding to C after
-the first block); then the epilogue on the run's pixels, which are contiguous.
+Loops, per image: the planes (in parallel over channels), then (run of tiles,
+group) pairs shared out to the threads; in one, per block of the group's input
+channels (the A panel in L1, the run's planes in L2), per A panel, the run's tiles
+(adding to C after the first block); then the epilogue on the group's channels
+over the run's pixels, which are contiguous.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -48,6 +52,30 @@ from .vectors import lanes_below, masked_load, smaller, splat, store_lanes
 # (22%) 1.04; ResNet-50's 1x1 at 7x7 and 14x14 (grids of 49 and 196 in tiles of 48)
 # 1.14-1.7.
 MAX_WASTE = 1.12
+
+
+@dataclass(frozen=True)
+class TileRule:
+    """How a convolution's register tile is sized, and the waste it may take."""
+
+    edges: bool  # as the GEMM's, whose last columns the edge kernel takes (else: masked)
+    max_waste: float
+
+
+# (grouped, strided, most output channels per group, its rule): the first row that
+# holds (None: either).  One group: the tile and limit measured above.  Grouped, where
+# im2col packs every group's columns for a GEMM of that group's few rows, one thread
+# against im2col: strided, 1.7-3x faster at 1.31 waste (7x7 outputs, 8-32 rows per
+# group), 1.1-1.2x at 1.04; stride 1, up to 16 rows per group, 1.0-1.45x (7x7 at 1.31
+# to 56x56), but 3-8% slower at 32 and 64 rows, waste or not.  Grouped tiles are sized
+# by the grid in whole masked tiles (7x7: 8 x 32, not 8 x 48), as this form runs them.
+TILE_RULES = (
+    (False, None, math.inf, TileRule(edges=True, max_waste=MAX_WASTE)),
+    (True, True, math.inf, TileRule(edges=False, max_waste=1.35)),
+    (True, False, 16, TileRule(edges=False, max_waste=1.35)),
+    (True, False, math.inf, TileRule(edges=False, max_waste=0.0)),
+)
+
 # grid pixels of a unit of work: a few tiles, whose C (all output channels) stays in L2
 # across the channel blocks
 RUN_C_BYTES = 192 * 1024
@@ -58,7 +86,23 @@ MIN_UNITS = 8
 
 @dataclass(frozen=True)
 class Planes(Image):
-    """One 2-D convolution (direct_conv.py's terms, no dilation) in plane terms."""
+    """One 2-D convolution (direct_conv.py's terms, no dilation) in plane terms, of
+    `groups` feature groups (`channels` and `cout` count all groups')."""
+
+    groups: int = 1
+
+    @property
+    def group_channels(self) -> int:
+        return self.channels // self.groups
+
+    @property
+    def group_cout(self) -> int:
+        return self.cout // self.groups
+
+    @property
+    def group_k(self) -> int:
+        """K of one group's GEMM: its input channels' taps."""
+        return self.taps * self.group_channels
 
     @property
     def phases(self) -> list[tuple[int, int]]:
@@ -110,16 +154,17 @@ class Planes(Image):
 
 def plan_planes(problem: ConvProblem) -> PlaneConvPlan | None:
     """The plane form of a float NCHW convolution (conv.py's problem) over an image in
-    memory, when its tiles waste little: at most MAX_WASTE of the pixels' work in grid
-    columns past the rows' ends and in the last tile."""
+    memory, when its tiles waste little: at most its TILE_RULES row's `max_waste` of the
+    pixels' work in grid columns past the rows' ends and in the last tile."""
     g, view, config = problem.geometry, problem.image_view, problem.config
     if not problem.float_nchw:
         return None
     planes = planes_of(g)
     if planes is None or view is None:
         return None
-    blocks = blocking(config, planes.cout, planes.grid, planes.k)
-    if -(-planes.grid // blocks.nr) * blocks.nr > MAX_WASTE * planes.pixels:
+    rule = tile_rule(planes)
+    blocks = blocking(config, planes.group_cout, planes.grid, planes.group_k, rule.edges)
+    if -(-planes.grid // blocks.nr) * blocks.nr > rule.max_waste * planes.pixels:
         return None
     dims = g.dims
     strides = tuple(
@@ -134,15 +179,25 @@ def plan_planes(problem: ConvProblem) -> PlaneConvPlan | None:
         blocks.mr,
         blocks.nr,
         layouts=(problem.weights_layout, None),
-        weights=lambda ctx, sources: weights(ctx, sources, (None, i64(0))),
+        weights=lambda ctx, sources, group: weights(ctx, sources, (None, group)),
+    )
+
+
+def tile_rule(planes: Planes) -> TileRule:
+    """The first of TILE_RULES that holds for `planes`."""
+    grouped, strided = planes.groups > 1, planes.stride != (1, 1)
+    return next(
+        rule
+        for is_grouped, is_strided, rows, rule in TILE_RULES
+        if is_grouped == grouped and is_strided in (None, strided) and planes.group_cout <= rows
     )
 
 
 def planes_of(g: ConvGeometry) -> Planes | None:
-    """The `Planes` of a convolution's geometry `g`: a 2-D convolution of one group without
-    dilation and with padding not negative; None otherwise."""
+    """The `Planes` of a convolution's geometry `g`: a 2-D convolution without dilation and
+    with padding not negative, not depthwise; None otherwise."""
     w = g.window
-    if len(g.out_spatial) != 2 or g.groups != 1:
+    if len(g.out_spatial) != 2 or g.is_depthwise:
         return None
     if any(d != 1 for d in (*w.lhs_dilation, *w.rhs_dilation)):
         return None
@@ -153,7 +208,7 @@ def planes_of(g: ConvGeometry) -> Planes | None:
         g.batch,
         height,
         width,
-        g.cin_g,
+        g.cin_g * g.groups,
         out_height,
         out_width,
         g.cout,
@@ -162,6 +217,7 @@ def planes_of(g: ConvGeometry) -> Planes | None:
         (1, 1),
         tuple(w.pad_low),
         tuple(w.pad_high),
+        g.groups,
     )
 
 
@@ -180,7 +236,8 @@ class PlaneConvPlan(Prepackable):
     layouts: tuple[StridedLayout | None, None] = (None, None)
     packed: tuple[Slice | None, None] = (None, None)
     operands: tuple[int, int] = (1, 0)
-    weights: object = None  # (ctx, sources) -> Panels of the kernel, when not pre-packed
+    # (ctx, sources, group) -> Panels of a group's kernel, when not pre-packed
+    weights: object = None
     kind = "planes"
 
     def can_pack(self, side: int) -> bool:
@@ -188,11 +245,11 @@ class PlaneConvPlan(Prepackable):
 
     @property
     def block(self) -> int:
-        """Input channels per block: the A panel (MR x block*taps) fits L1."""
+        """A group's input channels per block: the A panel (MR x block*taps) fits L1."""
         p, size = self.planes, self.config.itemsize
         fitting = max(self.config.blocks.l1 // (self.mr * p.taps * size), 1)
-        blocks = -(-p.channels // fitting)
-        return -(-p.channels // blocks)
+        blocks = -(-p.group_channels // fitting)
+        return -(-p.group_channels // blocks)
 
     @property
     def kc(self) -> int:
@@ -200,7 +257,7 @@ class PlaneConvPlan(Prepackable):
 
     def packed_shape(self, side: int) -> PackedShape:
         p = self.planes
-        return PackedShape(p.cout, p.k, self.kc, self.mr, (), ())
+        return PackedShape(p.group_cout, p.group_k, self.kc, self.mr, (1,), (p.groups,))
 
     @property
     def reads_in_place(self) -> bool:
@@ -246,7 +303,7 @@ class PlaneConvPlan(Prepackable):
             self._pack_weights(ctx, sources, weights)
         planes = ctx.byte_pointer(start, self._panel_bytes)
         units = -(-p.grid // self.run)
-        work = p.pixels * p.cout * p.k
+        work = p.pixels * p.cout * p.group_k
         with for_range(b, p.batch, "image") as n:
             image = sources[0].view.pointer(ctx, b.mul(n, i64(self.image_strides[0])))
             if self.reads_in_place:
@@ -255,26 +312,30 @@ class PlaneConvPlan(Prepackable):
                 self._copy_planes(ctx, image, planes)
                 source = planes
             values = [n, b.ptrtoint(source, I64), b.ptrtoint(weights, I64)]
-            with parallel_loop_nest_passing(ctx, [units], values, "run", work) as (index, passed):
+            dims = [units, p.groups]
+            with parallel_loop_nest_passing(ctx, dims, values, "run", work) as (index, passed):
                 b = ctx.builder
                 n, source, weights = passed
-                self._run(
-                    ctx, c, index[0], n, b.inttoptr(source, PTR), b.inttoptr(weights, PTR), epilogue
-                )
+                source, weights = b.inttoptr(source, PTR), b.inttoptr(weights, PTR)
+                unit, group = index
+                self._run(ctx, c, unit, group, n, source, weights, epilogue)
             b = ctx.builder
 
     def _pack_weights(self, ctx, sources, dst) -> None:
-        """A as the pre-packed copy would be: block by block of kc, panels of MR."""
-        p = self.planes
-        operand = self.weights(ctx, sources)
+        """A as the pre-packed copy would be: group by group, block by block of kc,
+        panels of MR."""
+        p, ty = self.planes, self.config.element
+        m, k = p.group_cout, p.group_k
         padded = self.packed_shape(0).padded
-        blocks = Blocking(
-            self.config, p.cout, p.grid, p.k, self.mr, self.nr, self.kc, p.cout, self.nr
-        )
-        for k0 in range(0, p.k, self.kc):
-            kc = min(self.kc, p.k - k0)
-            at = ctx.builder.gep(dst, [i64(k0 * padded)], source_etype=self.config.element)
-            operand.pack(ctx, blocks, at, i64(0), i64(p.cout), i64(k0), i64(kc), self.mr)
+        blocks = Blocking(self.config, m, p.grid, k, self.mr, self.nr, self.kc, m, self.nr)
+        with for_range(ctx.builder, p.groups, "group") as group:
+            b = ctx.builder
+            operand = self.weights(ctx, sources, group)
+            group_dst = b.gep(dst, [b.mul(group, i64(padded * k))], source_etype=ty)
+            for k0 in range(0, k, self.kc):
+                kc = min(self.kc, k - k0)
+                at = b.gep(group_dst, [i64(k0 * padded)], source_etype=ty)
+                operand.pack(ctx, blocks, at, i64(0), i64(m), i64(k0), i64(kc), self.mr)
 
     def _copy_planes(self, ctx, image, planes) -> None:
         """The image's phase planes, padding zero, over (channel, phase, plane row)."""
@@ -320,26 +381,52 @@ class PlaneConvPlan(Prepackable):
             with for_range(b, b.sub(i64(cols), last), "zr") as t:
                 b.store(zero, b.gep(out, [b.add(last, t)], source_etype=ty))
 
-    def _run(self, ctx, c: Slice, unit, n, source, weights, epilogue) -> None:
-        """Unit `unit` of image `n`: its tiles, block by block of input channels and A
-        panel by A panel, then its epilogue."""
+    def _run(self, ctx, c: Slice, unit, group, n, source, weights, epilogue) -> None:
+        """Unit `unit` of group `group` of image `n`: its tiles, then its epilogue."""
         p, ty, b = self.planes, self.config.element, ctx.builder
         q0 = b.mul(unit, i64(self.run))
         q1 = smaller(b, b.add(q0, i64(self.run)), i64(p.grid))
-        tiles = b.udiv(b.add(b.sub(q1, q0), i64(self.nr - 1)), i64(self.nr))
         out = b.gep(ctx.slice_pointer(c), [b.mul(n, i64(p.cout * p.pixels))], source_etype=ty)
+        # elements from one group's A panels, planes and output channels to the next's
+        sizes = (
+            self.packed_shape(0).padded * p.group_k,
+            p.group_channels * self._channel_stride,
+            p.group_cout * p.pixels,
+        )
+        group_weights, group_planes, group_out = (
+            b.gep(base, [b.mul(group, i64(size))], source_etype=ty)
+            for base, size in zip((weights, source, out), sizes)
+        )
+        self._group_tiles(ctx, q0, q1, group_weights, group_planes, group_out)
+        if epilogue is not None:
+            first, end = self._pixel(b, q0), self._pixel(b, q1)
+            emit_region(
+                ctx,
+                b.mul(group, i64(p.group_cout)),
+                i64(p.group_cout),
+                first,
+                b.sub(end, first),
+                lambda m, pixel: epilogue(self.output_index(b, n, m, pixel)),
+            )
+
+    def _group_tiles(self, ctx, q0, q1, weights, source, out) -> None:
+        """One group's tiles of grid positions [q0, q1): block by block of its input
+        channels (`source`: its first channel's planes), A panel by A panel (`weights`:
+        its panels), into its output channels (`out`: its first one's)."""
+        p, ty, b = self.planes, self.config.element, ctx.builder
+        tiles = b.udiv(b.add(b.sub(q1, q0), i64(self.nr - 1)), i64(self.nr))
         padded = self.packed_shape(0).padded
-        panels = -(-p.cout // self.mr)
-        with for_range(b, -(-p.channels // self.block), "cblock") as cb:
+        panels = -(-p.group_cout // self.mr)
+        with for_range(b, -(-p.group_channels // self.block), "cblock") as cb:
             c0 = b.mul(cb, i64(self.block))
-            channels = smaller(b, i64(self.block), b.sub(i64(p.channels), c0))
+            channels = smaller(b, i64(self.block), b.sub(i64(p.group_channels), c0))
             kc = b.mul(channels, i64(p.taps))
             accumulate = b.icmp_unsigned("!=", cb, i64(0))
             block_a = b.gep(weights, [b.mul(c0, i64(p.taps * padded))], source_etype=ty)
             block_b = b.gep(source, [b.mul(c0, i64(self._channel_stride))], source_etype=ty)
             with for_range(b, panels, "apanel") as ip:
                 m0 = b.mul(ip, i64(self.mr))
-                rows = smaller(b, i64(self.mr), b.sub(i64(p.cout), m0))
+                rows = smaller(b, i64(self.mr), b.sub(i64(p.group_cout), m0))
                 a_panel = b.gep(block_a, [b.mul(m0, kc)], source_etype=ty)
                 c_rows = b.gep(out, [b.mul(m0, i64(p.pixels))], source_etype=ty)
                 with for_range(b, tiles, "tile") as t:
@@ -361,16 +448,6 @@ class PlaneConvPlan(Prepackable):
                             b.call(self._kernel(ctx, masked=False), args)
                         with partial:
                             b.call(self._kernel(ctx, masked=True), args)
-        if epilogue is not None:
-            first, end = self._pixel(b, q0), self._pixel(b, q1)
-            emit_region(
-                ctx,
-                i64(0),
-                i64(p.cout),
-                first,
-                b.sub(end, first),
-                lambda m, pixel: epilogue(self.output_index(b, n, m, pixel)),
-            )
 
     @property
     def _channel_stride(self) -> int:
