@@ -27,7 +27,7 @@ from ...ir.index_maps import cached_row_value, dims_of, row_dims, row_values
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import bind_instructions, element_pointer, make_generator
 from ..llvm.lltypes import constant, i64, load_element, store_element
-from ..llvm.loops import loop_nest
+from ..llvm.loops import VECTOR_TURNS, loop_nest
 from .parallel import parallel_loop_nest
 
 # (output index) -> where the kernel stores that element of its output
@@ -128,7 +128,9 @@ def row_emitter(
                 if divisor is value:
                     one = constant(divide.array_shape.dtype, 1.0)
                     reciprocals[divide_id] = b.fdiv(one, computed[id(value)])
-        with loop_nest(b, shape.dims[rank:], "col") as inner:
+        columns = shape.dims[rank:]
+        vectorize = bool(columns) and columns[-1] in VECTOR_TURNS
+        with loop_nest(b, columns, "col", vectorize) as inner:
             index = [*outer, *inner]
             store_element(b, shape.dtype, gens[id(fused.root)](index), placement(index))
 

@@ -15,7 +15,7 @@ from . import scalar
 from .context import EmitContext, Gen, Rule
 from .elemental import call_computation
 from .lltypes import HALF_DTYPES, register_type, round_to
-from .loops import branch_value, loop_nest
+from .loops import VECTOR_TURNS, branch_value, loop_nest
 from .window import all_of, tap_position
 
 # reducers that f16/bf16 reductions run in f32, rounding once at the end (as the evaluator)
@@ -83,9 +83,13 @@ def reduce_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Ge
     reduced = sorted(instr.dimensions)
     kept = [d for d in range(len(in_dims)) if d not in reduced]
 
+    # a row reduction over the contiguous last dim is the vectorizer's
+    contiguous = reduced[-1] == len(in_dims) - 1 and in_dims[-1] in VECTOR_TURNS
+
     def gen(index):
         accumulators = Accumulators(ctx, instr, inits)
-        with loop_nest(ctx.builder, [in_dims[d] for d in reduced], "r") as inner:
+        dims = [in_dims[d] for d in reduced]
+        with loop_nest(ctx.builder, dims, "r", vectorize=contiguous) as inner:
             full = [None] * len(in_dims)
             for d, value in zip(kept, index):
                 full[d] = value
