@@ -68,11 +68,11 @@ def test_long_interior_runs_loop():
 
 @pytest.mark.parametrize(
     "width, lanes, size",
-    [(56, 16, 2), (56, 16, 4), (112, 16, 2), (7, 8, 2), (200, 16, 3), (40, 8, 1)],
+    [(56, 16, 2), (56, 16, 4), (112, 16, 2), (7, 8, 2), (200, 16, 3), (40, 8, 1), (28, 16, 2)],
 )
 def test_row_chunk_tiles(width, lanes, size):
-    """Tiles of up to `size` chunks cover every chunk once; those in the loop are clean,
-    the unrolled ones carry the edge masks."""
+    """Tiles cover every chunk once: clean chunks up to `size` a tile (in the loop those
+    that fill whole tiles), edge chunks alone with their masks."""
     chunks = RowChunks((-3, -2, -1, 0, 1, 2, 3), 1, width, width, lanes)
     function = ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), []), "f")
     b = ir.IRBuilder(function.append_basic_block())
@@ -83,18 +83,19 @@ def test_row_chunk_tiles(width, lanes, size):
     for tile in tiles:
         assert 1 <= len(tile) <= size
         for ow0, masks, count in tile:
-            if isinstance(ow0, ir.Constant):
-                c = ow0.constant // lanes
-                static.append(c)
-                assert (masks == [None] * 7) == (begin <= c < end)
-                assert count == min(lanes, width - c * lanes)
-            else:  # the loop's tile: clean chunks only
+            if not isinstance(ow0, ir.Constant):  # the loop's tile: clean chunks only
                 assert masks == [None] * 7 and count == lanes
                 looped += 1
+                continue
+            c = ow0.constant // lanes
+            static.append(c)
+            assert (masks == [None] * 7) == (begin <= c < end)
+            assert len(tile) == 1 or begin <= c < end
+            assert count == min(lanes, width - c * lanes)
     loop_turns = (end - begin) // size if end - begin >= size else 0
     assert looped in (0, size)
+    assert sorted(static) == static and len(set(static)) == len(static)
     assert len(static) + loop_turns * size == chunks.count
-    assert len(set(static)) == len(static)
 
 
 def _depthwise(b, x, w, window, groups):
@@ -103,9 +104,10 @@ def _depthwise(b, x, w, window, groups):
 
 
 def _reference(x, w, stride, pad_low, pad_high, dilation):
-    """NCHW depthwise convolution in float64: shifted slices of the padded input per tap."""
+    """NCHW depthwise convolution in float64: shifted slices of the input per tap, the
+    padding adding nothing (not weight x 0: NaN for an infinite weight)."""
     x, w = x.astype(np.float64), w.astype(np.float64)
-    xp = np.pad(x, [(0, 0), (0, 0), *zip(pad_low, pad_high)])
+    xp = np.pad(x, [(0, 0), (0, 0), *zip(pad_low, pad_high)], constant_values=np.nan)
     kh, kw = w.shape[2:]
     out_h = (xp.shape[2] - (kh - 1) * dilation[0] - 1) // stride[0] + 1
     out_w = (xp.shape[3] - (kw - 1) * dilation[1] - 1) // stride[1] + 1
@@ -115,7 +117,8 @@ def _reference(x, w, stride, pad_low, pad_high, dilation):
             top, left = i * dilation[0], j * dilation[1]
             patch = xp[:, :, top : top + stride[0] * out_h : stride[0]]
             patch = patch[:, :, :, left : left + stride[1] * out_w : stride[1]]
-            out += patch * w[None, :, 0, i, j, None, None]
+            with np.errstate(invalid="ignore"):
+                out += np.where(np.isnan(patch), 0.0, patch * w[None, :, 0, i, j, None, None])
     return out
 
 
@@ -194,3 +197,22 @@ def test_depthwise_bands_with_an_epilogue(compile_module, fuse, rng):
     conv = _reference(args[0], args[1], (1, 1), (3, 3), (3, 3), (1, 1))
     expected = np.clip(conv + args[2][None, :, None, None], 0, 6)
     np.testing.assert_allclose(compiled.run(*args)[0], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_infinite_weights_never_meet_the_padding(compile_module, rng, target):
+    """A corner tap of infinity: infinite outputs where it reads the image, finite ones
+    where it reads padding (masked lanes add 0 x 0, never infinity x 0), in the edge
+    chunks of wide rows and in rows narrower than a vector."""
+    for image in ((1, 2, 9, 40), (1, 2, 6, 6)):
+        module = Module("infw")
+        b = ComputationBuilder(module, "main")
+        x = b.parameter(0, Shape(DType.F32, image))
+        w = b.parameter(1, Shape(DType.F32, (2, 1, 7, 7)))
+        b.build(_depthwise(b, x, w, Window.make((7, 7), (1, 1), (3, 3), (3, 3)), 2), entry=True)
+        args = [rng.uniform(0.5, 1.5, s).astype(np.float32) for s in (image, (2, 1, 7, 7))]
+        args[1][:, 0, 0, 6] = np.inf  # reads up and to the right: padding on two sides
+        got = compile_module(module, target=target).run(*args)[0]
+        expected = _reference(*args, (1, 1), (3, 3), (3, 3), (1, 1))
+        assert np.isinf(expected).any() and np.isfinite(expected).any()
+        np.testing.assert_allclose(got, expected, rtol=1e-5)

@@ -135,8 +135,7 @@ class _Band:
 
     def _tile(self, tile: list, reads: dict, lines: dict, rows: list) -> None:
         """Sums of every (band row, chunk) in registers, input row by input row, then
-        stored.  A lane a tap does not reach keeps its sum (never weight x 0: NaN for an
-        infinite weight)."""
+        stored."""
         ctx, cfg, b = self.ctx, self.cfg, self.ctx.builder
         # kernel rows in turn: the sums of a tile with few output vectors split in parts
         parts = max(1, min(self.p["kh"], -(-MIN_CHAINS // (len(rows) * len(tile)))))
@@ -151,14 +150,12 @@ class _Band:
                         continue
                     x = self._tap(lines[d], ow0, shift, mask, inside)
                     # lanes past the row's end are not stored: any sum will do there
-                    keep = None
-                    if mask is not None and not all(m or l >= count for l, m in enumerate(mask)):
-                        keep = bits(mask)
+                    if mask is not None and all(m or l >= count for l, m in enumerate(mask)):
+                        mask = None
                     for r, kh in pairs:
-                        total = sums[r][t][kh % parts]
-                        summed = mul_add(ctx, b, cfg, weights(kh, kw), x, total)
-                        summed = summed if keep is None else b.select(keep, summed, total)
-                        sums[r][t][kh % parts] = summed
+                        part = sums[r][t][kh % parts]
+                        part = mul_add(ctx, b, cfg, weights(kh, kw, mask), x, part)
+                        sums[r][t][kh % parts] = part
         for row, row_sums in zip(rows, sums):
             for (ow0, _, count), chunk_sums in zip(tile, row_sums):
                 total = chunk_sums[0]
@@ -166,16 +163,21 @@ class _Band:
                     total = b.fadd(total, part)
                 store_first(ctx, cfg, total, b.gep(row, [ow0], source_etype=cfg.element), count)
 
-    def _weights(self) -> Callable[[int, int], ir.Value]:
-        """weights(kh, kw): the channel's tap in every lane, splat where first used in the
-        tile (kept in registers or not, as LLVM sees fit: a broadcast from memory is one
-        load, like a spilled register's)."""
+    def _weights(self) -> Callable[[int, int, list | None], ir.Value]:
+        """weights(kh, kw, mask): the channel's tap in the lanes of `mask` (None: all),
+        zero in the others, splat where first used in the tile (kept in registers or
+        not, as LLVM sees fit: a broadcast from memory is one load, like a spilled
+        register's).  The tap's input is zero there too, so those lanes add 0 x 0
+        (never weight x 0: NaN for an infinite weight), with no select on the sums."""
         b, cached = self.ctx.builder, {}
+        zero = ir.Constant(self.vec, None)
 
-        def weight(kh: int, kw: int) -> ir.Value:
-            if (kh, kw) not in cached:
-                cached[kh, kw] = splat(b, self.weights[kh][kw], self.vec)
-            return cached[kh, kw]
+        def weight(kh: int, kw: int, mask: list | None) -> ir.Value:
+            key = (kh, kw, None if mask is None else tuple(mask))
+            if key not in cached:
+                value = splat(b, self.weights[kh][kw], self.vec)
+                cached[key] = value if mask is None else b.select(bits(mask), value, zero)
+            return cached[key]
 
         return weight
 

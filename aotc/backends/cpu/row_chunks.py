@@ -69,16 +69,13 @@ class RowChunks:
 
     def emit_tiles(self, b: ir.IRBuilder, size: int, tile: Callable[[list], None]) -> None:
         """tile([(first output column, masks, columns to store) per chunk]) over tiles of
-        up to `size` consecutive chunks: the clean chunks that fill whole tiles in a loop,
-        the others (edges, the clean chunks left over) in tiles emitted one by one."""
+        up to `size` clean chunks, those that fill whole tiles in a loop, and over the
+        edge chunks one by one (each with masks of its own: a tile of several would
+        hold more values than registers)."""
         begin, end = self.clean
         spans, lanes = self.spans, self.lanes
         # the clean chunks left over run first; fewer than a tile of them: no loop
-        looped = begin + (end - begin) % size if end - begin >= size else self.count
-
-        def unrolled(first: int, stop: int) -> None:
-            for start in range(first, stop, size):
-                tile([chunk(c) for c in range(start, min(start + size, stop))])
+        looped = begin + (end - begin) % size if end - begin >= size else end
 
         def chunk(c: int) -> tuple[ir.Value, list | None, int]:
             if begin <= c < end:
@@ -87,7 +84,10 @@ class RowChunks:
             masks = [[lo <= ow < hi for ow in columns] for lo, hi in spans]
             return i64(c * lanes), masks, min(lanes, self.out_width - c * lanes)
 
-        unrolled(0, looped)
+        for c in range(begin):
+            tile([chunk(c)])
+        for start in range(begin, looped, size):
+            tile([chunk(c) for c in range(start, min(start + size, looped))])
         if looped < end:
             with for_range(b, (end - looped) // size, "chunk") as t:
                 first = b.mul(b.add(b.mul(t, i64(size)), i64(looped)), i64(lanes))
@@ -97,4 +97,5 @@ class RowChunks:
                         for k in range(size)
                     ]
                 )
-        unrolled(max(end, looped), self.count)
+        for c in range(end, self.count):
+            tile([chunk(c)])
