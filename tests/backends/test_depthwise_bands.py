@@ -216,3 +216,16 @@ def test_infinite_weights_never_meet_the_padding(compile_module, rng, target):
         expected = _reference(*args, (1, 1), (3, 3), (3, 3), (1, 1))
         assert np.isinf(expected).any() and np.isfinite(expected).any()
         np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_depthwise_bands_1d(check, rng):
+    """A 1-d depthwise convolution: one output row a plane, kernel rows of one tap."""
+    module = Module("bands1d")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, (2, 4, 50)))
+    w = b.parameter(1, Shape(DType.F32, (4, 1, 7)))
+    conv = {"window": Window.make((7,), (1,), (3,), (3,)), "conv": ConvDims.nchw(1)}
+    b.build(b.add(Op.CONVOLUTION, [x, w], feature_group_count=4, **conv), entry=True)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((2, 4, 50), (4, 1, 7))]
+    compiled = check(module, args, rtol=1e-5, atol=1e-5)
+    assert contraction_kind(parse_target("host"), compiled.plan, module.entry.root) == "depthwise"

@@ -10,7 +10,8 @@ Which kernel rows lie inside the image is known per output row at compile time: 
 group into runs that read the same kernel rows (all of them inside the image, fewer
 near the padding).  Long runs loop over bands; the rows near the padding are emitted
 band by band, each with its own kernel rows (no masks or selects for padded rows).
-Columns are row_chunks.py's chunks: edge chunks with constant lane masks.
+Columns are row_chunks.py's chunks: edge chunks with constant lane masks, where the
+lanes a tap does not reach multiply a weight zeroed there.
 """
 
 from __future__ import annotations
@@ -35,16 +36,6 @@ TILE_CHUNKS = 2
 # tile has fewer output vectors): FMA latency times throughput; 4 ran 1.2x slower
 MIN_CHAINS = 8
 LOOPED_BANDS = 2  # a run of at least this many bands loops; shorter ones are unrolled
-
-
-def _reads(live: list[tuple[int, ...]], p: dict) -> dict[int, list[tuple[int, int]]]:
-    """Per input row (its offset from the band's first output row's first window row):
-    the (band row, kernel row) pairs that read it."""
-    reads: dict[int, list[tuple[int, int]]] = {}
-    for r, kernel_rows in enumerate(live):
-        for kh in kernel_rows:
-            reads.setdefault(r * p["sh"] + kh * p["dh"], []).append((r, kh))
-    return dict(sorted(reads.items()))
 
 
 @dataclass(frozen=True)
@@ -90,8 +81,19 @@ def row_bands(p: dict, out_height: int, rows: int) -> list[Bands]:
 
 
 def _live_kernel_rows(p: dict, oh: int) -> tuple[int, ...]:
+    """The kernel rows of output row `oh` that read inside the image."""
     top = oh * p["sh"] - p["ph"]
     return tuple(kh for kh in range(p["kh"]) if 0 <= top + kh * p["dh"] < p["height"])
+
+
+def _reads(live: list[tuple[int, ...]], p: dict) -> dict[int, list[tuple[int, int]]]:
+    """Per input row (its offset from the band's first output row's first window row):
+    the (band row, kernel row) pairs that read it."""
+    reads: dict[int, list[tuple[int, int]]] = {}
+    for r, kernel_rows in enumerate(live):
+        for kh in kernel_rows:
+            reads.setdefault(r * p["sh"] + kh * p["dh"], []).append((r, kh))
+    return dict(sorted(reads.items()))
 
 
 def emit_bands(ctx, cfg: GemmConfig, p: dict, planes, weights, out_height: int) -> None:

@@ -2,8 +2,9 @@
 
 Each window column (tap) reads input column ow * stride + shift for output column ow;
 the output columns whose input column is inside the row are known at compile time
-(`valid_span`).  The chunks every tap fills run in one loop of plain loads; the others
-(the edges, the partial last chunk) are emitted one by one with constant lane masks.
+(`valid_span`).  The chunks every tap fills run in one loop of plain loads (a tile of
+several a turn, for depthwise bands); the others (the edges, the partial last chunk) are
+emitted one by one with constant lane masks.
 """
 
 from __future__ import annotations
