@@ -349,10 +349,27 @@ def test_aarch64_examples_match_onnxruntime(name, aarch64_build, tmp_path):
     check_example(CROSS_CC, aarch64_build, name, tmp_path, seed=11)
 
 
+def _save_model(path: Path, nodes, weights, x: list[int], y: list[int]) -> Path:
+    """A graph of `nodes` from float input x to float output y, saved at `path`."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        nodes,
+        path.stem,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)],
+        weights,
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), path
+    )
+    return path
+
+
 def _winograd_model(path: Path) -> Path:
     """Conv 16 -> 64 channels, 3x3, pad 1, on 24x22 (F(4x4, 3x3): 6x6 tiles), + bias,
     ReLU, 2x2 max pool, then conv 64 -> 64 on 12x11 (F(2x2, 3x3)), ReLU."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(4)
     # weights scaled by 1/sqrt(fan-in) as a trained model's, so outputs are about 1
@@ -368,35 +385,47 @@ def _winograd_model(path: Path) -> Path:
         helper.make_node("Conv", ["p", "v"], ["d"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["d"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "wino",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 22])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 12, 11])],
-        weights,
-    )
-    onnx.save(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), path
-    )
-    return path
+    return _save_model(path, nodes, weights, [1, 16, 24, 22], [1, 64, 12, 11])
 
 
+def _depthwise_model(path: Path) -> Path:
+    """ConvNeXt's depthwise 7x7 (pad 3) on 16 channels of 15x13, + bias, then a 3x3
+    stride-2 depthwise (pad 1): edge chunks, bands of rows, strided taps."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(6)
+    weights = [
+        numpy_helper.from_array((rng.standard_normal(s) / s[-1]).astype(np.float32), n)
+        for n, s in (("w", (16, 1, 7, 7)), ("v", (16, 1, 3, 3)), ("b", (16,)))
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], group=16, pads=[3, 3, 3, 3]),
+        helper.make_node("Conv", ["c", "v"], ["y"], group=16, pads=[1, 1, 1, 1], strides=[2, 2]),
+    ]
+    return _save_model(path, nodes, weights, [1, 16, 15, 13], [1, 16, 8, 7])
+
+
+# per convolution form, a model of two convolutions of that form
+FORM_MODELS = {"winograd": _winograd_model, "depthwise": _depthwise_model}
+
+
+@pytest.mark.parametrize("form", sorted(FORM_MODELS))
 @pytest.mark.parametrize("target", [
     pytest.param(AARCH64, marks=needs_aarch64),
     pytest.param("x86_64:x86-64-v2", marks=needs_x86_host),
 ])  # fmt: skip
-def test_winograd_convolutions_run_on_other_targets(target, tmp_path):
+def test_convolution_forms_run_on_other_targets(target, form, tmp_path):
     """NEON's and SSE's Winograd transforms (masked loads and stores, shuffles), both
-    F(4x4, 3x3) and F(2x2, 3x3), match onnxruntime at the host's end-to-end
-    tolerances."""
-    path = _winograd_model(tmp_path / "wino.onnx")
+    F(4x4, 3x3) and F(2x2, 3x3), and depthwise bands (4 lanes a vector) match
+    onnxruntime at the host's end-to-end tolerances."""
+    path = FORM_MODELS[form](tmp_path / f"{form}.onnx")
     compiled = compile_model(path, CompileOptions(target=target))
-    assert list(compiled.kernel_forms().values()).count("winograd") == 2
+    assert list(compiled.kernel_forms().values()).count(form) == 2
     build = tmp_path / "build"
     result = run_cli("compile", path, "-o", build, "--target", target, "-q")
     assert result.returncode == 0, result.stderr
     cc = CROSS_CC if target == AARCH64 else c_compiler()
-    check_example(cc, build, "wino", tmp_path, seed=5, path=path)
+    check_example(cc, build, form, tmp_path, seed=5, path=path)
 
 
 @needs_aarch64

@@ -2,14 +2,12 @@
 
 The depthwise form of forms.py's CONV_FORMS: a float convolution with an NCHW output
 whose feature groups each read one input channel (MobileNet's, ShuffleNet's 3x3
-layers).  Per output plane (image, channel), shared out to the threads, each output row
-sums its taps directly, a vector of output columns at a time, as pooling.py's window
-rows do: each tap's valid columns are known at compile time (row_chunks.py, which
-pooling.py shares), so the chunks every tap fills run in a loop of plain loads and
-multiply-adds (stride-2 columns: one wide load, shuffled), and the edge chunks are
-emitted one by one with constant lane masks.  The output rows whose window rows are
-all inside the image run apart from those that padding reaches, which skip the
-padded window rows per tap.  The epilogue then runs on the finished plane.
+layers, ConvNeXt's 7x7).  Per output plane (image, channel), shared out to the
+threads, the output rows sum their taps directly: where the columns are contiguous, in
+bands of rows a vector of output columns at a time (depthwise_bands.py: each input
+vector loaded once for the rows of the band that read it; the valid taps of each row
+and column chunk known at compile time), else column by column.  The epilogue then
+runs on the finished plane.
 """
 
 from __future__ import annotations
@@ -21,11 +19,11 @@ from ..llvm.lltypes import i64, register_type
 from ..llvm.loops import for_range, if_then
 from .blocked_gemm import emit_region
 from .conv import ConvGeometry, ConvProblem, image_geometry
-from .gemm_config import GemmConfig, gemm_config
+from .depthwise_bands import emit_bands
+from .gemm_config import gemm_config
 from .im2col import IMAGE_FIELDS
 from .parallel import parallel_loop_nest
-from .row_chunks import RowChunks, valid_span
-from .vectors import bits, masked_load, mul_add, pick_lanes, splat, store_first
+from .row_chunks import valid_span
 
 
 def plan_depthwise(problem: ConvProblem) -> DepthwisePlan | None:
@@ -75,11 +73,13 @@ class DepthwisePlan:
             plane = b.add(b.mul(image, i64(g.cout)), channel)
             plane_out = b.gep(ctx.slice_pointer(c), [b.mul(plane, i64(g.pixels))], source_etype=ty)
             weights = self._weights(ctx, sources[1].gen, channel)
-            for first, stop, padded in self._row_runs(out_height):
-                with for_range(b, stop - first, "oh") as t:
-                    oh = b.add(t, i64(first))
+            config = gemm_config(ctx.target, g.out.dtype)
+            if p["w_stride"] == 1 and config is not None:  # rows as vectors
+                emit_bands(ctx, config, p, (plane_in, plane_out), weights, out_height)
+            else:
+                with for_range(b, out_height, "oh") as oh:
                     row = b.gep(plane_out, [b.mul(oh, i64(out_width))], source_etype=ty)
-                    self._row(ctx, ty, row, plane_in, oh, weights, out_height, padded)
+                    self._column_row(ctx, ty, row, plane_in, oh, weights, out_height)
             if epilogue is not None:  # on the plane just computed
 
                 def element(m, n):
@@ -104,92 +104,6 @@ class DepthwisePlan:
                 row.append(gen(index))
             rows.append(row)
         return rows
-
-    def _row_runs(self, out_height: int) -> list[tuple[int, int, bool]]:
-        """Runs of output rows [first, stop) and whether padding reaches their window."""
-        p = self.image
-        low, high = _valid_range(p["kh"], p["dh"], p["ph"], p["sh"], p["height"], out_height)
-        if high <= low:
-            return [(0, out_height, True)]
-        runs = [(0, low, True), (low, high, False), (high, out_height, True)]
-        return [run for run in runs if run[1] > run[0]]
-
-    def _row(self, ctx, ty, row, plane_in, oh, weights, out_height: int, padded: bool) -> None:
-        """One output row: in vectors where its columns are contiguous, else column by
-        column."""
-        config = gemm_config(ctx.target, self.g.out.dtype)
-        if self.image["w_stride"] == 1 and config is not None:
-            self._vector_row(ctx, config, row, plane_in, oh, weights, padded)
-        else:
-            self._column_row(ctx, ty, row, plane_in, oh, weights, out_height)
-
-    def _vector_row(self, ctx, cfg: GemmConfig, row, plane_in, oh, weights, padded) -> None:
-        """One output row, a vector of columns at a time, all taps summed in registers.
-
-        The chunks whose lanes every tap reaches run in a loop; the others (the edges,
-        the partial last chunk) are emitted one by one, their lane masks known here.  A
-        lane a tap does not reach keeps its sum (never weight x 0: NaN for an infinite
-        weight), as does every lane for a window row in the padding (`padded` rows)."""
-        p, b = self.image, ctx.builder
-        lanes = _chunk_lanes(cfg.lanes, p["out_width"])
-        vec = ir.VectorType(cfg.element, lanes)
-        lines = []  # per window row: the input row (row 0 where padded), whether it is real
-        for kh in range(p["kh"]):
-            line, real = self._input_line(ctx, cfg.element, plane_in, oh, kh)
-            if padded:
-                line = b.select(real, line, plane_in)
-            lines.append((line, real if padded else None))
-        taps = [kw * p["dw"] - p["pw"] for kw in range(p["kw"])]  # input column of column 0
-        row_chunks = RowChunks(tuple(taps), p["sw"], p["width"], p["out_width"], lanes)
-        whole = row_chunks.whole
-        splats = [[splat(b, w, vec) for w in row_weights] for row_weights in weights]
-
-        def emit(ow0: ir.Value, masks: list, count: int) -> None:
-            sums = [ir.Constant(vec, None)] * SUMS
-            for kh, ((line, real), row_weights) in enumerate(zip(lines, splats)):
-                total = sums[kh % SUMS]
-                for shift, mask, inside, w in zip(taps, masks, whole, row_weights):
-                    if mask is not None and not any(mask):
-                        continue
-                    x = self._tap(ctx, cfg, line, ow0, shift, mask, inside)
-                    summed = mul_add(ctx, b, cfg, w, x, total)
-                    # lanes past the row's end are not stored: any sum will do there
-                    keep = None
-                    if mask is not None and not all(m or l >= count for l, m in enumerate(mask)):
-                        keep = bits(mask)
-                    if real is not None:
-                        reals = splat(
-                            b, real, keep.type if keep else ir.VectorType(real.type, lanes)
-                        )
-                        keep = reals if keep is None else b.and_(keep, reals)
-                    total = summed if keep is None else b.select(keep, summed, total)
-                sums[kh % SUMS] = total
-            total = sums[0]
-            for other in sums[1 : p["kh"]]:
-                total = b.fadd(total, other)
-            store_first(ctx, cfg, total, b.gep(row, [ow0], source_etype=cfg.element), count)
-
-        row_chunks.emit(b, emit)
-
-    def _tap(self, ctx, cfg: GemmConfig, line, ow0, shift: int, mask, inside: bool):
-        """Lanes l: line[(ow0 + l) * sw + shift], zero where not mask[l] (mask None:
-        every lane valid).  Strided columns come from one contiguous load, shuffled
-        (masked to the span used unless `inside`: gathers were 5x slower)."""
-        b, stride = ctx.builder, self.image["sw"]
-        lanes = _chunk_lanes(cfg.lanes, self.image["out_width"])
-        start = b.add(b.mul(ow0, i64(stride)), i64(shift))
-        pointer = b.gep(line, [start], source_etype=cfg.element)
-        wanted = [True] * lanes if mask is None else mask
-        width = lanes * stride
-        # from the first to the last lane wanted: a gap-free mask stays a masked load
-        first = wanted.index(True) * stride
-        last = (lanes - 1 - wanted[::-1].index(True)) * stride
-        used = [first <= j <= last for j in range(width)]
-        if all(used) or (mask is None and inside):
-            x = b.load(pointer, typ=ir.VectorType(cfg.element, width), align=cfg.itemsize)
-        else:
-            x = masked_load(ctx, b, cfg, pointer, bits(used))
-        return x if stride == 1 else pick_lanes(b, x, (j * stride for j in range(lanes)))
 
     def _column_row(self, ctx, ty, row, plane_in, oh, weights, out_height: int) -> None:
         """One output row.  Where every tap is inside the image (all but the rows and
@@ -266,17 +180,6 @@ class DepthwisePlan:
                         target = b.gep(row, [ow], source_etype=ty)
                         total = b.fadd(b.load(target, typ=ty), b.fmul(weights[kh][kw], x))
                         b.store(total, target)
-
-
-# partial sums per chunk, window rows taken in turn: shorter chains of dependent
-# multiply-adds (a 5x5 window's 25 in one chain left 7-wide rows latency-bound)
-SUMS = 2
-
-
-def _chunk_lanes(lanes: int, out_width: int) -> int:
-    """Lanes per chunk of a row: a full vector, or the smallest power of two that holds
-    a narrower row (a 7-wide row in 8 lanes, not 16)."""
-    return min(lanes, 1 << (out_width - 1).bit_length())
 
 
 def _valid_range(taps: int, dilation: int, pad: int, stride: int, extent: int, out: int):

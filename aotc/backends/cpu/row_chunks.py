@@ -2,8 +2,9 @@
 
 Each window column (tap) reads input column ow * stride + shift for output column ow;
 the output columns whose input column is inside the row are known at compile time
-(`valid_span`).  The chunks every tap fills run in one loop of plain loads; the others
-(the edges, the partial last chunk) are emitted one by one with constant lane masks.
+(`valid_span`).  The chunks every tap fills run in one loop of plain loads (a tile of
+several a turn, for depthwise bands); the others (the edges, the partial last chunk) are
+emitted one by one with constant lane masks.
 """
 
 from __future__ import annotations
@@ -65,18 +66,37 @@ class RowChunks:
     def emit(self, b: ir.IRBuilder, chunk: Callable[[ir.Value, list, int], None]) -> None:
         """chunk(first output column, per tap its lane mask (None: all lanes valid), the
         columns to store) for every chunk: the edges unrolled, the clean ones in a loop."""
+        self.emit_tiles(b, 1, lambda chunks: chunk(*chunks[0]))
+
+    def emit_tiles(self, b: ir.IRBuilder, size: int, tile: Callable[[list], None]) -> None:
+        """tile([(first output column, masks, columns to store) per chunk]) over tiles of
+        up to `size` clean chunks, those that fill whole tiles in a loop, and over the
+        edge chunks one by one (each with masks of its own: a tile of several would
+        hold more values than registers)."""
         begin, end = self.clean
         spans, lanes = self.spans, self.lanes
+        # the clean chunks left over run first; fewer than a tile of them: no loop
+        looped = begin + (end - begin) % size if end - begin >= size else end
 
-        def edge(c: int) -> None:
+        def chunk(c: int) -> tuple[ir.Value, list | None, int]:
+            if begin <= c < end:
+                return i64(c * lanes), [None] * len(spans), lanes
             columns = range(c * lanes, (c + 1) * lanes)
             masks = [[lo <= ow < hi for ow in columns] for lo, hi in spans]
-            chunk(i64(c * lanes), masks, min(lanes, self.out_width - c * lanes))
+            return i64(c * lanes), masks, min(lanes, self.out_width - c * lanes)
 
         for c in range(begin):
-            edge(c)
-        if end > begin:
-            with for_range(b, end - begin, "chunk") as c:
-                chunk(b.mul(b.add(c, i64(begin)), i64(lanes)), [None] * len(spans), lanes)
+            tile([chunk(c)])
+        for start in range(begin, looped, size):
+            tile([chunk(c) for c in range(start, min(start + size, looped))])
+        if looped < end:
+            with for_range(b, (end - looped) // size, "chunk") as t:
+                first = b.mul(b.add(b.mul(t, i64(size)), i64(looped)), i64(lanes))
+                tile(
+                    [
+                        (b.add(first, i64(k * lanes)), [None] * len(spans), lanes)
+                        for k in range(size)
+                    ]
+                )
         for c in range(end, self.count):
-            edge(c)
+            tile([chunk(c)])
