@@ -14,6 +14,7 @@ from ...ir import Computation, DType, Instruction, Op
 from . import scalar
 from .context import EmitContext, Gen, Rule
 from .elemental import call_computation
+from .extremum import CHEAP_COMPARE, cheap_extremum
 from .lltypes import HALF_DTYPES, register_type, round_to
 from .loops import VECTOR_TURNS, branch_value, loop_nest
 from .window import all_of, tap_position
@@ -68,10 +69,19 @@ class Accumulators:
 def _widened_op(reducer: Computation, dtypes: list[DType]) -> tuple[Op, list[int]] | None:
     """(op, parameter order) if `reducer` is one simple op on its two parameters of a
     float reduction (half floats run it in f32), else None."""
-    root, params = reducer.root, reducer.parameters
-    if len(dtypes) != 1 or dtypes[0] not in REGISTER_F32_DTYPES or root.op not in WIDENED_REDUCERS:
+    simple = _simple_op(reducer, dtypes)
+    if simple is None or dtypes[0] not in REGISTER_F32_DTYPES or simple[0] not in WIDENED_REDUCERS:
         return None
-    if len(params) != 2 or any(o.op is not Op.PARAMETER for o in root.operands):
+    return simple
+
+
+def _simple_op(reducer: Computation, dtypes: list[DType]) -> tuple[Op, list[int]] | None:
+    """(op, parameter order) if `reducer` is one op on its two parameters of a single
+    float reduction, else None."""
+    root, params = reducer.root, reducer.parameters
+    if len(dtypes) != 1 or not dtypes[0].is_float or len(params) != 2:
+        return None
+    if any(o.op is not Op.PARAMETER for o in root.operands):
         return None
     return root.op, [o.index for o in root.operands]
 
@@ -86,17 +96,32 @@ def reduce_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Ge
     # a row reduction over the contiguous last dim is the vectorizer's
     contiguous = reduced[-1] == len(in_dims) - 1 and in_dims[-1] in VECTOR_TURNS
 
+    dims = [in_dims[d] for d in reduced]
+    # a maximum or minimum along rows takes the cheap form (extremum.py)
+    simple = _simple_op(instr.called[0], [o.array_shape.dtype for o in instr.operands[:count]])
+    cheap = simple[0] if simple and reduced[-1] == len(in_dims) - 1 else None
+
     def gen(index):
-        accumulators = Accumulators(ctx, instr, inits)
-        dims = [in_dims[d] for d in reduced]
-        with loop_nest(ctx.builder, dims, "r", vectorize=contiguous) as inner:
+        def position(inner):
             full = [None] * len(in_dims)
             for d, value in zip(kept, index):
                 full[d] = value
             for d, value in zip(reduced, inner):
                 full[d] = value
-            accumulators.update([g(full) for g in inputs])
-        return accumulators.result()
+            return full
+
+        def exact():
+            accumulators = Accumulators(ctx, instr, inits)
+            with loop_nest(ctx.builder, dims, "r", vectorize=contiguous) as inner:
+                accumulators.update([g(position(inner)) for g in inputs])
+            return accumulators.result()
+
+        if cheap not in CHEAP_COMPARE:
+            return exact()
+        start, element = inits[0]([]), inputs[0]
+        return cheap_extremum(
+            ctx, cheap, start, dims, contiguous, lambda inner: element(position(inner)), exact
+        )
 
     return gen
 
