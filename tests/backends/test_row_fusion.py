@@ -197,3 +197,17 @@ def test_division_by_a_row_value_divides_once_per_row(case):
     text = str(optimized_module(module, plan, "m", parse_target("x86_64:x86-64-v3"))[0])
     dividends = re.findall(r"= fdiv \S+ ([^,]+),", text)
     assert dividends and set(dividends) == {"1.000000e+00"}, dividends
+
+
+def test_short_rows_are_vectorized():
+    """A row of a few dozen columns reaches the loop vectorizer whole (llvm/loops.py's
+    KEEP_FOR_VECTORIZER): unrolled first, the softmax kernel was scalar code, an
+    operation or more per column (56 for 49 columns; vectorized, 30 are left: the exact
+    maximum's loop for NaN rows and the remainder loops)."""
+    columns = 49
+    module = _fused(SOFTMAX_LAST.replace("[3,5,7]", f"[3,5,{columns}]"))
+    plan = assign_buffers(module)
+    text = str(optimized_module(module, plan, "m", parse_target("x86_64:x86-64-v4"))[0])
+    assert re.search(r"fadd[^\n]*<16 x float>", text), "the sum is not vectorized"
+    scalar = re.findall(r"= (?:fadd|fmul|fsub|fcmp \w+|call)[^<\n]* float ", text)
+    assert len(scalar) < columns, scalar
