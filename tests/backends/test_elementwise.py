@@ -170,6 +170,45 @@ def test_int_division_edge_cases_against_c_semantics(compile_module):
     np.testing.assert_array_equal(remainder, [1, -1, 5, 0, 0, 1])
 
 
+@pytest.mark.parametrize(
+    ("dtype", "divisor", "multiplies"),
+    [
+        (DType.F32, 1.4142135, True),  # GELU's sqrt(2): times its reciprocal
+        (DType.F64, 3.0, True),
+        (DType.F32, 1e-40, False),  # subnormal: its reciprocal overflows
+        (DType.F32, 3e38, False),  # its reciprocal is subnormal
+        (DType.F32, 0.0, False),
+        (DType.F16, 3.0, False),  # f16 would round twice
+    ],
+)
+def test_division_by_a_constant(compile_module, dtype, divisor, multiplies):
+    """x / c multiplies by 1 / c (rounded once when compiling) where that is within
+    1.5 ulp of the quotient, and divides elsewhere."""
+    from aotc.backends.cpu import emit_llvm_ir, parse_target
+    from aotc.buffers import assign_buffers
+    from aotc.passes.dce import DeadCodeElimination
+    from aotc.passes.fusion import Fusion
+
+    module = Module("divc")
+    b = ComputationBuilder(module, "main")
+    shape = Shape(dtype, (64,))
+    x = b.parameter(0, shape)
+    c = b.broadcast_to(b.scalar(divisor, dtype), shape.dims)
+    b.build(b.binary(Op.DIVIDE, x, c), entry=True)
+    Fusion().run(module)  # the constant inside the kernel, as every pipeline has it
+    DeadCodeElimination().run(module)
+    text = emit_llvm_ir(module, assign_buffers(module), "divc", parse_target("host"))
+    assert ("fdiv" not in text) == multiplies, text
+    xs = np.random.default_rng(3).uniform(-1e3, 1e3, 64).astype(dtype.numpy)
+    xs[:4] = [0.0, -0.0, np.inf, 1.0]
+    (got,) = compile_module(module).run(xs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = xs / np.asarray(divisor, dtype.numpy)
+    ulp = np.spacing(np.abs(want))
+    close = np.abs(got - want) <= 1.5 * ulp
+    assert np.all(close | (got == want) | (np.isnan(got) & np.isnan(want))), (got, want)
+
+
 def test_pred_ops(check, rng):
     extra = [lambda b, p, op=op: (b.add(op, [p[0]]), op) for op in (Op.NOT,)]
     extra += [lambda b, p, d=d: (b.compare(p[0], p[1], d), d) for d in (Direction.EQ, Direction.NE)]

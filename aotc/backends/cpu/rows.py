@@ -22,12 +22,13 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from ...errors import AotcError
-from ...ir import DType, Instruction, Op
+from ...ir import Instruction, Op
 from ...ir.index_maps import cached_row_value, dims_of, row_dims, row_values
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import bind_instructions, element_pointer, make_generator
 from ..llvm.lltypes import constant, i64, load_element, store_element
 from ..llvm.loops import VECTOR_TURNS, loop_nest
+from ..llvm.scalar import RECIPROCAL_DTYPES
 from .parallel import parallel_loop_nest
 
 # (output index) -> where the kernel stores that element of its output
@@ -137,9 +138,6 @@ def row_emitter(
     return emit_row
 
 
-# divisions that multiply by a reciprocal: f16/bf16 compute in f32 and round once at the
-# end, where a second rounding could move the result a whole half-precision ulp
-RECIPROCAL_DTYPES = frozenset({DType.F32, DType.F64})
 # what passes a row value on to the divide unchanged (one value per row)
 _ROW_VIEWS = frozenset({Op.BROADCAST, Op.RESHAPE})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 from llvmlite import ir
 
 from ...errors import UnsupportedError
@@ -279,7 +280,10 @@ def binary(ctx: EmitContext, op: Op, dtype: DType, x: ir.Value, y: ir.Value) -> 
     """`op(x, y)` for operands of `dtype`."""
     b = ctx.builder
     if dtype.is_float:
-        if x.type == F32 and op in vmath.F32_BINARY and ctx.math.inline_f32_pow:
+        reciprocal = _reciprocal(dtype, y) if op is Op.DIVIDE else None
+        if reciprocal is not None:
+            result = b.fmul(x, reciprocal)
+        elif x.type == F32 and op in vmath.F32_BINARY and ctx.math.inline_f32_pow:
             result = vmath.F32_BINARY[op](ctx, x, y)
         elif op in FLOAT_BINARY:
             result = getattr(b, FLOAT_BINARY[op])(x, y)
@@ -298,6 +302,31 @@ def binary(ctx: EmitContext, op: Op, dtype: DType, x: ir.Value, y: ir.Value) -> 
     if op in INT_BINARY_SPECIAL:
         return INT_BINARY_SPECIAL[op](ctx, dtype.is_signed_int, x, y)
     raise _unsupported(op, dtype)
+
+
+# A division by a constant multiplies by the constant's reciprocal, rounded once when
+# compiling, as onnxruntime and PyTorch compute GELU's x / sqrt(2): a vector division costs
+# some ten multiplies, and the product is within 1.5 ulp of the quotient.  Only f32 and
+# f64 (f16 and bf16 compute in f32 and round again: a whole half-precision ulp), and only
+# where the divisor and its reciprocal are normal numbers (else the reciprocal overflows
+# or loses bits).
+RECIPROCAL_DTYPES = {DType.F32: np.float32, DType.F64: np.float64}
+
+
+def _reciprocal(dtype: DType, divisor: ir.Value) -> ir.Constant | None:
+    """The constant 1 / `divisor` where a product by it may replace the division."""
+    scalar = RECIPROCAL_DTYPES.get(dtype)
+    if scalar is None or not isinstance(divisor, ir.Constant):
+        return None
+    if not isinstance(divisor.constant, float):
+        return None
+    value = scalar(divisor.constant)
+    with np.errstate(divide="ignore", over="ignore"):
+        reciprocal = scalar(1) / value
+    smallest = np.finfo(scalar).tiny
+    if not all(np.isfinite(v) and abs(v) >= smallest for v in (value, reciprocal)):
+        return None
+    return ir.Constant(divisor.type, float(reciprocal))
 
 
 def compare(
