@@ -282,6 +282,7 @@ def binary(ctx: EmitContext, op: Op, dtype: DType, x: ir.Value, y: ir.Value) -> 
     if dtype.is_float:
         reciprocal = _reciprocal(dtype, y) if op is Op.DIVIDE else None
         if reciprocal is not None:
+            assert b is not None
             result = b.fmul(x, reciprocal)
         elif x.type == F32 and op in vmath.F32_BINARY and ctx.math.inline_f32_pow:
             result = vmath.F32_BINARY[op](ctx, x, y)
@@ -310,7 +311,7 @@ def binary(ctx: EmitContext, op: Op, dtype: DType, x: ir.Value, y: ir.Value) -> 
 # f64 (f16 and bf16 compute in f32 and round again: a whole half-precision ulp), and only
 # where the divisor and its reciprocal are normal numbers (else the reciprocal overflows
 # or loses bits).
-RECIPROCAL_DTYPES = {DType.F32: np.float32, DType.F64: np.float64}
+RECIPROCAL_DTYPES: dict[DType, type[np.floating]] = {DType.F32: np.float32, DType.F64: np.float64}
 
 
 def _reciprocal(dtype: DType, divisor: ir.Value) -> ir.Constant | None:
