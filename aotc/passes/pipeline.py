@@ -57,6 +57,7 @@ def make_pipeline(
     from .algsimp import AlgebraicSimplifier
     from .attention_chains import AttentionChains
     from .conv_bands import ConvBands
+    from .conv_frames import ConvFrames
     from .conv_layout import ConvLayoutAssignment
     from .conv_phases import ConvPhases
     from .cse import CommonSubexpressionElimination
@@ -77,9 +78,12 @@ def make_pipeline(
         # are canonical first, so that their weights' transposes fold; stride phases
         # and dropped padding taps after scale folding (which needs the whole
         # convolution), so that the second folding computes their sub-kernels; output
-        # bands after the padding taps, which leave fewer taps for them to weigh
+        # bands after the padding taps, which leave fewer taps for them to weigh;
+        # frames last (unit window dims to the batch, or merged), on the convolutions
+        # the others leave, in the NC-spatial layout conv_layout gives those of over
+        # 2 spatial dims, before the second folding reshapes their weights
         passes += [ConvLayoutAssignment(), DeadCodeElimination(), ConstantFolding()]
-        passes += [ScaleFolding(), ConvPhases(), PaddingTaps(), ConvBands()]
+        passes += [ScaleFolding(), ConvPhases(), PaddingTaps(), ConvBands(), ConvFrames()]
         passes += [ConstantFolding()]
         passes += [AlgebraicSimplifier(), TransposeFolding(), SeparableWindows()]
         passes += [SquaredDistances()]  # on constants folded above
