@@ -10,7 +10,7 @@ weights as that GEMM's A operand (`ConvProblem.weights_layout`, `weights_factory
 serve the plane and Winograd forms too.
 
 The im2col forms are here: that GEMM with the columns packed straight from the image
-(im2col.py; through the input's generator for other layouts, 3-D windows or base
+(im2col.py, any spatial rank; through the input's generator for other layouts or base
 dilation), or, for 1x1 stride-1 windows, the image itself as a strided matrix; in f32
 and f64 (`plan_im2col`) and in 16-bit integer pairs (`plan_paired_im2col`, pairs.py).
 Convolutions no form takes run by llvm/dot_conv.py's element rule.
@@ -32,7 +32,8 @@ from ..llvm.loops import branch_value
 from ..llvm.window import all_of, tap_position
 from .gemm import GemmPlan
 from .gemm_config import GemmConfig, gemm_config
-from .im2col import IMAGE_FIELDS, ImagePanels
+from .im2col import ImagePanels
+from .image_geometry import ImageGeometry
 from .pairs import paired_factory, pairs_of
 from .panels import GeneratedPanels, StridedPanels
 from .prepackable import StridedLayout, strided_layout
@@ -279,7 +280,7 @@ def _columns_factory(g: ConvGeometry, view):
             return pointwise
     # the packer's lane offsets are 32-bit
     small = g.lhs.size < 2**31
-    if view is not None and small and len(g.in_spatial) <= 2 and not g.base_dilated:
+    if view is not None and small and not g.base_dilated:
 
         def image(ctx, sources, index):
             offset = _image_offset(ctx, g, view, index)
@@ -302,28 +303,30 @@ def _image_offset(ctx, g: ConvGeometry, view, index) -> ir.Value:
     return b.add(batch, channels)
 
 
-def image_geometry(g: ConvGeometry, view) -> tuple[int, ...]:
-    """The im2col packer's geometry (1-D windows as 2-D ones of height 1)."""
+def image_geometry(g: ConvGeometry, view) -> ImageGeometry:
+    """The packers' geometry of the image (1-D windows as 2-D ones of height 1)."""
     w = g.window
-    dims = g.dims
-    strides = [view.strides[d] for d in dims.input_spatial]
-    fields = {
-        "c_stride": view.strides[dims.input_feature],
-        "h_stride": strides[0] if len(strides) == 2 else 0,
-        "w_stride": strides[-1],
-        "height": g.in_spatial[0] if len(strides) == 2 else 1,
-        "width": g.in_spatial[-1],
-        "kh": w.size[0] if len(strides) == 2 else 1,
-        "kw": w.size[-1],
-        "sh": w.stride[0] if len(strides) == 2 else 1,
-        "sw": w.stride[-1],
-        "ph": w.pad_low[0] if len(strides) == 2 else 0,
-        "pw": w.pad_low[-1],
-        "dh": w.rhs_dilation[0] if len(strides) == 2 else 1,
-        "dw": w.rhs_dilation[-1],
-        "out_width": g.out_spatial[-1],
-    }
-    return tuple(fields[name] for name in IMAGE_FIELDS)
+    spatial = [
+        (view.strides[d], size, k, s, p, dil, out)
+        for d, size, k, s, p, dil, out in zip(
+            g.dims.input_spatial,
+            g.in_spatial,
+            w.size,
+            w.stride,
+            w.pad_low,
+            w.rhs_dilation,
+            g.out_spatial,
+        )
+    ]
+    if len(spatial) == 1:
+        spatial.insert(0, _UNIT_ROW)
+    strides, sizes, kernel, stride, pad, dilation, out = (tuple(f) for f in zip(*spatial))
+    c_stride = view.strides[g.dims.input_feature]
+    return ImageGeometry(c_stride, strides, sizes, kernel, stride, pad, dilation, out)
+
+
+# a spatial dim of extent 1: (memory stride, size, window, stride, pad, dilation, out)
+_UNIT_ROW = (0, 1, 1, 1, 0, 1, 1)
 
 
 def _column_element(ctx, g: ConvGeometry, gen: Gen, index):

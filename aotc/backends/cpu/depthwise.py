@@ -21,7 +21,7 @@ from .blocked_gemm import emit_region
 from .conv import ConvGeometry, ConvProblem, image_geometry
 from .depthwise_bands import emit_bands
 from .gemm_config import gemm_config
-from .im2col import IMAGE_FIELDS
+from .image_geometry import ImageGeometry
 from .parallel import parallel_loop_nest
 from .row_chunks import valid_span
 
@@ -48,9 +48,9 @@ class DepthwisePlan:
     workspace_bytes = 0
     kind = "depthwise"
 
-    def __init__(self, geometry: ConvGeometry, image: tuple[int, ...]):
+    def __init__(self, geometry: ConvGeometry, image: ImageGeometry):
         self.g = geometry
-        self.image = dict(zip(IMAGE_FIELDS, image))
+        self.image = image.plane()
 
     def emit(self, ctx, sources, c: Slice, workspace: Slice, epilogue) -> None:
         """Output planes (image, channel), shared out to the threads when big enough."""
