@@ -134,3 +134,27 @@ ENTRY %main (x: {x}, w: {w}, c: {c}) -> {c} {{
   %c = {c}{{1,0}} parameter(2)
   ROOT %f = {c}{{1,0}} fusion({x}{{1,0}} %x, {w}{{1,0}} %w, {c}{{1,0}} %c), kind=kLoop, calls=%fused_dot
 }}"""
+
+
+def convolution_case(in_spatial, window, cin=2, cout=3, groups=1, batch=1, dims=None):
+    """(module, args): an f64 module of one convolution (NC-spatial unless `dims`) and
+    random arguments for it, for passes that rewrite convolutions to check against the
+    evaluator."""
+    from aotc.ir import ComputationBuilder, ConvDims, DType, Module, Shape
+
+    n = len(in_spatial)
+    dims = dims or ConvDims.nchw(n)
+    lhs = [0] * (n + 2)
+    lhs[dims.input_batch], lhs[dims.input_feature] = batch, cin
+    kernel = [0] * (n + 2)
+    kernel[dims.kernel_input_feature], kernel[dims.kernel_output_feature] = cin // groups, cout
+    for d in range(n):
+        lhs[dims.input_spatial[d]] = in_spatial[d]
+        kernel[dims.kernel_spatial[d]] = window.size[d]
+    module = Module("m")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F64, lhs))
+    w = b.parameter(1, Shape(DType.F64, kernel))
+    b.build(b.convolution(x, w, window, dims, groups), entry=True)
+    rng = np.random.default_rng(0)
+    return module, [rng.standard_normal(lhs), rng.standard_normal(kernel)]

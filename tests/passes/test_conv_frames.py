@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from aotc_testing import convolution_case
 from pass_testing import check_pass
 
 from aotc.ir import ComputationBuilder, ConvDims, DType, Module, Op, Shape, Window
 from aotc.ir.evaluate import evaluate
-from aotc.ir.shapes import windowed_output_dims
 from aotc.ir.text import print_module
 from aotc.ir.verify import verify
 from aotc.passes.conv_frames import ConvFrames
@@ -108,23 +108,7 @@ def _check_frames(
 ):
     """The pass on one convolution (NC-spatial unless `dims`): a convolution of
     `spatial_left` spatial dims left, the evaluator's values unchanged."""
-    n = len(in_spatial)
-    dims = dims or ConvDims.nchw(n)
-    lhs = [0] * (n + 2)
-    lhs[dims.input_batch], lhs[dims.input_feature] = batch, cin
-    kernel = [0] * (n + 2)
-    kernel[dims.kernel_input_feature], kernel[dims.kernel_output_feature] = cin // groups, cout
-    for d in range(n):
-        lhs[dims.input_spatial[d]] = in_spatial[d]
-        kernel[dims.kernel_spatial[d]] = window.size[d]
-    assert all(o > 0 for o in windowed_output_dims(in_spatial, window))
-    module = Module("m")
-    b = ComputationBuilder(module, "main")
-    x = b.parameter(0, Shape(DType.F64, lhs))
-    w = b.parameter(1, Shape(DType.F64, kernel))
-    b.build(b.convolution(x, w, window, dims, groups), entry=True)
-    rng = np.random.default_rng(0)
-    args = [rng.standard_normal(lhs), rng.standard_normal(kernel)]
+    module, args = convolution_case(in_spatial, window, cin, cout, groups, batch, dims)
     want = evaluate(module, args)
     assert ConvFrames().run(module)
     verify(module)

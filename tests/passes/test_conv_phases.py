@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from aotc_testing import convolution_case
 from onnx import TensorProto, helper, numpy_helper
 from pass_testing import check_pass
 
@@ -81,22 +82,7 @@ def _base_dilated(module: Module) -> list[Instruction]:
 def _check_phases(in_spatial, window: Window, cin=2, cout=3, groups=1, batch=1, dims=None):
     """The pass on one convolution (NCHW unless `dims`): no base dilation left, the
     evaluator's values unchanged."""
-    n = len(in_spatial)
-    dims = dims or ConvDims.nchw(n)
-    lhs = [0] * (n + 2)
-    lhs[dims.input_batch], lhs[dims.input_feature] = batch, cin
-    kernel = [0] * (n + 2)
-    kernel[dims.kernel_input_feature], kernel[dims.kernel_output_feature] = cin // groups, cout
-    for d in range(n):
-        lhs[dims.input_spatial[d]] = in_spatial[d]
-        kernel[dims.kernel_spatial[d]] = window.size[d]
-    module = Module("m")
-    b = ComputationBuilder(module, "main")
-    x = b.parameter(0, Shape(DType.F64, lhs))
-    w = b.parameter(1, Shape(DType.F64, kernel))
-    b.build(b.convolution(x, w, window, dims, groups), entry=True)
-    rng = np.random.default_rng(0)
-    args = [rng.standard_normal(lhs), rng.standard_normal(kernel)]
+    module, args = convolution_case(in_spatial, window, cin, cout, groups, batch, dims)
     want = evaluate(module, args)
     assert ConvPhases().run(module)
     verify(module)

@@ -57,23 +57,26 @@ class ImageGeometry:
     def plane(self) -> dict[str, int]:
         """A 2-D geometry under the names of the row-by-row kernels (depthwise.py)."""
         assert self.rank == 2, self.rank
-        h, w = 0, 1
-        return {
-            "c_stride": self.c_stride,
-            "h_stride": self.strides[h],
-            "w_stride": self.strides[w],
-            "height": self.sizes[h],
-            "width": self.sizes[w],
-            "kh": self.kernel[h],
-            "kw": self.kernel[w],
-            "sh": self.stride[h],
-            "sw": self.stride[w],
-            "ph": self.pad[h],
-            "pw": self.pad[w],
-            "dh": self.dilation[h],
-            "dw": self.dilation[w],
-            "out_width": self.out[w],
-        }
+        fields = {name: getattr(self, field)[dim] for name, (field, dim) in PLANE_NAMES.items()}
+        return {"c_stride": self.c_stride, **fields}
+
+
+# the row-by-row kernels' names for a 2-D geometry's fields: (field, dim), dim 0 the rows
+PLANE_NAMES = {
+    "h_stride": ("strides", 0),
+    "w_stride": ("strides", 1),
+    "height": ("sizes", 0),
+    "width": ("sizes", 1),
+    "kh": ("kernel", 0),
+    "kw": ("kernel", 1),
+    "sh": ("stride", 0),
+    "sw": ("stride", 1),
+    "ph": ("pad", 0),
+    "pw": ("pad", 1),
+    "dh": ("dilation", 0),
+    "dw": ("dilation", 1),
+    "out_width": ("out", 1),
+}
 
 
 def split(b: ir.IRBuilder, flat: ir.Value, extents) -> list[ir.Value]:
