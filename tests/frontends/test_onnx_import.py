@@ -105,6 +105,24 @@ def test_corrupt_file(tmp_path):
     assert "\n" not in str(info.value)
 
 
+def test_names_that_are_not_utf8_are_refused(tmp_path):
+    """protobuf leaves a text field that is not UTF-8 as bytes; the importer refuses the
+    model rather than failing inside onnx's schema lookup."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    data = helper.make_model(graph, ir_version=10).SerializeToString()
+    assert data.count(b"Relu") == 1
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(data.replace(b"Relu", b"R\xfflu"))
+    with pytest.raises(ModelError, match="op_type is not UTF-8 text") as info:
+        import_onnx(path)
+    assert "\n" not in str(info.value)
+
+
 def test_unsupported_ops_listed_at_once():
     nodes = [
         helper.make_node("RegexFullMatch", ["boxes"], ["sel"], name="regex_1"),

@@ -163,7 +163,27 @@ def load_model(source: onnx.ModelProto | str | Path) -> onnx.ModelProto:
         raise ModelError(f"{path}: not a readable ONNX model ({reason})") from e
     if not model.HasField("graph"):
         raise ModelError(f"{path}: not a readable ONNX model (it has no graph)")
+    field = _undecoded_text(model)
+    if field is not None:
+        raise ModelError(f"{path}: not a readable ONNX model ({field} is not UTF-8 text)")
     return model
+
+
+def _undecoded_text(message) -> str | None:
+    """The first text field (a name, an op type...) that protobuf left as bytes because
+    it is not valid UTF-8, as `message.field`; None when all decode.  Only message and
+    text fields are walked, never a tensor's numbers."""
+    for descriptor, value in message.ListFields():
+        values = value if descriptor.is_repeated else [value]
+        if descriptor.type == descriptor.TYPE_STRING:
+            if any(not isinstance(v, str) for v in values):
+                return f"{message.DESCRIPTOR.name}.{descriptor.name}"
+        elif descriptor.type == descriptor.TYPE_MESSAGE:
+            for v in values:
+                found = _undecoded_text(v)
+                if found is not None:
+                    return found
+    return None
 
 
 def model_opsets(model: onnx.ModelProto) -> dict[str, int]:
