@@ -77,8 +77,10 @@ def test_fused_reduce_of_elementwise(check, fuse, rng):
 def test_per_channel_operands_leave_the_pixels_one_loop(check, fuse, rng):
     """A batch norm + relu over NCHW (per-channel operands broadcast along dim 1, a
     scalar zero): the loop runs over (batch, channel) then the pixels as one merged,
-    vectorizable loop (37 pixels: a vector tail); broadcasting along a pixel dim keeps
-    the nest; with scalars only, one loop over all.  Against the evaluator."""
+    vectorizable loop (37 pixels: a vector tail); so do scales computed in the kernel
+    from a reshaped operand (a squeeze-excite's sigmoid gates); broadcasting along a
+    pixel dim keeps the nest; with scalars only, one loop over all.  Against the
+    evaluator."""
     from aotc.backends.cpu.program import _elementwise_from
 
     module = Module("bn")
@@ -88,11 +90,16 @@ def test_per_channel_operands_leave_the_pixels_one_loop(check, fuse, rng):
     scale = b.parameter(1, Shape(DType.F32, (5,)))
     shift = b.parameter(2, Shape(DType.F32, (5,)))
     row = b.parameter(3, Shape(DType.F32, (37,)))
+    gates = b.parameter(4, Shape(DType.F32, (10,)))
 
     def batch_norm_relu(f, p):
         y = f.binary(Op.MULTIPLY, p[0], f.broadcast(p[1], [1], dims))
         y = f.binary(Op.ADD, y, f.broadcast(p[2], [1], dims))
         return f.binary(Op.MAXIMUM, y, f.broadcast(f.scalar(0.0, DType.F32), [], dims))
+
+    def squeeze_excite(f, p):
+        gate = f.unary(Op.LOGISTIC, f.reshape(p[1], (2, 5)))
+        return f.binary(Op.MULTIPLY, p[0], f.broadcast(gate, [0, 1], dims))
 
     def by_row(f, p):
         return f.binary(Op.MULTIPLY, p[0], f.broadcast(p[1], [2], dims))
@@ -101,9 +108,12 @@ def test_per_channel_operands_leave_the_pixels_one_loop(check, fuse, rng):
         return f.binary(Op.MAXIMUM, p[0], f.broadcast(f.scalar(0.0, DType.F32), [], dims))
 
     per_channel = fuse(b, [x, scale, shift], batch_norm_relu, name="bnr")
+    excited = fuse(b, [x, gates], squeeze_excite, name="se")
     per_row = fuse(b, [x, row], by_row, name="rows")
     flat = fuse(b, [x], relu, name="relu")
-    b.build(b.tuple([per_channel, per_row, flat]), entry=True)
-    assert [_elementwise_from(out) for out in (per_channel, per_row, flat)] == [2, 3, 0]
-    args = [rng.standard_normal(s).astype(np.float32) for s in (dims, (5,), (5,), (37,))]
+    outputs = [per_channel, excited, per_row, flat]
+    b.build(b.tuple(outputs), entry=True)
+    assert [_elementwise_from(out) for out in outputs] == [2, 2, 3, 0]
+    shapes = (dims, (5,), (5,), (37,), (10,))
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     check(module, args, rtol=1e-6, atol=1e-6)

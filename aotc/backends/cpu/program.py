@@ -279,24 +279,28 @@ def _elementwise_from(instr: Instruction) -> int | None:
     aside), then one loop over the linear position serves, which LLVM vectorizes
     whatever the dims (a nest over e.g. 64x7x7 would not); else the dim past the last
     one that an operand broadcast along leading dims keeps (per-channel parameters of an
-    NCHW batch norm), the dims after it then one loop with those operands invariant in
-    it; None when neither holds."""
+    NCHW batch norm, a squeeze-excite's channel scales, reshaped or computed in the
+    kernel), the dims after it then one loop with those operands invariant in it; None
+    when neither holds."""
     dims = instr.shape.dims if isinstance(instr.shape, Shape) else None
     if dims is None:
         return None
     members = instr.called[0].instructions if instr.op is Op.FUSION else [instr]
+    # what a broadcast reads is indexed by the dims it keeps alone: any computation
+    below_broadcasts = _feeding(m.operands[0] for m in members if m.op is Op.BROADCAST)
     start = 0
     for member in members:
-        if member.op in (Op.PARAMETER, Op.TUPLE) or (
-            member.op is Op.CONSTANT and member.array_shape.size == 1
+        if (
+            member.op in (Op.PARAMETER, Op.TUPLE)
+            or (member.op is Op.CONSTANT and member.array_shape.size == 1)
+            or (id(member) in below_broadcasts and member.array_shape.dims != dims)
         ):
             continue
         if member.array_shape.dims != dims:
             return None
         if member.op is Op.BROADCAST:
             kept = list(member.dimensions)
-            source = member.operands[0].op
-            if source not in (Op.PARAMETER, Op.CONSTANT) or kept != sorted(kept):
+            if kept != sorted(kept):
                 return None
             start = max(start, kept[-1] + 1 if kept else 0)
         elif not member.op.is_elementwise or any(
@@ -304,6 +308,18 @@ def _elementwise_from(instr: Instruction) -> int | None:
         ):
             return None
     return start
+
+
+def _feeding(roots) -> set[int]:
+    """The ids of `roots` and of everything they read, transitively."""
+    seen: set[int] = set()
+    pending = list(roots)
+    while pending:
+        value = pending.pop()
+        if id(value) not in seen:
+            seen.add(id(value))
+            pending.extend(value.operands)
+    return seen
 
 
 def _bind_buffers(ctx: EmitContext, b: ir.IRBuilder, function, weights) -> None:
