@@ -338,48 +338,81 @@ class PlaneConvPlan(Prepackable):
                 operand.pack(ctx, blocks, at, i64(0), i64(m), i64(k0), i64(kc), self.mr)
 
     def _copy_planes(self, ctx, image, planes) -> None:
-        """The image's phase planes, padding zero, over (channel, phase, plane row)."""
+        """The image's phase planes, padding zero, over (channel, row phase, plane row):
+        each image row read once into the planes of all column phases (a stride-2 row
+        into its even and odd columns' planes: vector loads and two shuffles)."""
         p, ty = self.planes, self.config.element
         _, channel_stride, row_stride, column_stride = self.image_strides
         rows, cols = p.plane_shape
         sh, sw = p.stride
-        (top, left) = p.pad_low
-        zero = ir.Constant(ty, 0)
-        phases = p.phases
+        top, left = p.pad_low
+        # the phases are every row phase with every column phase, sorted
+        row_phases = sorted({py for py, _ in p.phases})
+        column_phases = sorted({px for _, px in p.phases})
         work = p.channels * p.channel_size
-        dims = [p.channels, len(phases), rows]
+        dims = [p.channels, len(row_phases), rows]
         values = [ctx.builder.ptrtoint(image, I64), ctx.builder.ptrtoint(planes, I64)]
         with parallel_loop_nest_passing(ctx, dims, values, "plane", work) as (index, passed):
             b = ctx.builder
-            channel, phase, i = index
+            channel, row_phase, i = index
             image, planes = (b.inttoptr(v, PTR) for v in passed)
-            phase_y = _select(b, phase, [py for py, _ in phases])
-            phase_x = _select(b, phase, [px for _, px in phases])
-            plane = b.add(b.mul(channel, i64(p.channel_size)), b.mul(phase, i64(p.plane_size)))
-            out = b.gep(planes, [b.add(plane, b.mul(i, i64(cols)))], source_etype=ty)
-            y = b.sub(b.add(b.mul(i, i64(sh)), phase_y), i64(top))
+            y = b.sub(b.add(b.mul(i, i64(sh)), _select(b, row_phase, row_phases)), i64(top))
             inside = b.icmp_unsigned("<", y, i64(p.height))
             src_row = b.gep(
                 image,
                 [b.add(b.mul(channel, i64(channel_stride)), b.mul(y, i64(row_stride)))],
                 source_etype=ty,
             )
-            # columns j whose x = sw*j + phase_x - left is in [0, width): [first, last)
-            shifted = b.sub(i64(left), phase_x)
-            first = _clamp(b, _ceil_div(b, shifted, sw), cols)
-            last = _clamp(b, _ceil_div(b, b.add(shifted, i64(p.width)), sw), cols)
-            last = b.select(inside, last, first)
-            with for_range(b, first, "zl") as j:
-                b.store(zero, b.gep(out, [j], source_etype=ty))
-            with for_range(b, b.sub(last, first), "cp") as t:
-                j = b.add(first, t)
-                x = b.sub(b.add(b.mul(j, i64(sw)), phase_x), i64(left))
-                value = b.load(
-                    b.gep(src_row, [b.mul(x, i64(column_stride))], source_etype=ty), typ=ty
-                )
-                b.store(value, b.gep(out, [j], source_etype=ty))
-            with for_range(b, b.sub(i64(cols), last), "zr") as t:
-                b.store(zero, b.gep(out, [b.add(last, t)], source_etype=ty))
+            first_plane = b.add(
+                b.mul(channel, i64(p.channel_size)),
+                b.mul(row_phase, i64(len(column_phases) * p.plane_size)),
+            )
+            outs, spans = [], []
+            for k, px in enumerate(column_phases):
+                plane = b.add(first_plane, i64(k * p.plane_size))
+                outs.append(b.gep(planes, [b.add(plane, b.mul(i, i64(cols)))], source_etype=ty))
+                # columns j whose x = sw*j + px - left is in [0, width): [first, last)
+                first = _clamp(b, _ceil_div(b, i64(left - px), sw), cols)
+                last = _clamp(b, _ceil_div(b, i64(left - px + p.width), sw), cols)
+                spans.append((b.select(inside, first, i64(0)), b.select(inside, last, i64(0))))
+            # the columns every phase copies, read as one interleaved run
+            joint_first = spans[0][0]
+            joint_last = spans[0][1]
+            for first, last in spans[1:]:
+                joint_first = b.select(b.icmp_signed(">", first, joint_first), first, joint_first)
+                joint_last = b.select(b.icmp_signed("<", last, joint_last), last, joint_last)
+
+            def copy(out, px, start, stop):
+                with for_range(b, b.sub(stop, start), "cp") as t:
+                    j = b.add(start, t)
+                    x = b.sub(b.add(b.mul(j, i64(sw)), i64(px)), i64(left))
+                    at = b.gep(src_row, [b.mul(x, i64(column_stride))], source_etype=ty)
+                    b.store(b.load(at, typ=ty), b.gep(out, [j], source_etype=ty))
+
+            def zero(out, start, stop):
+                with for_range(b, b.sub(stop, start), "zero") as t:
+                    b.store(ir.Constant(ty, 0), b.gep(out, [b.add(start, t)], source_etype=ty))
+
+            joint = b.icmp_signed("<", joint_first, joint_last)
+            with b.if_else(joint) as (together, apart):
+                with together:
+                    for out, px, (first, last) in zip(outs, column_phases, spans):
+                        zero(out, i64(0), first)
+                        copy(out, px, first, joint_first)
+                        copy(out, px, joint_last, last)
+                        zero(out, last, i64(cols))
+                    with for_range(b, b.sub(joint_last, joint_first), "cp", True) as t:
+                        j = b.add(joint_first, t)
+                        x = b.sub(b.mul(j, i64(sw)), i64(left))
+                        for out, px in zip(outs, column_phases):
+                            offset = b.mul(b.add(x, i64(px)), i64(column_stride))
+                            value = b.load(b.gep(src_row, [offset], source_etype=ty), typ=ty)
+                            b.store(value, b.gep(out, [j], source_etype=ty))
+                with apart:
+                    for out, px, (first, last) in zip(outs, column_phases, spans):
+                        zero(out, i64(0), first)
+                        copy(out, px, first, last)
+                        zero(out, last, i64(cols))
 
     def _run(self, ctx, c: Slice, unit, group, n, source, weights, epilogue) -> None:
         """Unit `unit` of group `group` of image `n`: its tiles, then its epilogue."""
