@@ -94,8 +94,9 @@ class MemoryStats:
     @property
     def scratch_bytes(self) -> int:
         """What NAME_SCRATCH_BYTES says: the arena rounded up to the alignment, then the
-        workspace."""
-        return -(-self.arena_bytes // self.alignment) * self.alignment + self.workspace_bytes
+        workspace, all rounded up to the alignment (a size C11's aligned_alloc accepts)."""
+        end = -(-self.arena_bytes // self.alignment) * self.alignment + self.workspace_bytes
+        return -(-end // self.alignment) * self.alignment
 
 
 class Target(Protocol):

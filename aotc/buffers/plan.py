@@ -91,8 +91,10 @@ class BufferPlan:
 
     @property
     def scratch_bytes(self) -> int:
-        """The scratch a caller provides: the arena, then the workspace."""
-        return self.workspace_offset + self.workspace_bytes
+        """The scratch a caller provides: the arena, then the workspace, rounded up to the
+        alignment (C11's aligned_alloc takes only multiples of it, as NAME.h promises)."""
+        end = self.workspace_offset + self.workspace_bytes
+        return -(-end // self.alignment) * self.alignment
 
     def slice_of(self, instr: Instruction, shape_index: tuple[int, ...] = ()) -> Slice:
         return self.slices[(id(instr), shape_index)]
