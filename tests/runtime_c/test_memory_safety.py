@@ -439,7 +439,7 @@ typedef int (*run_fn)(void *const *, void *const *, void *);
 typedef struct { run_fn run; size_t in_bytes, out_bytes, scratch_bytes, align; void *in, *ref; } model;
 typedef struct { model *m; int iters, bad; pthread_t thread; } job;
 static model models[2];
-static int stop;
+static int stop, enough = 1; /* enough: the pool has changed size often enough */
 
 static void *scratch_for(const model *m) {
     /* a zero-byte scratch still has to be a pointer of its own: NULL is the static arena */
@@ -454,7 +454,7 @@ static int run_once(const model *m, void *out, void *scratch) {
 static void *worker(void *p) {
     job *j = (job *)p;
     void *scratch = scratch_for(j->m), *out = malloc(j->m->out_bytes);
-    for (int i = 0; i < j->iters; i++) {
+    for (int i = 0; i < j->iters || !__atomic_load_n(&enough, __ATOMIC_ACQUIRE); i++) {
         memset(out, 0xff, j->m->out_bytes);
         j->bad += run_once(j->m, out, scratch) != 0 || memcmp(out, j->m->ref, j->m->out_bytes) != 0;
     }
@@ -468,6 +468,7 @@ static void *toggler(void *p) {
     int n = 0, *changes = (int *)p;
     while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
         aotc_set_num_threads(1 + n++ % 4);
+        if (n == 50) __atomic_store_n(&enough, 1, __ATOMIC_RELEASE);
         nanosleep(&pause, NULL);
     }
     *changes = n;
@@ -503,7 +504,10 @@ int main(int argc, char **argv) {
     for (int round = 0; round < 2; round++) {
         /* round 0: a fixed pool of 4 threads; round 1: its size changes meanwhile */
         aotc_set_num_threads(4);
-        if (round == 1) pthread_create(&t, NULL, toggler, &changes);
+        if (round == 1) {
+            enough = 0;
+            pthread_create(&t, NULL, toggler, &changes);
+        }
         for (int i = 0; i < 6; i++) {
             jobs[i] = (job){&models[i < 4 ? 0 : 1], ITERS, 0, 0};
             pthread_create(&jobs[i].thread, NULL, worker, &jobs[i]);
@@ -547,3 +551,4 @@ def test_concurrent_runs(built, sanitizer):
     assert result.returncode == 0, result.stderr[-20000:]
     assert "WARNING" not in result.stderr and "runtime error" not in result.stderr
     assert "bad=0" in result.stdout
+    assert int(result.stdout.split("changes=")[1].split()[0]) >= 50
