@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from ..buffers.heap import align_up
 from ..errors import AotcError
 from ..ir import DType, Shape
 from ..names import check_c_identifier
@@ -95,8 +96,8 @@ class MemoryStats:
     def scratch_bytes(self) -> int:
         """What NAME_SCRATCH_BYTES says: the arena rounded up to the alignment, then the
         workspace, all rounded up to the alignment (a size C11's aligned_alloc accepts)."""
-        end = -(-self.arena_bytes // self.alignment) * self.alignment + self.workspace_bytes
-        return -(-end // self.alignment) * self.alignment
+        arena = align_up(self.arena_bytes, self.alignment)
+        return align_up(arena + self.workspace_bytes, self.alignment)
 
 
 class Target(Protocol):
