@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from ..buffers.heap import align_up
 from ..errors import AotcError
 from ..ir import DType, Shape
 from ..names import check_c_identifier
@@ -94,8 +95,9 @@ class MemoryStats:
     @property
     def scratch_bytes(self) -> int:
         """What NAME_SCRATCH_BYTES says: the arena rounded up to the alignment, then the
-        workspace."""
-        return -(-self.arena_bytes // self.alignment) * self.alignment + self.workspace_bytes
+        workspace, all rounded up to the alignment (a size C11's aligned_alloc accepts)."""
+        arena = align_up(self.arena_bytes, self.alignment)
+        return align_up(arena + self.workspace_bytes, self.alignment)
 
 
 class Target(Protocol):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from ..ir import Instruction, Op, Trait
 from .concat import contiguous_parts
+from .heap import align_up
 
 
 class BufferKind(enum.Enum):
@@ -91,8 +92,9 @@ class BufferPlan:
 
     @property
     def scratch_bytes(self) -> int:
-        """The scratch a caller provides: the arena, then the workspace."""
-        return self.workspace_offset + self.workspace_bytes
+        """The scratch a caller provides: the arena, then the workspace, rounded up to the
+        alignment (C11's aligned_alloc takes only multiples of it, as NAME.h promises)."""
+        return align_up(self.workspace_offset + self.workspace_bytes, self.alignment)
 
     def slice_of(self, instr: Instruction, shape_index: tuple[int, ...] = ()) -> Slice:
         return self.slices[(id(instr), shape_index)]
