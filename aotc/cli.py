@@ -150,6 +150,14 @@ def _build_parser() -> argparse.ArgumentParser:
         help="measure this machine's bandwidth and peak again (else cached)",
     )
 
+    for command in (compile_cmd, inspect_cmd, profile_cmd):
+        command.add_argument(
+            "--max-memory",
+            metavar="SIZE",
+            help="refuse a model whose tensors, arena and weights need more than SIZE, e.g. "
+            "64G (default: this machine's memory)",
+        )
+
     commands.add_parser(
         "targets", help="list the supported targets, what each implies, and the C compilers found"
     )
@@ -165,6 +173,7 @@ def _positive(text: str) -> int:
 
 def _options(args):
     from .driver import CompileOptions
+    from .memory_limits import parse_size
 
     shapes = dict(parse_shape(spec) for spec in args.input)
     values = dict(parse_values(spec) for spec in args.const)
@@ -178,6 +187,7 @@ def _options(args):
         dump_hlo=getattr(args, "dump_hlo", None),
         threads=getattr(args, "threads", 1),
         profile=getattr(args, "profile", False),
+        max_memory=None if args.max_memory is None else parse_size(args.max_memory),
     )
 
 

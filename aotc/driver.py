@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import artifacts
+from . import artifacts, memory_limits
 from .backends import BACKENDS, Backend, backend_for
 from .buffers import BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
@@ -43,6 +43,8 @@ class CompileOptions:
     verify: bool = False
     threads: int = 1  # default thread count of the compiled model (<= 0: all CPUs)
     profile: bool = False  # per-kernel time and call counters in the code (aotc profile)
+    # bytes every tensor and the memory plan must fit (None: this machine's memory)
+    max_memory: int | None = None
 
 
 @dataclass
@@ -103,14 +105,18 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     backend = backend_for(options.target)
     target = backend.parse_target(options.target, options.opt_level)
     module, source = _import(model, options)
+    limit = options.max_memory or memory_limits.machine_memory()
+    memory_limits.check_tensors(module, limit)
     name = _model_name(options.name, source, module)
     module.name = name
     pipeline = make_pipeline(
         options.opt_level, options.dump_hlo, options.verify, chains=backend.computes_chains
     )
     pipeline.run(module)
+    memory_limits.check_tensors(module, limit)
     plan = assign_buffers(module)
     code = backend.compile(module, plan, name, target, options.threads, options.profile)
+    memory_limits.check_plan(plan.arena_bytes, plan.workspace_bytes, plan.weight_bytes, limit)
     inputs, outputs = _tensor_specs(module)
     stats = artifacts.MemoryStats(
         arena_bytes=plan.arena_bytes,

@@ -1,0 +1,92 @@
+"""The memory a compiled model may need, checked before anything is laid out or built.
+
+A model declares its tensors' dims, and a corrupt or hostile one declares 2^40 elements
+as easily as 4.  The compiler never allocates a tensor's bytes, so nothing fails while
+compiling, but the program it built could never run (and sizes past 2^63 bytes wrap in
+its index arithmetic).  So every tensor the module holds (inputs, outputs,
+intermediates, weights) and then the memory plan (arena, workspace, weights) must fit
+the limit: by default this machine's physical memory; `--max-memory` (or
+`CompileOptions.max_memory`) sets another, e.g. for a larger target machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from .errors import AotcError
+from .ir import Module, Shape
+from .ir.types import AnyShape
+
+# what any limit stays below: byte offsets are i64 in the generated code
+HARD_LIMIT = 2**62
+# the limit where the machine's memory cannot be read (not Linux, macOS or the BSDs)
+FALLBACK_LIMIT = 2**40
+UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?", re.IGNORECASE)
+
+
+class MemoryLimitError(AotcError):
+    """A model whose tensors or memory plan exceed the memory limit."""
+
+
+def machine_memory() -> int:
+    """This machine's physical memory in bytes."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return FALLBACK_LIMIT
+
+
+def parse_size(text: str) -> int:
+    """`24G`, `512M`, `1.5T`, `1000000` (bytes; K/M/G/T are powers of 1024)."""
+    match = SIZE.fullmatch(text.strip())
+    if match is None:
+        raise AotcError(f"--max-memory '{text}': expected a size such as 64G, 512M or 1000000")
+    size = int(float(match.group(1)) * UNITS[match.group(2).upper()])
+    if not 0 < size <= HARD_LIMIT:
+        raise AotcError(
+            f"--max-memory '{text}': must be above 0 and at most {format_size(HARD_LIMIT)}"
+        )
+    return size
+
+
+def format_size(size: int) -> str:
+    """Bytes as a short human-readable size: 23.4 GiB."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        scale = UNITS[unit[0]]
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
+
+
+def check_tensors(module: Module, limit: int) -> None:
+    """Refuse a module any of whose tensors (in any computation) needs more than `limit`
+    bytes, naming the first and the node it came from."""
+    for computation in module.computations:
+        for instr in computation.instructions:
+            size = _largest_array(instr.shape)
+            if size > limit:
+                origin = f" (from node '{instr.origin}')" if instr.origin else ""
+                raise MemoryLimitError(
+                    f"tensor '{instr.name}'{origin} of type {instr.shape.text(layout=False)} "
+                    f"takes {format_size(size)}, more than the memory limit of "
+                    f"{format_size(limit)} (--max-memory sets another)"
+                )
+
+
+def check_plan(arena_bytes: int, workspace_bytes: int, weight_bytes: int, limit: int) -> None:
+    """Refuse a memory plan whose scratch and weights together exceed `limit`."""
+    total = arena_bytes + workspace_bytes + weight_bytes
+    if total > limit:
+        raise MemoryLimitError(
+            f"the model needs {format_size(total)} (arena {format_size(arena_bytes)}, "
+            f"workspace {format_size(workspace_bytes)}, weights {format_size(weight_bytes)}), "
+            f"more than the memory limit of {format_size(limit)} (--max-memory sets another)"
+        )
+
+
+def _largest_array(shape: AnyShape) -> int:
+    if isinstance(shape, Shape):
+        return shape.nbytes
+    return max((_largest_array(element) for element in shape.elements), default=0)
