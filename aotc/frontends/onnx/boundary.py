@@ -167,15 +167,22 @@ class ModelBoundary:
         return self.top.b.constant(value.reshape(shape.dims), dtype, name=name)
 
 
+def declared_dims(tensor: onnx.TypeProto.Tensor) -> list[int | str | None] | None:
+    """A tensor type's dims as declared: a size, a dim_param's name, or None for an unknown
+    dim; None without a shape.  A negative dim_value (paddle2onnx writes -1) is unknown,
+    as onnxruntime reads it."""
+    if not tensor.HasField("shape"):
+        return None
+    return [
+        d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else d.dim_param or None
+        for d in tensor.shape.dim
+    ]
+
+
 def input_shape(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] | None) -> Shape:
     """A graph input's tensor type, its unknown dims taken from `given` (from --input)."""
     dtype = to_dtype(tensor.elem_type, f"input '{name}'")
-    model_dims = None
-    if tensor.HasField("shape"):
-        model_dims = [
-            d.dim_value if d.HasField("dim_value") else d.dim_param or None
-            for d in tensor.shape.dim
-        ]
+    model_dims = declared_dims(tensor)
     if given is not None:
         given = [int(d) for d in given]
         if model_dims is not None and len(given) != len(model_dims):
@@ -200,4 +207,4 @@ def input_shape(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] |
             raise ModelError(
                 f"input '{name}' dim {i} is {label}; give the shape with --input {name}={example}"
             )
-    return Shape(dtype, model_dims)
+    return Shape(dtype, tuple(m for m in model_dims if isinstance(m, int)))  # all are, by now
