@@ -149,6 +149,32 @@ def test_negative_dims_are_unknown_dims(tmp_path):
     np.testing.assert_array_equal(got, np.maximum(data, 0))
 
 
+def test_scalar_input_spellings(tmp_path):
+    """A rank-0 input: --const sr=16000 is its value, --input sr= its shape; a wrong
+    spelling is refused naming the flag given."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    sr = helper.make_tensor_value_info("sr", TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    nodes = [
+        helper.make_node("Cast", ["sr"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x", "f"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x, sr], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    path = tmp_path / "sc.onnx"
+    onnx.save(model, str(path))
+    result = run_cli("compile", path, "-o", tmp_path / "a", "--const", "sr=16000")
+    assert result.returncode == 0, result.stderr
+    assert "input  sr" not in result.stdout
+    result = run_cli("compile", path, "-o", tmp_path / "b", "--input", "sr=")
+    assert result.returncode == 0, result.stderr
+    assert "input  sr: s64[]" in result.stdout
+    too_many = run_cli("compile", path, "-o", tmp_path / "c", "--const", "sr=1,2")
+    assert_one_line_error(too_many, "--const sr")
+    ranked = run_cli("compile", path, "-o", tmp_path / "c", "--input", "sr=1")
+    assert_one_line_error(ranked, "--input sr", "--input sr=")
+
+
 def test_foreign_target_without_cross_compiler_writes_sources(tmp_path, monkeypatch):
     """No C compiler for the target: one warning line, the object, the header and the
     runtime sources, the command that finishes the library, exit 0 (tests/test_cross.py

@@ -242,6 +242,18 @@ def test_bad_input_shapes():
         import_onnx(relu_model(input_dims=("n", 3)), input_shapes={"x": (-1, 3)})
 
 
+def test_const_values_take_the_model_static_shape():
+    """A flat list of values (--const) fixes a scalar or a static rank-2 input."""
+    nodes = [helper.make_node("Mul", ["x", "k"], ["y"])]
+    scalar = make_model(nodes, [tensor("x", [2, 2]), tensor("k", [])], [tensor("y", None)])
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    module = import_onnx(scalar, input_values={"k": np.array([3.0])})
+    np.testing.assert_array_equal(run(module, [x])[0], x * 3)
+    matrix = make_model(nodes, [tensor("x", [2, 2]), tensor("k", [2, 2])], [tensor("y", None)])
+    module = import_onnx(matrix, input_values={"k": np.array([1.0, 2, 3, 4])})
+    np.testing.assert_array_equal(run(module, [x])[0], x * (x + 1))
+
+
 def test_omitted_outputs_are_not_used():
     # "" names an omitted optional output: not a use of MaxPool's Indices or Dropout's mask
     nodes = [
