@@ -174,6 +174,16 @@ def test_newer_opset_with_unchanged_op():
     np.testing.assert_array_equal(run(import_onnx(model), [x])[0], np.maximum(x, 0))
 
 
+@pytest.mark.parametrize("version", [2**62, 2**31, 0, -3])
+def test_opset_version_out_of_range_refused(version):
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [4])], [tensor("y", [4])]
+    )
+    model.opset_import[0].version = version
+    with pytest.raises(UnsupportedError, match=f"opset version {version} of domain ai.onnx is not"):
+        import_onnx(model)
+
+
 def test_reshape_shape_fixed_by_input_values():
     nodes = [helper.make_node("Reshape", ["data", "shape_in"], ["y"], name="x")]
     inputs = [tensor("data", [2, 3]), tensor("shape_in", [2], TensorProto.INT64)]

@@ -186,11 +186,20 @@ def _undecoded_text(message) -> str | None:
     return None
 
 
+# opset versions onnx's schema lookup takes (a C int); others are refused, not a TypeError
+OPSET_RANGE = range(1, 2**31)
+
+
 def model_opsets(model: onnx.ModelProto) -> dict[str, int]:
     """Opset version per domain; ONNX's own domain under ""."""
     opsets = {}
     for entry in model.opset_import:
         domain = "" if entry.domain in DEFAULT_DOMAINS else entry.domain
+        if entry.version not in OPSET_RANGE:
+            shown = entry.domain or "ai.onnx"
+            raise UnsupportedError(
+                f"opset version {entry.version} of domain {shown} is not supported"
+            )
         opsets[domain] = entry.version
     return opsets
 
