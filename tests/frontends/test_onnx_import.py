@@ -264,6 +264,30 @@ def test_const_values_take_the_model_static_shape():
     np.testing.assert_array_equal(run(module, [x])[0], x * (x + 1))
 
 
+@pytest.mark.parametrize(
+    "op, attrs, message",
+    [
+        ("Conv", {"strides": [0, 1]}, "strides is \\[0, 1\\]; each must be at least 1"),
+        ("Conv", {"dilations": [1, 0]}, "dilations .* at least 1"),
+        ("Conv", {"pads": [-1, 0, 0, 0]}, "pads .* at least 0"),
+        ("MaxPool", {"kernel_shape": []}, "kernel_shape has 0 values, expected 2"),
+        ("AveragePool", {"kernel_shape": [2, 2], "strides": [1, 0], "ceil_mode": 1}, "strides"),
+        ("MaxPool", {"kernel_shape": [0, 2]}, "kernel_shape .* at least 1"),
+    ],
+)
+def test_bad_window_attributes_refused(op, attrs, message):
+    """A zero stride, dilation or kernel, or a negative pad, is a ShapeError naming the
+    node and the attribute (was a ZeroDivisionError or an empty max())."""
+    node = helper.make_node(op, ["x", "w"] if op == "Conv" else ["x"], ["y"], name="n")
+    for name, values in attrs.items():
+        kind = onnx.AttributeProto.INTS if isinstance(values, list) else onnx.AttributeProto.INT
+        node.attribute.append(helper.make_attribute(name, values, attr_type=kind))
+    w = numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")
+    model = make_model([node], [tensor("x", [1, 1, 5, 5])], [tensor("y", None)], [w])
+    with pytest.raises(ShapeError, match=f"{op} \\(node 'n'.*{message}"):
+        import_onnx(model)
+
+
 def test_omitted_outputs_are_not_used():
     # "" names an omitted optional output: not a use of MaxPool's Indices or Dropout's mask
     nodes = [
