@@ -121,6 +121,41 @@ def test_names_that_are_not_utf8_are_refused(tmp_path):
     with pytest.raises(ModelError, match="op_type is not UTF-8 text") as info:
         import_onnx(path)
     assert "\n" not in str(info.value)
+    in_memory = onnx.ModelProto.FromString(data.replace(b"x", b"\xff"))
+    with pytest.raises(ModelError, match="NodeProto.input is not UTF-8 text"):
+        import_onnx(in_memory)
+
+
+@pytest.mark.parametrize(
+    "nodes, inputs, outputs, message",
+    [
+        ([("Relu", [""], ["y"])], [""], ["y"], "graph 'g': input 0 has an empty name"),
+        ([("Relu", ["x"], [""])], ["x"], [""], "graph 'g': output 0 has an empty name"),
+        (
+            [("Relu", ["x"], [""]), ("Relu", [""], ["y"])],
+            ["x"],
+            ["y"],
+            "node 'second'.*input 0 has an empty name, but the op requires it",
+        ),
+    ],
+)
+def test_empty_names_refused(nodes, inputs, outputs, message):
+    """An unnamed graph value is malformed; an empty node input name omits an optional
+    input only, so a required one is refused naming the node."""
+    made = [
+        helper.make_node(op, ins, outs, name=name)
+        for (op, ins, outs), name in zip(nodes, ["first", "second"])
+    ]
+    model = make_model(made, [tensor(n, [2]) for n in inputs], [tensor(n, [2]) for n in outputs])
+    with pytest.raises(ModelError, match=message):
+        import_onnx(model)
+
+
+def test_empty_optional_names_are_omitted_values():
+    nodes = [helper.make_node("Dropout", ["x", "", ""], ["y", ""])]
+    model = make_model(nodes, [tensor("x", [2])], [tensor("y", [2])])
+    x = np.array([-1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(run(import_onnx(model), [x])[0], x)
 
 
 def test_unsupported_ops_listed_at_once():

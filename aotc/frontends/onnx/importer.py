@@ -151,7 +151,9 @@ def import_onnx(
 
 
 def load_model(source: onnx.ModelProto | str | Path) -> onnx.ModelProto:
+    """The model, read and checked to hold a graph whose names are named, UTF-8 text."""
     if isinstance(source, onnx.ModelProto):
+        _check_names(source, "the model")
         return source
     path = Path(source)
     if not path.is_file():
@@ -163,10 +165,26 @@ def load_model(source: onnx.ModelProto | str | Path) -> onnx.ModelProto:
         raise ModelError(f"{path}: not a readable ONNX model ({reason})") from e
     if not model.HasField("graph"):
         raise ModelError(f"{path}: not a readable ONNX model (it has no graph)")
+    _check_names(model, str(path))
+    return model
+
+
+def _check_names(model: onnx.ModelProto, where: str) -> None:
+    """Refuse text left as bytes (not UTF-8) and unnamed graph values: a graph input,
+    output or initializer needs a name (a node's empty input or output name is an
+    omitted optional one, checked per node)."""
     field = _undecoded_text(model)
     if field is not None:
-        raise ModelError(f"{path}: not a readable ONNX model ({field} is not UTF-8 text)")
-    return model
+        raise ModelError(f"{where}: not a readable ONNX model ({field} is not UTF-8 text)")
+    graphs = [model.graph, *(g for _, node in _all_nodes(model.graph) for g in _subgraphs(node))]
+    for graph in graphs:
+        for what, values in (("input", graph.input), ("output", graph.output)):
+            for i, value in enumerate(values):
+                if not value.name:
+                    raise ModelError(f"graph '{graph.name}': {what} {i} has an empty name")
+        for i, tensor in enumerate(graph.initializer):
+            if not tensor.name:
+                raise ModelError(f"graph '{graph.name}': initializer {i} has an empty name")
 
 
 def _undecoded_text(message) -> str | None:
@@ -381,3 +399,9 @@ def _check_arity(node: onnx.NodeProto, opset: int, lowering: Lowering) -> None:
     ):
         if not low <= count <= high:
             raise ModelError(f"has {count} {what}, expected {low} to {high}")
+    # an empty name omits an optional input: refuse it where the schema says required
+    formal = [] if lowering.arity is not None or spec is None else spec.inputs
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    for i, (name, param) in enumerate(zip(node.input, formal)):
+        if not name and param.option == single:
+            raise ModelError(f"input {i} has an empty name, but the op requires it")
