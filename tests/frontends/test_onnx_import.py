@@ -486,6 +486,40 @@ def test_missing_external_data(tmp_path):
         import_onnx(model)
 
 
+@pytest.mark.parametrize(
+    "location, offset, message",
+    [
+        ("w.bin", None, None),
+        ("../w.bin", None, "outside the model's folder"),
+        ("ABSOLUTE", None, "outside the model's folder"),
+        ("link.bin", None, "outside the model's folder"),
+        ("w.bin", 8, "runs past the end of 'w.bin'"),
+    ],
+)
+def test_external_data_stays_in_the_model_folder(tmp_path, location, offset, message):
+    """External data is read only from the model's folder and within its file's bounds,
+    checked before any read."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    values = np.arange(3, dtype=np.float32)
+    for where in (folder / "w.bin", tmp_path / "w.bin"):
+        where.write_bytes(values.tobytes())
+    (folder / "link.bin").symlink_to(tmp_path / "w.bin")
+    location = str(tmp_path / "w.bin") if location == "ABSOLUTE" else location
+    weights = numpy_helper.from_array(values, "w")
+    length = None if offset is None else 12
+    onnx.external_data_helper.set_external_data(weights, location, offset, length)
+    weights.ClearField("raw_data")
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
+    model = make_model(nodes, [tensor("x", [3])], [tensor("y", None)], [weights])
+    onnx.save(model, str(folder / "m.onnx"))
+    if message is None:
+        np.testing.assert_array_equal(run(import_onnx(folder / "m.onnx"), [values])[0], 2 * values)
+        return
+    with pytest.raises(ModelError, match=f"tensor 'w': .*{message}"):
+        import_onnx(folder / "m.onnx")
+
+
 LINEAR = {"coefficients": [0.5, -1.0, 2.0], "intercepts": [0.1]}
 ML_OPSET = helper.make_opsetid("ai.onnx.ml", 1)
 

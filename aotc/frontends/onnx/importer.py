@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
+from onnx import external_data_helper
 
 from ...errors import AotcError, ModelError, UnsupportedError
 from ...ir import ComputationBuilder, Instruction, Module
@@ -63,7 +64,7 @@ from . import (
     text_features,
 )
 from .boundary import ModelBoundary
-from .dtypes import tensor_to_array
+from .dtypes import check_external_data, tensor_to_array
 from .registry import (
     DEFAULT_DOMAINS,
     Lowering,
@@ -159,14 +160,27 @@ def load_model(source: onnx.ModelProto | str | Path) -> onnx.ModelProto:
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, OSError, ValueError, onnx.checker.ValidationError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelError(f"{path}: not a readable ONNX model ({reason})") from e
     if not model.HasField("graph"):
         raise ModelError(f"{path}: not a readable ONNX model (it has no graph)")
     _check_names(model, str(path))
+    _load_external_data(model, str(path.parent))
     return model
+
+
+def _load_external_data(model: onnx.ModelProto, folder: str) -> None:
+    """Read the tensors kept in files beside the model, each checked first (dtypes.py)."""
+    for tensor in external_data_helper._get_all_tensors(model):
+        if external_data_helper.uses_external_data(tensor):
+            what = f"tensor '{tensor.name}'"
+            check_external_data(tensor, folder, what)
+            try:
+                external_data_helper.load_external_data_for_tensor(tensor, folder)
+            except (OSError, ValueError) as e:
+                raise ModelError(f"{what}: cannot read its data ({e})") from e
 
 
 def _check_names(model: onnx.ModelProto, where: str) -> None:
