@@ -446,6 +446,16 @@ def test_grouped_conv_transpose():
     np.testing.assert_allclose(run(module, [x])[0], expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("scale", [1e30, 2.0**21, float("nan")])
+def test_resize_to_a_huge_size_refused(scale):
+    """A corrupt scale is a ShapeError saying the size is too large, not a ValueError."""
+    scales = numpy_helper.from_array(np.array([1, 1, scale, scale], np.float32), "scales")
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="rs")]
+    model = make_model(nodes, [tensor("x", [1, 1, 4, 4])], [tensor("y", None)], [scales])
+    with pytest.raises(ShapeError, match="Resize \\(node 'rs'.*too large"):
+        import_onnx(model)
+
+
 def test_resize_linear_of_bool_refused():
     scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up", mode="linear")
