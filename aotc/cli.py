@@ -64,14 +64,15 @@ def _build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=DIMS",
-        help="shape of an input, e.g. input=1x3x224x224 (repeatable)",
+        help="shape of an input, e.g. input=1x3x224x224; NAME= for a scalar (repeatable)",
     )
     compile_cmd.add_argument(
         "--const",
         action="append",
         default=[],
         metavar="NAME=VALUES",
-        help="fix an input to values, e.g. shape=1,-1 (it becomes a constant; repeatable)",
+        help="fix an input to values, e.g. shape=1,-1, or sr=16000 for a scalar input (it "
+        "becomes a constant, of the model's shape where that is static; repeatable)",
     )
     compile_cmd.add_argument(
         "--target",

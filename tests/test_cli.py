@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
-from aotc_testing import EXAMPLES, run_cli
+from aotc_testing import EXAMPLES, build_c, generic_driver_source, run_c_model, run_cli
 from onnx import TensorProto, helper
 
 MNIST = EXAMPLES / "mnist" / "mnist.onnx"
@@ -125,6 +126,53 @@ def test_input_fixes_a_symbolic_batch(tmp_path):
     assert result.returncode == 0, result.stderr
     header = (tmp_path / "out" / "sym.h").read_text()
     assert "#define SYM_X_DIM0 5" in header, header
+
+
+def test_negative_dims_are_unknown_dims(tmp_path):
+    """A dim_value of -1 (paddle2onnx's spelling) is an unknown dim, as onnxruntime reads it:
+    --input fixes it, and without --input it is refused naming the input."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, -1, -1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3, -1, -1])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    onnx.save(model, str(tmp_path / "neg.onnx"))
+    missing = run_cli("compile", tmp_path / "neg.onnx", "-o", tmp_path / "out")
+    assert_one_line_error(missing, "'x'", "--input x=")
+    out = tmp_path / "out"
+    result = run_cli("compile", tmp_path / "neg.onnx", "-o", out, "--input", "x=1x3x48x192")
+    assert result.returncode == 0, result.stderr
+    data = np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32)
+    source = tmp_path / "driver.c"
+    source.write_text(generic_driver_source("neg", 1, 1))
+    program = build_c([source], tmp_path / "driver", [out], [out / "libneg.a"])
+    (got,) = run_c_model(program, [data], [data], tmp_path)
+    np.testing.assert_array_equal(got, np.maximum(data, 0))
+
+
+def test_scalar_input_spellings(tmp_path):
+    """A rank-0 input: --const sr=16000 is its value, --input sr= its shape; a wrong
+    spelling is refused naming the flag given."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    sr = helper.make_tensor_value_info("sr", TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    nodes = [
+        helper.make_node("Cast", ["sr"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x", "f"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x, sr], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    path = tmp_path / "sc.onnx"
+    onnx.save(model, str(path))
+    result = run_cli("compile", path, "-o", tmp_path / "a", "--const", "sr=16000")
+    assert result.returncode == 0, result.stderr
+    assert "input  sr" not in result.stdout
+    result = run_cli("compile", path, "-o", tmp_path / "b", "--input", "sr=")
+    assert result.returncode == 0, result.stderr
+    assert "input  sr: s64[]" in result.stdout
+    too_many = run_cli("compile", path, "-o", tmp_path / "c", "--const", "sr=1,2")
+    assert_one_line_error(too_many, "--const sr")
+    ranked = run_cli("compile", path, "-o", tmp_path / "c", "--input", "sr=1")
+    assert_one_line_error(ranked, "--input sr", "--input sr=")
 
 
 def test_foreign_target_without_cross_compiler_writes_sources(tmp_path, monkeypatch):

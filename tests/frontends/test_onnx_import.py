@@ -121,6 +121,41 @@ def test_names_that_are_not_utf8_are_refused(tmp_path):
     with pytest.raises(ModelError, match="op_type is not UTF-8 text") as info:
         import_onnx(path)
     assert "\n" not in str(info.value)
+    in_memory = onnx.ModelProto.FromString(data.replace(b"x", b"\xff"))
+    with pytest.raises(ModelError, match="NodeProto.input is not UTF-8 text"):
+        import_onnx(in_memory)
+
+
+@pytest.mark.parametrize(
+    "nodes, inputs, outputs, message",
+    [
+        ([("Relu", [""], ["y"])], [""], ["y"], "graph 'g': input 0 has an empty name"),
+        ([("Relu", ["x"], [""])], ["x"], [""], "graph 'g': output 0 has an empty name"),
+        (
+            [("Relu", ["x"], [""]), ("Relu", [""], ["y"])],
+            ["x"],
+            ["y"],
+            "node 'second'.*input 0 has an empty name, but the op requires it",
+        ),
+    ],
+)
+def test_empty_names_refused(nodes, inputs, outputs, message):
+    """An unnamed graph value is malformed; an empty node input name omits an optional
+    input only, so a required one is refused naming the node."""
+    made = [
+        helper.make_node(op, ins, outs, name=name)
+        for (op, ins, outs), name in zip(nodes, ["first", "second"])
+    ]
+    model = make_model(made, [tensor(n, [2]) for n in inputs], [tensor(n, [2]) for n in outputs])
+    with pytest.raises(ModelError, match=message):
+        import_onnx(model)
+
+
+def test_empty_optional_names_are_omitted_values():
+    nodes = [helper.make_node("Dropout", ["x", "", ""], ["y", ""])]
+    model = make_model(nodes, [tensor("x", [2])], [tensor("y", [2])])
+    x = np.array([-1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(run(import_onnx(model), [x])[0], x)
 
 
 def test_unsupported_ops_listed_at_once():
@@ -172,6 +207,16 @@ def test_newer_opset_with_unchanged_op():
     model = make_model(nodes, [tensor("x", [4])], [tensor("y", [4])], opset=25)
     x = np.array([-1, 2, -3, 4], np.float32)
     np.testing.assert_array_equal(run(import_onnx(model), [x])[0], np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("version", [2**62, 2**31, 0, -3])
+def test_opset_version_out_of_range_refused(version):
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [4])], [tensor("y", [4])]
+    )
+    model.opset_import[0].version = version
+    with pytest.raises(UnsupportedError, match=f"opset version {version} of domain ai.onnx is not"):
+        import_onnx(model)
 
 
 def test_reshape_shape_fixed_by_input_values():
@@ -240,6 +285,42 @@ def test_bad_input_shapes():
         import_onnx(relu_model(), input_shapes={"x": (2, 4)})
     with pytest.raises(ModelError, match="must not be negative"):
         import_onnx(relu_model(input_dims=("n", 3)), input_shapes={"x": (-1, 3)})
+
+
+def test_const_values_take_the_model_static_shape():
+    """A flat list of values (--const) fixes a scalar or a static rank-2 input."""
+    nodes = [helper.make_node("Mul", ["x", "k"], ["y"])]
+    scalar = make_model(nodes, [tensor("x", [2, 2]), tensor("k", [])], [tensor("y", None)])
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    module = import_onnx(scalar, input_values={"k": np.array([3.0])})
+    np.testing.assert_array_equal(run(module, [x])[0], x * 3)
+    matrix = make_model(nodes, [tensor("x", [2, 2]), tensor("k", [2, 2])], [tensor("y", None)])
+    module = import_onnx(matrix, input_values={"k": np.array([1.0, 2, 3, 4])})
+    np.testing.assert_array_equal(run(module, [x])[0], x * (x + 1))
+
+
+@pytest.mark.parametrize(
+    "op, attrs, message",
+    [
+        ("Conv", {"strides": [0, 1]}, "strides is \\[0, 1\\]; each must be at least 1"),
+        ("Conv", {"dilations": [1, 0]}, "dilations .* at least 1"),
+        ("Conv", {"pads": [-1, 0, 0, 0]}, "pads .* at least 0"),
+        ("MaxPool", {"kernel_shape": []}, "kernel_shape has 0 values, expected 2"),
+        ("AveragePool", {"kernel_shape": [2, 2], "strides": [1, 0], "ceil_mode": 1}, "strides"),
+        ("MaxPool", {"kernel_shape": [0, 2]}, "kernel_shape .* at least 1"),
+    ],
+)
+def test_bad_window_attributes_refused(op, attrs, message):
+    """A zero stride, dilation or kernel, or a negative pad, is a ShapeError naming the
+    node and the attribute (was a ZeroDivisionError or an empty max())."""
+    node = helper.make_node(op, ["x", "w"] if op == "Conv" else ["x"], ["y"], name="n")
+    for name, values in attrs.items():
+        kind = onnx.AttributeProto.INTS if isinstance(values, list) else onnx.AttributeProto.INT
+        node.attribute.append(helper.make_attribute(name, values, attr_type=kind))
+    w = numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")
+    model = make_model([node], [tensor("x", [1, 1, 5, 5])], [tensor("y", None)], [w])
+    with pytest.raises(ShapeError, match=f"{op} \\(node 'n'.*{message}"):
+        import_onnx(model)
 
 
 def test_omitted_outputs_are_not_used():
@@ -365,6 +446,16 @@ def test_grouped_conv_transpose():
     np.testing.assert_allclose(run(module, [x])[0], expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("scale", [1e30, 2.0**21, float("nan")])
+def test_resize_to_a_huge_size_refused(scale):
+    """A corrupt scale is a ShapeError saying the size is too large, not a ValueError."""
+    scales = numpy_helper.from_array(np.array([1, 1, scale, scale], np.float32), "scales")
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="rs")]
+    model = make_model(nodes, [tensor("x", [1, 1, 4, 4])], [tensor("y", None)], [scales])
+    with pytest.raises(ShapeError, match="Resize \\(node 'rs'.*too large"):
+        import_onnx(model)
+
+
 def test_resize_linear_of_bool_refused():
     scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up", mode="linear")
@@ -403,6 +494,40 @@ def test_missing_external_data(tmp_path):
     model = make_model(nodes, [tensor("x", [3])], [tensor("y", None)], [weights])
     with pytest.raises(ModelError, match="initializer 'w': cannot read its data"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize(
+    "location, offset, message",
+    [
+        ("w.bin", None, None),
+        ("../w.bin", None, "outside the model's folder"),
+        ("ABSOLUTE", None, "outside the model's folder"),
+        ("link.bin", None, "outside the model's folder"),
+        ("w.bin", 8, "runs past the end of 'w.bin'"),
+    ],
+)
+def test_external_data_stays_in_the_model_folder(tmp_path, location, offset, message):
+    """External data is read only from the model's folder and within its file's bounds,
+    checked before any read."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    values = np.arange(3, dtype=np.float32)
+    for where in (folder / "w.bin", tmp_path / "w.bin"):
+        where.write_bytes(values.tobytes())
+    (folder / "link.bin").symlink_to(tmp_path / "w.bin")
+    location = str(tmp_path / "w.bin") if location == "ABSOLUTE" else location
+    weights = numpy_helper.from_array(values, "w")
+    length = None if offset is None else 12
+    onnx.external_data_helper.set_external_data(weights, location, offset, length)
+    weights.ClearField("raw_data")
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
+    model = make_model(nodes, [tensor("x", [3])], [tensor("y", None)], [weights])
+    onnx.save(model, str(folder / "m.onnx"))
+    if message is None:
+        np.testing.assert_array_equal(run(import_onnx(folder / "m.onnx"), [values])[0], 2 * values)
+        return
+    with pytest.raises(ModelError, match=f"tensor 'w': .*{message}"):
+        import_onnx(folder / "m.onnx")
 
 
 LINEAR = {"coefficients": [0.5, -1.0, 2.0], "intercepts": [0.1]}

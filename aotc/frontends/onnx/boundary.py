@@ -158,8 +158,15 @@ class ModelBoundary:
         """A graph input fixed to a given value (`input_values`, `--const`)."""
         value = np.asarray(self.input_values[name])
         dtype = to_dtype(tensor_type.elem_type, f"input '{name}'")
-        given = self.input_shapes.get(name)
-        shape = input_shape(name, tensor_type, given if given is not None else value.shape)
+        given: Sequence | None = self.input_shapes.get(name)
+        flag = "--input"
+        if given is None:
+            # --const's flat list takes the model's static shape (one value: a scalar)
+            declared = declared_dims(tensor_type)
+            static = declared is not None and all(isinstance(d, int) for d in declared)
+            flat = value.ndim == 1 and static and len(declared or ()) != 1
+            given, flag = (declared if flat else value.shape), "--const"
+        shape = input_shape(name, tensor_type, given, flag)
         if shape.size != value.size:
             raise ModelError(
                 f"--const {name}: {value.size} values given, the input has shape {list(shape.dims)}"
@@ -167,27 +174,36 @@ class ModelBoundary:
         return self.top.b.constant(value.reshape(shape.dims), dtype, name=name)
 
 
-def input_shape(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] | None) -> Shape:
-    """A graph input's tensor type, its unknown dims taken from `given` (from --input)."""
+def declared_dims(tensor: onnx.TypeProto.Tensor) -> list[int | str | None] | None:
+    """A tensor type's dims as declared: a size, a dim_param's name, or None for an unknown
+    dim; None without a shape.  A negative dim_value (paddle2onnx writes -1) is unknown,
+    as onnxruntime reads it."""
+    if not tensor.HasField("shape"):
+        return None
+    return [
+        d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else d.dim_param or None
+        for d in tensor.shape.dim
+    ]
+
+
+def input_shape(
+    name: str, tensor: onnx.TypeProto.Tensor, given: Sequence | None, flag: str = "--input"
+) -> Shape:
+    """A graph input's tensor type, its unknown dims taken from `given` (from `flag`)."""
     dtype = to_dtype(tensor.elem_type, f"input '{name}'")
-    model_dims = None
-    if tensor.HasField("shape"):
-        model_dims = [
-            d.dim_value if d.HasField("dim_value") else d.dim_param or None
-            for d in tensor.shape.dim
-        ]
+    model_dims = declared_dims(tensor)
     if given is not None:
         given = [int(d) for d in given]
         if model_dims is not None and len(given) != len(model_dims):
             raise ModelError(
-                f"--input {name}: rank {len(given)} given, "
-                f"the model's input has rank {len(model_dims)}"
+                f"{flag} {name}: rank {len(given)} given, "
+                f"the model's input has rank {len(model_dims)} (a scalar's shape: --input {name}=)"
             )
         if min(given, default=0) < 0:
-            raise ModelError(f"--input {name}: dims must not be negative, got {given}")
+            raise ModelError(f"{flag} {name}: dims must not be negative, got {given}")
         for i, (g, m) in enumerate(zip(given, model_dims or given)):
             if isinstance(m, int) and m != g:
-                raise ModelError(f"--input {name}: dim {i} is {g}, the model says {m}")
+                raise ModelError(f"{flag} {name}: dim {i} is {g}, the model says {m}")
         return Shape(dtype, given)
     if model_dims is None:
         raise ModelError(
@@ -200,4 +216,4 @@ def input_shape(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] |
             raise ModelError(
                 f"input '{name}' dim {i} is {label}; give the shape with --input {name}={example}"
             )
-    return Shape(dtype, model_dims)
+    return Shape(dtype, tuple(m for m in model_dims if isinstance(m, int)))  # all are, by now

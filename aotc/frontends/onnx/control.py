@@ -22,6 +22,7 @@ import onnx
 from ...errors import AotcError, ModelError, ShapeError, UnsupportedError
 from ...ir import DType, Instruction, Op
 from ...ir.evaluate import evaluate_constant
+from .boundary import declared_dims
 from .dtypes import to_dtype
 from .helpers import normalize_axis
 from .mapped_scan import mapped_scan
@@ -152,8 +153,10 @@ def _stack(ctx: NodeContext, values: Sequence[Instruction], axis: int) -> Instru
 def _empty_scan(ctx: NodeContext, info: onnx.ValueInfoProto) -> Instruction:
     """A scan output of zero iterations: shape [0, ...] from the body's declared type."""
     tensor = info.type.tensor_type
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-    if not tensor.HasField("shape") or None in dims:
+    declared = declared_dims(tensor)
+    declared = [None] if declared is None else declared
+    dims = [d for d in declared if isinstance(d, int)]
+    if len(dims) != len(declared):
         raise UnsupportedError(
             f"the loop runs no iteration and scan output '{info.name}' has no static shape"
         )

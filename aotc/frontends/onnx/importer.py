@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
+from onnx import external_data_helper
 
 from ...errors import AotcError, ModelError, UnsupportedError
 from ...ir import ComputationBuilder, Instruction, Module
@@ -63,7 +64,7 @@ from . import (
     text_features,
 )
 from .boundary import ModelBoundary
-from .dtypes import tensor_to_array
+from .dtypes import check_external_data, tensor_to_array
 from .registry import (
     DEFAULT_DOMAINS,
     Lowering,
@@ -151,22 +152,53 @@ def import_onnx(
 
 
 def load_model(source: onnx.ModelProto | str | Path) -> onnx.ModelProto:
+    """The model, read and checked to hold a graph whose names are named, UTF-8 text."""
     if isinstance(source, onnx.ModelProto):
+        _check_names(source, "the model")
         return source
     path = Path(source)
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, OSError, ValueError, onnx.checker.ValidationError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelError(f"{path}: not a readable ONNX model ({reason})") from e
     if not model.HasField("graph"):
         raise ModelError(f"{path}: not a readable ONNX model (it has no graph)")
+    _check_names(model, str(path))
+    _load_external_data(model, str(path.parent))
+    return model
+
+
+def _load_external_data(model: onnx.ModelProto, folder: str) -> None:
+    """Read the tensors kept in files beside the model, each checked first (dtypes.py)."""
+    for tensor in external_data_helper._get_all_tensors(model):
+        if external_data_helper.uses_external_data(tensor):
+            what = f"tensor '{tensor.name}'"
+            check_external_data(tensor, folder, what)
+            try:
+                external_data_helper.load_external_data_for_tensor(tensor, folder)
+            except (OSError, ValueError) as e:
+                raise ModelError(f"{what}: cannot read its data ({e})") from e
+
+
+def _check_names(model: onnx.ModelProto, where: str) -> None:
+    """Refuse text left as bytes (not UTF-8) and unnamed graph values: a graph input,
+    output or initializer needs a name (a node's empty input or output name is an
+    omitted optional one, checked per node)."""
     field = _undecoded_text(model)
     if field is not None:
-        raise ModelError(f"{path}: not a readable ONNX model ({field} is not UTF-8 text)")
-    return model
+        raise ModelError(f"{where}: not a readable ONNX model ({field} is not UTF-8 text)")
+    graphs = [model.graph, *(g for _, node in _all_nodes(model.graph) for g in _subgraphs(node))]
+    for graph in graphs:
+        for what, values in (("input", graph.input), ("output", graph.output)):
+            for i, value in enumerate(values):
+                if not value.name:
+                    raise ModelError(f"graph '{graph.name}': {what} {i} has an empty name")
+        for i, tensor in enumerate(graph.initializer):
+            if not tensor.name:
+                raise ModelError(f"graph '{graph.name}': initializer {i} has an empty name")
 
 
 def _undecoded_text(message) -> str | None:
@@ -186,11 +218,20 @@ def _undecoded_text(message) -> str | None:
     return None
 
 
+# opset versions onnx's schema lookup takes (a C int); others are refused, not a TypeError
+OPSET_RANGE = range(1, 2**31)
+
+
 def model_opsets(model: onnx.ModelProto) -> dict[str, int]:
     """Opset version per domain; ONNX's own domain under ""."""
     opsets = {}
     for entry in model.opset_import:
         domain = "" if entry.domain in DEFAULT_DOMAINS else entry.domain
+        if entry.version not in OPSET_RANGE:
+            shown = entry.domain or "ai.onnx"
+            raise UnsupportedError(
+                f"opset version {entry.version} of domain {shown} is not supported"
+            )
         opsets[domain] = entry.version
     return opsets
 
@@ -372,3 +413,9 @@ def _check_arity(node: onnx.NodeProto, opset: int, lowering: Lowering) -> None:
     ):
         if not low <= count <= high:
             raise ModelError(f"has {count} {what}, expected {low} to {high}")
+    # an empty name omits an optional input: refuse it where the schema says required
+    formal = [] if lowering.arity is not None or spec is None else spec.inputs
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    for i, (name, param) in enumerate(zip(node.input, formal)):
+        if not name and param.option == single:
+            raise ModelError(f"input {i} has an empty name, but the op requires it")

@@ -270,14 +270,13 @@ def max_unpool(ctx: NodeContext, x: Instruction, indices: Instruction, output_sh
     b = ctx.b
     check_indices(indices)
     n = x.array_shape.rank - 2
-    kernel = ctx.required_attr("kernel_shape")
-    strides = ctx.attr("strides") or [1] * n
-    pads = ctx.attr("pads") or [0] * (2 * n)
-    if n < 1 or len(kernel) != n or indices.array_shape.dims != x.array_shape.dims:
+    if n < 1 or indices.array_shape.dims != x.array_shape.dims:
         raise ShapeError(
-            f"MaxUnpool of {list(x.array_shape.dims)} with indices "
-            f"{list(indices.array_shape.dims)} and kernel {list(kernel)}"
+            f"MaxUnpool of {list(x.array_shape.dims)} with indices {list(indices.array_shape.dims)}"
         )
+    kernel = ctx.window_ints("kernel_shape", n, None)
+    strides = ctx.window_ints("strides", n, 1)
+    pads = ctx.window_ints("pads", 2 * n, 0)
     spatial = x.array_shape.dims[2:]
     inferred = [*x.array_shape.dims[:2]] + [
         (spatial[i] - 1) * strides[i] - pads[i] - pads[n + i] + kernel[i] for i in range(n)

@@ -33,19 +33,12 @@ from .registry import NodeContext, onnx_op
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 
-def _per_dim(ctx: NodeContext, name: str, n: int, default: int) -> list[int]:
-    values = ctx.attr(name) or [default] * n
-    if len(values) != n:
-        raise ModelError(f"attribute {name} has {len(values)} values, expected {n}")
-    return [int(v) for v in values]
-
-
 def _pads(ctx: NodeContext, in_dims, kernel, strides, dilations) -> tuple[list[int], list[int]]:
     """Low and high padding per spatial dim, from `pads` or `auto_pad`."""
     n = len(in_dims)
     auto_pad = ctx.choice("auto_pad", AUTO_PADS)
     if auto_pad == "NOTSET":
-        pads = _per_dim(ctx, "pads", 2 * n, 0)
+        pads = ctx.window_ints("pads", 2 * n, 0)
         return pads[:n], pads[n:]
     if auto_pad == "VALID":
         return [0] * n, [0] * n
@@ -75,8 +68,8 @@ def conv(ctx: NodeContext, x: Instruction, w: Instruction, bias=None, dtype=None
     kernel = list(w.array_shape.dims[2:])
     if ctx.attr("kernel_shape") and list(ctx.attr("kernel_shape")) != kernel:
         raise ModelError(f"kernel_shape {ctx.attr('kernel_shape')} != weight dims {kernel}")
-    strides = _per_dim(ctx, "strides", n, 1)
-    dilations = _per_dim(ctx, "dilations", n, 1)
+    strides = ctx.window_ints("strides", n, 1)
+    dilations = ctx.window_ints("dilations", n, 1)
     low, high = _pads(ctx, x.array_shape.dims[2:], kernel, strides, dilations)
     window = Window.make(kernel, strides, low, high, None, dilations)
     out = b.convolution(x, w, window, ConvDims.nchw(n), groups=ctx.attr("group"), dtype=dtype)
@@ -94,9 +87,9 @@ def conv_transpose(ctx: NodeContext, x: Instruction, w: Instruction, bias=None) 
     n = _spatial_rank(x)
     groups = ctx.attr("group")
     c_in, c_out_per_group, *kernel = w.array_shape.dims
-    strides = _per_dim(ctx, "strides", n, 1)
-    dilations = _per_dim(ctx, "dilations", n, 1)
-    out_padding = _per_dim(ctx, "output_padding", n, 0)
+    strides = ctx.window_ints("strides", n, 1)
+    dilations = ctx.window_ints("dilations", n, 1)
+    out_padding = ctx.window_ints("output_padding", n, 0)
     extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
     in_dims = x.array_shape.dims[2:]
     # the output extent before pads are taken off
@@ -131,7 +124,7 @@ def _transpose_pads(ctx: NodeContext, in_dims, strides, full) -> tuple[list[int]
     if not target:
         if auto_pad == "VALID":
             return [0] * n, [0] * n
-        pads = _per_dim(ctx, "pads", 2 * n, 0)
+        pads = ctx.window_ints("pads", 2 * n, 0)
         return pads[:n], pads[n:]
     target = list(target)[-n:]  # some exporters include N and C
     total = [f - t for f, t in zip(full, target)]
@@ -175,10 +168,9 @@ class PoolGeometry:
 def _pool_geometry(ctx: NodeContext, x: Instruction) -> PoolGeometry:
     n = _spatial_rank(x)
     in_dims = list(x.array_shape.dims[2:])
-    ctx.required_attr("kernel_shape")
-    kernel = _per_dim(ctx, "kernel_shape", n, 1)
-    strides = _per_dim(ctx, "strides", n, 1)
-    dilations = _per_dim(ctx, "dilations", n, 1)
+    kernel = ctx.window_ints("kernel_shape", n, None)
+    strides = ctx.window_ints("strides", n, 1)
+    dilations = ctx.window_ints("dilations", n, 1)
     low, high = _pads(ctx, in_dims, kernel, strides, dilations)
     extra = [0] * n
     if ctx.attr("ceil_mode", 0):

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper
 
-from ...errors import InputValuesRequired, ModelError
+from ...errors import InputValuesRequired, ModelError, ShapeError
 from ...ir import ComputationBuilder, Instruction, Op
 from ...ir.evaluate import evaluate_constant
 
@@ -171,6 +171,11 @@ def node_attributes(node: onnx.NodeProto, opset: int) -> dict[str, Any]:
     return attrs
 
 
+# the least value of each window attribute of the convolutions and pools: a stride or
+# dilation of 0 divides by zero, an empty window or a negative pad is no defined window
+WINDOW_MINIMUMS = {"kernel_shape": 1, "strides": 1, "dilations": 1, "pads": 0, "output_padding": 0}
+
+
 @dataclass
 class NodeContext:
     """What a lowering may use: the builder, the node's attributes and inputs."""
@@ -190,6 +195,22 @@ class NodeContext:
     def attr(self, name: str, default: Any = None) -> Any:
         """Attribute `name` (schema default applied), else `default`."""
         return self.attrs.get(name, default)
+
+    def window_ints(self, name: str, count: int, default: int | None) -> list[int]:
+        """Window attribute `name` of a convolution or pool: `count` ints (`default` each
+        where absent; None: required), each at least its WINDOW_MINIMUMS entry."""
+        values = self.attr(name)
+        if values is None or (not len(values) and default is not None):
+            return (
+                [int(v) for v in self.required_attr(name)] if default is None else [default] * count
+            )
+        values = [int(v) for v in values]
+        if len(values) != count:
+            raise ShapeError(f"attribute {name} has {len(values)} values, expected {count}")
+        least = WINDOW_MINIMUMS[name]
+        if min(values) < least:
+            raise ShapeError(f"attribute {name} is {values}; each must be at least {least}")
+        return values
 
     def required_attr(self, name: str) -> Any:
         if name not in self.attrs:

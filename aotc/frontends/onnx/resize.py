@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import ModelError, UnsupportedError
+from ...errors import ModelError, ShapeError, UnsupportedError
 from ...ir import DType, GatherDims, Instruction, Op
 from .helpers import full_like, normalize_axis
 from .registry import NodeContext, onnx_op
@@ -38,6 +38,8 @@ COORDINATE_MODES = (
 )
 # "simple" is the rounding of Upsample and Resize-10 (as onnxruntime): floor when
 # upsampling an axis, ceil when downsampling it
+# the most elements a resized tensor may hold: beyond, a size is surely a corrupt scale
+MAX_ELEMENTS = 2**40
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
 ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
 
@@ -345,7 +347,10 @@ def _output_plan(
     if scales is None or len(scales) != len(axes):
         raise ModelError(f"scales must have one value per resized axis ({len(axes)})")
     # float32 scales times int64 dims: numpy computes the product in float64
-    out = (scales * np.array(in_sizes, dtype=np.int64)).astype(np.int64)
+    product = scales * np.array(in_sizes, dtype=np.int64)
+    if not np.all(np.abs(product) < MAX_ELEMENTS):  # NaN too; no int64 cast of a huge float
+        raise ShapeError(f"resize scales {list(scales)} give a size too large (at least 2**40)")
+    out = product.astype(np.int64)
     return [float(s) for s in scales], [int(o) for o in out]
 
 
@@ -354,6 +359,12 @@ def _plan(
 ) -> list[tuple[int, AxisTaps]]:
     """The (axis, taps) of every axis that actually changes."""
     factors, out_sizes = _output_plan(dims, axes, scales, sizes, policy)
+    resized = dict(zip(axes, out_sizes))
+    total = math.prod(resized.get(a, d) for a, d in enumerate(dims))
+    if total > MAX_ELEMENTS:
+        raise ShapeError(
+            f"the resized tensor would hold {total} elements, too large (2**40 at most)"
+        )
     if any(s <= 0 for s in factors):
         raise ModelError(f"resize scales must be positive, got {factors}")
     plans = []

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import ModelError, ShapeError, UnsupportedError
+from ...errors import ShapeError, UnsupportedError
 from ...ir import Direction, DotDims, DType, GatherDims, Instruction, Op, Shape, scalar_reducer
 from .helpers import Formula, full, full_like, lowest
 from .registry import NodeContext, onnx_op
@@ -288,13 +288,6 @@ def affine_grid(ctx: NodeContext, theta: Instruction, size: Instruction) -> Inst
 # -- DeformConv -----------------------------------------------------------------------
 
 
-def _ints(ctx: NodeContext, name: str, count: int, default: int) -> list[int]:
-    values = list(ctx.attr(name) or [default] * count)
-    if len(values) != count:
-        raise ModelError(f"attribute {name} has {len(values)} values, expected {count}")
-    return [int(v) for v in values]
-
-
 @onnx_op("DeformConv", since=19)
 def deform_conv(ctx: NodeContext, x, w, offset, bias=None, mask=None) -> Instruction:
     """Convolution whose every kernel tap reads the input bilinearly at its own offset."""
@@ -303,8 +296,8 @@ def deform_conv(ctx: NodeContext, x, w, offset, bias=None, mask=None) -> Instruc
     out_channels, group_channels, *kernel = w.shape.dims
     r = len(spatial)
     groups, offset_groups = int(ctx.attr("group", 1)), int(ctx.attr("offset_group", 1))
-    strides, dilations = _ints(ctx, "strides", r, 1), _ints(ctx, "dilations", r, 1)
-    pads = _ints(ctx, "pads", 2 * r, 0)
+    strides, dilations = ctx.window_ints("strides", r, 1), ctx.window_ints("dilations", r, 1)
+    pads = ctx.window_ints("pads", 2 * r, 0)
     out = list(offset.shape.dims[2:])
     taps_per_group = math.prod(kernel)
     if (

@@ -377,9 +377,9 @@ def col2im(ctx: NodeContext, x: Instruction, image_shape: Instruction, block_sha
         raise ShapeError(
             f"Col2Im of {list(x.array_shape.dims)} into image {image}, blocks {kernel}"
         )
-    strides = ctx.attr("strides") or [1] * n
-    dilations = ctx.attr("dilations") or [1] * n
-    pads = ctx.attr("pads") or [0] * (2 * n)
+    strides = ctx.window_ints("strides", n, 1)
+    dilations = ctx.window_ints("dilations", n, 1)
+    pads = ctx.window_ints("pads", 2 * n, 0)
     blocks = [
         (image[i] + pads[i] + pads[n + i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1
         for i in range(n)
