@@ -308,13 +308,25 @@ def _read_as_epilogue(computation, producer, maps, users, group: _Group) -> bool
     )
 
 
-def _moves_image_rows(producer: Instruction, users, group: _Group) -> bool:
-    """A transpose that moves its last dim, read by a convolution of the group: stored
-    instead, so that the convolution packs its columns from contiguous rows rather than
-    gathering (a channels-last image canonicalized to NCHW by conv_layout.py)."""
+def _moves_rows_of(producer: Instruction, users, group: _Group, all_users) -> bool:
+    """A transpose that moves its last dim, read by a convolution of the group (directly
+    or through reshapes: tokens [B, H*W, C] made an NCHW image) or by a reduction
+    (through reshapes and elementwise ops: a layer norm over channels of an NCHW image):
+    stored instead, so that the convolution reads its image rows, and the reduction its
+    rows, contiguous rather than gathering them with the transpose's stride."""
     if producer.op is not Op.TRANSPOSE or producer.dimensions[-1] == len(producer.dimensions) - 1:
         return False
-    return any(u.op is Op.CONVOLUTION and id(u) in group.members for u in users)
+    pending = [(user, True) for user in users]
+    while pending:
+        user, reshaped_only = pending.pop()
+        if id(user) not in group.members:
+            continue
+        if user.op is Op.REDUCE or (user.op is Op.CONVOLUTION and reshaped_only):
+            return True
+        if user.op in (Op.RESHAPE, Op.BITCAST) or user.op.is_elementwise:
+            keeps = reshaped_only and not user.op.is_elementwise
+            pending.extend((u, keeps) for u in all_users[id(user)])
+    return False
 
 
 def _is_fusible(instr: Instruction) -> bool:
@@ -378,7 +390,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 computation, producer, maps, users, group
             ):
                 continue
-            if _moves_image_rows(producer, users[id(producer)], group):
+            if _moves_rows_of(producer, users[id(producer)], group, users):
                 continue
             # a contraction's epilogue read through a concatenate, pad...: better left to
             # form the contraction's own kernel

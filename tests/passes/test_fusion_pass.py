@@ -270,6 +270,48 @@ def test_convolution_is_not_fused_through_transposes():
     assert (evaluate(module, args) == evaluate(reference, args)).all()
 
 
+# tokens [1, H*W, C] made an NCHW image for a depthwise convolution (SegFormer's Mix-FFN),
+# and a layer norm's sum of squares over the channels of an NCHW image read as tokens:
+# the transposes move the last dim, so each is stored for the convolution to read whole
+# image rows and the reduction whole rows, not gather them with a stride of H*W
+TOKENS_AS_IMAGE = (
+    """HloModule ti
+"""
+    + hlo_reducer("add", "add")
+    + """
+ENTRY %main (x: f32[1,16,8], w: f32[8,1,3,3], y: f32[1,8,16]) -> (f32[1,8,4,4], f32[1,16]) {
+  %x = f32[1,16,8]{2,1,0} parameter(0)
+  %w = f32[8,1,3,3]{3,2,1,0} parameter(1)
+  %y = f32[1,8,16]{2,1,0} parameter(2)
+  %xt = f32[1,8,16]{2,1,0} transpose(f32[1,16,8]{2,1,0} %x), dimensions={0,2,1}
+  %image = f32[1,8,4,4]{3,2,1,0} reshape(f32[1,8,16]{2,1,0} %xt)
+  %c = f32[1,8,4,4]{3,2,1,0} convolution(f32[1,8,4,4]{3,2,1,0} %image, f32[8,1,3,3]{3,2,1,0} %w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01, feature_group_count=8
+  %sq = f32[1,8,16]{2,1,0} multiply(f32[1,8,16]{2,1,0} %y, f32[1,8,16]{2,1,0} %y)
+  %sqt = f32[1,16,8]{2,1,0} transpose(f32[1,8,16]{2,1,0} %sq), dimensions={0,2,1}
+  %zero = f32[] constant(0)
+  %s = f32[1,16]{1,0} reduce(f32[1,16,8]{2,1,0} %sqt, f32[] %zero), dimensions={2}, to_apply=%add
+  ROOT %out = (f32[1,8,4,4]{3,2,1,0}, f32[1,16]{1,0}) tuple(f32[1,8,4,4]{3,2,1,0} %c, f32[1,16]{1,0} %s)
+}"""
+)
+
+
+def test_transposes_moving_rows_are_stored_for_convolutions_and_reductions():
+    module = parse_module(TOKENS_AS_IMAGE)
+    reference = parse_module(TOKENS_AS_IMAGE)
+    Fusion().run(module)
+    kernels = [
+        {i.op for i in k.called[0].instructions} if k.op is Op.FUSION else {k.op}
+        for k in module.entry.instructions
+    ]
+    assert sum(Op.TRANSPOSE in ops for ops in kernels) == 2
+    assert sum(bool(ops & {Op.CONVOLUTION, Op.REDUCE}) for ops in kernels) == 2
+    for ops in kernels:
+        assert Op.TRANSPOSE not in ops or not ops & {Op.CONVOLUTION, Op.REDUCE}, ops
+    args = random_args(reference)
+    for got, want in zip(evaluate(module, args), evaluate(reference, args)):
+        np.testing.assert_array_equal(got, want)
+
+
 # an RBF kernel exp(-(|x|^2 - 2 x.w)): the row norms are a reduction beside the dot
 RBF = (
     """HloModule rbf
