@@ -117,3 +117,37 @@ def test_per_channel_operands_leave_the_pixels_one_loop(check, fuse, rng):
     shapes = (dims, (5,), (5,), (37,), (10,))
     args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     check(module, args, rtol=1e-6, atol=1e-6)
+
+
+def test_reshaped_operands_are_read_at_the_output_index(check, fuse, rng):
+    """An operand reshaped inside the kernel, [2,10,8,8] read as [2,10,64] (SegFormer's
+    GELU after its depthwise convolution): its buffer is read at the output's own index,
+    so one loop over all elements serves (a nest over the 8 x 8 digits would not
+    vectorize); merged with a reshape of a second operand and a per-row scale.  Against
+    the evaluator."""
+    from aotc.backends.cpu.program import _elementwise_from
+
+    module = Module("rs")
+    b = ComputationBuilder(module, "main")
+    dims = (2, 10, 64)
+    image = b.parameter(0, Shape(DType.F32, (2, 10, 8, 8)))
+    other = b.parameter(1, Shape(DType.F32, (2, 640)))
+    scale = b.parameter(2, Shape(DType.F32, (10,)))
+
+    def gelu(f, p):
+        x = f.reshape(p[0], dims)
+        erf = f.unary(
+            Op.ERF, f.binary(Op.MULTIPLY, x, f.broadcast(f.scalar(0.7, DType.F32), [], dims))
+        )
+        return f.binary(Op.MULTIPLY, x, f.binary(Op.ADD, erf, f.reshape(p[1], dims)))
+
+    def scaled(f, p):
+        return f.binary(Op.MULTIPLY, f.reshape(p[0], dims), f.broadcast(p[1], [1], dims))
+
+    flat = fuse(b, [image, other], gelu, name="gelu")
+    rows = fuse(b, [image, scale], scaled, name="scaled")
+    b.build(b.tuple([flat, rows]), entry=True)
+    assert [_elementwise_from(out) for out in (flat, rows)] == [0, 2]
+    shapes = ((2, 10, 8, 8), (2, 640), (10,))
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    check(module, args, rtol=1e-5, atol=1e-6)

@@ -50,7 +50,7 @@ from ..llvm.rules import KERNELS, RULES
 from .attention import attention_workspace, emit_attention
 from .contraction import contraction_workspace, emit_contraction
 from .control import CONTROL_KERNELS
-from .loop_dims import loop_dims
+from .loop_dims import RESHAPES, loop_dims
 from .parallel import parallel_loop_nest
 from .pooling import emit_pooling
 from .prepack import DROPPED
@@ -194,7 +194,18 @@ def _emit_rule_kernel(ctx: EmitContext, instr: Instruction, operands: list[Gen])
 
 def _emit_loops(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> bool:
     """Anything: its element generator stored by loop nests over the output."""
-    gen = make_generator(ctx, instr, operands)
+    if reshapes := _operand_reshapes(instr):
+        # each reads its operand's (row-major) buffer at its own index: no digits
+        replaced = {
+            id(r): memory_generator(
+                ctx, ctx.plan.slice_of(instr.operands[r.operands[0].index]), r.array_shape
+            )
+            for r in reshapes
+        }
+        fused = instr.called[0]
+        gen = bind_instructions(ctx, fused, operands, replaced)[id(fused.root)]
+    else:
+        gen = make_generator(ctx, instr, operands)
     if isinstance(instr.shape, Shape):
         _store_loop(ctx, instr, gen, [(instr.shape, ctx.plan.slice_of(instr))])
         return True
@@ -273,6 +284,19 @@ def _store_loop(
             store_element(ctx.builder, shape.dtype, value, pointer)
 
 
+def _operand_reshapes(instr: Instruction) -> list[Instruction]:
+    """The reshapes of a fused kernel's operands (its parameters, not one-element ones)."""
+    if instr.op is not Op.FUSION:
+        return []
+    return [
+        m
+        for m in instr.called[0].instructions
+        if m.op in RESHAPES
+        and m.operands[0].op is Op.PARAMETER
+        and m.operands[0].array_shape.size > 1
+    ]
+
+
 def _elementwise_from(instr: Instruction) -> int | None:
     """The first output dim from which on `instr` (fused or not) reads every operand at
     its own element: 0 when it is elementwise over its output dims throughout (scalars
@@ -288,10 +312,13 @@ def _elementwise_from(instr: Instruction) -> int | None:
     members = instr.called[0].instructions if instr.op is Op.FUSION else [instr]
     # what a broadcast reads is indexed by the dims it keeps alone: any computation
     below_broadcasts = _feeding(m.operands[0] for m in members if m.op is Op.BROADCAST)
+    # an operand reshaped to the output's dims is read at the output's own index
+    reshaped = {id(r) for r in _operand_reshapes(instr) if r.array_shape.dims == dims}
     start = 0
     for member in members:
         if (
             member.op in (Op.PARAMETER, Op.TUPLE)
+            or id(member) in reshaped
             or (member.op is Op.CONSTANT and member.array_shape.size == 1)
             or (id(member) in below_broadcasts and member.array_shape.dims != dims)
         ):
