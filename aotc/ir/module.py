@@ -126,6 +126,19 @@ class Computation:
         if self.root is old:
             self.root = new
 
+    def replace_uses(self, replaced: dict[int, Instruction]) -> None:
+        """Read `replaced[id(old)]` wherever `old` was read, in one pass over the computation.
+
+        Passes that replace many instructions collect them here rather than calling
+        `replace_all_uses` per instruction, which would scan the computation each time.
+        """
+        if not replaced:
+            return
+        for instr in self.instructions:
+            instr.operands = [replaced.get(id(o), o) for o in instr.operands]
+        if self.root is not None:
+            self.root = replaced.get(id(self.root), self.root)
+
     def remove_dead(self) -> bool:
         """Drop instructions the root does not reach (parameters stay)."""
         live = {id(i) for i in self.post_order()}
