@@ -117,9 +117,20 @@ class Fusion:
             groups = _form_groups(computation)
             if not any(len(g.members) > 1 for g in groups):
                 continue
+            # id(group root) -> its fusion: placed and read in one pass over the
+            # computation, not one scan per kernel (quadratic in a long chain of kernels)
+            position = {id(i): n for n, i in enumerate(computation.instructions)}
+            fused: dict[int, Instruction] = {}
             for group in groups:
                 if len(group.members) > 1:
-                    _outline(module, computation, group)
+                    fused[id(group.root)] = _outline(module, group, position)
+            placed: list[Instruction] = []
+            for instr in computation.instructions:
+                if id(instr) in fused:
+                    placed.append(fused[id(instr)])
+                placed.append(instr)
+            computation.instructions = placed
+            computation.replace_uses(fused)
             computation.remove_dead()
             changed = True
         if changed:
@@ -463,9 +474,9 @@ def _computed_by_every_user(instr: Instruction, users, copy_groups: list[_Group]
     return bool(users) and all(any(id(user) in g.members for g in copy_groups) for user in users)
 
 
-def _outline(module: Module, computation: Computation, group: _Group) -> None:
-    """Replace the group's root by a fusion calling a computation of the members."""
-    members = [i for i in computation.instructions if id(i) in group.members]
+def _outline(module: Module, group: _Group, position: dict[int, int]) -> Instruction:
+    """A fusion calling a computation of the group's members, to read in its root's place."""
+    members = sorted(group.members.values(), key=lambda i: position[id(i)])
     builder = ComputationBuilder(module, f"fused_{group.root.name}")
     clones: dict[int, Instruction] = {}
     operands: list[Instruction] = []
@@ -489,8 +500,7 @@ def _outline(module: Module, computation: Computation, group: _Group) -> None:
     # a contraction joins a group only as one the backends run ahead of its epilogue
     contraction = group.contraction is not None or group.root.op in CONTRACTION_OPS
     assert (kind is FusionKind.OUTPUT) == contraction, f"{body.name}: {kind}"
-    fusion = fusion_instruction(module, group.root, operands, body, kind, "fusion")
-    replace_by_fusion(computation, group.root, fusion)
+    return fusion_instruction(module, group.root, operands, body, kind, "fusion")
 
 
 def fusion_instruction(
