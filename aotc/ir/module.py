@@ -9,6 +9,7 @@ compare by identity; `Instruction.key()` gives the structural key for CSE.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,6 +127,19 @@ class Computation:
         if self.root is old:
             self.root = new
 
+    def replace_uses(self, replaced: dict[int, Instruction]) -> None:
+        """Read `replaced[id(old)]` wherever `old` was read, in one pass over the computation.
+
+        Passes that replace many instructions collect them here rather than calling
+        `replace_all_uses` per instruction, which would scan the computation each time.
+        """
+        if not replaced:
+            return
+        for instr in self.instructions:
+            instr.operands = [replaced.get(id(o), o) for o in instr.operands]
+        if self.root is not None:
+            self.root = replaced.get(id(self.root), self.root)
+
     def remove_dead(self) -> bool:
         """Drop instructions the root does not reach (parameters stay)."""
         live = {id(i) for i in self.post_order()}
@@ -233,21 +247,9 @@ class Module:
         These run as programs (a schedule of kernels each), unlike the reducers,
         comparators and fused computations that kernels apply per element.
         """
-        order: list[Computation] = []
-        seen: set[int] = set()
-
-        def visit(comp: Computation) -> None:
-            seen.add(id(comp))
-            for instr in comp.instructions:
-                if instr.op.is_control_flow:
-                    for callee in instr.called:
-                        if id(callee) not in seen:
-                            visit(callee)
-            order.append(comp)
-
-        if self.entry is not None:
-            visit(self.entry)
-        return order
+        if self.entry is None:
+            return []
+        return _callees_first([self.entry], control_flow_only=True)
 
     def remove_unused_computations(self) -> bool:
         keep = {id(c) for c in self.called_computations()}
@@ -256,21 +258,32 @@ class Module:
         return len(self.computations) != before
 
 
-def _callees_first(roots: list[Computation]) -> list[Computation]:
+def _callees_first(roots: list[Computation], control_flow_only: bool = False) -> list[Computation]:
+    """Depth-first post-order over calls, with an explicit stack: nesting depth is the
+    model's (loops in loops), and Python's stack must not bound it."""
     order: list[Computation] = []
     seen: set[int] = set()
 
-    def visit(comp: Computation) -> None:
-        if id(comp) in seen:
-            return
-        seen.add(id(comp))
+    def callees(comp: Computation) -> Iterator[Computation]:
         for instr in comp.instructions:
-            for callee in instr.called:
-                visit(callee)
-        order.append(comp)
+            if not control_flow_only or instr.op.is_control_flow:
+                yield from instr.called
 
     for root in roots:
-        visit(root)
+        if id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack = [(root, callees(root))]
+        while stack:
+            comp, pending = stack[-1]
+            for callee in pending:
+                if id(callee) not in seen:
+                    seen.add(id(callee))
+                    stack.append((callee, callees(callee)))
+                    break
+            else:
+                stack.pop()
+                order.append(comp)
     return order
 
 

@@ -7,7 +7,7 @@ are equal; operands of commutative ops are compared as a set.
 
 from __future__ import annotations
 
-from ..ir import Module, Op, Trait
+from ..ir import Instruction, Module, Op, Trait
 
 
 class CommonSubexpressionElimination:
@@ -16,8 +16,12 @@ class CommonSubexpressionElimination:
     def run(self, module: Module) -> bool:
         changed = False
         for computation in module.computations:
-            seen: dict[tuple, object] = {}
+            seen: dict[tuple, Instruction] = {}
+            # id(duplicate) -> the first instruction with its key; later users read through it
+            replaced: dict[int, Instruction] = {}
             for instr in list(computation.instructions):
+                if replaced:
+                    instr.operands = [replaced.get(id(o), o) for o in instr.operands]
                 # parameters are distinct inputs; side effects happen once per instruction
                 if instr.op is Op.PARAMETER or Trait.SIDE_EFFECT in instr.op.traits:
                     continue
@@ -26,8 +30,9 @@ class CommonSubexpressionElimination:
                     key = key[:2] + (tuple(sorted(key[2])),) + key[3:]
                 first = seen.setdefault(key, instr)
                 if first is not instr:
-                    computation.replace_all_uses(instr, first)
-                    changed = True
-            if changed:
+                    replaced[id(instr)] = first
+            if replaced:
+                changed = True
+                computation.replace_uses(replaced)
                 computation.remove_dead()
         return changed

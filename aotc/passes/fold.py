@@ -46,8 +46,11 @@ class ConstantFolding:
         # along many paths counts once); values too big to fold stay here, so that a
         # smaller user of them can still fold
         sources: dict[int, frozenset[Instruction]] = {}
-        folded = False
+        # id(folded instruction) -> its constant; a user reads through it when it is reached
+        replaced: dict[int, Instruction] = {}
         for instr in list(computation.instructions):
+            if replaced:
+                instr.operands = [replaced.get(id(o), o) for o in instr.operands]
             if instr.op is Op.CONSTANT:
                 sources[id(instr)] = frozenset((instr,))
                 continue
@@ -68,10 +71,11 @@ class ConstantFolding:
                 continue
             builder.origin = instr.origin
             constant = builder.constant(value, instr.shape.dtype)
-            computation.replace_all_uses(instr, constant)
+            replaced[id(instr)] = constant
             sources[id(constant)] = frozenset((constant,))
-            folded = True
+        folded = bool(replaced)
         if folded:
+            computation.replace_uses(replaced)
             computation.sort_topologically()
             computation.remove_dead()
         return folded

@@ -117,9 +117,20 @@ class Fusion:
             groups = _form_groups(computation)
             if not any(len(g.members) > 1 for g in groups):
                 continue
+            # id(group root) -> its fusion: placed and read in one pass over the
+            # computation, not one scan per kernel (quadratic in a long chain of kernels)
+            position = {id(i): n for n, i in enumerate(computation.instructions)}
+            fused: dict[int, Instruction] = {}
             for group in groups:
                 if len(group.members) > 1:
-                    _outline(module, computation, group)
+                    fused[id(group.root)] = _outline(module, group, position)
+            placed: list[Instruction] = []
+            for instr in computation.instructions:
+                if id(instr) in fused:
+                    placed.append(fused[id(instr)])
+                placed.append(instr)
+            computation.instructions = placed
+            computation.replace_uses(fused)
             computation.remove_dead()
             changed = True
         if changed:
@@ -144,6 +155,8 @@ class _Group:
         # per member, the lookups its value is an index of, one into the next, on the
         # way to the root (see MAX_CHASE)
         self.chase: dict[int, int] = {id(root): 0}
+        # per member, the longest path of members from the root down to it (MAX_DEPTH)
+        self.depth: dict[int, int] = {id(root): 0}
 
     def evaluations_of(self, producer: Instruction, users: list[Instruction], rows) -> float:
         """How many elements of `producer` the kernel would compute: once per row for a
@@ -166,6 +179,10 @@ class _Group:
             ),
             default=0,
         )
+
+    def depth_of(self, producer: Instruction, users: list[Instruction]) -> int:
+        """The longest path of members from the root down to `producer` if it joined."""
+        return 1 + max((self.depth[id(u)] for u in users if id(u) in self.members), default=0)
 
     def rows(self, rank: int) -> int:
         return math.prod(self.root_dims[:rank])
@@ -210,6 +227,12 @@ MAX_CHASE = 2
 # the most instructions one fused kernel computes per element: LLVM's vectorizer gives up
 # on larger loop bodies (an unrolled iterative solver's 7,724: 6x slower than unfused)
 MAX_MEMBERS = 512
+
+# the longest path of instructions from a fused kernel's root down to a member: the
+# backend emits a kernel's element by asking each value's generator for its operands',
+# one call into the next, so a deeper group would need a call stack as deep as the model
+# (a 20,000-op elementwise chain: RecursionError); deeper chains become a kernel per step
+MAX_DEPTH = 64
 
 # what storing a value and loading it back costs per byte, in arithmetic instructions:
 # what fusing a producer saves, against what recomputing it in the consumer costs
@@ -362,6 +385,9 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 continue
             if len(group.members) >= MAX_MEMBERS:
                 continue  # past this, one loop body no longer vectorizes: kernels that do win
+            depth = group.depth_of(producer, users[id(producer)])
+            if depth > MAX_DEPTH:
+                continue
             maps = maps_from_users(producer, users[id(producer)], group.maps)
             # a non-root reduction fuses as a row value only; a costly value read through a
             # broadcast only as a row value on top of one
@@ -432,6 +458,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
             group.places[id(producer)] = places
             group.evaluations[id(producer)] = evaluations
             group.chase[id(producer)] = chase
+            group.depth[id(producer)] = depth
             if row_value:
                 group.row_rank = row_rank(producer, maps, group.root_dims)
                 group.row_values.add(id(producer))
@@ -459,9 +486,9 @@ def _computed_by_every_user(instr: Instruction, users, copy_groups: list[_Group]
     return bool(users) and all(any(id(user) in g.members for g in copy_groups) for user in users)
 
 
-def _outline(module: Module, computation: Computation, group: _Group) -> None:
-    """Replace the group's root by a fusion calling a computation of the members."""
-    members = [i for i in computation.instructions if id(i) in group.members]
+def _outline(module: Module, group: _Group, position: dict[int, int]) -> Instruction:
+    """A fusion calling a computation of the group's members, to read in its root's place."""
+    members = sorted(group.members.values(), key=lambda i: position[id(i)])
     builder = ComputationBuilder(module, f"fused_{group.root.name}")
     clones: dict[int, Instruction] = {}
     operands: list[Instruction] = []
@@ -485,8 +512,7 @@ def _outline(module: Module, computation: Computation, group: _Group) -> None:
     # a contraction joins a group only as one the backends run ahead of its epilogue
     contraction = group.contraction is not None or group.root.op in CONTRACTION_OPS
     assert (kind is FusionKind.OUTPUT) == contraction, f"{body.name}: {kind}"
-    fusion = fusion_instruction(module, group.root, operands, body, kind, "fusion")
-    replace_by_fusion(computation, group.root, fusion)
+    return fusion_instruction(module, group.root, operands, body, kind, "fusion")
 
 
 def fusion_instruction(

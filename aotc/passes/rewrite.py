@@ -59,17 +59,21 @@ def rewrite(module: Module, rules: Iterable[Rule]) -> bool:
 
 def _rewrite_once(module: Module, computation: Computation, by_op) -> bool:
     builder = InsertingBuilder(module, computation)
-    fired = False
+    # id(rewritten instruction) -> its replacement; later users read through it
+    replaced: dict[int, Instruction] = {}
     for instr in list(computation.instructions):
+        if replaced:
+            instr.operands = [replaced.get(id(o), o) for o in instr.operands]
         for r in by_op.get(instr.op, ()):
             builder.origin = instr.origin
             replacement = r.fn(builder, instr)
             if replacement is not None and replacement is not instr:
                 assert replacement.shape == instr.shape, (r.fn.__name__, instr, replacement)
-                computation.replace_all_uses(instr, replacement)
-                fired = True
+                replaced[id(instr)] = replacement
                 break
+    fired = bool(replaced)
     if fired:
+        computation.replace_uses(replaced)
         computation.sort_topologically()
         computation.remove_dead()
     return fired
