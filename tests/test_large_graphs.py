@@ -69,15 +69,10 @@ def test_chain_compiles_under_a_low_recursion_limit(tmp_path):
         sys.setrecursionlimit(limit)
 
 
-@pytest.mark.slow
-def test_chain_of_20000_nodes(tmp_path):
-    _check_chain(tmp_path, 20_000)
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("op", ["Sum", "Concat"])
-def test_node_with_20000_inputs(tmp_path, op):
-    count = 20_000
+def test_node_with_thousands_of_inputs(tmp_path, op):
+    """One node reading 2,000 values, under the low recursion limit too."""
+    count = 2_000
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     nodes = [helper.make_node("Neg" if n % 2 else "Abs", ["x"], [f"a{n}"]) for n in range(count)]
     names = [f"a{n}" for n in range(count)]
@@ -88,7 +83,12 @@ def test_node_with_20000_inputs(tmp_path, op):
         nodes.append(helper.make_node("Concat", names, ["y"], axis=1))
         shape = [2, 3 * count]
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
-    compiled = aotc.compile(_save(tmp_path, nodes, [x], [y], []))
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(400)
+    try:
+        compiled = aotc.compile(_save(tmp_path, nodes, [x], [y], []))
+    finally:
+        sys.setrecursionlimit(limit)
     x_value = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
     got = LoadedModel(compiled).run([x_value])[0]
     parts = [-x_value if n % 2 else np.abs(x_value) for n in range(count)]
