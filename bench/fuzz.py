@@ -391,7 +391,7 @@ def _ints_attr(node, name, values):
         if attr.name == name:
             node.attribute.remove(attr)
             break
-    node.attribute.append(helper.make_attribute(name, values))
+    node.attribute.append(helper.make_attribute(name, values, attr_type=onnx.AttributeProto.INTS))
 
 
 def _windowed(model):
