@@ -27,7 +27,14 @@ SLOW = {"graph.wide": 1, "graph.chain": 1}
 TIMEOUT = 20.0
 
 # kind -> what its cases hit now (issue 30); each becomes an xfail naming it
-KNOWN_FAILURES: dict[str, str] = {}
+KNOWN_FAILURES: dict[str, str] = {
+    "dims.negative": "a negative input dim: internal AssertionError on the shape",
+    "names.empty": "an empty node input name: internal AttributeError (None.array_shape)",
+    "attr.stride0": "stride 0: ZeroDivisionError; stride -1: AssertionError on the shape",
+    "opset.huge": "opset 2**62: TypeError from onnx's get_schema (int64 overflow)",
+    "graph.wide": "a Sum of 20,000 inputs: internal RecursionError",
+    "graph.chain": "a chain of 20,000 Relu nodes: still compiling after the timeout",
+}
 
 
 def _fuzz():
