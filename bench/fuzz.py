@@ -451,8 +451,12 @@ def _cycle(rng, model) -> str:
     return f"{g.node[a].op_type} reads {g.node[b].output[0]!r}, a later node's output"
 
 
+# nodes of graph.chain and inputs of graph.wide's one node (the CI sample takes fewer)
+GRAPH_SIZE = 20_000
+
+
 def _wide(rng, model) -> str:
-    n = 20_000
+    n = GRAPH_SIZE
     graph = helper.make_graph(
         [helper.make_node(rng.choice(["Sum", "Concat"]), ["x"] * n, ["y"], axis=0)],
         "wide",
@@ -464,7 +468,7 @@ def _wide(rng, model) -> str:
 
 
 def _chain(rng, model) -> str:
-    n = 20_000
+    n = GRAPH_SIZE
     names = ["x", *(f"t{i}" for i in range(n - 1)), "y"]
     nodes = [helper.make_node("Relu", [a], [b]) for a, b in itertools.pairwise(names)]
     model.graph.CopyFrom(helper.make_graph(nodes, "chain", [_value("x", [4])], [_value("y", [4])]))

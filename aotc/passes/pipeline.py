@@ -62,6 +62,7 @@ def make_pipeline(
     from .conv_phases import ConvPhases
     from .cse import CommonSubexpressionElimination
     from .dce import DeadCodeElimination
+    from .empty_arrays import EmptyArrays
     from .fold import ConstantFolding
     from .fusion import Fusion
     from .inline import CallInlining
@@ -71,7 +72,8 @@ def make_pipeline(
     from .squared_distances import SquaredDistances
     from .transpose_fold import TransposeFolding
 
-    passes: list[Pass] = [CallInlining()]  # backends take no `call`
+    # backends take no `call`, and no kernel of an array without elements
+    passes: list[Pass] = [CallInlining(), EmptyArrays()]
     if opt_level >= 1:
         # scale folding needs the batch-norm vectors folded first, and makes new
         # constant expressions (scaled weights) for the second folding; convolutions

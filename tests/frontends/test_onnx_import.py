@@ -137,6 +137,12 @@ def test_names_that_are_not_utf8_are_refused(tmp_path):
             ["y"],
             "node 'second'.*input 0 has an empty name, but the op requires it",
         ),
+        (  # one of a variadic list
+            [("Sum", ["x", "", "x"], ["y"])],
+            ["x"],
+            ["y"],
+            "node 'first'.*input 1 has an empty name, but the op requires it",
+        ),
     ],
 )
 def test_empty_names_refused(nodes, inputs, outputs, message):
@@ -148,6 +154,21 @@ def test_empty_names_refused(nodes, inputs, outputs, message):
     ]
     model = make_model(made, [tensor(n, [2]) for n in inputs], [tensor(n, [2]) for n in outputs])
     with pytest.raises(ModelError, match=message):
+        import_onnx(model)
+
+
+@pytest.mark.parametrize(
+    "attribute, message",
+    [
+        (helper.make_attribute("axis", 1.5), "'axis' is of type FLOAT, the op takes INT"),
+        (helper.make_attribute("axis", [1]), "'axis' is of type INTS, the op takes INT"),
+    ],
+)
+def test_attributes_of_another_type_refused(attribute, message):
+    node = helper.make_node("Softmax", ["x"], ["y"], name="soft")
+    node.attribute.append(attribute)
+    model = make_model([node], [tensor("x", [2, 3])], [tensor("y", [2, 3])])
+    with pytest.raises(ModelError, match=f"node 'soft'.*{message}"):
         import_onnx(model)
 
 

@@ -197,9 +197,7 @@ def _emit_loops(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> bo
     if reshapes := _operand_reshapes(instr):
         # each reads its operand's (row-major) buffer at its own index: no digits
         replaced = {
-            id(r): memory_generator(
-                ctx, ctx.plan.slice_of(instr.operands[r.operands[0].index]), r.array_shape
-            )
+            id(r): memory_generator(ctx, _operand_slice(ctx, instr, r.operands[0]), r.array_shape)
             for r in reshapes
         }
         fused = instr.called[0]
@@ -282,6 +280,12 @@ def _store_loop(
         for (shape, where), value in zip(outputs, values):
             pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
             store_element(ctx.builder, shape.dtype, value, pointer)
+
+
+def _operand_slice(ctx: EmitContext, fusion: Instruction, parameter: Instruction) -> Slice:
+    """Where the fusion's operand that `parameter` (of its computation) stands for is."""
+    assert parameter.index is not None
+    return ctx.plan.slice_of(fusion.operands[parameter.index])
 
 
 def _operand_reshapes(instr: Instruction) -> list[Instruction]:

@@ -18,6 +18,7 @@ import onnx
 
 from ...errors import ModelError, UnsupportedError
 from ...ir import Instruction, Shape
+from ...memory_limits import HARD_LIMIT, MemoryLimitError, format_size
 from .dtypes import to_dtype
 from .sequence import NO_VALUE, SequenceValue
 
@@ -204,7 +205,7 @@ def input_shape(
         for i, (g, m) in enumerate(zip(given, model_dims or given)):
             if isinstance(m, int) and m != g:
                 raise ModelError(f"{flag} {name}: dim {i} is {g}, the model says {m}")
-        return Shape(dtype, given)
+        return _addressable(name, Shape(dtype, given))
     if model_dims is None:
         raise ModelError(
             f"input '{name}' has no shape in the model; give one with --input {name}=DIMS"
@@ -216,4 +217,17 @@ def input_shape(
             raise ModelError(
                 f"input '{name}' dim {i} is {label}; give the shape with --input {name}={example}"
             )
-    return Shape(dtype, tuple(m for m in model_dims if isinstance(m, int)))  # all are, by now
+    dims = tuple(m for m in model_dims if isinstance(m, int))  # all are, by now
+    return _addressable(name, Shape(dtype, dims))
+
+
+def _addressable(name: str, shape: Shape) -> Shape:
+    """`shape`, refused where its bytes pass what any memory limit allows (2^62): the
+    shapes computed from it would wrap in 64-bit arithmetic before the driver checks
+    them against the memory limit (memory_limits.py)."""
+    if shape.nbytes > HARD_LIMIT:
+        raise MemoryLimitError(
+            f"input '{name}' of type {shape.text(layout=False)} takes {format_size(shape.nbytes)}, "
+            f"more than any memory limit ({format_size(HARD_LIMIT)})"
+        )
+    return shape

@@ -413,9 +413,10 @@ def _check_arity(node: onnx.NodeProto, opset: int, lowering: Lowering) -> None:
     ):
         if not low <= count <= high:
             raise ModelError(f"has {count} {what}, expected {low} to {high}")
-    # an empty name omits an optional input: refuse it where the schema says required
+    # an empty name omits an optional input: refuse it where the schema says required (a
+    # single input, or one of a variadic list, which the last formal parameter takes)
     formal = [] if lowering.arity is not None or spec is None else spec.inputs
-    single = onnx.defs.OpSchema.FormalParameterOption.Single
-    for i, (name, param) in enumerate(zip(node.input, formal)):
-        if not name and param.option == single:
+    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+    for i, name in enumerate(node.input):
+        if not name and formal and formal[min(i, len(formal) - 1)].option != optional:
             raise ModelError(f"input {i} has an empty name, but the op requires it")

@@ -163,10 +163,28 @@ def schema_defaults(spec: onnx.defs.OpSchema | None) -> dict[str, Any]:
     }
 
 
+# a schema's attribute type -> the AttributeProto type a node's attribute must have
+SCHEMA_ATTRIBUTE_TYPES = {
+    getattr(onnx.defs.OpSchema.AttrType, name): value
+    for name, value in AttributeProto.AttributeType.items()
+    if hasattr(onnx.defs.OpSchema.AttrType, name)
+}
+
+
 def node_attributes(node: onnx.NodeProto, opset: int) -> dict[str, Any]:
-    """The node's attributes over the defaults its schema declares."""
-    attrs = schema_defaults(schema(node.op_type, opset, node.domain))
+    """The node's attributes over the defaults its schema declares, each of the type the
+    schema gives it (a float where a graph or an int belongs is refused, not read)."""
+    spec = schema(node.op_type, opset, node.domain)
+    attrs = schema_defaults(spec)
+    declared = spec.attributes if spec is not None else {}
     for attr in node.attribute:
+        want = declared.get(attr.name)
+        if want is not None and SCHEMA_ATTRIBUTE_TYPES[want.type] != attr.type:
+            given, taken = (
+                AttributeProto.AttributeType.Name(t)
+                for t in (attr.type, SCHEMA_ATTRIBUTE_TYPES[want.type])
+            )
+            raise ModelError(f"attribute '{attr.name}' is of type {given}, the op takes {taken}")
         attrs[attr.name] = _attribute_value(attr)
     return attrs
 
