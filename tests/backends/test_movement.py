@@ -125,3 +125,41 @@ def test_interleaving_fusions_loop_over_the_split_dims(
     planes = xv.reshape(p1, p2, channels, height, width).transpose(2, 3, 0, 4, 1)
     want = planes.reshape(image) + bv[None, :, None, None]
     np.testing.assert_array_equal(got[0], want)
+
+
+@pytest.mark.parametrize("opt_level", [0, 2])
+def test_concatenate_of_many_operands(opt_level):
+    """100 operands (past concatenate.MAX_SEARCHED_OPERANDS) from every kind of buffer:
+    caller inputs, weights, intermediates in the arena, a caller output; along a middle
+    axis (2 rows of pieces).  Against numpy."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from aotc.backends.cpu.concatenate import MAX_SEARCHED_OPERANDS
+    from aotc.driver import CompileOptions, compile_model
+
+    rng = np.random.default_rng(3)
+    c = rng.standard_normal((2, 1, 4)).astype(np.float32)
+    pieces = ["a", "c", "r", "b", "n"] * 20
+    assert len(pieces) > MAX_SEARCHED_OPERANDS
+    value = lambda name, dims: helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+    nodes = [
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Neg", ["b"], ["n"]),
+        helper.make_node("Concat", pieces, ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [value("a", [2, 3, 4]), value("b", [2, 2, 4])],
+        [value("y", [2, 220, 4]), value("r", [2, 3, 4])],
+        [numpy_helper.from_array(c, "c")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    onnx.checker.check_model(model)
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((2, 2, 4)).astype(np.float32)
+    y, r = compile_model(model, CompileOptions(opt_level=opt_level)).load()(a=a, b=b)
+    parts = {"a": a, "c": c, "r": np.maximum(a, 0), "b": b, "n": -b}
+    np.testing.assert_array_equal(y, np.concatenate([parts[p] for p in pieces], axis=1))
+    np.testing.assert_array_equal(r, parts["r"])

@@ -48,6 +48,7 @@ from ..llvm.lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from ..llvm.loops import if_then
 from ..llvm.rules import KERNELS, RULES
 from .attention import attention_workspace, emit_attention
+from .concatenate import emit_wide_concatenate
 from .contraction import contraction_workspace, emit_contraction
 from .control import CONTROL_KERNELS
 from .loop_dims import RESHAPES, loop_dims
@@ -225,6 +226,7 @@ EMITTERS = (
     ("contraction", emit_contraction),  # dot/conv (+ epilogue): forms.py's kernels
     ("pooling", emit_pooling),  # max/avg/global pooling (+ epilogue)
     ("transpose", emit_transpose),  # a transpose moving the last dim, tile by tile
+    ("concatenate", emit_wide_concatenate),  # of many buffers: a loop over a table of them
     ("sort", emit_sort),  # the kernel rule of a sort, given scratch for merging long rows
     ("kernel", _emit_rule_kernel),  # scatter, rng...: a rule that emits a whole kernel
     ("rows", emit_row_fusion),  # a row fusion: its reductions once per row
