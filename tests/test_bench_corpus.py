@@ -3,17 +3,14 @@ error rows work for any model (no torch needed)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from aotc_testing import BENCH, bench_module
 from onnx import TensorProto, helper, numpy_helper
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 # imports corpus.py with the packages that build the models made unimportable
 _TABLE_WITHOUT_EXTRA = f"""
@@ -30,18 +27,6 @@ for name, entry in corpus.CORPUS.items():
 """
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    sys.path.insert(0, str(BENCH))  # run.py imports its neighbours
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
-
-
 def test_corpus_table_reads_without_the_bench_extra():
     argv = [sys.executable, "-c", _TABLE_WITHOUT_EXTRA]
     done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60)
@@ -50,7 +35,7 @@ def test_corpus_table_reads_without_the_bench_extra():
     categories = {category for _, category, _ in entries}
     exporters = [exporter for _, _, exporter in entries]
     assert len(entries) >= 30
-    assert categories == set(_load("corpus").CATEGORIES)
+    assert categories == set(bench_module("corpus").CATEGORIES)
     assert exporters.count("dynamo") >= 6 and "torchscript" in exporters
     assert all(name.endswith("_dynamo") == (exporter == "dynamo") for name, _, exporter in entries)
 
@@ -81,7 +66,7 @@ def _token_model() -> onnx.ModelProto:
 
 
 def test_model_inputs_follow_the_input_dtype():
-    feeds = _load("models").model_inputs(_token_model())
+    feeds = bench_module("models").model_inputs(_token_model())
     ids, mask, x = feeds["ids"], feeds["mask"], feeds["x"]
     assert ids.dtype == np.int64 and ids.shape == (1, 16)  # symbolic batch: 1
     assert ids.min() >= 0 and ids.max() < 50 and len(np.unique(ids)) > 1
@@ -91,7 +76,7 @@ def test_model_inputs_follow_the_input_dtype():
 
 def test_failed_model_row_shows_its_error_on_one_line():
     pytest.importorskip("onnxruntime")
-    run = _load("run")
+    run = bench_module("run")
     error = run.one_line(ValueError("no kernel for op\nFoo | bar" + "x" * 1000))
     assert "\n" not in error and "|" not in error and len(error) <= run.ERROR_CHARS
     row = run.Row("m", 1, "ocr", error=f"failed: {error}")

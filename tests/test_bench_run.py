@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from aotc_testing import BENCH, bench_module
 
 ort = pytest.importorskip("onnxruntime")
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def _bench_run():
-    spec = importlib.util.spec_from_file_location("bench_run", BENCH / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_run"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def _row(text: str, section: str, model: str) -> list[str]:
@@ -52,7 +42,7 @@ def test_quick_tiny_mlp(tmp_path):
 
 
 def test_compare_flags_disagreement():
-    compare = _bench_run().compare
+    compare = bench_module("run").compare
     want = [np.array([[1.0, -2.0, 3.0]], np.float32)]
     assert compare([want[0] + 1e-6], want)[0]
     agree, rel = compare([want[0] * np.float32(1.01)], want)
@@ -61,7 +51,7 @@ def test_compare_flags_disagreement():
 
 
 def test_referee_weighs_both_runtimes_against_the_reference():
-    bench = _bench_run()
+    bench = bench_module("run")
     reference = [np.linspace(-1.0, 1.0, 64, dtype=np.float32)]
     ort = [reference[0] + np.float32(5e-5)]  # within the tolerance of the reference
     near = [reference[0] - np.float32(1.2e-4)]  # disagrees with ort, 2.4x its error
@@ -74,7 +64,7 @@ def test_referee_weighs_both_runtimes_against_the_reference():
 
 
 def test_reference_outputs_follow_the_model_inputs():
-    _bench_run()
+    bench_module("run")
     models = sys.modules["models"]  # run.py imports bench/models.py as `models`
     model = models.mlp((8, 4, 3))
     feeds = models.model_inputs(model)

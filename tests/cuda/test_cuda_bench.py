@@ -3,12 +3,12 @@ run against the stand-in driver with emulated kernels; timings there mean nothin
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
+from aotc_testing import bench_module
 from cuda_testing import (
     REPO,
     build_emulation,
@@ -21,13 +21,6 @@ from cuda_testing import (
 from aotc.driver import CompileOptions, compile_model
 
 GPU_BENCH = REPO / "bench" / "gpu.py"
-
-
-def _models():
-    spec = importlib.util.spec_from_file_location("bench_models", REPO / "bench" / "models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_compile_only_needs_no_gpu(tmp_path):
@@ -48,7 +41,7 @@ def test_a_run_against_the_stand_in_driver(tmp_path):
     require_ptxas()
     c_compiler()
     name = "mlp_16_32_4"
-    model = _models().BENCH_MODELS[name]()
+    model = bench_module("models").BENCH_MODELS[name]()
     compiled = compile_model(model, CompileOptions(target="cuda:sm_90", name=name))
     library, _ = build_emulation(compiled, tmp_path / "emulation")
     env = fake_environment(fake_driver(tmp_path / "fake"), library)

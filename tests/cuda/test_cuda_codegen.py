@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import struct
 
 import numpy as np
 import onnx
 import pytest
-from aotc_testing import parsed_dot_fusion
+from aotc_testing import bench_module, parsed_dot_fusion
 from cuda_testing import REPO, require_ptxas
 from onnx import TensorProto, helper, numpy_helper
 
@@ -20,15 +19,7 @@ from aotc.backends.cuda.target import parse_cuda_target
 from aotc.driver import CompileOptions, compile_model
 from aotc.errors import UnsupportedError
 
-
-def _bench_models():
-    spec = importlib.util.spec_from_file_location("bench_models", REPO / "bench" / "models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.BENCH_MODELS
-
-
-BENCH_MODELS = _bench_models()
+BENCH_MODELS = bench_module("models").BENCH_MODELS
 
 E2E = {
     "mnist": REPO / "examples" / "mnist" / "mnist.onnx",

@@ -4,11 +4,10 @@ without an NVIDIA GPU and its driver (nvidia-smi lists none); needs ptxas and cc
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import onnx
 import pytest
+from aotc_testing import bench_module
 from cuda_testing import (
     CONFORMANCE,
     REPO,
@@ -38,14 +37,7 @@ E2E = {
 RTOL, ATOL = 1e-3, 1e-4
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_models", REPO / "bench" / "models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _bench()
+BENCH = bench_module("models")
 
 
 @pytest.fixture(autouse=True)

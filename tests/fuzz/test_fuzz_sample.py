@@ -10,16 +10,13 @@ the full run is `python bench/fuzz.py --cases 1500 --seed 1`.
 from __future__ import annotations
 
 import collections
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from aotc_testing import bench_module
 
-BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
 SEED = 30
 PER_KIND = 5
 # kinds whose cases are slow to compile (or hang until the timeout): one case each
@@ -33,15 +30,7 @@ GRAPH_SIZE = 1_000
 KNOWN_FAILURES: dict[str, str] = {}
 
 
-def _fuzz():
-    spec = importlib.util.spec_from_file_location("aotc_fuzz", BENCH / "fuzz.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["aotc_fuzz"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz = _fuzz()
+fuzz = bench_module("fuzz")
 fuzz.GRAPH_SIZE = GRAPH_SIZE
 
 
