@@ -340,10 +340,12 @@ def _moves_rows_of(producer: Instruction, users, group: _Group, all_users) -> bo
     if producer.op is not Op.TRANSPOSE or producer.dimensions[-1] == len(producer.dimensions) - 1:
         return False
     pending = [(user, True) for user in users]
+    seen: set[tuple[int, bool]] = set()
     while pending:
         user, reshaped_only = pending.pop()
-        if id(user) not in group.members:
+        if id(user) not in group.members or (id(user), reshaped_only) in seen:
             continue
+        seen.add((id(user), reshaped_only))
         if user.op is Op.REDUCE or (user.op is Op.CONVOLUTION and reshaped_only):
             return True
         if user.op in (Op.RESHAPE, Op.BITCAST) or user.op.is_elementwise:
