@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from aotc.driver import CompileOptions, compile_model
-from aotc.errors import UnsupportedError
+from aotc.errors import AotcError, UnsupportedError
 from aotc.frontends.hlo import import_hlo, is_hlo_text, parse_hlo
 from aotc.ir import Op
 from aotc.ir.evaluate import evaluate
@@ -390,3 +390,21 @@ def test_stateful_rng_draws_its_distribution_afresh_each_run(tmp_path):
     module = import_hlo(module_file(tmp_path, RNG_MODULE))
     first, second = evaluate(module, []), evaluate(module, [])
     assert not np.array_equal(first[0], second[0])
+
+
+def test_a_module_the_verifier_refuses_is_refused_as_it_is_read(tmp_path):
+    """A called computation's parameter numbered past its caller's operands (a mutated
+    number) is refused naming the file and the instruction, not an IndexError later."""
+    text = """HloModule m
+callee {
+  a = f32[4] parameter(7)
+  ROOT n = f32[4] negate(a)
+}
+ENTRY e {
+  x = f32[4] parameter(0)
+  ROOT c = f32[4] call(x), to_apply=callee
+}
+"""
+    path = module_file(tmp_path, text)
+    with pytest.raises(AotcError, match=r"module.hlo: in %callee: parameters must be numbered"):
+        import_hlo(path)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ...errors import AotcError, ModelError
 from ...ir import Module, Op
+from ...ir.verify import verify
 from .dialect import parse_hlo
 
 # blank space and comments (`// ...`, `/* ... */`) before the module header
@@ -38,6 +39,8 @@ def import_hlo(path: str | Path, input_shapes: dict | None = None) -> Module:
         raise ModelError(f"{path}: cannot read HLO text: {error}") from None
     try:
         module = parse_hlo(text)
+        # what the text's own checks leave: parameter numbering, call and operand arity
+        verify(module)
     except AotcError as error:
         raise error.with_context(str(path)) from None
     # the C API's names are the written ones, whatever the passes rename
