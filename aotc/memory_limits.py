@@ -65,14 +65,20 @@ def check_tensors(module: Module, limit: int) -> None:
     bytes, naming the first and the node it came from."""
     for computation in module.computations:
         for instr in computation.instructions:
-            size = _largest_array(instr.shape)
-            if size > limit:
-                origin = f" (from node '{instr.origin}')" if instr.origin else ""
-                raise MemoryLimitError(
-                    f"tensor '{instr.name}'{origin} of type {instr.shape.text(layout=False)} "
-                    f"takes {format_size(size)}, more than the memory limit of "
-                    f"{format_size(limit)} (--max-memory sets another)"
-                )
+            origin = f" (from node '{instr.origin}')" if instr.origin else ""
+            check_size(f"tensor '{instr.name}'{origin}", instr.shape, limit)
+
+
+def check_size(what: str, shape: AnyShape, limit: int = HARD_LIMIT) -> None:
+    """Refuse `what`, of type `shape`, where an array of it needs more than `limit` bytes
+    (by default what no limit allows)."""
+    size = _largest_array(shape)
+    if size > limit:
+        hint = "--max-memory sets another" if limit < HARD_LIMIT else "past any memory limit"
+        raise MemoryLimitError(
+            f"{what} of type {shape.text(layout=False)} takes {format_size(size)}, more than "
+            f"the memory limit of {format_size(limit)} ({hint})"
+        )
 
 
 def check_plan(arena_bytes: int, workspace_bytes: int, weight_bytes: int, limit: int) -> None:

@@ -19,7 +19,7 @@ from llvmlite import ir
 from ...buffers import BufferKind, Slice
 from ...ir import Instruction, Op
 from ..llvm.context import EmitContext, Gen
-from ..llvm.lltypes import I1, I64, PTR, VOID, i64
+from ..llvm.lltypes import I1, I64, PTR, VOID, i64, i64_table
 from ..llvm.loops import for_range, if_then
 
 # operands a concatenate's element rule searches at most; more take the tables
@@ -47,9 +47,8 @@ def emit_wide_concatenate(ctx: EmitContext, instr: Instruction, operands: list[G
     starts = [sum(extents[:k]) for k in range(len(extents))]
     count = len(instr.operands)
     slices = [ctx.plan.slice_of(o) for o in instr.operands]
-    layout = ir.ArrayType(I64, count)
     tables = {
-        name: _constant_table(ctx, f"{instr.name}.{name}", layout, values)
+        name: i64_table(ctx.module, f"{ctx.prefix}.{instr.name}.{name}", values)
         for name, values in (
             ("kinds", [KINDS.index(w.kind) for w in slices]),
             ("numbers", [w.index for w in slices]),
@@ -61,10 +60,6 @@ def emit_wide_concatenate(ctx: EmitContext, instr: Instruction, operands: list[G
     fixed = [pointer(Slice(kind, 0, 0, 0)) for kind in KINDS[:2]]
     callers = ctx.kernel_pointers[:2]  # the caller's input and output pointer tables
     out = pointer(ctx.plan.slice_of(instr))
-    memcpy_types = [PTR, PTR, I64, I1]
-    memcpy = ctx.declare(
-        "llvm.memcpy.p0.p0.i64", VOID, [ir.Constant(t, None) for t in memcpy_types]
-    )
     base = b.alloca(PTR)
     with for_range(b, count, "piece") as k:
         kind, number, offset, start, width = (
@@ -81,13 +76,6 @@ def emit_wide_concatenate(ctx: EmitContext, instr: Instruction, operands: list[G
             to = b.add(b.mul(r, i64(sum(extents) * unit)), b.mul(start, i64(unit)))
             destination = b.gep(out, [to], source_etype=BYTE)
             origin = b.gep(source, [b.mul(r, size)], source_etype=BYTE)
-            b.call(memcpy, [destination, origin, size, ir.Constant(I1, 0)])
+            args = [destination, origin, size, ir.Constant(I1, 0)]
+            b.call(ctx.declare("llvm.memcpy.p0.p0.i64", VOID, args), args)
     return True
-
-
-def _constant_table(ctx: EmitContext, name: str, layout: ir.ArrayType, values) -> ir.Value:
-    table = ir.GlobalVariable(ctx.module, layout, ctx.module.get_unique_name(name))
-    table.global_constant = True
-    table.linkage = "internal"
-    table.initializer = ir.Constant(layout, list(values))
-    return table

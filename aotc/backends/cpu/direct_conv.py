@@ -31,7 +31,7 @@ from ...buffers import Slice
 from ...ir import Instruction
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import split_index
-from ..llvm.lltypes import I1, I64, PTR, i64
+from ..llvm.lltypes import I1, I64, PTR, i64, i64_table
 from ..llvm.loops import for_range, loop_nest
 from .blocked_gemm import emit_region
 from .blocking import Blocking, aligned
@@ -478,15 +478,7 @@ class _Tiles:
 
 def _tap_table(ctx, offsets: list[int]) -> ir.Value:
     """A constant i64 table of tap offsets (one per distinct table in the module)."""
-    name = f"{ctx.prefix}.conv.taps." + "_".join(map(str, offsets))
-    table = ctx.module.globals.get(name)
-    if table is None:
-        ty = ir.ArrayType(I64, len(offsets))
-        table = ir.GlobalVariable(ctx.module, ty, name)
-        table.initializer = ir.Constant(ty, offsets)
-        table.global_constant = True
-        table.linkage = "internal"
-    return table
+    return i64_table(ctx.module, f"{ctx.prefix}.conv.taps." + "_".join(map(str, offsets)), offsets)
 
 
 def direct_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, nr: int, lda: int) -> ir.Function:

@@ -62,6 +62,19 @@ def i64(value: int) -> ir.Constant:
     return ir.Constant(I64, int(value))
 
 
+def i64_table(module: ir.Module, name: str, values) -> ir.GlobalVariable:
+    """A constant internal [n x i64] global named `name`; the one already there when a
+    table of that name exists (names that spell their values share one)."""
+    table = module.globals.get(name)
+    if table is None:
+        ty = ir.ArrayType(I64, len(values))
+        table = ir.GlobalVariable(module, ty, name)
+        table.initializer = ir.Constant(ty, list(values))
+        table.global_constant = True
+        table.linkage = "internal"
+    return table
+
+
 def i32(value: int) -> ir.Constant:
     return ir.Constant(I32, int(value))
 

@@ -18,7 +18,7 @@ import onnx
 
 from ...errors import ModelError, UnsupportedError
 from ...ir import Instruction, Shape
-from ...memory_limits import HARD_LIMIT, MemoryLimitError, format_size
+from ...memory_limits import check_size
 from .dtypes import to_dtype
 from .sequence import NO_VALUE, SequenceValue
 
@@ -225,9 +225,5 @@ def _addressable(name: str, shape: Shape) -> Shape:
     """`shape`, refused where its bytes pass what any memory limit allows (2^62): the
     shapes computed from it would wrap in 64-bit arithmetic before the driver checks
     them against the memory limit (memory_limits.py)."""
-    if shape.nbytes > HARD_LIMIT:
-        raise MemoryLimitError(
-            f"input '{name}' of type {shape.text(layout=False)} takes {format_size(shape.nbytes)}, "
-            f"more than any memory limit ({format_size(HARD_LIMIT)})"
-        )
+    check_size(f"input '{name}'", shape)
     return shape
