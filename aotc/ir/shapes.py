@@ -294,6 +294,13 @@ def dot(instr: Instruction) -> Shape:
     _check(d is not None, instr, "needs dot dimension numbers")
     _check(len(d.lhs_batch) == len(d.rhs_batch), instr, "batch dims differ in number")
     _check(len(d.lhs_contracting) == len(d.rhs_contracting), instr, "contracting dims differ")
+    for side, dims, rank in (
+        ("lhs", d.lhs_batch + d.lhs_contracting, lhs.rank),
+        ("rhs", d.rhs_batch + d.rhs_contracting, rhs.rank),
+    ):
+        _check(
+            _is_dim_set(dims, rank), instr, f"{side} dims {list(dims)} repeated or not below {rank}"
+        )
     for a, b in zip(d.lhs_batch + d.lhs_contracting, d.rhs_batch + d.rhs_contracting):
         _check(lhs.dims[a] == rhs.dims[b], instr, f"lhs dim {a} != rhs dim {b}")
     _check(lhs.dtype == rhs.dtype, instr, "operands must have one dtype")
@@ -309,6 +316,13 @@ def convolution(instr: Instruction) -> Shape:
     _check(c is not None and w is not None, instr, "needs window= and dim_labels=")
     n = len(c.input_spatial)
     _check(lhs.rank == rhs.rank == n + 2 and w.rank == n, instr, "ranks do not fit")
+    labels = (
+        (c.input_batch, c.input_feature, *c.input_spatial),
+        (c.kernel_output_feature, c.kernel_input_feature, *c.kernel_spatial),
+        (c.output_batch, c.output_feature, *c.output_spatial),
+    )
+    _check(all(_is_dim_set(dims, n + 2) for dims in labels), instr, "bad dim_labels")
+    _check(instr.feature_group_count >= 1 and instr.batch_group_count >= 1, instr, "groups < 1")
     groups = instr.feature_group_count
     in_features = lhs.dims[c.input_feature]
     out_features = rhs.dims[c.kernel_output_feature]
@@ -333,6 +347,10 @@ def gather(instr: Instruction) -> Shape:
     _check(g is not None, instr, "needs gather dimension numbers")
     _check(not indices.dtype.is_float, instr, "indices must be integers")
     _check(len(g.slice_sizes) == operand.rank, instr, "slice_sizes must cover every dim")
+    _check(0 <= g.index_vector_dim <= indices.rank, instr, "index_vector_dim out of range")
+    _check(_is_dim_set(g.start_index_map, operand.rank), instr, "bad start_index_map")
+    removed_dims = (*g.collapsed_slice_dims, *g.operand_batching_dims)
+    _check(_is_dim_set(removed_dims, operand.rank), instr, "bad collapsed_slice_dims")
     index_dims = list(indices.dims)
     if g.index_vector_dim < indices.rank:
         _check(index_dims[g.index_vector_dim] == len(g.start_index_map), instr, "index vector")
@@ -345,6 +363,7 @@ def gather(instr: Instruction) -> Shape:
     for i, s in enumerate(g.slice_sizes):
         _check(0 <= s <= operand.dims[i], instr, f"slice size {s} exceeds dim {i}")
     rank = len(index_dims) + len(offsets)
+    _check(_is_dim_set(g.offset_dims, rank), instr, "bad offset_dims")
     dims, batch, offset = [], iter(index_dims), iter(offsets)
     for i in range(rank):
         dims.append(next(offset) if i in g.offset_dims else next(batch))

@@ -408,3 +408,31 @@ ENTRY e {
     path = module_file(tmp_path, text)
     with pytest.raises(AotcError, match=r"module.hlo: in %callee: parameters must be numbered"):
         import_hlo(path)
+
+
+@pytest.mark.parametrize(
+    "root, message",
+    [
+        (
+            "f32[2,3] dot(a, b), lhs_contracting_dims={9223372036854775808}, "
+            "rhs_contracting_dims={0}",
+            r"lhs dims \[9223372036854775808\] repeated or not below 2",
+        ),
+        (
+            "f32[2,3] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={-1}",
+            r"rhs dims \[-1\] repeated or not below 2",
+        ),
+    ],
+)
+def test_dimension_numbers_out_of_range_are_refused(tmp_path, root, message):
+    """Dimension numbers past an operand's rank (mutated numbers) are one clear error
+    naming the instruction, not an IndexError from the shape rule."""
+    text = f"""HloModule m
+ENTRY e {{
+  a = f32[2,4] parameter(0)
+  b = f32[4,3] parameter(1)
+  ROOT d = {root}
+}}
+"""
+    with pytest.raises(AotcError, match=message):
+        import_hlo(module_file(tmp_path, text))

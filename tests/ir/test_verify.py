@@ -154,8 +154,8 @@ def test_shape_rule_errors_become_verify_errors():
     n["compare"].operands = [n["a"], n["slice"]]
     fails(m, n["compare"], "operands must have equal shapes")
     m, n = valid_module()
-    n["dot"].dot = DotDims((), (), (5,), (1,))  # out of range: the rule would raise IndexError
-    fails(m, n["dot"], "attributes do not fit the operands")
+    n["dot"].dot = DotDims((), (), (5,), (1,))  # out of range: the rule says which
+    fails(m, n["dot"], r"lhs dims \[5\] repeated or not below 2")
 
 
 def test_required_attributes():
