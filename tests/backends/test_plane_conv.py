@@ -6,6 +6,7 @@ convolutions likewise, and which of them take the path (TILE_RULES)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -17,7 +18,14 @@ from aotc.backends.cpu import parse_target
 from aotc.backends.cpu.blocking import blocking
 from aotc.backends.cpu.codegen import optimized_module
 from aotc.backends.cpu.gemm_config import gemm_config
-from aotc.backends.cpu.plane_conv import MAX_WASTE, Planes, tile_rule
+from aotc.backends.cpu.plane_conv import (
+    MAX_WASTE,
+    Planes,
+    segments,
+    tail_width,
+    tile_columns,
+    tile_rule,
+)
 from aotc.buffers import assign_buffers
 from aotc.driver import CompileOptions, compile_model
 from aotc.frontends.onnx import import_onnx
@@ -264,3 +272,44 @@ def test_grouped_tiles_are_sized_by_whole_masked_tiles():
     assert (blocks.mr, blocks.nr) == (8, 32) and grouped.grid == 61
     single = _planes((1, 16, 7, 7), (16, 16, 3, 3), (1, 1), (1, 1), (1, 1))
     assert tile_rule(single).max_waste == MAX_WASTE and tile_rule(single).edges
+
+
+# Compact tiles (AVX-512): rows 6 wide (four loads per vector), 14x14 at stride 2 and
+# at stride 1 (three), rows of 23 over a batch with 5x5 windows, in place (rows k - 1
+# shorter than the image's, no padding)
+COMPACT_CASES = [
+    ((1, 32, 12, 6), (32, 16, 3, 3), (1, 1), (1, 1, 1, 1), 2),
+    ((1, 64, 28, 28), (64, 16, 3, 3), (2, 2), (1, 1, 1, 1), 4),
+    ((1, 32, 14, 14), (32, 16, 3, 3), (1, 1), (1, 1, 1, 1), 2),
+    ((2, 24, 23, 23), (24, 8, 5, 5), (1, 1), (2, 2, 2, 2), 3),
+    ((1, 16, 20, 40), (24, 16, 5, 5), (1, 1), (0, 0, 0, 0), 1),
+]
+
+
+@pytest.mark.parametrize("case", COMPACT_CASES, ids=lambda c: "x".join(map(str, c[0])))
+def test_compact_tiles(case):
+    """Tiles whose lanes are output pixels, each vector loaded row piece by row piece,
+    the last tile narrower: the same results, and the kernels are the compact ones."""
+    x, w, stride, pads, groups = case
+    rng = np.random.default_rng(14)
+    xv = rng.standard_normal(x).astype(np.float32)
+    wv = rng.standard_normal(w).astype(np.float32)
+    bias = rng.standard_normal(w[0]).astype(np.float32)
+    model = _conv_model(x, w, stride, pads, wv, bias, groups)
+    compiled = compile_model(model, CompileOptions(target="x86_64:skylake-avx512"))
+    assert set(compiled.kernel_forms().values()) == {"planes"}
+    assert re.search(rb"\.conv\.planes\.[^\x00]*\.fc\.", compiled.object_bytes), "not compact"
+    got = compiled.load()(x=xv)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    conv = _conv_reference(xv, wv, stride, pads[:2], pads[2:], (1, 1), groups)
+    _close(got, np.maximum(conv + bias[None, :, None, None], 0), f"{case}")
+
+
+def test_compact_tile_columns():
+    """196 pixels in tiles of 32: six whole tiles and one of 4 (one vector); 49: one
+    tile and one of 17 (two vectors: as many as a whole tile); rows of 14 pixels touch
+    at most three rows per 16 lanes."""
+    assert (tail_width(196, 32, 16), tile_columns(196, 32, 16)) == (4, 208)
+    assert (tail_width(49, 32, 16), tile_columns(49, 32, 16)) == (17, 64)
+    assert (tail_width(64, 32, 16), tile_columns(64, 32, 16)) == (32, 64)
+    assert [segments(w, 16) for w in (5, 6, 7, 14, 16, 56)] == [4, 4, 4, 3, 2, 2]

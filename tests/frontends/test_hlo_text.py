@@ -414,8 +414,10 @@ ENTRY e {
     "root, message",
     [
         (
-            "f32[2,3] dot(a, b), lhs_contracting_dims={9223372036854775808}, "
-            "rhs_contracting_dims={0}",
+            (
+                "f32[2,3] dot(a, b), lhs_contracting_dims={9223372036854775808}, "
+                "rhs_contracting_dims={0}"
+            ),
             r"lhs dims \[9223372036854775808\] repeated or not below 2",
         ),
         (

@@ -33,7 +33,7 @@ from llvmlite import ir
 
 from ...buffers import Slice
 from ..llvm.context import EmitContext
-from ..llvm.lltypes import I1, I64, PTR, i64
+from ..llvm.lltypes import I1, I32, I64, PTR, i64, i64_table
 from ..llvm.loops import for_range, if_then
 from .blocked_gemm import emit_region
 from .blocking import Blocking, aligned, blocking
@@ -44,7 +44,7 @@ from .parallel import parallel_loop_nest_passing
 from .prepackable import PackedShape, Prepackable, StridedLayout
 from .shared_functions import shared_function
 from .tiles import Tile
-from .vectors import lanes_below, masked_load, smaller, splat, store_lanes
+from .vectors import lanes_below, masked_load, smaller, splat, store_first, store_lanes
 
 # Work on grid columns that are no pixels (past the rows' ends, the last tile's rest)
 # against the pixels' own, at most.  Relative to im2col + GEMM, one thread: DenseNet-121's
@@ -75,6 +75,12 @@ TILE_RULES = (
     (True, False, 16, TileRule(edges=False, max_waste=1.35)),
     (True, False, math.inf, TileRule(edges=False, max_waste=0.0)),
 )
+
+# Compact tiles (AVX-512 only, where a masked load is one instruction): a tile's lanes
+# are output pixels, not grid columns, each vector loaded from the planes in one
+# masked load per output row it touches (`segments`), so no work goes to the grid's
+# junk columns.  At most this many loads per vector (rows at least 5 wide).
+MAX_SEGMENTS = 4
 
 # grid pixels of a unit of work: a few tiles, whose C (all output channels) stays in L2
 # across the channel blocks
@@ -164,8 +170,17 @@ def plan_planes(problem: ConvProblem) -> PlaneConvPlan | None:
         return None
     rule = tile_rule(planes)
     blocks = blocking(config, planes.group_cout, planes.grid, planes.group_k, rule.edges)
+    # whether the planes pay is the grid's waste in whole tiles, as TILE_RULES measured
+    # it (compact tiles admitting more one-group convolutions made some slower than
+    # the GEMM: 3x3/2 128 -> 256 at 28x28 0.86)
     if -(-planes.grid // blocks.nr) * blocks.nr > rule.max_waste * planes.pixels:
         return None
+    compact = False
+    if compact_tiles(planes, config):
+        fewer = blocking(config, planes.group_cout, planes.pixels, planes.group_k, rule.edges)
+        columns = tile_columns(planes.pixels, fewer.nr, config.lanes)
+        if columns < tile_columns(planes.grid, blocks.nr, config.lanes):
+            compact, blocks = True, fewer
     dims = g.dims
     strides = tuple(
         view.strides[d] for d in (dims.input_batch, dims.input_feature, *dims.input_spatial)
@@ -180,7 +195,40 @@ def plan_planes(problem: ConvProblem) -> PlaneConvPlan | None:
         blocks.nr,
         layouts=(problem.weights_layout, None),
         weights=lambda ctx, sources, group: weights(ctx, sources, (None, group)),
+        compact=compact,
     )
+
+
+def compact_tiles(planes: Planes, config: GemmConfig) -> bool:
+    """Whether the tiles can be compact (MAX_SEGMENTS): the grid has junk columns,
+    the vectors are AVX-512's and rows wide enough.  plan_planes takes them where
+    they compute fewer columns (an even choice stays on the grid: fewer loads)."""
+    width = planes.out_width
+    return (
+        planes.plane_shape[1] > width
+        and config.lanes * config.itemsize == 64
+        and segments(width, config.lanes) <= MAX_SEGMENTS
+    )
+
+
+def segments(width: int, lanes: int) -> int:
+    """The most output rows `width` wide that `lanes` consecutive pixels touch."""
+    return (width + lanes - 2) // width + 1
+
+
+def tail_width(positions: int, nr: int, lanes: int) -> int:
+    """The last tile's width: the positions left after whole NR tiles, its last
+    vector rounded up to a power of two (all of NR when none are left)."""
+    left = positions - (-(-positions // nr) - 1) * nr
+    vectors, rest = divmod(left, lanes)
+    return vectors * lanes + (1 << (rest - 1).bit_length() if rest else 0)
+
+
+def tile_columns(positions: int, nr: int, lanes: int) -> int:
+    """Columns the tiles compute over `positions`, in whole vectors: whole tiles,
+    then the last one's."""
+    last = -(-tail_width(positions, nr, lanes) // lanes) * lanes
+    return (-(-positions // nr) - 1) * nr + min(last, nr)
 
 
 def tile_rule(planes: Planes) -> TileRule:
@@ -238,6 +286,7 @@ class PlaneConvPlan(Prepackable):
     operands: tuple[int, int] = (1, 0)
     # (ctx, sources, group) -> Panels of a group's kernel, when not pre-packed
     weights: object = None
+    compact: bool = False  # lanes are pixels (MAX_SEGMENTS), else grid columns
     kind = "planes"
 
     def can_pack(self, side: int) -> bool:
@@ -285,10 +334,15 @@ class PlaneConvPlan(Prepackable):
         return self._panel_bytes + self._plane_bytes
 
     @property
+    def positions(self) -> int:
+        """What the tiles cover: the pixels (compact) or the grid."""
+        return self.planes.pixels if self.compact else self.planes.grid
+
+    @property
     def run(self) -> int:
         """Grid positions per unit of work: whole tiles, C of all channels in L2."""
         p, size = self.planes, self.config.itemsize
-        total = -(-p.grid // self.nr)
+        total = -(-self.positions // self.nr)
         tiles = min(RUN_C_BYTES // (p.cout * self.nr * size), -(-total // MIN_UNITS))
         return max(tiles, 1) * self.nr
 
@@ -302,7 +356,7 @@ class PlaneConvPlan(Prepackable):
             weights = start
             self._pack_weights(ctx, sources, weights)
         planes = ctx.byte_pointer(start, self._panel_bytes)
-        units = -(-p.grid // self.run)
+        units = -(-self.positions // self.run)
         work = p.pixels * p.cout * p.group_k
         with for_range(b, p.batch, "image") as n:
             image = sources[0].view.pointer(ctx, b.mul(n, i64(self.image_strides[0])))
@@ -339,13 +393,12 @@ class PlaneConvPlan(Prepackable):
 
     def _copy_planes(self, ctx, image, planes) -> None:
         """The image's phase planes, padding zero, over (channel, row phase, plane row):
-        each image row read once into the planes of all column phases (a stride-2 row
-        into its even and odd columns' planes: vector loads and two shuffles)."""
+        each image row read once into the planes of all column phases."""
         p, ty = self.planes, self.config.element
-        _, channel_stride, row_stride, column_stride = self.image_strides
+        _, channel_stride, row_stride, _ = self.image_strides
         rows, cols = p.plane_shape
-        sh, sw = p.stride
-        top, left = p.pad_low
+        sh = p.stride[0]
+        top = p.pad_low[0]
         # the phases are every row phase with every column phase, sorted
         row_phases = sorted({py for py, _ in p.phases})
         column_phases = sorted({px for _, px in p.phases})
@@ -367,58 +420,95 @@ class PlaneConvPlan(Prepackable):
                 b.mul(channel, i64(p.channel_size)),
                 b.mul(row_phase, i64(len(column_phases) * p.plane_size)),
             )
-            outs, spans = [], []
-            for k, px in enumerate(column_phases):
+            outs = []
+            for k in range(len(column_phases)):
                 plane = b.add(first_plane, i64(k * p.plane_size))
                 outs.append(b.gep(planes, [b.add(plane, b.mul(i, i64(cols)))], source_etype=ty))
-                # columns j whose x = sw*j + px - left is in [0, width): [first, last)
-                first = _clamp(b, _ceil_div(b, i64(left - px), sw), cols)
-                last = _clamp(b, _ceil_div(b, i64(left - px + p.width), sw), cols)
-                spans.append((b.select(inside, first, i64(0)), b.select(inside, last, i64(0))))
-            # the columns every phase copies, read as one interleaved run
-            joint_first = spans[0][0]
-            joint_last = spans[0][1]
-            for first, last in spans[1:]:
-                joint_first = b.select(b.icmp_signed(">", first, joint_first), first, joint_first)
-                joint_last = b.select(b.icmp_signed("<", last, joint_last), last, joint_last)
+            copy_row = self._copy_short_row if self._short_rows else self._copy_long_row
+            copy_row(ctx, src_row, inside, outs, column_phases)
 
-            def copy(out, px, start, stop):
-                with for_range(b, b.sub(stop, start), "cp") as t:
-                    j = b.add(start, t)
-                    x = b.sub(b.add(b.mul(j, i64(sw)), i64(px)), i64(left))
-                    at = b.gep(src_row, [b.mul(x, i64(column_stride))], source_etype=ty)
-                    b.store(b.load(at, typ=ty), b.gep(out, [j], source_etype=ty))
+    @property
+    def _short_rows(self) -> bool:
+        """An image row and a plane row each fit two vectors, the row contiguous: each
+        row is one masked load and, per column phase, a constant shuffle and a store."""
+        p, most = self.planes, 2 * self.config.lanes
+        return self.image_strides[3] == 1 and max(p.width, p.plane_shape[1]) <= most
 
-            def zero(out, start, stop):
-                with for_range(b, b.sub(stop, start), "zero") as t:
-                    b.store(ir.Constant(ty, 0), b.gep(out, [b.add(start, t)], source_etype=ty))
+    def _copy_short_row(self, ctx, src_row, inside, outs, column_phases) -> None:
+        """Plane rows `outs` (one per column phase) of image row `src_row`, zero where
+        not `inside` the image (_short_rows)."""
+        p, cfg, b = self.planes, self.config, ctx.builder
+        cols, sw, left = p.plane_shape[1], p.stride[1], p.pad_low[1]
+        width = 1 << (p.width - 1).bit_length()
+        in_row = lanes_below(b, i64(p.width), width)
+        mask = b.select(inside, in_row, ir.Constant(in_row.type, None))
+        row = masked_load(ctx, b, cfg, src_row, mask)
+        zeros = ir.Constant(row.type, None)
+        out_width = 1 << (cols - 1).bit_length()
+        for out, px in zip(outs, column_phases):
+            # plane column j holds image column sw*j + px - left, or zero (lane `width`)
+            picks = [sw * j + px - left for j in range(out_width)]
+            picks = [x if 0 <= x < p.width else width for x in picks]
+            lanes = b.shuffle_vector(row, zeros, ir.Constant(ir.VectorType(I32, out_width), picks))
+            store_first(ctx, cfg, lanes, out, cols)
 
-            joint = b.icmp_signed("<", joint_first, joint_last)
-            with b.if_else(joint) as (together, apart):
-                with together:
-                    for out, px, (first, last) in zip(outs, column_phases, spans):
-                        zero(out, i64(0), first)
-                        copy(out, px, first, joint_first)
-                        copy(out, px, joint_last, last)
-                        zero(out, last, i64(cols))
-                    with for_range(b, b.sub(joint_last, joint_first), "cp", True) as t:
-                        j = b.add(joint_first, t)
-                        x = b.sub(b.mul(j, i64(sw)), i64(left))
-                        for out, px in zip(outs, column_phases):
-                            offset = b.mul(b.add(x, i64(px)), i64(column_stride))
-                            value = b.load(b.gep(src_row, [offset], source_etype=ty), typ=ty)
-                            b.store(value, b.gep(out, [j], source_etype=ty))
-                with apart:
-                    for out, px, (first, last) in zip(outs, column_phases, spans):
-                        zero(out, i64(0), first)
-                        copy(out, px, first, last)
-                        zero(out, last, i64(cols))
+    def _copy_long_row(self, ctx, src_row, inside, outs, column_phases) -> None:
+        """Plane rows `outs` (one per column phase) of image row `src_row`, zero where
+        not `inside` the image: a stride-2 row read once into its even and odd
+        columns' planes (vector loads and two shuffles)."""
+        p, ty, b = self.planes, self.config.element, ctx.builder
+        column_stride = self.image_strides[3]
+        cols, sw, left = p.plane_shape[1], p.stride[1], p.pad_low[1]
+        spans = []
+        for px in column_phases:
+            # columns j whose x = sw*j + px - left is in [0, width): [first, last)
+            first = _clamp(b, _ceil_div(b, i64(left - px), sw), cols)
+            last = _clamp(b, _ceil_div(b, i64(left - px + p.width), sw), cols)
+            spans.append((b.select(inside, first, i64(0)), b.select(inside, last, i64(0))))
+        # the columns every phase copies, read as one interleaved run
+        joint_first = spans[0][0]
+        joint_last = spans[0][1]
+        for first, last in spans[1:]:
+            joint_first = b.select(b.icmp_signed(">", first, joint_first), first, joint_first)
+            joint_last = b.select(b.icmp_signed("<", last, joint_last), last, joint_last)
+
+        def copy(out, px, start, stop):
+            with for_range(b, b.sub(stop, start), "cp") as t:
+                j = b.add(start, t)
+                x = b.sub(b.add(b.mul(j, i64(sw)), i64(px)), i64(left))
+                at = b.gep(src_row, [b.mul(x, i64(column_stride))], source_etype=ty)
+                b.store(b.load(at, typ=ty), b.gep(out, [j], source_etype=ty))
+
+        def zero(out, start, stop):
+            with for_range(b, b.sub(stop, start), "zero") as t:
+                b.store(ir.Constant(ty, 0), b.gep(out, [b.add(start, t)], source_etype=ty))
+
+        joint = b.icmp_signed("<", joint_first, joint_last)
+        with b.if_else(joint) as (together, apart):
+            with together:
+                for out, px, (first, last) in zip(outs, column_phases, spans):
+                    zero(out, i64(0), first)
+                    copy(out, px, first, joint_first)
+                    copy(out, px, joint_last, last)
+                    zero(out, last, i64(cols))
+                with for_range(b, b.sub(joint_last, joint_first), "cp", True) as t:
+                    j = b.add(joint_first, t)
+                    x = b.sub(b.mul(j, i64(sw)), i64(left))
+                    for out, px in zip(outs, column_phases):
+                        offset = b.mul(b.add(x, i64(px)), i64(column_stride))
+                        value = b.load(b.gep(src_row, [offset], source_etype=ty), typ=ty)
+                        b.store(value, b.gep(out, [j], source_etype=ty))
+            with apart:
+                for out, px, (first, last) in zip(outs, column_phases, spans):
+                    zero(out, i64(0), first)
+                    copy(out, px, first, last)
+                    zero(out, last, i64(cols))
 
     def _run(self, ctx, c: Slice, unit, group, n, source, weights, epilogue) -> None:
         """Unit `unit` of group `group` of image `n`: its tiles, then its epilogue."""
         p, ty, b = self.planes, self.config.element, ctx.builder
         q0 = b.mul(unit, i64(self.run))
-        q1 = smaller(b, b.add(q0, i64(self.run)), i64(p.grid))
+        q1 = smaller(b, b.add(q0, i64(self.run)), i64(self.positions))
         out = b.gep(ctx.slice_pointer(c), [b.mul(n, i64(p.cout * p.pixels))], source_etype=ty)
         # elements from one group's A panels, planes and output channels to the next's
         sizes = (
@@ -468,7 +558,7 @@ class PlaneConvPlan(Prepackable):
                     whole = b.icmp_unsigned("==", cols, i64(self.nr))
                     args = [
                         a_panel,
-                        b.gep(block_b, [q], source_etype=ty),
+                        block_b if self.compact else b.gep(block_b, [q], source_etype=ty),
                         channels,
                         c_rows,
                         q,
@@ -490,25 +580,30 @@ class PlaneConvPlan(Prepackable):
         return self.planes.channel_size
 
     def _pixel(self, b, q) -> ir.Value:
-        """The first output pixel at grid position q or after."""
+        """The first output pixel at position q or after."""
         p = self.planes
+        if self.compact:
+            return q
         cols = p.plane_shape[1]
         row = b.udiv(q, i64(cols))
         x = smaller(b, b.sub(q, b.mul(row, i64(cols))), i64(p.out_width))
         return b.add(b.mul(row, i64(p.out_width)), x)
 
     def _kernel(self, ctx, masked: bool) -> ir.Function:
+        """The tile kernel; `masked`: the last tile's, narrower where fewer are left."""
+        nr = tail_width(self.positions, self.nr, self.config.lanes) if masked else self.nr
         return plane_kernel(
             ctx,
             self.config,
             self.mr,
-            self.nr,
+            nr,
             self._channel_stride,
             tuple(self.planes.tap_offsets()),
             self.planes.plane_shape[1],
             self.planes.out_width,
             self.planes.pixels,
             masked,
+            self.compact,
         )
 
 
@@ -542,6 +637,7 @@ def plane_kernel(
     out_width: int,
     ldc: int,
     masked: bool,
+    compact: bool = False,
 ) -> ir.Function:
     """`kernel(a, b, channels, c, q, accumulate, rows, cols)`: the tile at grid position
     q (+)= A x B.
@@ -550,39 +646,90 @@ def plane_kernel(
     tap) are at b + channel*channel_stride + offsets[tap].  The tile's grid column j
     is output pixel (row, x) = divmod(q + j, grid_width), stored at c[i*ldc + row *
     out_width + x] for rows i < `rows`, columns j < `cols` and x < out_width.
-    `masked`: B's values past `cols` are not loaded (they may be past the image)."""
-    table = "_".join(map(str, offsets))
+    `masked`: B's values past `cols` are not loaded (they may be past the image).
+    `compact`: q and the tile's columns are output pixels, and b is at grid position
+    0: column j's values are at grid position row*grid_width + x of pixel q + j."""
+    table_name = "_".join(map(str, offsets))
+    form = ("m" if masked else "f") + ("c" if compact else "")
     name = (
         f"{ctx.prefix}.conv.planes.{cfg.dtype.text}.{mr}x{nr}.{channel_stride}."
-        f"{grid_width}.{out_width}.{ldc}.{'m' if masked else 'f'}.{table}"
+        f"{grid_width}.{out_width}.{ldc}.{form}.{table_name}"
     )
     if len(name) > 200:
         # a digest, not hash(): the same model must give the same object in every process
-        name = f"{name[:160]}.{hashlib.sha256(table.encode()).hexdigest()[:16]}"
+        name = f"{name[:160]}.{hashlib.sha256(table_name.encode()).hexdigest()[:16]}"
     function, b = shared_function(ctx, name, [PTR, PTR, I64, PTR, I64, I1, I64, I64])
     if b is None:
         return function
     a_ptr, b_ptr, channels, c_ptr, q, accumulate, rows, cols = function.args
     ty = cfg.element
     tile = Tile(b, cfg, mr, nr)
+    firsts = [sum(t.count for t in tile.types[:k]) for k in range(len(tile.types))]
     masks = None
-    if masked:
-        firsts = [sum(t.count for t in tile.types[:k]) for k in range(len(tile.types))]
+    if masked or compact:
         masks = [lanes_below(b, cols, t.count, first) for t, first in zip(tile.types, firsts)]
+    pieces = None
+    if compact:
+        pieces = [
+            _row_pieces(b, q, first, mask, grid_width, out_width)
+            for first, mask in zip(firsts, masks)
+        ]
     taps = len(offsets)
     with for_range(b, channels, "ch") as ch:
         base = b.gep(b_ptr, [b.mul(ch, i64(channel_stride))], source_etype=ty)
         a_channel = b.gep(a_ptr, [b.mul(ch, i64(taps * mr))], source_etype=ty)
-        for tap, tap_offset in enumerate(offsets):
-            row = b.gep(base, [i64(tap_offset)], source_etype=ty)
-            a_row = b.gep(a_channel, [i64(tap * mr)], source_etype=ty)
-            a_values = [b.gep(a_row, [i64(i)], source_etype=ty) for i in range(mr)]
-            tile.add_products(ctx, row, a_values, masks)
+        if pieces is None:
+            for tap, tap_offset in enumerate(offsets):
+                row = b.gep(base, [i64(tap_offset)], source_etype=ty)
+                a_row = b.gep(a_channel, [i64(tap * mr)], source_etype=ty)
+                a_values = [b.gep(a_row, [i64(i)], source_etype=ty) for i in range(mr)]
+                tile.add_products(ctx, row, a_values, masks)
+        else:
+            # a loop over the taps: unrolled, LLVM loads ahead of the FMAs and spills
+            table = i64_table(ctx.module, f"{ctx.prefix}.conv.taps.{table_name}", offsets)
+            with for_range(b, i64(taps), "tap") as tap:
+                offset = b.load(b.gep(table, [i64(0), tap]), typ=I64)
+                row = b.gep(base, [offset], source_etype=ty)
+                a_row = b.gep(a_channel, [b.mul(tap, i64(mr))], source_etype=ty)
+                a_values = [b.gep(a_row, [i64(i)], source_etype=ty) for i in range(mr)]
+                vectors = []
+                for vector_pieces in pieces:
+                    value = None
+                    for at, mask in vector_pieces:
+                        pointer = b.gep(row, [at], source_etype=ty)
+                        value = masked_load(ctx, b, cfg, pointer, mask, value)
+                    vectors.append(value)
+                tile.add_outer(ctx, vectors, a_values)
+    if compact:  # the pixels are C's columns
+        grid_width = out_width
     _store_grid_tile(
         ctx, b, cfg, tile, c_ptr, q, accumulate, rows, cols, grid_width, out_width, ldc
     )
     b.ret_void()
     return function
+
+
+def _row_pieces(b, q, first: int, mask, grid_width: int, out_width: int) -> list:
+    """[(grid position, lanes)] of a compact vector of pixels q + first + l (l over
+    `mask`'s lanes, those set): one piece per output row the pixels may touch, its
+    lanes read from grid position + l."""
+    count = mask.type.count
+    start = b.add(q, i64(first))
+    row = b.udiv(start, i64(out_width))
+    x0 = b.sub(start, b.mul(row, i64(out_width)))
+    at = b.add(start, b.mul(row, i64(grid_width - out_width)))
+    lane_x = b.add(
+        ir.Constant(ir.VectorType(I64, count), list(range(count))),
+        splat(b, x0, ir.VectorType(I64, count)),
+    )
+    pieces = []
+    for s in range(segments(out_width, count)):
+        # lanes on row row + s: 0 <= x0 + l - s*out_width < out_width
+        x = b.sub(lane_x, splat(b, i64(s * out_width), lane_x.type))
+        on_row = b.icmp_unsigned("<", x, splat(b, i64(out_width), lane_x.type))
+        offset = b.add(at, i64(s * (grid_width - out_width)))
+        pieces.append((offset, b.and_(on_row, mask)))
+    return pieces
 
 
 def _store_grid_tile(

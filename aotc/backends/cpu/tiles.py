@@ -227,6 +227,11 @@ class Tile:
             else:
                 b_vecs.append(masked_load(ctx, b, cfg, p, masks[k]))
             offset += t.count
+        self.add_outer(ctx, b_vecs, a_pointers)
+
+    def add_outer(self, ctx, b_vecs: list[ir.Value], a_pointers: list[ir.Value]) -> None:
+        """Tile += outer product of row i's A value (at a_pointers[i]) and B's vectors."""
+        b, cfg = self.b, self.cfg
         for slots, pointer in zip(self.slots, a_pointers):
             a_value = b.load(pointer, typ=cfg.element)
             for slot, b_vec, t in zip(slots, b_vecs, self.types):

@@ -120,16 +120,19 @@ def masked_gather(ctx, b, cfg: GemmConfig, pointers, mask) -> ir.Value:
     )
 
 
-def masked_load(ctx, b, cfg: GemmConfig, pointer, mask) -> ir.Value:
-    """A contiguous vector from `pointer`, lanes outside `mask` zero (never loaded)."""
+def masked_load(ctx, b, cfg: GemmConfig, pointer, mask, passthru=None) -> ir.Value:
+    """A contiguous vector from `pointer`; lanes outside `mask` are never loaded and
+    are `passthru`'s (zero without one)."""
     count = mask.type.count
-    return _masked(ctx, b, cfg, f"llvm.masked.load.v{count}{_type_tag(cfg)}.p0", pointer, mask)
+    name = f"llvm.masked.load.v{count}{_type_tag(cfg)}.p0"
+    return _masked(ctx, b, cfg, name, pointer, mask, passthru)
 
 
-def _masked(ctx, b, cfg: GemmConfig, name: str, address, mask) -> ir.Value:
-    """Call masked load/gather intrinsic `name`: (address, align, mask, zeros)."""
+def _masked(ctx, b, cfg: GemmConfig, name: str, address, mask, passthru=None) -> ir.Value:
+    """Call masked load/gather intrinsic `name`: (address, align, mask, passthru)."""
     vec = ir.VectorType(cfg.element, mask.type.count)
-    args = [address, ir.Constant(I32, cfg.itemsize), mask, ir.Constant(vec, None)]
+    rest = passthru if passthru is not None else ir.Constant(vec, None)
+    args = [address, ir.Constant(I32, cfg.itemsize), mask, rest]
     return b.call(ctx.declare(name, vec, args), args)
 
 
