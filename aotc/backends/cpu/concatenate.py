@@ -19,7 +19,7 @@ from llvmlite import ir
 from ...buffers import BufferKind, Slice
 from ...ir import Instruction, Op
 from ..llvm.context import EmitContext, Gen
-from ..llvm.lltypes import I1, I64, PTR, VOID, i64, i64_table
+from ..llvm.lltypes import I64, PTR, i64, i64_table
 from ..llvm.loops import for_range, if_then
 
 # operands a concatenate's element rule searches at most; more take the tables
@@ -76,6 +76,5 @@ def emit_wide_concatenate(ctx: EmitContext, instr: Instruction, operands: list[G
             to = b.add(b.mul(r, i64(sum(extents) * unit)), b.mul(start, i64(unit)))
             destination = b.gep(out, [to], source_etype=BYTE)
             origin = b.gep(source, [b.mul(r, size)], source_etype=BYTE)
-            args = [destination, origin, size, ir.Constant(I1, 0)]
-            b.call(ctx.declare("llvm.memcpy.p0.p0.i64", VOID, args), args)
+            ctx.memcpy(destination, origin, size)
     return True

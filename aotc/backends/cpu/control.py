@@ -20,7 +20,7 @@ from ...buffers import Slice
 from ...buffers.plan import NestedPlan
 from ...ir import DType, Instruction, Op
 from ..llvm.context import EmitContext
-from ..llvm.lltypes import VOID, i64, load_element
+from ..llvm.lltypes import i64, load_element
 from ..llvm.loops import if_then, while_loop
 
 # emits, at the builder's position, calls of one computation's kernels
@@ -72,17 +72,10 @@ def emit_conditional(
 
 def copy_slices(ctx: EmitContext, copies: Sequence[tuple[Slice, Slice]]) -> None:
     """memcpy each (source, destination) pair, in order."""
-    b = ctx.builder
     for source, destination in copies:
         if source == destination or source.size == 0:
             continue
-        args = [
-            ctx.slice_pointer(destination),
-            ctx.slice_pointer(source),
-            i64(source.size),
-            ir.Constant(I1, 0),
-        ]
-        b.call(ctx.declare("llvm.memcpy.p0.p0.i64", VOID, args), args)
+        ctx.memcpy(ctx.slice_pointer(destination), ctx.slice_pointer(source), i64(source.size))
 
 
 CONTROL_KERNELS: dict[Op, ControlKernel] = {

@@ -98,15 +98,7 @@ def build_module(
         call(b, k, kernel, impl.args)
     _bind_buffers(ctx, b, impl, weights)
     for source, destination in plan.output_copies:
-        b.call(
-            _memcpy(llmod),
-            [
-                ctx.slice_pointer(destination),
-                ctx.slice_pointer(source),
-                i64(source.size),
-                ir.Constant(ir.IntType(1), 0),
-            ],
-        )
+        ctx.memcpy(ctx.slice_pointer(destination), ctx.slice_pointer(source), i64(source.size))
     b.ret_void()
 
     inputs = len(module.entry.parameters)
@@ -467,12 +459,3 @@ def _global_bytes(llmod, name: str, size: int) -> ir.GlobalVariable:
     variable.initializer = ir.Constant(variable.value_type, None)
     variable.align = ARENA_ALIGNMENT
     return variable
-
-
-def _memcpy(llmod) -> ir.Function:
-    name = "llvm.memcpy.p0.p0.i64"
-    existing = llmod.globals.get(name)
-    if existing is not None:
-        return existing
-    fnty = ir.FunctionType(VOID, [PTR, PTR, I64, ir.IntType(1)])
-    return ir.Function(llmod, fnty, name)

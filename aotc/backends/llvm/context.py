@@ -94,6 +94,11 @@ class EmitContext:
         result_type = ret if ret is not None else args[0].type
         return self.builder.call(self.declare(mangled, result_type, args), args)
 
+    def memcpy(self, destination: ir.Value, source: ir.Value, size: ir.Value) -> None:
+        """Copy `size` bytes (an i64) from `source` to `destination`; they do not overlap."""
+        args = [destination, source, size, ir.Constant(ir.IntType(1), 0)]
+        self.builder.call(self.declare("llvm.memcpy.p0.p0.i64", ir.VoidType(), args), args)
+
     def libm(self, base: str, args: Sequence[ir.Value]) -> ir.Value:
         """Call math library function `base` (erf, tanh, ...) at the arguments' type."""
         name = self.math.function_name(base, args[0].type)
