@@ -37,6 +37,11 @@ MAX_PARTS = 16
 MIN_BATCH_PARTS = 8
 # gemv pieces do at least this many multiply-adds
 MIN_PIECE_WORK = 1 << 17
+# a gemv streams its matrix (4 bytes per multiply-add in f32, from L3 or memory when
+# the model's weights do not fit L2): shared out from this many, as each thread's part
+# of the matrix then stays in its own L2 from call to call (an LSTM's step: 256 hidden,
+# 4 x 256 x 256)
+MIN_PARALLEL_GEMV_WORK = 1 << 18
 # N parts of fewer B panels would reuse each A micro-panel (from L1) too little: parts of
 # one panel made a 64 x 512 x 784 GEMM 20% slower on one thread
 MIN_PART_COLUMN_PANELS = 4
@@ -146,7 +151,7 @@ def gemv_split(config: GemmConfig, batch: tuple[int, ...], count: int, k: int):
     """A gemv big enough to share out, in pieces of whole vector blocks of outputs
     (the same outputs take the vector and scalar paths as in one call); None: serial."""
     total = math.prod(batch)
-    if total * count * k < MIN_PARALLEL_WORK:
+    if total * count * k < MIN_PARALLEL_GEMV_WORK:
         return None
     width = config.lanes * GEMV_UNROLL
     pieces = max(min(MAX_PARTS // total, count * k // MIN_PIECE_WORK), 1)
