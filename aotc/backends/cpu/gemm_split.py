@@ -49,7 +49,10 @@ MIN_PART_COLUMN_PANELS = 4
 # gives way to the other dimension's, if that one shares out better
 MAX_IMBALANCE = 1.25
 # shared blocks of fewer elements are packed by the calling thread, without a dispatch
-MIN_SHARED_PACKING = 1 << 16
+# (a pointwise convolution's 240 x 196 image packed on one thread, then multiplied on
+# two, ran slower at 2 threads than at 1: MobileNet-V3-small 1.08-1.29x faster at 2
+# threads with its packing shared out from 2^12, not 2^16)
+MIN_SHARED_PACKING = 1 << 12
 # a parallel GEMM's A block takes 1/L3_SHARERS of the L3 budget (threads share L3)
 L3_SHARERS = 4
 
