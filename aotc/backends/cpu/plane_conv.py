@@ -11,7 +11,9 @@ tap's column row is then the plane read from a constant offset: an NR-pixel
 tile of the grid loads NR contiguous values per (channel, tap), whatever the
 stride, and its A values (MR output channels) come from the weights packed as
 for the GEMM (prepack.py).  Grid columns x >= Wo are not output pixels: the
-tiles compute them, and their stores skip them.  A stride-1 convolution without
+tiles compute them, and their stores skip them, unless the tiles are compact
+(AVX-512, `compact_tiles`): then a tile's lanes are output pixels, each vector
+loaded as one masked load per output row it touches.  A stride-1 convolution without
 padding reads an image that is in memory row after row in place.  A grouped
 convolution is one such convolution per feature group, on its slice of the
 planes' channels into its slice of the output channels, A packed group by group.
