@@ -11,13 +11,15 @@ the verifier to check shapes.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import ShapeError
 from .types import AnyShape, DType, Shape, TupleShape
 
 if TYPE_CHECKING:
     from .module import Instruction
+
+T = TypeVar("T")
 
 
 def infer_shape(instr: Instruction) -> AnyShape:
@@ -29,6 +31,13 @@ def _check(cond: bool, instr: Instruction, message: str) -> None:
     if not cond:
         operands = ", ".join(str(o.shape) for o in instr.operands)
         raise ShapeError(f"{instr.op.text}({operands}): {message}")
+
+
+def _present(value: T | None, instr: Instruction, message: str) -> T:
+    """`value`, refused with `message` where the instruction lacks it."""
+    _check(value is not None, instr, message)
+    assert value is not None  # _check raised otherwise; says so to the type checker
+    return value
 
 
 def _arr(instr: Instruction, i: int) -> Shape:
@@ -290,16 +299,16 @@ def reduce_window(instr: Instruction) -> AnyShape:
 
 
 def dot(instr: Instruction) -> Shape:
-    lhs, rhs, d = _arr(instr, 0), _arr(instr, 1), instr.dot
-    _check(d is not None, instr, "needs dot dimension numbers")
+    lhs, rhs = _arr(instr, 0), _arr(instr, 1)
+    d = _present(instr.dot, instr, "needs dot dimension numbers")
     _check(len(d.lhs_batch) == len(d.rhs_batch), instr, "batch dims differ in number")
     _check(len(d.lhs_contracting) == len(d.rhs_contracting), instr, "contracting dims differ")
-    for side, dims, rank in (
+    for side, used, rank in (
         ("lhs", d.lhs_batch + d.lhs_contracting, lhs.rank),
         ("rhs", d.rhs_batch + d.rhs_contracting, rhs.rank),
     ):
         _check(
-            _is_dim_set(dims, rank), instr, f"{side} dims {list(dims)} repeated or not below {rank}"
+            _is_dim_set(used, rank), instr, f"{side} dims {list(used)} repeated or not below {rank}"
         )
     for a, b in zip(d.lhs_batch + d.lhs_contracting, d.rhs_batch + d.rhs_contracting):
         _check(lhs.dims[a] == rhs.dims[b], instr, f"lhs dim {a} != rhs dim {b}")
@@ -312,8 +321,9 @@ def dot(instr: Instruction) -> Shape:
 
 
 def convolution(instr: Instruction) -> Shape:
-    lhs, rhs, c, w = _arr(instr, 0), _arr(instr, 1), instr.conv, instr.window
-    _check(c is not None and w is not None, instr, "needs window= and dim_labels=")
+    lhs, rhs = _arr(instr, 0), _arr(instr, 1)
+    c = _present(instr.conv, instr, "needs window= and dim_labels=")
+    w = _present(instr.window, instr, "needs window= and dim_labels=")
     n = len(c.input_spatial)
     _check(lhs.rank == rhs.rank == n + 2 and w.rank == n, instr, "ranks do not fit")
     labels = (
@@ -343,8 +353,8 @@ def convolution(instr: Instruction) -> Shape:
 
 
 def gather(instr: Instruction) -> Shape:
-    operand, indices, g = _arr(instr, 0), _arr(instr, 1), instr.gather
-    _check(g is not None, instr, "needs gather dimension numbers")
+    operand, indices = _arr(instr, 0), _arr(instr, 1)
+    g = _present(instr.gather, instr, "needs gather dimension numbers")
     _check(not indices.dtype.is_float, instr, "indices must be integers")
     _check(len(g.slice_sizes) == operand.rank, instr, "slice_sizes must cover every dim")
     _check(0 <= g.index_vector_dim <= indices.rank, instr, "index_vector_dim out of range")

@@ -667,14 +667,13 @@ def plane_kernel(
     ty = cfg.element
     tile = Tile(b, cfg, mr, nr)
     firsts = [sum(t.count for t in tile.types[:k]) for k in range(len(tile.types))]
-    masks = None
-    if masked or compact:
-        masks = [lanes_below(b, cols, t.count, first) for t, first in zip(tile.types, firsts)]
+    lane_masks = [lanes_below(b, cols, t.count, first) for t, first in zip(tile.types, firsts)]
+    masks = lane_masks if masked or compact else None
     pieces = None
     if compact:
         pieces = [
             _row_pieces(b, q, first, mask, grid_width, out_width)
-            for first, mask in zip(firsts, masks)
+            for first, mask in zip(firsts, lane_masks)
         ]
     taps = len(offsets)
     with for_range(b, channels, "ch") as ch:
