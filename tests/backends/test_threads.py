@@ -192,6 +192,7 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, sa
         ([(256, 300), (300, 2048)], lambda p: _dot(b, *p)),  # A blocks packed in parallel
         ([(2, 24, 57, 57), (40, 24, 3, 3)], lambda p: _conv(b, *p, pad=1, stride=2)),
         ([(1024, 256), (256, 1)], lambda p: _dot(b, *p)),  # an LSTM step's gates (256)
+        ([(192, 1152), (1152, 49)], lambda p: _dot(b, *p)),  # B packed whole: 3 K slices
     ]
     outputs, args, count = [], [], 0
     for shapes, make in specs:
@@ -220,10 +221,14 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, sa
         "n",
         "planes",
         "batch",
+        "m",
     ]
-    for out in outputs[-4:-2]:
+    plans = [_analyze(target, compiled.plan, out).plans[-1] for out in outputs]
+    whole = [getattr(getattr(plan, "split", None), "whole_b", False) for plan in plans]
+    assert [k for k, w in enumerate(whole) if w] == [len(outputs) - 1]
+    for out in outputs[-5:-3]:
         blocks = _analyze(target, compiled.plan, out).plans[-1].split.blocks
-        shared = blocks.nb if out is outputs[-4] else blocks.mb
+        shared = blocks.nb if out is outputs[-5] else blocks.mb
         assert shared * blocks.kc >= MIN_SHARED_PACKING
     flat = [a for group in args for a in group]
     results = same_across_threads(compiled, flat)
@@ -241,7 +246,7 @@ def test_contractions_do_not_depend_on_the_thread_count(compile_module, fuse, sa
     expected.append(_conv_reference(*args[8], (1, 1), (1, 1), (1, 1), (1, 1), 32))
     expected += [x.astype(np.float64) @ y for x, y in args[9:11]]
     expected.append(_conv_reference(*args[11], (2, 2), (1, 1), (1, 1), (1, 1), 1))
-    expected.append(args[12][0].astype(np.float64) @ args[12][1])
+    expected += [x.astype(np.float64) @ y for x, y in args[12:14]]
     for k, (got, want) in enumerate(zip(results, expected)):
         _close(got, want, f"output {k}")
 

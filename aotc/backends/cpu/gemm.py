@@ -10,6 +10,7 @@ Big enough contractions are shared out to the runtime's threads (gemm_split.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -19,12 +20,12 @@ from ...buffers import Slice
 from ...ir import DType
 from ..llvm.context import EmitContext
 from ..llvm.elemental import linearize
-from ..llvm.lltypes import I8, I64, i64
+from ..llvm.lltypes import I8, I64, PTR, i64
 from ..llvm.loops import for_range, if_then, loop_nest
 from .blocked_gemm import block_span, emit_gemm, emit_region, multiply_blocks
-from .blocking import Blocking, blocking
+from .blocking import Blocking, blocking, round_up
 from .gemm_config import GemmConfig
-from .gemm_split import Split, gemm_split, gemv_split, share_out, share_packing
+from .gemm_split import MAX_PARTS, Split, gemm_split, gemv_split, share_out, share_packing
 from .gemv import emit_gemv, emit_packed_gemv, packed_width
 from .panels import PackedPanels, Panels, StridedPanels
 from .prepackable import PackedShape, Prepackable, StridedLayout
@@ -171,6 +172,10 @@ class GemmPlan(Prepackable):
         blocks = split.blocks
         dst = b.ptrtoint(ctx.slice_pointer(workspace), I64)
         k_slices = -(-blocks.k // blocks.kc)
+        if split.packs_whole_b:
+            self._pack_whole_b(ctx, sources, split, index, dst)
+            self._parts_on_whole_b(ctx, sources, c, workspace, epilogue, split, index)
+            return
         if split.mode == "m":
             with for_range(b, k_slices, "kslice") as ki:
                 k0, kc = block_span(b, ki, blocks.kc, blocks.k)
@@ -191,6 +196,61 @@ class GemmPlan(Prepackable):
                     values = [*index, dst, m0, mb, k0, kc]
                     share_packing(ctx, blocks, self._side(0, sources), values, blocks.mr, blocks.mb)
                 self._parts(ctx, sources, c, workspace, epilogue, split, [*index, m0, mb, ki])
+
+    def _pack_whole_b(self, ctx, sources, split: Split, index, dst) -> None:
+        """B packed whole at `dst` (blocked_gemm.pack_whole_b's layout), (K slice, run of
+        column panels) units shared out to the threads."""
+        blocks = split.blocks
+        assert blocks is not None  # a GEMM's split (not a gemv's) has its blocking
+        batches = len(self.batch)
+        width = round_up(blocks.n, blocks.nr)
+        panels = -(-blocks.n // blocks.nr)
+        per = -(-panels // MAX_PARTS)
+        grid = (-(-blocks.k // blocks.kc), -(-panels // per))
+
+        def unit(position, slot, passed):
+            b = ctx.builder
+            batch, (packed,) = passed[:batches], passed[batches:]
+            ki, part = position
+            k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+            first = b.mul(part, i64(per * blocks.nr))
+            count = smaller(b, i64(per * blocks.nr), b.sub(i64(blocks.n), first))
+            at = b.add(b.mul(k0, i64(width)), b.mul(first, kc))
+            out = b.gep(b.inttoptr(packed, PTR), [at], source_etype=blocks.config.element)
+            operand = self.operand(1, ctx, sources, batch)
+            operand.pack(ctx, blocks, out, first, count, k0, kc, blocks.nr)
+
+        share_out(ctx, grid, min(math.prod(grid), MAX_PARTS), unit, [*index, dst])
+
+    def _parts_on_whole_b(self, ctx, sources, c, workspace, epilogue, split, index) -> None:
+        """Parts of `per` row panels, each over every K slice of the whole packed B
+        (`_pack_whole_b`), A's rows packed per slice into the thread's region."""
+        blocks = split.blocks
+        assert blocks is not None  # a GEMM's split (not a gemv's) has its blocking
+        batches = len(self.batch)
+        width = round_up(blocks.n, blocks.nr)
+        step = split.per * blocks.mr
+
+        def unit(position, slot, passed):
+            b = ctx.builder
+            batch = passed[:batches]
+            _, _, c_batch, region = self._operands(ctx, sources, c, epilogue, batch)
+            start = ctx.slice_pointer(workspace)
+            offset = b.add(i64(split.shared_bytes), b.mul(slot, i64(split.part_bytes)))
+            own_region = b.gep(start, [offset], source_etype=I8)
+            p0 = b.mul(position[0], i64(step))
+            count = smaller(b, i64(step), b.sub(i64(blocks.m), p0))
+            operand = self.operand(0, ctx, sources, batch)
+            with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
+                k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+                own = operand.pack(ctx, blocks, own_region, p0, count, k0, kc, blocks.mr)
+                slice_b = b.gep(start, [b.mul(k0, i64(width))], source_etype=blocks.config.element)
+                block = (p0, count, i64(0), i64(blocks.n))
+                multiply_blocks(
+                    ctx, blocks, own, slice_b, c_batch, self.ldc, block, ki, region, split.packed[0]
+                )
+
+        share_out(ctx, (split.parts,), split.parts, unit, list(index))
 
     def _side(self, side: int, sources):
         """(ctx, batch) -> operand `side`, as `share_packing` takes it."""

@@ -19,6 +19,7 @@ from ..llvm.context import EmitContext
 from ..llvm.elemental import delinearize
 from ..llvm.lltypes import PTR, i64
 from ..llvm.loops import for_range, if_then
+from .blocked_gemm import whole_b_bytes
 from .blocking import Blocking, aligned, balanced, blocking, round_up
 from .gemm_config import GemmConfig
 from .gemv import GEMV_UNROLL
@@ -63,6 +64,10 @@ class Split:
     results do not depend on the thread count (each element sums the same K slices in
     the same order as on one thread).
 
+    `whole_b` (mode "m", one N block, several K slices, B small enough for L2): B is
+    packed whole, every K slice at once, then each part multiplies its rows over all
+    the slices: two dispatches, not two per K slice.
+
     mode "batch": whole GEMMs (or gemv pieces of `per` outputs) of the `grid` of units
     in `parts`, each thread's GEMMs packing into a region of its own.  "m": per K slice
     and N block, B's block is packed once (its panels in parallel) into the shared
@@ -78,10 +83,17 @@ class Split:
     grid: tuple[int, ...] = ()
     per: int = 0
     packed: tuple[bool, bool] = (False, False)
+    whole_b: bool = False
+
+    @property
+    def packs_whole_b(self) -> bool:
+        return self.whole_b and not self.packed[1]
 
     @property
     def shared_bytes(self) -> int:
         blocks = self.blocks
+        if self.packs_whole_b and blocks is not None:
+            return whole_b_bytes(blocks)
         if self.mode == "m" and not self.packed[1]:
             return blocks.b_bytes
         if self.mode == "n" and not self.packed[0]:
@@ -132,7 +144,13 @@ def gemm_split(config: GemmConfig, batch: tuple[int, ...], m: int, n: int, k: in
     parts = -(-panels // per)
     if parts < 2:
         return None
-    return Split(mode, blocks, parts, per=per)
+    whole_b = (
+        mode == "m"
+        and blocks.nb >= n
+        and k > blocks.kc
+        and whole_b_bytes(blocks) <= config.blocks.l2
+    )
+    return Split(mode, blocks, parts, per=per, whole_b=whole_b)
 
 
 def _imbalance(panels: int, per: int) -> float:
