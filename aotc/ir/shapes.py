@@ -360,7 +360,11 @@ def gather(instr: Instruction) -> Shape:
     _check(0 <= g.index_vector_dim <= indices.rank, instr, "index_vector_dim out of range")
     _check(_is_dim_set(g.start_index_map, operand.rank), instr, "bad start_index_map")
     removed_dims = (*g.collapsed_slice_dims, *g.operand_batching_dims)
-    _check(_is_dim_set(removed_dims, operand.rank), instr, "bad collapsed_slice_dims")
+    _check(
+        _is_dim_set(removed_dims, operand.rank),
+        instr,
+        "collapsed_slice_dims and operand_batching_dims must be distinct operand dims",
+    )
     index_dims = list(indices.dims)
     if g.index_vector_dim < indices.rank:
         _check(index_dims[g.index_vector_dim] == len(g.start_index_map), instr, "index vector")

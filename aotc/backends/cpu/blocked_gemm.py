@@ -72,11 +72,30 @@ def pack_whole_b(ctx: EmitContext, blocks: Blocking, b_operand: Panels, dst: ir.
     the attention kernel multiplies K^T and V by many blocks of rows."""
     b = ctx.builder
     assert b is not None
-    width = round_up(blocks.n, blocks.nr)
     with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
-        k0, kc = block_span(b, ki, blocks.kc, blocks.k)
-        out = b.gep(dst, [b.mul(k0, i64(width))], source_etype=blocks.config.element)
-        b_operand.pack(ctx, blocks, out, i64(0), i64(blocks.n), k0, kc, blocks.nr)
+        pack_whole_b_part(ctx, blocks, b_operand, dst, ki, i64(0), i64(blocks.n))
+
+
+def pack_whole_b_part(
+    ctx: EmitContext, blocks: Blocking, b_operand: Panels, dst: ir.Value, ki, first, count
+) -> None:
+    """Columns [first, first + count) (whole panels from `first`) of B's K slice `ki`,
+    packed where `pack_whole_b` puts them: threads may pack the parts apart."""
+    b = ctx.builder
+    assert b is not None
+    k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+    out = b.gep(
+        _whole_b_slice(ctx, blocks, dst, k0), [b.mul(first, kc)], source_etype=blocks.config.element
+    )
+    b_operand.pack(ctx, blocks, out, first, count, k0, kc, blocks.nr)
+
+
+def _whole_b_slice(ctx: EmitContext, blocks: Blocking, packed_b: ir.Value, k0) -> ir.Value:
+    """Where K slice `k0..` of B packed whole starts: the slices over all of N's panels."""
+    b = ctx.builder
+    assert b is not None
+    width = round_up(blocks.n, blocks.nr)
+    return b.gep(packed_b, [b.mul(k0, i64(width))], source_etype=blocks.config.element)
 
 
 def emit_gemm_on_b(
@@ -89,18 +108,21 @@ def emit_gemm_on_b(
     region_a: ir.Value,
     rows: ir.Value,
     epilogue: Epilogue | None = None,
+    m0: ir.Value | None = None,
+    streams_a: bool = False,
 ) -> None:
-    """C = A B for `rows` rows of A (one M block), B packed whole by `pack_whole_b`."""
+    """C = A B for `rows` rows of A from row `m0` (0 when not given), B packed whole by
+    `pack_whole_b`; `region_a` holds a K slice of those rows of A (unless pre-packed:
+    `streams_a`)."""
     b = ctx.builder
     assert b is not None
-    assert blocks.mb >= blocks.m, "one M block"
-    width = round_up(blocks.n, blocks.nr)
+    m0 = m0 if m0 is not None else i64(0)
     with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
         k0, kc = block_span(b, ki, blocks.kc, blocks.k)
-        packed_a = a.pack(ctx, blocks, region_a, i64(0), rows, k0, kc, blocks.mr)
-        slice_b = b.gep(packed_b, [b.mul(k0, i64(width))], source_etype=blocks.config.element)
-        block = (i64(0), rows, i64(0), i64(blocks.n))
-        multiply_blocks(ctx, blocks, packed_a, slice_b, c, ldc, block, ki, epilogue, False)
+        packed_a = a.pack(ctx, blocks, region_a, m0, rows, k0, kc, blocks.mr)
+        slice_b = _whole_b_slice(ctx, blocks, packed_b, k0)
+        block = (m0, rows, i64(0), i64(blocks.n))
+        multiply_blocks(ctx, blocks, packed_a, slice_b, c, ldc, block, ki, epilogue, streams_a)
 
 
 def _regions(ctx, blocks: Blocking, a, b_operand, workspace):

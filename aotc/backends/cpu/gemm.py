@@ -22,8 +22,15 @@ from ..llvm.context import EmitContext
 from ..llvm.elemental import linearize
 from ..llvm.lltypes import I8, I64, PTR, i64
 from ..llvm.loops import for_range, if_then, loop_nest
-from .blocked_gemm import block_span, emit_gemm, emit_region, multiply_blocks
-from .blocking import Blocking, blocking, round_up
+from .blocked_gemm import (
+    block_span,
+    emit_gemm,
+    emit_gemm_on_b,
+    emit_region,
+    multiply_blocks,
+    pack_whole_b_part,
+)
+from .blocking import Blocking, blocking
 from .gemm_config import GemmConfig
 from .gemm_split import MAX_PARTS, Split, gemm_split, gemv_split, share_out, share_packing
 from .gemv import emit_gemv, emit_packed_gemv, packed_width
@@ -198,12 +205,11 @@ class GemmPlan(Prepackable):
                 self._parts(ctx, sources, c, workspace, epilogue, split, [*index, m0, mb, ki])
 
     def _pack_whole_b(self, ctx, sources, split: Split, index, dst) -> None:
-        """B packed whole at `dst` (blocked_gemm.pack_whole_b's layout), (K slice, run of
-        column panels) units shared out to the threads."""
+        """B packed whole at `dst` (blocked_gemm.pack_whole_b), (K slice, run of column
+        panels) units shared out to the threads."""
         blocks = split.blocks
         assert blocks is not None  # a GEMM's split (not a gemv's) has its blocking
         batches = len(self.batch)
-        width = round_up(blocks.n, blocks.nr)
         panels = -(-blocks.n // blocks.nr)
         per = -(-panels // MAX_PARTS)
         grid = (-(-blocks.k // blocks.kc), -(-panels // per))
@@ -212,13 +218,10 @@ class GemmPlan(Prepackable):
             b = ctx.builder
             batch, (packed,) = passed[:batches], passed[batches:]
             ki, part = position
-            k0, kc = block_span(b, ki, blocks.kc, blocks.k)
             first = b.mul(part, i64(per * blocks.nr))
             count = smaller(b, i64(per * blocks.nr), b.sub(i64(blocks.n), first))
-            at = b.add(b.mul(k0, i64(width)), b.mul(first, kc))
-            out = b.gep(b.inttoptr(packed, PTR), [at], source_etype=blocks.config.element)
             operand = self.operand(1, ctx, sources, batch)
-            operand.pack(ctx, blocks, out, first, count, k0, kc, blocks.nr)
+            pack_whole_b_part(ctx, blocks, operand, b.inttoptr(packed, PTR), ki, first, count)
 
         share_out(ctx, grid, min(math.prod(grid), MAX_PARTS), unit, [*index, dst])
 
@@ -228,7 +231,6 @@ class GemmPlan(Prepackable):
         blocks = split.blocks
         assert blocks is not None  # a GEMM's split (not a gemv's) has its blocking
         batches = len(self.batch)
-        width = round_up(blocks.n, blocks.nr)
         step = split.per * blocks.mr
 
         def unit(position, slot, passed):
@@ -241,14 +243,19 @@ class GemmPlan(Prepackable):
             p0 = b.mul(position[0], i64(step))
             count = smaller(b, i64(step), b.sub(i64(blocks.m), p0))
             operand = self.operand(0, ctx, sources, batch)
-            with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
-                k0, kc = block_span(b, ki, blocks.kc, blocks.k)
-                own = operand.pack(ctx, blocks, own_region, p0, count, k0, kc, blocks.mr)
-                slice_b = b.gep(start, [b.mul(k0, i64(width))], source_etype=blocks.config.element)
-                block = (p0, count, i64(0), i64(blocks.n))
-                multiply_blocks(
-                    ctx, blocks, own, slice_b, c_batch, self.ldc, block, ki, region, split.packed[0]
-                )
+            emit_gemm_on_b(
+                ctx,
+                blocks,
+                operand,
+                start,
+                c_batch,
+                self.ldc,
+                own_region,
+                count,
+                region,
+                m0=p0,
+                streams_a=split.packed[0],
+            )
 
         share_out(ctx, (split.parts,), split.parts, unit, list(index))
 
