@@ -237,27 +237,42 @@ def test_split_results_do_not_depend_on_the_thread_count(compile_module, fuse, s
 
 
 def test_gemv_matrices_are_packed_as_panels_of_outputs(compile_module, same_across_threads):
-    """A constant gemv matrix read along the outputs (batch-1 MLP layers) is pre-packed
-    as panels of outputs, each read as one stream: shared out to threads in whole
-    panels (a ragged last one), fewer outputs than a panel, an odd depth, a batch of
-    them; bitwise equal at 1, 2 and 3 threads and close to numpy."""
+    """A constant gemv matrix, read along the outputs (batch-1 MLP layers) or along K
+    (Gemm with transB, a pointwise convolution of one pixel: a squeeze-excite block's
+    layers), is pre-packed as panels of outputs, each read as one stream: shared out to
+    threads in whole panels (a ragged last one), fewer outputs than a panel, an odd
+    depth, a batch of them, feature groups; bitwise equal at 1, 2 and 3 threads and
+    close to numpy.  A matrix that is not a constant is read in place (gemv.dot)."""
     rng = np.random.default_rng(8)
     module = Module("pgemv")
     b = ComputationBuilder(module, "main")
-    w = [_normal(rng, s) for s in [(700, 2003), (513, 10), (3, 200, 300), (300, 257)]]
-    shapes = [(1, 700), (1, 513), (3, 1, 200), (300, 1)]
+    w = [
+        _normal(rng, s)
+        for s in [(700, 2003), (513, 10), (3, 200, 300), (300, 257), (1000, 1024), (576, 144)]
+    ]
+    w += [_normal(rng, (96, 8, 1, 1))]
+    shapes = [(1, 700), (1, 513), (3, 1, 200), (300, 1), (1, 1024), (1, 144, 1, 1)]
+    shapes += [(2, 24, 1, 1), (1, 40), (29, 40)]
     x = [b.parameter(i, Shape(F32, s)) for i, s in enumerate(shapes)]
+    pointwise = Window.make((1, 1), (1, 1), (0, 0), (0, 0))
     outputs = [
         _dot(b, x[0], b.constant(w[0])),
         _dot(b, x[1], b.constant(w[1])),
         _dot(b, x[2], b.constant(w[2]), (2,), (1,), (0,)),
         _dot(b, b.constant(w[3]), x[3], (0,), (0,)),  # N = 1: the matrix is A, transposed
+        _dot(b, x[4], b.constant(w[4]), (1,), (1,)),  # rows along K: a classifier's Gemm
+        b.convolution(x[5], b.constant(w[5][:, :, None, None]), pointwise, ConvDims.nchw(2)),
+        b.convolution(x[6], b.constant(w[6]), pointwise, ConvDims.nchw(2), 3),
+        _dot(b, x[7], x[8], (1,), (1,)),  # not a constant: read in place
     ]
     b.build(b.tuple(outputs), entry=True)
     compiled = compile_module(module)
-    assert [_plan(compiled, out).kind for out in outputs] == ["gemv.axpy"] * 4
-    assert [_packed(compiled, out) for out in outputs] == [(False, True)] * 3 + [(True, False)]
+    kinds = [_plan(compiled, out).kind for out in outputs]
+    assert kinds == ["gemv.axpy"] * 7 + ["gemv.dot"]
+    packed = [(False, True)] * 3 + [(True, False)] + [(False, True)] + [(True, False)] * 2
+    assert [_packed(compiled, out) for out in outputs] == [*packed, (False, False)]
     assert _plan(compiled, outputs[0]).split is not None
+    assert _plan(compiled, outputs[4]).split is not None
     args = [_normal(rng, s) for s in shapes]
     results = same_across_threads(compiled, args)
     expected = [
@@ -265,6 +280,10 @@ def test_gemv_matrices_are_packed_as_panels_of_outputs(compile_module, same_acro
         args[1].astype(np.float64) @ w[1],
         np.einsum("bmk,bkn->bmn", args[2].astype(np.float64), w[2]),
         w[3].T.astype(np.float64) @ args[3],
+        args[4].astype(np.float64) @ w[4].T,
+        _conv_reference(args[5], w[5][:, :, None, None], (1, 1), (0, 0), (0, 0), (1, 1), 1),
+        _conv_reference(args[6], w[6], (1, 1), (0, 0), (0, 0), (1, 1), 3),
+        args[7].astype(np.float64) @ args[8].T,
     ]
     for k, (got, want) in enumerate(zip(results, expected)):
         _close(got, want, f"output {k}")

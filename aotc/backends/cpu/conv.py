@@ -13,6 +13,7 @@ The im2col forms are here: that GEMM with the columns packed straight from the i
 (im2col.py, any spatial rank; through the input's generator for other layouts or base
 dilation), or, for 1x1 stride-1 windows, the image itself as a strided matrix; in f32
 and f64 (`plan_im2col`) and in 16-bit integer pairs (`plan_paired_im2col`, pairs.py).
+A 1x1 convolution of a single pixel is a matrix-vector product (`plan_gemv`).
 Convolutions no form takes run by llvm/dot_conv.py's element rule.
 """
 
@@ -32,11 +33,12 @@ from ..llvm.loops import branch_value
 from ..llvm.window import all_of, tap_position
 from .gemm import GemmPlan
 from .gemm_config import GemmConfig, gemm_config
+from .gemv import gemv_kind
 from .im2col import ImagePanels
 from .image_geometry import ImageGeometry
 from .pairs import paired_factory, pairs_of
 from .panels import GeneratedPanels, StridedPanels
-from .prepackable import StridedLayout, strided_layout
+from .prepackable import StridedLayout, is_constant, strided_layout
 from .target import CpuTarget
 from .views import View, affine, merged_stride
 
@@ -209,6 +211,44 @@ def plan_im2col(problem: ConvProblem) -> GemmPlan | None:
         columns,
         *_placement(g),
         layouts=(problem.weights_layout, None),
+        operands=(1, 0),
+    )
+
+
+def plan_gemv(problem: ConvProblem) -> GemmPlan | None:
+    """A float NCHW pointwise convolution of one pixel (a squeeze-excite block's fully
+    connected layers) as a matrix-vector product per image and group: the weights'
+    rows against the image's channels, both read where they are (gemv.py).  The GEMM
+    would pack a one-column B and run its micro-kernel's edge on it."""
+    g, weights = problem.geometry, problem.weights_layout
+    view = problem.image_view
+    if not problem.float_nchw or g.is_depthwise or g.pixels != 1 or not g.is_pointwise:
+        return None
+    if weights is None or view is None:
+        return None
+    channels = view.strides[g.dims.input_feature]
+    strides = (weights.p_stride, weights.k_stride)
+    kind = (
+        None
+        if channels is None
+        else gemv_kind(g.cout_g, 1, strides, channels, is_constant(weights))
+    )
+    if kind is None:
+        return None
+    c_offset, out_index = _placement(g)
+    return GemmPlan(
+        problem.config,
+        (g.batch, g.groups),
+        g.cout_g,
+        1,
+        g.k,
+        1,
+        problem.weights_factory(),
+        _columns_factory(g, view),
+        c_offset,
+        out_index,
+        gemv=kind,
+        layouts=(weights, None),
         operands=(1, 0),
     )
 

@@ -23,7 +23,7 @@ from .gemm_config import GemmConfig, gemm_config
 from .gemv import gemv_kind
 from .pairs import paired_factory, pairs_of
 from .panels import GeneratedPanels, StridedPanels
-from .prepackable import StridedLayout
+from .prepackable import StridedLayout, is_constant
 from .views import affine, merged_stride
 
 # -- the problem -------------------------------------------------------------------
@@ -166,9 +166,9 @@ def plan_gemv(problem: DotProblem) -> GemmPlan | None:
     if problem.config.paired or lhs.strides is None or rhs.strides is None:
         return None
     if m == 1:
-        gemv = gemv_kind(m, n, rhs.strides, lhs.strides[1])
+        gemv = gemv_kind(m, n, rhs.strides, lhs.strides[1], is_constant(problem.layouts[1]))
     elif n == 1:
-        gemv = gemv_kind(m, n, lhs.strides, rhs.strides[1])
+        gemv = gemv_kind(m, n, lhs.strides, rhs.strides[1], is_constant(problem.layouts[0]))
     else:
         return None
     if gemv is None:

@@ -31,6 +31,7 @@ CONV_FORMS: Forms = (
     ("direct", direct_conv.plan_direct),  # channels-last: the micro-kernel on the image
     ("depthwise", depthwise.plan_depthwise),  # one input channel per group: direct loops
     ("winograd", winograd.plan_winograd),  # 3x3 stride 1, constant kernel, -O2
+    ("gemv", conv.plan_gemv),  # 1x1 over one pixel: weight rows by the channel vector
     ("planes", plane_conv.plan_planes),  # the micro-kernel on (phase) planes of the image
     ("im2col", conv.plan_im2col),  # GEMMs of the weights by the image's columns
 )

@@ -362,6 +362,8 @@ class GemmPlan(Prepackable):
 
     def _strided_gemv(self, ctx, vector, matrix, out, i0, count) -> None:
         """Outputs from i0 on of the gemv reading the matrix where it is."""
+        # a constant axpy matrix of other strides is read only pre-packed (`gemv_kind`)
+        assert self.gemv != "axpy" or matrix.p_stride == 1, "axpy gemv of an unpacked matrix"
         b = ctx.builder
         ty = self.config.element
         matrix = StridedPanels(

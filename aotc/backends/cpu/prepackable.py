@@ -34,6 +34,11 @@ class StridedLayout:
     k_stride: int
 
 
+def is_constant(layout: StridedLayout | None) -> bool:
+    """Whether an operand read through `layout` is a constant: one that prepack.py packs."""
+    return layout is not None and layout.where.kind is BufferKind.CONSTANT
+
+
 def strided_layout(view, p_dim: int, k_dims, batch=()) -> StridedLayout | None:
     """`view` read as a matrix with p along dim `p_dim` and k along `k_dims` merged
     (row-major), batch elements `batch` apart; None when those dims do not merge into
@@ -114,8 +119,7 @@ class Prepackable:
 
     def can_pack(self, side: int) -> bool:
         """Whether operand `side` (0: A, 1: B) is a constant that may be pre-packed."""
-        layout = self.layouts[side]
-        return layout is not None and layout.where.kind is BufferKind.CONSTANT
+        return is_constant(self.layouts[side])
 
     @property
     def is_packed(self) -> tuple[bool, bool]:
