@@ -39,7 +39,16 @@ import dataclasses
 import heapq
 import math
 
-from ..ir import Computation, ComputationBuilder, FusionKind, Instruction, Module, Op, Shape
+from ..ir import (
+    Computation,
+    ComputationBuilder,
+    DType,
+    FusionKind,
+    Instruction,
+    Module,
+    Op,
+    Shape,
+)
 from ..ir.cost import elements, evaluations_for, flops, weighted_operations
 from ..ir.fusion_kinds import CONTRACTION_OPS, fusion_kind
 from ..ir.index_maps import (
@@ -400,7 +409,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 if not group.takes_row_value(producer, maps):
                     continue
                 replicated = False  # computed once per row
-            if replicated and producer.op not in FREE_OPS:
+            if replicated and (producer.op not in FREE_OPS or _quantizes(producer)):
                 continue
             chase = group.chase_of(producer, users[id(producer)])
             if chase >= MAX_CHASE and producer.op not in FREE_OPS:
@@ -475,6 +484,18 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 heapq.heappush(work, (-position[id(o)], id(o), o, again, duplicate))
         groups.append(group)
     return groups
+
+
+def _quantizes(producer: Instruction) -> bool:
+    """A convert to 8-bit integers of a computed value: read repeatedly (a GEMM operand
+    packed per block), it is stored once, by the kernel computing the value, so that the
+    reader gets one byte per element in memory (an integer GEMM reads 8-bit values in
+    place) rather than a wider value converted at each read."""
+    return (
+        producer.op is Op.CONVERT
+        and producer.array_shape.dtype in (DType.S8, DType.U8)
+        and producer.operands[0].op not in (Op.PARAMETER, Op.CONSTANT)
+    )
 
 
 def _reads_repeatedly(consumer: Instruction, number: int) -> bool:

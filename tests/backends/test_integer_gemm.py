@@ -10,6 +10,8 @@ without it (sandybridge: AVX without AVX2).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -67,6 +69,98 @@ def test_matmul_integer_is_exact(rng, target, m, k, n, constant_weights):
     want = (a.astype(np.int64) - int(a_zero)) @ (w.astype(np.int64) - int(w_zero))
     np.testing.assert_array_equal(got, want.astype(np.int32))
     assert "gemm" in forms.values(), forms
+
+
+def _symbols(compiled) -> set[str]:
+    """The GEMM micro-kernels and packers in the object (their names say pairs or quads)."""
+    found = re.findall(rb"gemm\.(?:kernel|pack_quads|pack_pairs)\.[\w.]+", compiled.object_bytes)
+    return {name.decode() for name in found}
+
+
+ZERO_POINTS = {  # a's, w's: None, a scalar, or a vector (a's per row, w's per column)
+    "none": (False, False),
+    "scalar": (True, True),
+    "rows_columns": ("rows", "columns"),
+    "a_only": (True, False),
+}
+
+
+RAW_CASES = [
+    pytest.param("host", signs, zero_points, shape, constant, id=f"{signs}-{zero_points}-{shape}")
+    for signs in ("u8s8", "s8u8", "s8s8", "u8u8")
+    for zero_points in ZERO_POINTS
+    for shape, constant in (
+        ((3, 5, 7), True),
+        ((37, 767, 50), False),
+        ((29, 303, 70), True),
+        ((1, 3, 2), True),
+    )
+] + [  # no byte products: pairs of the same operands
+    pytest.param("x86_64:x86-64-v3", signs, "rows_columns", (37, 767, 50), constant)
+    for signs in ("u8s8", "s8u8")
+    for constant in (True, False)
+]
+
+
+@pytest.mark.parametrize("target, signs, zero_points, shape, constant_weights", RAW_CASES)
+def test_raw_8bit_products_are_exact(rng, target, signs, zero_points, shape, constant_weights):
+    """MatMulInteger's operands multiplied as they are, the zero points applied after:
+    exact for every signedness and kind of zero point, K not a multiple of 4 or of 2,
+    the weights pre-packed or packed at run time.  One u8 and one s8 operand run as
+    quads of bytes (vpdpbusd) where the target lists AVX-512 VNNI, else as pairs."""
+    m, k, n = shape
+    a = _int8(rng, (m, k), unsigned=signs.startswith("u8"))
+    w = _int8(rng, (k, n), unsigned=signs.endswith("u8"))
+    a_kind, w_kind = ZERO_POINTS[zero_points]
+    feeds, inputs, initializers, names = [a], [], [], ["a", "w", "", ""]
+    inputs.append(helper.make_tensor_value_info("a", _ONNX_INT8[a.dtype], [m, k]))
+    if constant_weights:
+        initializers.append(numpy_helper.from_array(w, "w"))
+    else:
+        inputs.append(helper.make_tensor_value_info("w", _ONNX_INT8[w.dtype], [k, n]))
+        feeds.append(w)
+    a_zero = _zero_point(rng, a.dtype, a_kind, m)
+    w_zero = _zero_point(rng, w.dtype, w_kind, n)
+    for slot, (name, value) in enumerate((("azp", a_zero), ("wzp", w_zero)), start=2):
+        if value is not None:
+            initializers.append(numpy_helper.from_array(value, name))
+            names[slot] = name
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("MatMulInteger", names, ["y"])
+    model = _model(node, inputs, "y", (m, n), initializers)
+    compiled = aotc.compile(model, target=target)
+    got = compiled.load()(*feeds)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    centered_a = a.astype(np.int64) - (0 if a_zero is None else _column(a_zero, a_kind))
+    centered_w = w.astype(np.int64) - (0 if w_zero is None else w_zero.astype(np.int64))
+    np.testing.assert_array_equal(got, (centered_a @ centered_w).astype(np.int32))
+    quads = target == "host" and "+avx512vnni" in _host_features() and signs in ("u8s8", "s8u8")
+    kernels = {name for name in _symbols(compiled) if name.startswith("gemm.kernel.")}
+    assert kernels and all((f".{signs}." in name) == quads for name in kernels), kernels
+
+
+_ONNX_INT8 = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
+
+
+def _zero_point(rng, dtype, kind, size: int):
+    if kind is False:
+        return None
+    info = np.iinfo(dtype)
+    shape = () if kind is True else (size,)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def _column(a_zero: np.ndarray, kind) -> np.ndarray:
+    """a's zero point as it broadcasts against a: per row when a vector."""
+    values = a_zero.astype(np.int64)
+    return values[:, None] if kind == "rows" else values
+
+
+def _host_features() -> str:
+    from aotc.backends.cpu import parse_target
+
+    return parse_target("host").features
 
 
 @pytest.mark.parametrize("target", ["host", "x86_64:sandybridge"])

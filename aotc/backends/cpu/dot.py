@@ -13,9 +13,9 @@ llvm/dot_conv.py's element rule, a loop over the contracting dims per element.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ...ir import DType, Instruction
+from ...ir import DType, Instruction, Op
 from ..llvm.elemental import delinearize, linearize, split_index
 from ..llvm.lltypes import i64
 from .gemm import GemmPlan
@@ -24,6 +24,7 @@ from .gemv import gemv_kind
 from .pairs import paired_factory, pairs_of
 from .panels import GeneratedPanels, StridedPanels
 from .prepackable import StridedLayout, is_constant
+from .quads import quad_factory, quads_of
 from .views import affine, merged_stride
 
 # -- the problem -------------------------------------------------------------------
@@ -41,6 +42,9 @@ class _Side:
     strides: tuple[int, int] | None  # merged (panel, depth) strides when in plain memory
     batch_strides: tuple[int, ...]
     source: DType  # the element type read: the view's in memory, else the operand's
+    # the 8-bit integer type of the values, where they are 8-bit: in memory, or converted
+    # to a wider type by the operand (quads.py packs them as bytes)
+    bytes: DType | None = None
 
     def factory(self):
         if self.strides is not None:
@@ -102,9 +106,9 @@ def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
                 strides = (panel, depth)
                 batch_strides = tuple(view.strides[d] for d in batch)
                 source = view.dtype  # 8-bit integers an integer GEMM widens as it packs
-        sides.append(
-            _Side(operand, batch, free, contracting, shape.dims, strides, batch_strides, source)
-        )
+        narrow = _byte_values(dot.operands[operand]) if strides is None else source
+        side = _Side(operand, batch, free, contracting, shape.dims, strides, batch_strides, source)
+        sides.append(replace(side, bytes=narrow if narrow in BYTE_TYPES else None))
         layout = None
         if strides is not None:  # batch dim j of the operand is position j of the GEMM's
             layout = StridedLayout(view.where, tuple(enumerate(batch_strides)), *strides)
@@ -117,6 +121,17 @@ def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
         return None
     batch = tuple(lhs.dims[d] for d in lhs.batch)
     return DotProblem(config, batch, m, n, k, lhs, rhs, tuple(layouts))
+
+
+BYTE_TYPES = (DType.U8, DType.S8)
+
+
+def _byte_values(operand: Instruction) -> DType | None:
+    """The 8-bit integer type that an operand computed in a wider integer type widens
+    (its generator's values fit it), if it does."""
+    if operand.op is Op.CONVERT and operand.array_shape.dtype.is_int:
+        return operand.operands[0].array_shape.dtype
+    return None
 
 
 @dataclass(frozen=True)
@@ -148,6 +163,21 @@ class DotProblem:
             self.layouts,
             **paired,
         )
+
+
+def plan_quad_dot(problem: DotProblem) -> GemmPlan | None:
+    """A dot of one u8 and one s8 operand (in memory, or converted from them by the
+    operand's computation), on a target with vpdpbusd: GEMMs of 8-bit quads (quads.py)."""
+    config, lhs, rhs, k = problem.config, problem.lhs, problem.rhs, problem.k
+    if not (config.paired and config.byte_dots):
+        return None
+    if {lhs.bytes, rhs.bytes} != {DType.U8, DType.S8}:
+        return None
+    quads = replace(config, unsigned_side=0 if lhs.bytes is DType.U8 else 1)
+    factories = tuple(quad_factory(s.factory(), k) for s in (lhs, rhs))
+    return replace(problem, config=quads).gemm(
+        factories, quads_of(k), paired_k=k, sources=(lhs.source, rhs.source)
+    )
 
 
 def plan_paired_dot(problem: DotProblem) -> GemmPlan | None:

@@ -38,6 +38,7 @@ CONV_FORMS: Forms = (
 
 # (name, planner(DotProblem))
 DOT_FORMS: Forms = (
+    ("quads", dot.plan_quad_dot),  # u8 x s8 on vpdpbusd: GEMMs of 8-bit quads
     ("paired", dot.plan_paired_dot),  # integers: GEMMs of 16-bit pairs
     ("gemv", dot.plan_gemv),  # matrix-vector products of operands in memory
     ("gemm", dot.plan_gemm),

@@ -124,7 +124,16 @@ class GemmPlan(Prepackable):
             return PackedShape(count, self.k, self.k, width, batch, extents)
         blocks = self.blocks
         width = blocks.mr if side == 0 else blocks.nr
-        return PackedShape(count, self.k, blocks.kc, width, batch, extents, paired_k=self.paired_k)
+        return PackedShape(
+            count,
+            self.k,
+            blocks.kc,
+            width,
+            batch,
+            extents,
+            paired_k=self.paired_k,
+            quads=self.config.quads,
+        )
 
     def operand(self, side: int, ctx: EmitContext, sources: list, index) -> Panels:
         """Operand `side` (0: A, 1: B) of batch element `index`."""

@@ -61,7 +61,9 @@ class GemmConfig:
     each 32-bit panel element holds two of an operand's values along k (k and k + 1)
     as 16-bit halves, and a multiply-add takes the products of both halves at once
     (pmaddwd on x86: 2x the multiply-adds of an f32 FMA per instruction), so K counts
-    pairs and C is s32.
+    pairs and C is s32.  Where one operand is u8 and the other s8 and the target has
+    vpdpbusd, an element holds four values instead (`quads`: 4x the multiply-adds of an
+    FMA), and K counts quads.
     """
 
     dtype: DType  # C's element type, and the panels' (floats) or their pairs' (s32)
@@ -70,6 +72,27 @@ class GemmConfig:
     fma: bool
     operand: DType | None = None  # integer GEMM: the operands' type (else `dtype`)
     pmaddwd: bool = False  # integer GEMM: x86's pmaddwd is there at `lanes` (target.py)
+    byte_dots: bool = False  # integer GEMM: x86's vpdpbusd is there at `lanes`
+    # a GEMM of u8 x s8 quads (quads.py): the side (0: A, 1: B) whose values are u8
+    unsigned_side: int | None = None
+
+    @property
+    def quads(self) -> bool:
+        """Each 32-bit panel element holds four 8-bit values along k (quads.py)."""
+        return self.unsigned_side is not None
+
+    @property
+    def values_per_element(self) -> int:
+        """The operand values along k that one panel element holds: 4, 2 or 1."""
+        return 4 if self.quads else 2 if self.paired else 1
+
+    @property
+    def kernel_tag(self) -> str:
+        """The micro-kernels' name part: the element type, and for quads which side is
+        unsigned (their multiply-add differs)."""
+        if self.quads:
+            return "u8s8" if self.unsigned_side == 0 else "s8u8"
+        return self.dtype.text
 
     @property
     def itemsize(self) -> int:
@@ -107,7 +130,8 @@ def gemm_config(target, dtype: DType, operand: DType | None = None) -> GemmConfi
     if dtype.is_float:
         return GemmConfig(dtype, lanes, blocks, fma)
     pmaddwd = target is not None and target.has_pmaddwd
-    return GemmConfig(dtype, lanes, blocks, fma, operand, pmaddwd)
+    byte_dots = target is not None and target.has_byte_dots
+    return GemmConfig(dtype, lanes, blocks, fma, operand, pmaddwd, byte_dots)
 
 
 def fits_gemm(result: DType, operands) -> bool:

@@ -61,7 +61,8 @@ class PackedShape:
     batch: tuple[int, ...]
     extents: tuple[int, ...]
     transform: str = ""  # what the values went through before packing ("": none)
-    paired_k: int = 0  # integer GEMM: the K values that the k pairs hold (pairs.py)
+    paired_k: int = 0  # integer GEMM: the K values that the k pairs (or quads) hold
+    quads: bool = False  # integer GEMM of 8-bit quads along k (quads.py), not pairs
 
     @property
     def padded(self) -> int:
@@ -84,7 +85,7 @@ def pack_operand(values: np.ndarray, layout: StridedLayout, shape: PackedShape) 
         start = sum(i * strides[d] for i, d in zip(element, shape.batch))
         found = values[start + rows + depth]
         if shape.paired_k:
-            found = pair_matrix(found)
+            found = quad_matrix(found) if shape.quads else pair_matrix(found)
         matrix = np.zeros((shape.padded, shape.k), found.dtype)
         matrix[: shape.count] = found
         for k0 in range(0, shape.k, shape.kc):
@@ -101,6 +102,16 @@ def pair_matrix(matrix: np.ndarray) -> np.ndarray:
     if halves.shape[1] % 2:
         halves = np.pad(halves, ((0, 0), (0, 1)))
     return np.ascontiguousarray(halves).view("<i4")
+
+
+def quad_matrix(matrix: np.ndarray) -> np.ndarray:
+    """(count, K) 8-bit integers -> (count, ceil(K / 4)) int32 quads along k, k in the
+    lowest byte: the panel elements of a byte-dot GEMM (quads.py)."""
+    assert matrix.dtype.itemsize == 1, matrix.dtype
+    pad = -matrix.shape[1] % 4
+    if pad:
+        matrix = np.pad(matrix, ((0, 0), (0, pad)))
+    return np.ascontiguousarray(matrix).view("<i4")
 
 
 def packed_key(kernel: Instruction, contraction: int, side: int) -> tuple:

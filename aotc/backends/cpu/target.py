@@ -102,6 +102,16 @@ class CpuTarget:
         return _probe(self.triple, self.cpu, self.features).has_pmaddwd
 
     @property
+    def has_byte_dots(self) -> bool:
+        """Whether x86's vpdpbusd (four u8 x s8 products summed into each 32-bit lane) is
+        there at the full `vector_bits`: AVX-512 VNNI at 512 bits, AVX-VNNI at 256.  Read
+        from the target's features (the host's are all listed); a CPU named without them
+        gets the 16-bit pairs, as a code generator without the instruction would fail."""
+        flags = set(self.features.split(","))
+        wanted = {512: "+avx512vnni", 256: "+avxvnni"}.get(self.vector_bits)
+        return self.arch == "x86_64" and wanted in flags
+
+    @property
     def vector_isa(self) -> str:
         """The vector instruction set the kernels get, e.g. 'AVX-512', 'SSE', 'NEON'."""
         return VECTOR_ISAS[self.arch, self.vector_bits]

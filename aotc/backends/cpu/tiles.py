@@ -47,7 +47,7 @@ def micro_kernel(
     the tile, as `edge_kernel`'s column vectors: N's edge at the cost of `extra`
     multiply-adds per k in the last whole panel's call (see `fuses_edge`).
     """
-    name = f"{ctx.prefix}.gemm.kernel.{cfg.dtype.text}.{mr}x{nr}" + (f"+{extra}" if extra else "")
+    name = f"{ctx.prefix}.gemm.kernel.{cfg.kernel_tag}.{mr}x{nr}" + (f"+{extra}" if extra else "")
     name += ".stream" if streams_a else ""
     args = [I64, PTR, PTR, PTR, I64, I1, I64, I64] + ([PTR] if extra else [])
     function, b = shared_function(ctx, name, args)
@@ -119,7 +119,7 @@ def edge_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, cols: int, nr: int) 
     - A narrower tile: MR rows of just enough vectors for `cols` (16 columns of a
       48-wide panel: one vector per row, where columns would take 16 half vectors).
     """
-    name = f"{ctx.prefix}.gemm.edge.{cfg.dtype.text}.{mr}x{cols}.{nr}"
+    name = f"{ctx.prefix}.gemm.edge.{cfg.kernel_tag}.{mr}x{cols}.{nr}"
     function, b = shared_function(ctx, name, [I64, PTR, PTR, PTR, I64, I1, I64])
     if b is None:
         return function

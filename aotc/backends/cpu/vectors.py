@@ -89,9 +89,39 @@ def pair_mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
     return b.add(products, acc)
 
 
+# x86's vpdpbusd per vector width (i32 lanes): acc + four u8 x s8 products per lane
+VPDPBUSD = {8: "llvm.x86.avx512.vpdpbusd.256", 16: "llvm.x86.avx512.vpdpbusd.512"}
+
+
+def quad_mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
+    """acc + the sum of the four byte products per 32-bit lane of <W x i32> vectors of
+    quads (quads.py), x A's and y B's; the side `cfg.unsigned_side` holds u8 values,
+    the other s8.  Each lane's four products sum to at most 4 x 255 x 128 in size, and
+    the sums wrap modulo 2**32 like the pairs': the exact s32 sum.
+
+    vpdpbusd where the target has it at this width (it takes the u8 operand first);
+    elsewhere (a tile's narrower vectors) the plain form."""
+    count = x.type.count
+    unsigned, signed = (x, y) if cfg.unsigned_side == 0 else (y, x)
+    quad_bytes = ir.VectorType(ir.IntType(8), 4 * count)
+    if cfg.byte_dots and count in VPDPBUSD and count == cfg.lanes:
+        args = [acc, b.bitcast(unsigned, quad_bytes), b.bitcast(signed, quad_bytes)]
+        return b.call(ctx.declare(VPDPBUSD[count], x.type, args), args)
+    wide = ir.VectorType(ir.IntType(32), 4 * count)
+    products = b.mul(
+        b.zext(b.bitcast(unsigned, quad_bytes), wide), b.sext(b.bitcast(signed, quad_bytes), wide)
+    )
+    total = acc
+    for byte in range(4):
+        total = b.add(total, pick_lanes(b, products, range(byte, 4 * count, 4)))
+    return total
+
+
 def mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
     """x*y + acc: one fused instruction where the target has FMA (never emulated); for
-    an integer GEMM the pairs' products (`pair_mul_add`)."""
+    an integer GEMM the pairs' or quads' products (`pair_mul_add`, `quad_mul_add`)."""
+    if cfg.quads:
+        return quad_mul_add(ctx, b, cfg, x, y, acc)
     if cfg.paired:
         return pair_mul_add(ctx, b, cfg, x, y, acc)
     if not cfg.fma:

@@ -11,8 +11,11 @@ vector along `axis`) or per block (`block_size` along `axis`).
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import ModelError, ShapeError, UnsupportedError
 from ...ir import Direction, DType, Instruction, Op
+from ...ir.evaluate import evaluate_constant
 from .casts import SATURABLE, clamp_to_finite
 from .dtypes import to_dtype
 from .helpers import normalize_axis, reduce, unidirectional
@@ -207,9 +210,75 @@ def centered_pair(ctx: NodeContext, a, a_zp, a_axis, bm, b_zp, b_axis):
 
 def integer_matmul(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction:
     """The s32 product of the centered operands; a's vector zero point is per row
-    (dim -2), b's per column (dim -1)."""
+    (dim -2), b's per column (dim -1).
+
+    8-bit matrices are multiplied as they are, the zero points applied after (`_raw_product`):
+    the GEMM then reads the 8-bit values in place, as 8-bit dot products (vpdpbusd) where
+    the target has them, rather than a centered 16-bit copy."""
+    raw = _raw_product(ctx, a, a_zp, bm, b_zp)
+    if raw is not None:
+        return raw
     rows, cols = centered_pair(ctx, a, a_zp, a.shape.rank - 2, bm, b_zp, bm.shape.rank - 1)
     return matmul(ctx, rows, cols, DType.S32)
+
+
+def _raw_product(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction | None:
+    """sum_k (a - za)(b - zb) as sum_k a b - zb sum_k a - za sum_k b + K za zb, exactly (in
+    wrapping s32, as the product itself), for 8-bit matrices of rank >= 2 and scalar or
+    vector zero points; None where that does not apply.  A constant b's column sums are
+    computed here; zero points that are constant zeros drop their terms."""
+    b = ctx.b
+    zero_points = [zp for zp in (a_zp, b_zp) if zp is not None]
+    if a.shape.rank < 2 or bm.shape.rank < 2:
+        return None
+    if a.shape.dtype not in INT8_TYPES or bm.shape.dtype not in INT8_TYPES:
+        return None
+    if any(zp.shape.dtype not in INT8_TYPES or zp.shape.rank > 1 for zp in zero_points):
+        return None
+    m, k, n = a.shape.dims[-2], a.shape.dims[-1], bm.shape.dims[-1]
+    if a_zp is not None and a_zp.shape.size not in (1, m):
+        return None
+    if b_zp is not None and b_zp.shape.size not in (1, n):
+        return None
+    product = matmul(ctx, b.convert(a, DType.S16), b.convert(bm, DType.S16), DType.S32)
+    dims = product.array_shape.dims
+
+    def spread(x: Instruction, along: int) -> Instruction:
+        """An s32 scalar or vector (along dim `along` of the product: -2 rows, -1 columns)
+        broadcast to the product."""
+        x = b.convert(b.reshape(x, []) if x.array_shape.size == 1 else x, DType.S32)
+        if x.array_shape.rank == 0:
+            return b.broadcast(x, [], dims)
+        if along == -2:
+            x = b.reshape(x, [*x.array_shape.dims, 1])
+        return unidirectional(b, x, dims)
+
+    za = None if a_zp is None or _is_zero(a_zp) else a_zp
+    zb = None if b_zp is None or _is_zero(b_zp) else b_zp
+    if zb is not None:  # - zb[n] * sum_k a[m, k], a's row sums per batch element
+        sums = reduce(b, b.convert(a, DType.S32), Op.ADD, [a.shape.rank - 1], keepdims=True)
+        term = b.binary(Op.MULTIPLY, spread(zb, -1), unidirectional(b, sums, dims))
+        product = b.binary(Op.SUBTRACT, product, term)
+    if za is not None:  # - za[m] * sum_k b[k, n]
+        known = evaluate_constant(bm)
+        if known is not None:
+            column_sums = np.asarray(known, np.int64).sum(axis=-2, keepdims=True)
+            sums = b.constant(column_sums.astype(np.int32))
+        else:
+            sums = reduce(b, b.convert(bm, DType.S32), Op.ADD, [bm.shape.rank - 2], True)
+        term = b.binary(Op.MULTIPLY, spread(za, -2), unidirectional(b, sums, dims))
+        product = b.binary(Op.SUBTRACT, product, term)
+    if za is not None and zb is not None:  # + K za[m] zb[n]
+        both = b.binary(Op.MULTIPLY, spread(za, -2), spread(zb, -1))
+        count = b.broadcast(b.scalar(k, DType.S32), [], dims)
+        product = b.binary(Op.ADD, product, b.binary(Op.MULTIPLY, both, count))
+    return product
+
+
+def _is_zero(zero_point: Instruction) -> bool:
+    """Whether a zero point is a constant of zeros."""
+    known = evaluate_constant(zero_point)
+    return known is not None and not np.any(np.asarray(known))
 
 
 @onnx_op("MatMulInteger", since=10)

@@ -1,0 +1,205 @@
+"""Operands of the byte-dot GEMM: 8-bit integers packed as quads along k.
+
+A GEMM of one u8 and one s8 operand on a target with vpdpbusd (`GemmConfig.quads`) keeps
+the BLIS loop nest and micro-kernel of the float one, on 32-bit panel elements that each
+hold four of an operand's values, at k .. k + 3 (k in the lowest byte), so that one
+vpdpbusd multiplies and sums the four byte pairs of a lane: twice the multiply-adds of
+the 16-bit pairs (pairs.py) per instruction.  Its K counts quads, ceil(K / 4), the last
+one padded with zeros.
+
+`QuadStridedPanels` packs an operand read in place (the 8-bit values a dot's operand
+converts), `QuadGeneratedPanels` one computed in a wider type whose values are 8-bit
+(a quantization fused into the dot); prepackable.py's `quad_matrix` does the same in numpy for the operands packed
+at compile time (prepack.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import I8, I32, I64, PTR, i64
+from ..llvm.loops import branch_value, for_range
+from .blocking import Blocking
+from .packing import panel_loop
+from .panels import GeneratedPanels, StridedPanels
+from .shared_functions import shared_function
+from .vectors import i32_lanes, smaller
+
+QUAD = 4  # values per panel element
+
+
+def quads_of(k_values: int) -> int:
+    """The quads that K values along k make."""
+    return -(-k_values // QUAD)
+
+
+def quad_factory(factory, k_values: int):
+    """A GEMM operand factory `(ctx, sources, index) -> panels` whose panels hold quads
+    of the 8-bit values that `factory` reads (in place, or through their generator)."""
+
+    def quads(ctx, sources, index):
+        panels = factory(ctx, sources, index)
+        if isinstance(panels, StridedPanels):
+            return QuadStridedPanels(panels.base, panels.p_stride, panels.k_stride, k_values)
+        if isinstance(panels, GeneratedPanels):
+            return QuadGeneratedPanels(panels.element, k_values)
+        raise TypeError(f"no quads of {type(panels).__name__}")
+
+    return quads
+
+
+@dataclass
+class QuadGeneratedPanels:
+    """An operand computed element by element (`element(p, k)`, i64 indices) in a wider
+    integer type whose values are 8-bit ones, packed as quads along k; K = `k_values`."""
+
+    element: Callable[[ir.Value, ir.Value], ir.Value]
+    k_values: int
+
+    def pack(self, ctx, blocks: Blocking, dst, p0, count, k0, kc, width):
+        b = ctx.builder
+
+        def quad(p, kq):
+            value = ir.Constant(I32, 0)
+            for byte in range(QUAD):
+                k = b.add(b.mul(kq, i64(QUAD)), i64(byte))
+
+                def load(k=k):
+                    return b.zext(b.trunc(self.element(p, k), I8), I32)
+
+                inside = b.icmp_signed("<", k, i64(self.k_values))
+                found = branch_value(b, inside, load, lambda: ir.Constant(I32, 0))
+                value = b.or_(value, b.shl(found, ir.Constant(I32, 8 * byte)))
+            return value
+
+        return GeneratedPanels(quad).pack(ctx, blocks, dst, p0, count, k0, kc, width)
+
+
+@dataclass
+class QuadStridedPanels:
+    """8-bit values in memory, element (p, k) at base + p*p_stride + k*k_stride bytes,
+    packed as quads along k; K = `k_values`."""
+
+    base: ir.Value
+    p_stride: int
+    k_stride: int
+    k_values: int
+
+    def pack(self, ctx, blocks: Blocking, dst, p0, count, k0, kc, width):
+        b = ctx.builder
+        first_k = b.mul(k0, i64(QUAD))
+        offset = b.add(b.mul(p0, i64(self.p_stride)), b.mul(first_k, i64(self.k_stride)))
+        src = b.gep(self.base, [offset], source_etype=I8)
+        k_left = b.sub(i64(self.k_values), first_k)
+        packer = quad_packer(ctx, width)
+        b.call(packer, [src, i64(self.p_stride), i64(self.k_stride), count, kc, k_left, dst])
+        return dst
+
+
+def quad_packer(ctx: EmitContext, width: int):
+    """`pack(src, p_stride, k_stride, count, kc, k_left, dst)`: panels of `width` quads
+    from 8-bit values in memory, k_left values left along k from `src` (zeros past them,
+    and in the rows past `count`).
+
+    Rows contiguous along k (a row-major activation matrix) take one 32-bit load per
+    whole quad; whole panels of contiguous rows take four vector loads per quad,
+    interleaved; the rest go byte by byte.
+    """
+    name = f"{ctx.prefix}.gemm.pack_quads.{width}"
+    function, b = shared_function(ctx, name, [PTR, I64, I64, I64, I64, I64, PTR])
+    if b is None:
+        return function
+    src, p_stride, k_stride, count, kc, k_left, dst = function.args
+    with panel_loop(b, (src, I8), (dst, I32), p_stride, count, kc, width) as panel:
+        source, out, valid, full = panel
+        along_k = b.icmp_unsigned("==", k_stride, i64(1))
+        across = b.and_(full, b.icmp_unsigned("==", p_stride, i64(1)))
+        with b.if_else(along_k) as (rows, other):
+            with rows:
+                _row_quads(b, source, out, p_stride, kc, k_left, valid, width)
+            with other, b.if_else(across) as (vector, rest):
+                with vector:
+                    _vector_quads(b, source, out, k_stride, kc, k_left, width)
+                with rest:
+                    _scalar_quads(b, source, out, p_stride, k_stride, kc, k_left, valid, width)
+    b.ret_void()
+    return function
+
+
+def _quad_at(b: ir.IRBuilder, at, k_stride, k, k_left) -> ir.Value:
+    """The i32 of the four values from k at `at` (k_stride apart), zeros from k_left."""
+    value = ir.Constant(I32, 0)
+    for byte in range(QUAD):
+        kb = b.add(k, i64(byte))
+
+        def load(kb=kb):
+            return b.zext(b.load(b.gep(at, [b.mul(kb, k_stride)], source_etype=I8), typ=I8), I32)
+
+        found = branch_value(b, b.icmp_signed("<", kb, k_left), load, lambda: ir.Constant(I32, 0))
+        value = b.or_(value, b.shl(found, ir.Constant(I32, 8 * byte)))
+    return value
+
+
+def _row_quads(b, source, out, p_stride, kc, k_left, valid, width: int) -> None:
+    """Rows contiguous along k: a 32-bit load per whole quad, the last one byte by byte;
+    the rows past `valid` zero."""
+    whole = smaller(b, kc, b.sdiv(smaller(b, b.mul(kc, i64(QUAD)), k_left), i64(QUAD)))
+    whole = b.select(b.icmp_signed("<", whole, i64(0)), i64(0), whole)
+    with for_range(b, valid, "row") as j:
+        row = b.gep(source, [b.mul(j, p_stride)], source_etype=I8)
+        with for_range(b, whole, "kq") as kq:
+            value = b.load(b.gep(row, [b.mul(kq, i64(QUAD))], source_etype=I8), typ=I32, align=1)
+            b.store(value, b.gep(out, [b.add(b.mul(kq, i64(width)), j)], source_etype=I32))
+        with for_range(b, b.sub(kc, whole), "kt") as t:
+            kq = b.add(whole, t)
+            value = _quad_at(b, row, i64(1), b.mul(kq, i64(QUAD)), k_left)
+            b.store(value, b.gep(out, [b.add(b.mul(kq, i64(width)), j)], source_etype=I32))
+    with for_range(b, b.sub(i64(width), valid), "pad") as t:
+        j = b.add(valid, t)
+        with for_range(b, kc, "kq") as kq:
+            at = b.gep(out, [b.add(b.mul(kq, i64(width)), j)], source_etype=I32)
+            b.store(ir.Constant(I32, 0), at)
+
+
+def _vector_quads(b, source, out, k_stride, kc, k_left, width: int) -> None:
+    """A whole panel of contiguous rows: k .. k + 3 as four vectors, interleaved."""
+    row_type = ir.VectorType(I8, width)
+    zeros = ir.Constant(row_type, None)
+    halves = i32_lanes(range(2 * width))
+    interleave = i32_lanes(
+        x for j in range(width) for x in (j, width + j, 2 * width + j, 3 * width + j)
+    )
+    with for_range(b, kc, "kq") as kq:
+        k = b.mul(kq, i64(QUAD))
+        rows = []
+        for byte in range(QUAD):
+            kb = b.add(k, i64(byte))
+
+            def load(kb=kb):
+                at = b.gep(source, [b.mul(kb, k_stride)], source_etype=I8)
+                return b.load(at, typ=row_type, align=1)
+
+            rows.append(branch_value(b, b.icmp_signed("<", kb, k_left), load, lambda: zeros))
+        low = b.shuffle_vector(rows[0], rows[1], halves)
+        high = b.shuffle_vector(rows[2], rows[3], halves)
+        quads = b.bitcast(b.shuffle_vector(low, high, interleave), ir.VectorType(I32, width))
+        b.store(quads, b.gep(out, [b.mul(kq, i64(width))], source_etype=I32), align=4)
+
+
+def _scalar_quads(b, source, out, p_stride, k_stride, kc, k_left, valid, width: int) -> None:
+    """Quads byte by byte; the rows past `valid` zero."""
+    with for_range(b, kc, "kq") as kq:
+        k = b.mul(kq, i64(QUAD))
+        with for_range(b, i64(width), "j") as j:
+            row = b.gep(source, [b.mul(j, p_stride)], source_etype=I8)
+
+            def quad(row=row, k=k):
+                return _quad_at(b, row, k_stride, k, k_left)
+
+            inside = b.icmp_unsigned("<", j, valid)
+            value = branch_value(b, inside, quad, lambda: ir.Constant(I32, 0))
+            b.store(value, b.gep(out, [b.add(b.mul(kq, i64(width)), j)], source_etype=I32))
