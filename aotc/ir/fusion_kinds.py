@@ -24,7 +24,7 @@ from .attrs import FusionKind
 from .index_maps import read_elementwise_only
 from .module import Computation, Instruction
 from .ops import Op
-from .types import Shape
+from .types import DType, Shape
 
 # the ops computed as tiled kernels, ahead of an epilogue
 CONTRACTION_OPS = frozenset({Op.DOT, Op.CONVOLUTION})
@@ -64,3 +64,14 @@ def _epilogue_contractions(body: Computation) -> list[Instruction]:
     if not all(read_elementwise_only(body, c, c.array_shape.dims, users) for c in found):
         return []
     return found
+
+
+def widens_bytes(instr: Instruction) -> bool:
+    """A convert of 8-bit integers to a wider integer type: an integer GEMM reads through
+    it (its packers widen the bytes, or keep them as bytes), so the bytes are what is
+    worth storing."""
+    return (
+        instr.op is Op.CONVERT
+        and instr.operands[0].array_shape.dtype in (DType.S8, DType.U8)
+        and instr.array_shape.dtype.is_int
+    )

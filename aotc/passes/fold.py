@@ -4,13 +4,15 @@ constants, computed by the IR evaluator.
 A size cap keeps folding from bloating the weights: a result is folded only
 if it is small, or no larger than the constants it consumes (folding a
 broadcast of a scalar into a big array would trade a kernel for megabytes).
-Widening converts of 8-bit integer constants stay (`_widens_bytes`).
+Widening converts of 8-bit integer constants stay (`widens_bytes`): the
+weights stay 8-bit in the object, and integer GEMMs read them as bytes.
 """
 
 from __future__ import annotations
 
-from ..ir import DType, Instruction, Module, Op, Trait
+from ..ir import Instruction, Module, Op, Trait
 from ..ir.evaluate import evaluate_constant
+from ..ir.fusion_kinds import widens_bytes
 from ..ir.types import Shape
 from .rewrite import InsertingBuilder
 
@@ -67,7 +69,7 @@ class ConstantFolding:
             size = instr.shape.nbytes
             if size > SMALL_BYTES and size > sum(c.shape.nbytes for c in reached):
                 continue
-            if _widens_bytes(instr):
+            if widens_bytes(instr):
                 continue
             value = evaluate_constant(instr)
             if value is None:
@@ -82,15 +84,3 @@ class ConstantFolding:
             computation.sort_topologically()
             computation.remove_dead()
         return folded
-
-
-def _widens_bytes(instr: Instruction) -> bool:
-    """An 8-bit integer constant converted to a wider integer stays as it is: its users
-    read the narrow values (an integer GEMM packs 8-bit weights as they are, as quads of
-    bytes where the target multiplies bytes), and the object keeps the weights at their
-    own size."""
-    return (
-        instr.op is Op.CONVERT
-        and instr.operands[0].array_shape.dtype in (DType.S8, DType.U8)
-        and instr.array_shape.dtype.is_int
-    )

@@ -50,7 +50,7 @@ from ..ir import (
     Shape,
 )
 from ..ir.cost import elements, evaluations_for, flops, weighted_operations
-from ..ir.fusion_kinds import CONTRACTION_OPS, fusion_kind
+from ..ir.fusion_kinds import CONTRACTION_OPS, fusion_kind, widens_bytes
 from ..ir.index_maps import (
     IndexMap,
     dims_of,
@@ -331,10 +331,13 @@ class _Ancestry:
 
 def _read_as_epilogue(computation, producer, maps, users, group: _Group) -> bool:
     """Whether the group reads `producer` at its root's own index through elementwise ops
-    only: what a kernel form computing `producer` can apply per output element."""
+    only, into a root of its own type: what a kernel form computing `producer` can apply
+    per output element (the pooling kernel keeps its values in the output buffer until
+    the epilogue runs; a max pool quantized to u8 in one loop ran 20 ns an element)."""
     root_rank = len(group.root_dims)
     return (
         maps == {identity(root_rank)}
+        and group.root.array_shape.dtype is producer.array_shape.dtype
         and dims_of(producer) == group.root_dims
         and read_elementwise_only(computation, producer, dims_of(producer), users, group.members)
     )
@@ -431,8 +434,11 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 continue
             # a contraction's epilogue read through a concatenate, pad...: better left to
             # form the contraction's own kernel
+            # (but for a widening of bytes that this group's contraction reads through:
+            # the bytes are stored instead, half or a quarter of the widened values)
             epilogue = ancestry.epilogue_of_contraction(producer)
-            if epilogue and maps != {identity(len(group.root_dims))}:
+            bytes_read = widens_bytes(producer) and replicated
+            if epilogue and maps != {identity(len(group.root_dims))} and not bytes_read:
                 continue
             places = group.places_of(producer, users[id(producer)])
             if not row_value and not _recomputable(producer, len(places)):

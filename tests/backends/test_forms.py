@@ -17,7 +17,16 @@ PLANS = (GemmPlan, DirectConvPlan, DepthwisePlan, PlaneConvPlan, WinogradPlan)
 
 def test_forms_in_priority_order():
     conv = [name for name, _ in forms.CONV_FORMS]
-    assert conv == ["paired", "direct", "depthwise", "winograd", "gemv", "planes", "im2col"]
+    assert conv == [
+        "quads",
+        "paired",
+        "direct",
+        "depthwise",
+        "winograd",
+        "gemv",
+        "planes",
+        "im2col",
+    ]
     assert [name for name, _ in forms.DOT_FORMS] == ["quads", "paired", "gemv", "gemm"]
 
 

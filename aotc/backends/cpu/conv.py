@@ -20,7 +20,7 @@ Convolutions no form takes run by llvm/dot_conv.py's element rule.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from llvmlite import ir
@@ -39,6 +39,7 @@ from .image_geometry import ImageGeometry
 from .pairs import paired_factory, pairs_of
 from .panels import GeneratedPanels, StridedPanels
 from .prepackable import StridedLayout, is_constant, strided_layout
+from .quads import quad_factory, quads_of
 from .target import CpuTarget
 from .views import View, affine, merged_stride
 
@@ -250,6 +251,39 @@ def plan_gemv(problem: ConvProblem) -> GemmPlan | None:
         gemv=kind,
         layouts=(weights, None),
         operands=(1, 0),
+    )
+
+
+def plan_quad_im2col(problem: ConvProblem) -> GemmPlan | None:
+    """An integer convolution of a u8 and an s8 operand in memory (the other read
+    through their widening converts) with an NCHW output, on a target with vpdpbusd:
+    im2col GEMMs of 8-bit quads (quads.py); K a multiple of 4, so that the image's
+    column rows make whole quads."""
+    g, config = problem.geometry, problem.config
+    if not (config.paired and config.byte_dots) or not g.nchw_output or g.work == 0:
+        return None
+    image, kernel, weights = problem.image_view, problem.kernel_view, problem.weights_layout
+    if g.is_depthwise or image is None or kernel is None or weights is None:
+        return None
+    if {image.dtype, kernel.dtype} != {DType.U8, DType.S8} or g.k % 4 or g.base_dilated:
+        return None
+    quads = replace(config, unsigned_side=0 if kernel.dtype is DType.U8 else 1)
+    c_offset, out_index = _placement(g)
+    return GemmPlan(
+        quads,
+        (g.batch, g.groups),
+        g.cout_g,
+        g.pixels,
+        quads_of(g.k),
+        g.pixels,
+        quad_factory(problem.weights_factory(), g.k),
+        quad_factory(_columns_factory(g, image), g.k),
+        c_offset,
+        out_index,
+        layouts=(weights, None),
+        operands=(1, 0),
+        paired_k=g.k,
+        sources=(kernel.dtype, image.dtype),
     )
 
 

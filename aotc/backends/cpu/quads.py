@@ -16,14 +16,17 @@ at compile time (prepack.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
+from ...ir import DType
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I8, I32, I64, PTR, i64
 from ..llvm.loops import branch_value, for_range
 from .blocking import Blocking
+from .gemm_config import GemmConfig
+from .im2col import ImagePanels
 from .packing import panel_loop
 from .panels import GeneratedPanels, StridedPanels
 from .shared_functions import shared_function
@@ -43,6 +46,9 @@ def quad_factory(factory, k_values: int):
 
     def quads(ctx, sources, index):
         panels = factory(ctx, sources, index)
+        if isinstance(panels, ImagePanels):
+            assert k_values % QUAD == 0, "image quads are whole rows of four"
+            return QuadImagePanels(panels)
         if isinstance(panels, StridedPanels):
             return QuadStridedPanels(panels.base, panels.p_stride, panels.k_stride, k_values)
         if isinstance(panels, GeneratedPanels):
@@ -98,6 +104,58 @@ class QuadStridedPanels:
         packer = quad_packer(ctx, width)
         b.call(packer, [src, i64(self.p_stride), i64(self.k_stride), count, kc, k_left, dst])
         return dst
+
+
+@dataclass
+class QuadImagePanels:
+    """An 8-bit image's column matrix (im2col.py) as quads: its 4 kc rows packed as
+    bytes, then each four rows interleaved in place into one row of quads (which takes
+    the same bytes).  K must be a multiple of 4, so that no quad reads past the last
+    row."""
+
+    image: ImagePanels
+
+    def pack(self, ctx, blocks: Blocking, dst, p0, count, k0, kc, width):
+        b = ctx.builder
+        cfg = blocks.config
+        values = GemmConfig(DType.U8, cfg.lanes, cfg.blocks, cfg.fma)
+        rows = b.mul(kc, i64(QUAD))
+        self.image.pack(
+            ctx, replace(blocks, config=values), dst, p0, count, b.mul(k0, i64(QUAD)), rows, width
+        )
+        panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
+        b.call(_interleaver(ctx, width), [dst, b.mul(panels, kc)])
+        return dst
+
+
+def _interleaver(ctx: EmitContext, width: int):
+    """`interleave(panels, quads)`: each of `quads` rows of `width` quads, stored as four
+    rows of `width` bytes (k .. k + 3), rewritten as the quads."""
+    name = f"{ctx.prefix}.gemm.interleave_quads.{width}"
+    function, b = shared_function(ctx, name, [PTR, I64])
+    if b is None:
+        return function
+    dst, count = function.args
+    with for_range(b, count, "quad") as quad:
+        at = b.gep(dst, [b.mul(quad, i64(QUAD * width))], source_etype=I8)
+        rows = [
+            b.load(
+                b.gep(at, [i64(r * width)], source_etype=I8), typ=ir.VectorType(I8, width), align=1
+            )
+            for r in range(QUAD)
+        ]
+        b.store(_interleave(b, rows, width), at, align=1)
+    b.ret_void()
+    return function
+
+
+def _interleave(b: ir.IRBuilder, rows: list, width: int) -> ir.Value:
+    """Four <width x i8> rows as <4 width x i8>: lane j's four bytes, row by row."""
+    halves = i32_lanes(range(2 * width))
+    order = i32_lanes(x for j in range(width) for x in (j, width + j, 2 * width + j, 3 * width + j))
+    low = b.shuffle_vector(rows[0], rows[1], halves)
+    high = b.shuffle_vector(rows[2], rows[3], halves)
+    return b.shuffle_vector(low, high, order)
 
 
 def quad_packer(ctx: EmitContext, width: int):
@@ -169,10 +227,6 @@ def _vector_quads(b, source, out, k_stride, kc, k_left, width: int) -> None:
     """A whole panel of contiguous rows: k .. k + 3 as four vectors, interleaved."""
     row_type = ir.VectorType(I8, width)
     zeros = ir.Constant(row_type, None)
-    halves = i32_lanes(range(2 * width))
-    interleave = i32_lanes(
-        x for j in range(width) for x in (j, width + j, 2 * width + j, 3 * width + j)
-    )
     with for_range(b, kc, "kq") as kq:
         k = b.mul(kq, i64(QUAD))
         rows = []
@@ -184,9 +238,7 @@ def _vector_quads(b, source, out, k_stride, kc, k_left, width: int) -> None:
                 return b.load(at, typ=row_type, align=1)
 
             rows.append(branch_value(b, b.icmp_signed("<", kb, k_left), load, lambda: zeros))
-        low = b.shuffle_vector(rows[0], rows[1], halves)
-        high = b.shuffle_vector(rows[2], rows[3], halves)
-        quads = b.bitcast(b.shuffle_vector(low, high, interleave), ir.VectorType(I32, width))
+        quads = b.bitcast(_interleave(b, rows, width), ir.VectorType(I32, width))
         b.store(quads, b.gep(out, [b.mul(kq, i64(width))], source_etype=I32), align=4)
 
 

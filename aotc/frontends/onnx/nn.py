@@ -64,6 +64,16 @@ def conv(ctx: NodeContext, x: Instruction, w: Instruction, bias=None, dtype=None
     """ONNX Conv; `dtype`: the result's type where it is not the operands' (s32 sums of
     16-bit integers)."""
     b = ctx.b
+    window = conv_window(ctx, x, w)
+    n = len(window.size)
+    out = b.convolution(x, w, window, ConvDims.nchw(n), groups=ctx.attr("group"), dtype=dtype)
+    if bias is not None:
+        out = b.binary(Op.ADD, out, b.broadcast(bias, [1], out.array_shape.dims))
+    return out
+
+
+def conv_window(ctx: NodeContext, x: Instruction, w: Instruction) -> Window:
+    """ONNX Conv's window (kernel, strides, pads, dilations) for input `x`, weights `w`."""
     n = _spatial_rank(x)
     kernel = list(w.array_shape.dims[2:])
     if ctx.attr("kernel_shape") and list(ctx.attr("kernel_shape")) != kernel:
@@ -71,11 +81,7 @@ def conv(ctx: NodeContext, x: Instruction, w: Instruction, bias=None, dtype=None
     strides = ctx.window_ints("strides", n, 1)
     dilations = ctx.window_ints("dilations", n, 1)
     low, high = _pads(ctx, x.array_shape.dims[2:], kernel, strides, dilations)
-    window = Window.make(kernel, strides, low, high, None, dilations)
-    out = b.convolution(x, w, window, ConvDims.nchw(n), groups=ctx.attr("group"), dtype=dtype)
-    if bias is not None:
-        out = b.binary(Op.ADD, out, b.broadcast(bias, [1], out.array_shape.dims))
-    return out
+    return Window.make(kernel, strides, low, high, None, dilations)
 
 
 @onnx_op("ConvTranspose")

@@ -14,13 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ModelError, ShapeError, UnsupportedError
-from ...ir import Direction, DType, Instruction, Op
+from ...ir import ConvDims, Direction, DType, Instruction, Op, Window
 from ...ir.evaluate import evaluate_constant
 from .casts import SATURABLE, clamp_to_finite
 from .dtypes import to_dtype
 from .helpers import normalize_axis, reduce, unidirectional
 from .linalg import matmul
-from .nn import conv
+from .nn import conv, conv_window
 from .registry import NodeContext, onnx_op
 
 # the 8-bit integer types the QLinear ops and the *Integer ops take
@@ -290,7 +290,61 @@ def matmul_integer(ctx: NodeContext, a: Instruction, bm: Instruction, a_zp=None,
 @onnx_op("ConvInteger", since=10)
 def conv_integer(ctx: NodeContext, x: Instruction, w: Instruction, x_zp=None, w_zp=None):
     check_int8("ConvInteger", x, w)
-    return conv(ctx, *centered_pair(ctx, x, x_zp, None, w, w_zp, 0), dtype=DType.S32)
+    return integer_conv(ctx, x, x_zp, w, w_zp)
+
+
+def integer_conv(ctx: NodeContext, x, x_zp, w, w_zp, bias=None) -> Instruction:
+    """The s32 convolution of the centered operands (plus an s32 bias).
+
+    8-bit operands whose weights have no zero point are convolved as they are
+    (`_raw_conv`), the input's zero point applied after, as for matrix products."""
+    raw = _raw_conv(ctx, x, x_zp, w, w_zp)
+    if raw is None:
+        return conv(ctx, *centered_pair(ctx, x, x_zp, None, w, w_zp, 0), bias, DType.S32)
+    if bias is not None:
+        raw = ctx.b.binary(Op.ADD, raw, ctx.b.broadcast(bias, [1], raw.array_shape.dims))
+    return raw
+
+
+def _raw_conv(ctx: NodeContext, x, x_zp, w, w_zp) -> Instruction | None:
+    """sum (x - zx) w over each window as sum x w - zx sum w, exactly: the input padded
+    with zx (a padded tap is then zero once centered) and convolved without padding,
+    then zx times each output channel's weight sum subtracted.  For 8-bit operands, a
+    scalar input zero point and weights without one (as onnxruntime quantizes them);
+    None otherwise."""
+    b = ctx.b
+    if x.shape.dtype not in INT8_TYPES or w.shape.dtype not in INT8_TYPES:
+        return None
+    if x_zp is not None and (x_zp.shape.dtype not in INT8_TYPES or x_zp.shape.size != 1):
+        return None
+    if w_zp is not None and not _is_zero(w_zp):
+        return None
+    window = conv_window(ctx, x, w)
+    zx = None if x_zp is None or _is_zero(x_zp) else b.reshape(x_zp, [])
+    if zx is not None and any((*window.pad_low, *window.pad_high)):
+        lead = [0] * (x.shape.rank - len(window.size))
+        x = b.pad(x, zx, [*lead, *window.pad_low], [*lead, *window.pad_high])
+        zeros = [0] * len(window.size)
+        window = Window.make(window.size, window.stride, zeros, zeros, None, window.rhs_dilation)
+    dims = ConvDims.nchw(len(window.size))
+    groups = ctx.attr("group")
+    image, kernel = b.convert(x, DType.S16), b.convert(w, DType.S16)
+    out = b.convolution(image, kernel, window, dims, groups=groups, dtype=DType.S32)
+    if zx is None:
+        return out
+    known = evaluate_constant(w)
+    axes = list(range(1, w.array_shape.rank))
+    if known is not None:
+        sums = b.constant(np.asarray(known, np.int64).sum(axis=tuple(axes)).astype(np.int32))
+    else:
+        sums = reduce(b, b.convert(w, DType.S32), Op.ADD, axes, keepdims=False)
+    dims_out = out.array_shape.dims
+    term = b.binary(
+        Op.MULTIPLY,
+        b.broadcast(b.convert(zx, DType.S32), [], dims_out),
+        b.broadcast(sums, [1], dims_out),
+    )
+    return b.binary(Op.SUBTRACT, out, term)
 
 
 def _requantize(ctx: NodeContext, acc: Instruction, multiplier: Instruction, y_zp, out: DType):
@@ -340,7 +394,7 @@ def qlinear_conv(
 ):
     check_int8("QLinearConv", x, w)
     out = x.shape.dtype if y_zp is None else y_zp.shape.dtype
-    acc = conv(ctx, *centered_pair(ctx, x, x_zp, None, w, w_zp, 0), bias, DType.S32)
+    acc = integer_conv(ctx, x, x_zp, w, w_zp, bias)
     # a vector w_scale is per output channel (dim 1 of the NCHW result)
-    ratio = _scale_ratio(ctx, x_scale, w_scale, y_scale, acc.shape.dims, 1)
+    ratio = _scale_ratio(ctx, x_scale, w_scale, y_scale, acc.array_shape.dims, 1)
     return _requantize(ctx, acc, ratio, y_zp, out)
