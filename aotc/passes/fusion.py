@@ -434,8 +434,9 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 continue
             # a contraction's epilogue read through a concatenate, pad...: better left to
             # form the contraction's own kernel
-            # (but for a widening of bytes that this group's contraction reads through:
-            # the bytes are stored instead, half or a quarter of the widened values)
+            # (but for a widening of bytes that this group's contraction reads through,
+            # here or in a copy: the bytes are stored instead, a half or a quarter of the
+            # widened values)
             epilogue = ancestry.epilogue_of_contraction(producer)
             bytes_read = widens_bytes(producer) and replicated
             if epilogue and maps != {identity(len(group.root_dims))} and not bytes_read:
@@ -456,7 +457,9 @@ def _form_groups(computation: Computation) -> list[_Group]:
             # computing that (a layer norm, a dot with its epilogue) keeps it inside
             duplicate = bool(outside) or copied
             if duplicate and (
-                producer.op not in CHEAP_OPS or ancestry.reaches_reduce(producer) or epilogue
+                producer.op not in CHEAP_OPS
+                or ancestry.reaches_reduce(producer)
+                or (epilogue and not bytes_read)
             ):
                 continue
             # a lookup's computed indices are stored once when other kernels read them

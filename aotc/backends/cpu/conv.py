@@ -257,15 +257,14 @@ def plan_gemv(problem: ConvProblem) -> GemmPlan | None:
 def plan_quad_im2col(problem: ConvProblem) -> GemmPlan | None:
     """An integer convolution of a u8 and an s8 operand in memory (the other read
     through their widening converts) with an NCHW output, on a target with vpdpbusd:
-    im2col GEMMs of 8-bit quads (quads.py); K a multiple of 4, so that the image's
-    column rows make whole quads."""
+    im2col GEMMs of 8-bit quads (quads.py)."""
     g, config = problem.geometry, problem.config
     if not (config.paired and config.byte_dots) or not g.nchw_output or g.work == 0:
         return None
     image, kernel, weights = problem.image_view, problem.kernel_view, problem.weights_layout
     if g.is_depthwise or image is None or kernel is None or weights is None:
         return None
-    if {image.dtype, kernel.dtype} != {DType.U8, DType.S8} or g.k % 4 or g.base_dilated:
+    if {image.dtype, kernel.dtype} != {DType.U8, DType.S8} or g.base_dilated:
         return None
     quads = replace(config, unsigned_side=0 if kernel.dtype is DType.U8 else 1)
     c_offset, out_index = _placement(g)

@@ -47,8 +47,7 @@ def quad_factory(factory, k_values: int):
     def quads(ctx, sources, index):
         panels = factory(ctx, sources, index)
         if isinstance(panels, ImagePanels):
-            assert k_values % QUAD == 0, "image quads are whole rows of four"
-            return QuadImagePanels(panels)
+            return QuadImagePanels(panels, k_values)
         if isinstance(panels, StridedPanels):
             return QuadStridedPanels(panels.base, panels.p_stride, panels.k_stride, k_values)
         if isinstance(panels, GeneratedPanels):
@@ -108,43 +107,56 @@ class QuadStridedPanels:
 
 @dataclass
 class QuadImagePanels:
-    """An 8-bit image's column matrix (im2col.py) as quads: its 4 kc rows packed as
-    bytes, then each four rows interleaved in place into one row of quads (which takes
-    the same bytes).  K must be a multiple of 4, so that no quad reads past the last
-    row."""
+    """An 8-bit image's column matrix (im2col.py) as quads: the slice's rows that K has
+    packed as bytes, then each four rows interleaved into one row of quads (which takes
+    the same bytes), the rows past K as zeros.  The rows of a slice that K cuts short
+    are packed densely, so the interleaving runs from the last quad back to the first:
+    each quad's bytes go at or past where they were read, never over a row still to
+    read."""
 
     image: ImagePanels
+    k_values: int
 
     def pack(self, ctx, blocks: Blocking, dst, p0, count, k0, kc, width):
         b = ctx.builder
         cfg = blocks.config
         values = GemmConfig(DType.U8, cfg.lanes, cfg.blocks, cfg.fma)
-        rows = b.mul(kc, i64(QUAD))
-        self.image.pack(
-            ctx, replace(blocks, config=values), dst, p0, count, b.mul(k0, i64(QUAD)), rows, width
-        )
+        first = b.mul(k0, i64(QUAD))
+        rows = smaller(b, b.mul(kc, i64(QUAD)), b.sub(i64(self.k_values), first))
+        self.image.pack(ctx, replace(blocks, config=values), dst, p0, count, first, rows, width)
         panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
-        b.call(_interleaver(ctx, width), [dst, b.mul(panels, kc)])
+        b.call(_interleaver(ctx, width), [dst, panels, kc, rows])
         return dst
 
 
 def _interleaver(ctx: EmitContext, width: int):
-    """`interleave(panels, quads)`: each of `quads` rows of `width` quads, stored as four
-    rows of `width` bytes (k .. k + 3), rewritten as the quads."""
+    """`interleave(dst, panels, quads, rows)`: `panels` panels of `rows` rows of `width`
+    bytes each (k .. k + rows - 1), rewritten as panels of `quads` rows of `width` quads
+    (rows past `rows` zero), from the last quad of the last panel back."""
     name = f"{ctx.prefix}.gemm.interleave_quads.{width}"
-    function, b = shared_function(ctx, name, [PTR, I64])
+    function, b = shared_function(ctx, name, [PTR, I64, I64, I64])
     if b is None:
         return function
-    dst, count = function.args
-    with for_range(b, count, "quad") as quad:
-        at = b.gep(dst, [b.mul(quad, i64(QUAD * width))], source_etype=I8)
-        rows = [
-            b.load(
-                b.gep(at, [i64(r * width)], source_etype=I8), typ=ir.VectorType(I8, width), align=1
-            )
-            for r in range(QUAD)
-        ]
-        b.store(_interleave(b, rows, width), at, align=1)
+    dst, panels, quads, rows = function.args
+    row_type = ir.VectorType(I8, width)
+    zeros = ir.Constant(row_type, None)
+    with for_range(b, panels, "panel") as back_panel:
+        panel = b.sub(b.sub(panels, i64(1)), back_panel)
+        source = b.gep(dst, [b.mul(b.mul(panel, rows), i64(width))], source_etype=I8)
+        target = b.gep(dst, [b.mul(b.mul(panel, quads), i64(QUAD * width))], source_etype=I8)
+        with for_range(b, quads, "quad") as back_quad:
+            quad = b.sub(b.sub(quads, i64(1)), back_quad)
+            found = []
+            for r in range(QUAD):
+                row = b.add(b.mul(quad, i64(QUAD)), i64(r))
+
+                def load(row=row):
+                    at = b.gep(source, [b.mul(row, i64(width))], source_etype=I8)
+                    return b.load(at, typ=row_type, align=1)
+
+                found.append(branch_value(b, b.icmp_signed("<", row, rows), load, lambda: zeros))
+            at = b.gep(target, [b.mul(quad, i64(QUAD * width))], source_etype=I8)
+            b.store(_interleave(b, found, width), at, align=1)
     b.ret_void()
     return function
 
