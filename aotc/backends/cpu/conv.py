@@ -267,22 +267,14 @@ def plan_quad_im2col(problem: ConvProblem) -> GemmPlan | None:
     if {image.dtype, kernel.dtype} != {DType.U8, DType.S8} or g.base_dilated:
         return None
     quads = replace(config, unsigned_side=0 if kernel.dtype is DType.U8 else 1)
-    c_offset, out_index = _placement(g)
-    return GemmPlan(
+    factories = (problem.weights_factory(), _columns_factory(g, image))
+    return _integer_im2col(
         quads,
-        (g.batch, g.groups),
-        g.cout_g,
-        g.pixels,
+        g,
+        tuple(quad_factory(factory, g.k) for factory in factories),
         quads_of(g.k),
-        g.pixels,
-        quad_factory(problem.weights_factory(), g.k),
-        quad_factory(_columns_factory(g, image), g.k),
-        c_offset,
-        out_index,
-        layouts=(weights, None),
-        operands=(1, 0),
-        paired_k=g.k,
-        sources=(kernel.dtype, image.dtype),
+        weights,
+        (kernel.dtype, image.dtype),
     )
 
 
@@ -300,25 +292,36 @@ def plan_paired_im2col(problem: ConvProblem) -> GemmPlan | None:
     if lhs_view is not None and (lhs_view.dtype is not DType.S16 or g.k % 2):
         lhs_view = None  # im2col packs whole pairs of s16 rows only
     columns_source = lhs_view.dtype if lhs_view is not None else g.lhs.dtype
-    paired = []
-    for factory, source in (
-        (problem.weights_factory(), weights_source),
-        (_columns_factory(g, lhs_view), columns_source),
-    ):
-        paired.append(paired_factory(factory, source, g.k))
+    paired = tuple(
+        paired_factory(factory, source, g.k)
+        for factory, source in (
+            (problem.weights_factory(), weights_source),
+            (_columns_factory(g, lhs_view), columns_source),
+        )
+    )
+    sources = (weights_source, columns_source)
+    return _integer_im2col(config, g, paired, pairs_of(g.k), weights_layout, sources)
+
+
+def _integer_im2col(config, g: ConvGeometry, factories, k: int, weights, sources) -> GemmPlan:
+    """The im2col GemmPlan of an integer convolution whose K values make `k` panel
+    elements (pairs or quads) read through `factories` (the weights', the columns')."""
+    c_offset, out_index = _placement(g)
     return GemmPlan(
         config,
         (g.batch, g.groups),
         g.cout_g,
         g.pixels,
-        pairs_of(g.k),
+        k,
         g.pixels,
-        *paired,
-        *_placement(g),
-        layouts=(weights_layout, None),
+        factories[0],
+        factories[1],
+        c_offset,
+        out_index,
+        layouts=(weights, None),
         operands=(1, 0),
         paired_k=g.k,
-        sources=(weights_source, columns_source),
+        sources=sources,
     )
 
 
