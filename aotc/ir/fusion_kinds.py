@@ -26,6 +26,9 @@ from .module import Computation, Instruction
 from .ops import Op
 from .types import DType, Shape
 
+# the 8-bit integer types, which integer GEMMs read as bytes
+BYTE_TYPES = (DType.S8, DType.U8)
+
 # the ops computed as tiled kernels, ahead of an epilogue
 CONTRACTION_OPS = frozenset({Op.DOT, Op.CONVOLUTION})
 
@@ -72,6 +75,6 @@ def widens_bytes(instr: Instruction) -> bool:
     worth storing."""
     return (
         instr.op is Op.CONVERT
-        and instr.operands[0].array_shape.dtype in (DType.S8, DType.U8)
+        and instr.operands[0].array_shape.dtype in BYTE_TYPES
         and instr.array_shape.dtype.is_int
     )

@@ -42,7 +42,6 @@ import math
 from ..ir import (
     Computation,
     ComputationBuilder,
-    DType,
     FusionKind,
     Instruction,
     Module,
@@ -50,7 +49,7 @@ from ..ir import (
     Shape,
 )
 from ..ir.cost import elements, evaluations_for, flops, weighted_operations
-from ..ir.fusion_kinds import CONTRACTION_OPS, fusion_kind, widens_bytes
+from ..ir.fusion_kinds import BYTE_TYPES, CONTRACTION_OPS, fusion_kind, widens_bytes
 from ..ir.index_maps import (
     IndexMap,
     dims_of,
@@ -502,7 +501,7 @@ def _quantizes(producer: Instruction) -> bool:
     place) rather than a wider value converted at each read."""
     return (
         producer.op is Op.CONVERT
-        and producer.array_shape.dtype in (DType.S8, DType.U8)
+        and producer.array_shape.dtype in BYTE_TYPES
         and producer.operands[0].op not in (Op.PARAMETER, Op.CONSTANT)
     )
 

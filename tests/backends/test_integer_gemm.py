@@ -34,9 +34,13 @@ def _model(node, inputs, output, shape, initializers):
 
 def _run(model, target: str, *feeds):
     compiled = aotc.compile(model, target=target)
-    forms = compiled.kernel_forms()
+    return _output(compiled, *feeds), compiled.kernel_forms()
+
+
+def _output(compiled, *feeds) -> np.ndarray:
+    """The model's one output on `feeds`."""
     got = compiled.load()(*feeds)
-    return (got[0] if isinstance(got, (list, tuple)) else got), forms
+    return got[0] if isinstance(got, (list, tuple)) else got
 
 
 def _int8(rng, shape, unsigned: bool) -> np.ndarray:
@@ -130,8 +134,7 @@ def test_raw_8bit_products_are_exact(rng, target, signs, zero_points, shape, con
     node = helper.make_node("MatMulInteger", names, ["y"])
     model = _model(node, inputs, "y", (m, n), initializers)
     compiled = aotc.compile(model, target=target)
-    got = compiled.load()(*feeds)
-    got = got[0] if isinstance(got, (list, tuple)) else got
+    got = _output(compiled, *feeds)
     centered_a = a.astype(np.int64) - (0 if a_zero is None else _column(a_zero, a_kind))
     centered_w = w.astype(np.int64) - (0 if w_zero is None else w_zero.astype(np.int64))
     np.testing.assert_array_equal(got, (centered_a @ centered_w).astype(np.int32))
@@ -242,8 +245,7 @@ def test_conv_integer_is_exact(rng, target, case):
     )
     inputs = [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x.shape))]
     compiled = aotc.compile(_model(node, inputs, "y", want.shape, initializers), target=target)
-    got = compiled.load()(x)
-    got = got[0] if isinstance(got, (list, tuple)) else got
+    got = _output(compiled, x)
     np.testing.assert_array_equal(got, want.astype(np.int32))
     depthwise = groups == c
     assert depthwise or "gemm" in compiled.kernel_forms().values()

@@ -27,7 +27,7 @@ from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...ir import DType, Instruction, Op, Shape
-from ...ir.fusion_kinds import CONTRACTION_OPS, output_contractions
+from ...ir.fusion_kinds import CONTRACTION_OPS, output_contractions, widens_bytes
 from ..llvm.alias import OutputScope
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import element_pointer, make_generator, memory_generator
@@ -163,11 +163,7 @@ def operand_view(plan: BufferPlan, fusion: Instruction, operand: Instruction) ->
 def widens_to_pairs(instr: Instruction) -> bool:
     """Whether `instr` converts 8-bit integers to s16 exactly, as an integer GEMM's
     packers do on the way."""
-    return (
-        instr.op is Op.CONVERT
-        and instr.array_shape.dtype is DType.S16
-        and instr.operands[0].array_shape.dtype in (DType.S8, DType.U8)
-    )
+    return widens_bytes(instr) and instr.array_shape.dtype is DType.S16
 
 
 def _can_compute_in_place(plan: BufferPlan, instr: Instruction, contraction) -> bool:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ...ir import DType, Instruction, Op
+from ...ir import DType, Instruction
+from ...ir.fusion_kinds import BYTE_TYPES, widens_bytes
 from ..llvm.elemental import delinearize, linearize, split_index
 from ..llvm.lltypes import i64
 from .gemm import GemmPlan
@@ -123,15 +124,10 @@ def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
     return DotProblem(config, batch, m, n, k, lhs, rhs, tuple(layouts))
 
 
-BYTE_TYPES = (DType.U8, DType.S8)
-
-
 def _byte_values(operand: Instruction) -> DType | None:
     """The 8-bit integer type that an operand computed in a wider integer type widens
     (its generator's values fit it), if it does."""
-    if operand.op is Op.CONVERT and operand.array_shape.dtype.is_int:
-        return operand.operands[0].array_shape.dtype
-    return None
+    return operand.operands[0].array_shape.dtype if widens_bytes(operand) else None
 
 
 @dataclass(frozen=True)

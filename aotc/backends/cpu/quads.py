@@ -15,6 +15,7 @@ at compile time (prepack.py).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -69,17 +70,11 @@ class QuadGeneratedPanels:
         b = ctx.builder
 
         def quad(p, kq):
-            value = ir.Constant(I32, 0)
-            for byte in range(QUAD):
-                k = b.add(b.mul(kq, i64(QUAD)), i64(byte))
+            def value(k):
+                return b.zext(b.trunc(self.element(p, k), I8), I32)
 
-                def load(k=k):
-                    return b.zext(b.trunc(self.element(p, k), I8), I32)
-
-                inside = b.icmp_signed("<", k, i64(self.k_values))
-                found = branch_value(b, inside, load, lambda: ir.Constant(I32, 0))
-                value = b.or_(value, b.shl(found, ir.Constant(I32, 8 * byte)))
-            return value
+            first = b.mul(kq, i64(QUAD))
+            return _joined(b, _four(b, first, i64(self.k_values), value, ir.Constant(I32, 0)))
 
         return GeneratedPanels(quad).pack(ctx, blocks, dst, p0, count, k0, kc, width)
 
@@ -146,15 +141,12 @@ def _interleaver(ctx: EmitContext, width: int):
         target = b.gep(dst, [b.mul(b.mul(panel, quads), i64(QUAD * width))], source_etype=I8)
         with for_range(b, quads, "quad") as back_quad:
             quad = b.sub(b.sub(quads, i64(1)), back_quad)
-            found = []
-            for r in range(QUAD):
-                row = b.add(b.mul(quad, i64(QUAD)), i64(r))
 
-                def load(row=row):
-                    at = b.gep(source, [b.mul(row, i64(width))], source_etype=I8)
-                    return b.load(at, typ=row_type, align=1)
+            def load(row):
+                at = b.gep(source, [b.mul(row, i64(width))], source_etype=I8)
+                return b.load(at, typ=row_type, align=1)
 
-                found.append(branch_value(b, b.icmp_signed("<", row, rows), load, lambda: zeros))
+            found = _four(b, b.mul(quad, i64(QUAD)), rows, load, zeros)
             at = b.gep(target, [b.mul(quad, i64(QUAD * width))], source_etype=I8)
             b.store(_interleave(b, found, width), at, align=1)
     b.ret_void()
@@ -202,16 +194,30 @@ def quad_packer(ctx: EmitContext, width: int):
 
 def _quad_at(b: ir.IRBuilder, at, k_stride, k, k_left) -> ir.Value:
     """The i32 of the four values from k at `at` (k_stride apart), zeros from k_left."""
-    value = ir.Constant(I32, 0)
-    for byte in range(QUAD):
-        kb = b.add(k, i64(byte))
 
-        def load(kb=kb):
-            return b.zext(b.load(b.gep(at, [b.mul(kb, k_stride)], source_etype=I8), typ=I8), I32)
+    def load(kb):
+        return b.zext(b.load(b.gep(at, [b.mul(kb, k_stride)], source_etype=I8), typ=I8), I32)
 
-        found = branch_value(b, b.icmp_signed("<", kb, k_left), load, lambda: ir.Constant(I32, 0))
-        value = b.or_(value, b.shl(found, ir.Constant(I32, 8 * byte)))
-    return value
+    return _joined(b, _four(b, k, k_left, load, ir.Constant(I32, 0)))
+
+
+def _four(b: ir.IRBuilder, first, limit, value, zero) -> list[ir.Value]:
+    """`value(k)` for k = first .. first + 3, `zero` from `limit` on (never evaluated
+    there: a load past the operand's end is not made)."""
+    found = []
+    for offset in range(QUAD):
+        k = b.add(first, i64(offset))
+        inside = b.icmp_signed("<", k, limit)
+        found.append(branch_value(b, inside, functools.partial(value, k), lambda: zero))
+    return found
+
+
+def _joined(b: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
+    """Four i32s of byte values as one i32 quad, the first in the lowest byte."""
+    quad = values[0]
+    for byte, value in enumerate(values[1:], start=1):
+        quad = b.or_(quad, b.shl(value, ir.Constant(I32, 8 * byte)))
+    return quad
 
 
 def _row_quads(b, source, out, p_stride, kc, k_left, valid, width: int) -> None:
@@ -239,17 +245,12 @@ def _vector_quads(b, source, out, k_stride, kc, k_left, width: int) -> None:
     """A whole panel of contiguous rows: k .. k + 3 as four vectors, interleaved."""
     row_type = ir.VectorType(I8, width)
     zeros = ir.Constant(row_type, None)
+
+    def load(k):
+        return b.load(b.gep(source, [b.mul(k, k_stride)], source_etype=I8), typ=row_type, align=1)
+
     with for_range(b, kc, "kq") as kq:
-        k = b.mul(kq, i64(QUAD))
-        rows = []
-        for byte in range(QUAD):
-            kb = b.add(k, i64(byte))
-
-            def load(kb=kb):
-                at = b.gep(source, [b.mul(kb, k_stride)], source_etype=I8)
-                return b.load(at, typ=row_type, align=1)
-
-            rows.append(branch_value(b, b.icmp_signed("<", kb, k_left), load, lambda: zeros))
+        rows = _four(b, b.mul(kq, i64(QUAD)), k_left, load, zeros)
         quads = b.bitcast(_interleave(b, rows, width), ir.VectorType(I32, width))
         b.store(quads, b.gep(out, [b.mul(kq, i64(width))], source_etype=I32), align=4)
 

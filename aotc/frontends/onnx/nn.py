@@ -67,9 +67,14 @@ def conv(ctx: NodeContext, x: Instruction, w: Instruction, bias=None, dtype=None
     window = conv_window(ctx, x, w)
     n = len(window.size)
     out = b.convolution(x, w, window, ConvDims.nchw(n), groups=ctx.attr("group"), dtype=dtype)
-    if bias is not None:
-        out = b.binary(Op.ADD, out, b.broadcast(bias, [1], out.array_shape.dims))
-    return out
+    return channel_bias(b, out, bias)
+
+
+def channel_bias(b, out: Instruction, bias: Instruction | None) -> Instruction:
+    """`out` (NCHW) plus a bias per channel, if there is one."""
+    if bias is None:
+        return out
+    return b.binary(Op.ADD, out, b.broadcast(bias, [1], out.array_shape.dims))
 
 
 def conv_window(ctx: NodeContext, x: Instruction, w: Instruction) -> Window:
@@ -114,10 +119,7 @@ def conv_transpose(ctx: NodeContext, x: Instruction, w: Instruction, bias=None) 
     window = Window.make(kernel, None, low, high, strides, dilations)
     spatial = tuple(range(2, 2 + n))
     dims = ConvDims(0, 1, spatial, 0, 1, spatial, 0, 1, spatial)
-    out = b.convolution(x, kernel_io, window, dims, groups=groups)
-    if bias is not None:
-        out = b.binary(Op.ADD, out, b.broadcast(bias, [1], out.array_shape.dims))
-    return out
+    return channel_bias(b, b.convolution(x, kernel_io, window, dims, groups=groups), bias)
 
 
 def _transpose_pads(ctx: NodeContext, in_dims, strides, full) -> tuple[list[int], list[int]]:

@@ -20,7 +20,7 @@ from .casts import SATURABLE, clamp_to_finite
 from .dtypes import to_dtype
 from .helpers import normalize_axis, reduce, unidirectional
 from .linalg import matmul
-from .nn import conv, conv_window
+from .nn import channel_bias, conv, conv_window
 from .registry import NodeContext, onnx_op
 
 # the 8-bit integer types the QLinear ops and the *Integer ops take
@@ -256,16 +256,11 @@ def _raw_product(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction | None:
     za = None if a_zp is None or _is_zero(a_zp) else a_zp
     zb = None if b_zp is None or _is_zero(b_zp) else b_zp
     if zb is not None:  # - zb[n] * sum_k a[m, k], a's row sums per batch element
-        sums = reduce(b, b.convert(a, DType.S32), Op.ADD, [a.shape.rank - 1], keepdims=True)
+        sums = _s32_sums(b, a, [a.array_shape.rank - 1], keepdims=True)
         term = b.binary(Op.MULTIPLY, spread(zb, -1), unidirectional(b, sums, dims))
         product = b.binary(Op.SUBTRACT, product, term)
     if za is not None:  # - za[m] * sum_k b[k, n]
-        known = evaluate_constant(bm)
-        if known is not None:
-            column_sums = np.asarray(known, np.int64).sum(axis=-2, keepdims=True)
-            sums = b.constant(column_sums.astype(np.int32))
-        else:
-            sums = reduce(b, b.convert(bm, DType.S32), Op.ADD, [bm.shape.rank - 2], True)
+        sums = _s32_sums(b, bm, [bm.array_shape.rank - 2], keepdims=True)
         term = b.binary(Op.MULTIPLY, spread(za, -2), unidirectional(b, sums, dims))
         product = b.binary(Op.SUBTRACT, product, term)
     if za is not None and zb is not None:  # + K za[m] zb[n]
@@ -273,6 +268,15 @@ def _raw_product(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction | None:
         count = b.broadcast(b.scalar(k, DType.S32), [], dims)
         product = b.binary(Op.ADD, product, b.binary(Op.MULTIPLY, both, count))
     return product
+
+
+def _s32_sums(b, x: Instruction, axes: list[int], keepdims: bool) -> Instruction:
+    """x's s32 sums over `axes`: computed here for a constant (weights), else reduced."""
+    known = evaluate_constant(x)
+    if known is None:
+        return reduce(b, b.convert(x, DType.S32), Op.ADD, axes, keepdims)
+    sums = np.asarray(known, np.int64).sum(axis=tuple(axes), keepdims=keepdims)
+    return b.constant(sums.astype(np.int32))
 
 
 def _is_zero(zero_point: Instruction) -> bool:
@@ -301,9 +305,7 @@ def integer_conv(ctx: NodeContext, x, x_zp, w, w_zp, bias=None) -> Instruction:
     raw = _raw_conv(ctx, x, x_zp, w, w_zp)
     if raw is None:
         return conv(ctx, *centered_pair(ctx, x, x_zp, None, w, w_zp, 0), bias, DType.S32)
-    if bias is not None:
-        raw = ctx.b.binary(Op.ADD, raw, ctx.b.broadcast(bias, [1], raw.array_shape.dims))
-    return raw
+    return channel_bias(ctx.b, raw, bias)
 
 
 def _raw_conv(ctx: NodeContext, x, x_zp, w, w_zp) -> Instruction | None:
@@ -332,12 +334,7 @@ def _raw_conv(ctx: NodeContext, x, x_zp, w, w_zp) -> Instruction | None:
     out = b.convolution(image, kernel, window, dims, groups=groups, dtype=DType.S32)
     if zx is None:
         return out
-    known = evaluate_constant(w)
-    axes = list(range(1, w.array_shape.rank))
-    if known is not None:
-        sums = b.constant(np.asarray(known, np.int64).sum(axis=tuple(axes)).astype(np.int32))
-    else:
-        sums = reduce(b, b.convert(w, DType.S32), Op.ADD, axes, keepdims=False)
+    sums = _s32_sums(b, w, list(range(1, w.array_shape.rank)), keepdims=False)
     dims_out = out.array_shape.dims
     term = b.binary(
         Op.MULTIPLY,
