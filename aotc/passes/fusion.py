@@ -49,6 +49,7 @@ from ..ir import (
     Shape,
 )
 from ..ir.cost import elements, evaluations_for, flops, weighted_operations
+from ..ir.dequantization import block_dequantization
 from ..ir.fusion_kinds import BYTE_TYPES, CONTRACTION_OPS, fusion_kind, widens_bytes
 from ..ir.index_maps import (
     IndexMap,
@@ -384,6 +385,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
             continue  # no one will read it: every user computes its own copy
         group = _Group(instr)
         grouped.add(id(instr))
+        weights = _dequantized_operands(instr, users)
         # candidates are judged latest-first, so all their in-group users are known;
         # entries: (-position, producer, recomputed several times per output element?,
         # reached through a copy that other kernels compute too?)
@@ -396,6 +398,11 @@ def _form_groups(computation: Computation) -> list[_Group]:
             _, _, producer, replicated, copied = heapq.heappop(work)
             if id(producer) in group.members or not _is_fusible(producer):
                 continue
+            # a contraction's block-dequantized weight (ir/dequantization.py) joins it
+            # whatever its repeated reads: its GEMM dequantizes each value once per packing,
+            # where storing the float weight writes and reads 4 bytes per value
+            weight = id(producer) in weights
+            replicated = replicated and not weight
             if len(group.members) >= MAX_MEMBERS:
                 continue  # past this, one loop body no longer vectorizes: kernels that do win
             depth = group.depth_of(producer, users[id(producer)])
@@ -441,7 +448,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
             if epilogue and maps != {identity(len(group.root_dims))} and not bytes_read:
                 continue
             places = group.places_of(producer, users[id(producer)])
-            if not row_value and not _recomputable(producer, len(places)):
+            if not (row_value or weight) and not _recomputable(producer, len(places)):
                 continue
             # read outside: by a user in no group of ours, or by a copy of a user that
             # another kernel computes without computing this producer too
@@ -470,7 +477,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 continue
             rows = group.rows(row_rank(producer, maps, group.root_dims)) if row_value else None
             evaluations = group.evaluations_of(producer, users[id(producer)], rows)
-            if not budget.take(producer, evaluations, duplicate):
+            if not weight and not budget.take(producer, evaluations, duplicate):
                 continue
             group.members[id(producer)] = producer
             group.maps[id(producer)] = maps
@@ -483,6 +490,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 group.row_values.add(id(producer))
             if producer.op in CONTRACTION_OPS:
                 group.contraction = producer
+                weights |= _dequantized_operands(producer, users)
             if duplicate:
                 copies.setdefault(id(producer), []).append(group)
             else:
@@ -492,6 +500,23 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 heapq.heappush(work, (-position[id(o)], id(o), o, again, duplicate))
         groups.append(group)
     return groups
+
+
+def _dequantized_operands(instr: Instruction, users) -> set[int]:
+    """The members of `instr`'s block-dequantized operands (ir/dequantization.py) when it
+    is a contraction and they have no users but each other and it."""
+    if instr.op not in CONTRACTION_OPS:
+        return set()
+    found: set[int] = set()
+    for operand in instr.operands:
+        weight = block_dequantization(operand)
+        if weight is None:
+            continue
+        members = {id(m) for m in weight.members}
+        inside = members | {id(instr)}
+        if all(id(u) in inside for m in weight.members for u in users[id(m)]):
+            found |= members
+    return found
 
 
 def _quantizes(producer: Instruction) -> bool:

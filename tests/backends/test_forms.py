@@ -8,11 +8,12 @@ from aotc.backends.cpu import forms
 from aotc.backends.cpu.depthwise import DepthwisePlan
 from aotc.backends.cpu.direct_conv import DirectConvPlan
 from aotc.backends.cpu.gemm import GemmPlan
+from aotc.backends.cpu.nbits import NBitsPlan
 from aotc.backends.cpu.plane_conv import PlaneConvPlan
 from aotc.backends.cpu.plans import KernelPlan
 from aotc.backends.cpu.winograd import WinogradPlan
 
-PLANS = (GemmPlan, DirectConvPlan, DepthwisePlan, PlaneConvPlan, WinogradPlan)
+PLANS = (GemmPlan, DirectConvPlan, DepthwisePlan, PlaneConvPlan, WinogradPlan, NBitsPlan)
 
 
 def test_forms_in_priority_order():
@@ -27,7 +28,7 @@ def test_forms_in_priority_order():
         "planes",
         "im2col",
     ]
-    assert [name for name, _ in forms.DOT_FORMS] == ["quads", "paired", "gemv", "gemm"]
+    assert [name for name, _ in forms.DOT_FORMS] == ["nbits", "quads", "paired", "gemv", "gemm"]
 
 
 def test_planners_take_the_problem_only():

@@ -35,6 +35,7 @@ from ..llvm.lltypes import store_element
 from .blocking import aligned
 from .forms import plan_contraction
 from .gemm_config import fits_gemm
+from .nbits import nbits_weight
 from .plans import KernelPlan
 from .prepackable import use_packed
 from .views import View, fused_view, memory_view
@@ -151,10 +152,14 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
     return _Kernel(contractions, plans, in_place)
 
 
-def operand_view(plan: BufferPlan, fusion: Instruction, operand: Instruction) -> View | None:
+def operand_view(plan: BufferPlan, fusion: Instruction, operand: Instruction):
     """The memory view of a contraction operand in `fusion`'s body; for 8-bit integers
     widened to 16 bits, that of the 8-bit values (the integer GEMM's packers widen them,
-    and its pre-packed weights are read from them)."""
+    and its pre-packed weights are read from them); for a block-dequantized weight of
+    constants, where its parts are (nbits.NBitsWeight)."""
+    weight = nbits_weight(plan, fusion, operand)
+    if weight is not None:
+        return weight
     if widens_to_pairs(operand):
         operand = operand.operands[0]
     return fused_view(plan, fusion, operand)

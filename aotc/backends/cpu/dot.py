@@ -22,6 +22,7 @@ from ..llvm.lltypes import i64
 from .gemm import GemmPlan
 from .gemm_config import GemmConfig, gemm_config
 from .gemv import gemv_kind
+from .nbits import NBitsPlan, NBitsWeight, plan_nbits
 from .pairs import paired_factory, pairs_of
 from .panels import GeneratedPanels, StridedPanels
 from .prepackable import StridedLayout, is_constant
@@ -88,14 +89,16 @@ def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
     if config is None:
         return None
     dims = dot.dot
-    sides, layouts = [], []
+    sides, layouts, weights = [], [], []
     for operand, batch, contracting in (
         (0, dims.lhs_batch, dims.lhs_contracting),
         (1, dims.rhs_batch, dims.rhs_contracting),
     ):
         shape = dot.operands[operand].shape
         free = tuple(d for d in range(shape.rank) if d not in batch + contracting)
-        view = affine(views[operand])
+        weight = views[operand] if isinstance(views[operand], NBitsWeight) else None
+        weights.append(weight)
+        view = None if weight is not None else affine(views[operand])
         strides = batch_strides = None
         source = shape.dtype
         if view is not None:
@@ -121,7 +124,7 @@ def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
     if m * n * k == 0:
         return None
     batch = tuple(lhs.dims[d] for d in lhs.batch)
-    return DotProblem(config, batch, m, n, k, lhs, rhs, tuple(layouts))
+    return DotProblem(config, batch, m, n, k, lhs, rhs, tuple(layouts), tuple(weights))
 
 
 def _byte_values(operand: Instruction) -> DType | None:
@@ -142,6 +145,8 @@ class DotProblem:
     lhs: _Side
     rhs: _Side
     layouts: tuple[StridedLayout | None, ...]  # A's, B's
+    # block-dequantized weights of constants (nbits.py): where their parts are
+    weights: tuple[NBitsWeight | None, ...] = (None, None)
 
     def gemm(self, factories, k: int, gemv: str | None = None, **paired) -> GemmPlan:
         """The GemmPlan of the batch, K `k` deep, reading A and B through `factories`."""
@@ -159,6 +164,13 @@ class DotProblem:
             self.layouts,
             **paired,
         )
+
+
+def plan_nbits_dot(problem: DotProblem) -> NBitsPlan | None:
+    """A float dot by a block-dequantized constant weight: nbits.py's kernels on its
+    pre-packed values."""
+    weight = problem.weights[1]
+    return None if weight is None else plan_nbits(problem, weight)
 
 
 def plan_quad_dot(problem: DotProblem) -> GemmPlan | None:

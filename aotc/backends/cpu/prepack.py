@@ -22,6 +22,7 @@ import numpy as np
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...buffers.liveness import array_indices
 from ...ir import Instruction, Op
+from ...ir.dequantization import block_dequantization
 from .blocking import WORKSPACE_ALIGNMENT
 from .contraction import contraction_plans, widens_to_pairs
 from .prepackable import PackedShape, Prepackable, StridedLayout, packed_key
@@ -59,7 +60,7 @@ def prepack(target, plan: BufferPlan) -> BufferPlan:
     reads = {path: _packed_reads(path, requests) for path, _ in _frames(plan)}
     plain = [s for path, frame in _frames(plan) for s in _plain_reads(frame, reads[path])]
     regions = _constant_regions(plan)
-    candidates = {r.layout.where.offset for r in requests}
+    candidates = {s.offset for r in requests for s in r.planned.constant_slices(r.side)}
     dropped = {start for start in candidates if not any(regions[start].overlaps(s) for s in plain)}
     blob = bytearray()
     moved = {}  # old offset -> new offset of each constant kept
@@ -70,8 +71,7 @@ def prepack(target, plan: BufferPlan) -> BufferPlan:
     for r in requests:
         key = (r.layout, r.shape)
         if key not in copies:
-            values = _elements(plan.weights, r.layout.where, r.dtype)
-            data = r.planned.pack_constant(r.side, values).tobytes()
+            data = r.planned.pack_weights(r.side, plan.weights)
             copies[key] = Slice(BufferKind.CONSTANT, 0, _append(blob, data), len(data))
     final = plan.mapped(_relocation(regions, moved))
     weights = bytes(blob)
@@ -113,7 +113,7 @@ def _requests(target, plan: BufferPlan) -> Iterator[_Request]:
                             number,
                             side,
                             planned.operands[side],
-                            planned.layouts[side],
+                            planned.constant_layout(side),
                             planned.packed_shape(side),
                             planned.source(side).numpy,
                             planned,
@@ -149,12 +149,17 @@ def _reads_packed_only(kernel: Instruction, k: int, packed: set) -> bool:
         return (id(kernel), id(kernel), k) in packed
     body = kernel.called[0]
     users = body.users()
+    # values on the way to a block-dequantized weight (ir/dequantization.py), which its
+    # contraction reads pre-packed whole
+    weights = {
+        id(m) for i in body.instructions if (w := block_dequantization(i)) for m in w.members
+    }
 
     def only_packed(node: Instruction) -> bool:
         if node is body.root:
             return False
         for user in {id(u): u for u in users[id(node)]}.values():
-            if user.op in STRIDED_VIEW_OPS or widens_to_pairs(user):  # read on the way to a GEMM
+            if user.op in STRIDED_VIEW_OPS or widens_to_pairs(user) or id(user) in weights:
                 if not only_packed(user):
                     return False
                 continue
@@ -200,8 +205,3 @@ def _append(blob: bytearray, data: bytes) -> int:
     blob.extend(bytes(offset - len(blob)))
     blob.extend(data)
     return offset
-
-
-def _elements(weights: bytes, where: Slice, dtype: np.dtype) -> np.ndarray:
-    """The elements of constant slice `where` of the original blob."""
-    return np.frombuffer(weights, dtype, count=where.size // dtype.itemsize, offset=where.offset)

@@ -128,6 +128,8 @@ class Prepackable:
     `PackedPanels` reads the copies.
     """
 
+    layouts: tuple[StridedLayout | None, StridedLayout | None]
+
     def can_pack(self, side: int) -> bool:
         """Whether operand `side` (0: A, 1: B) is a constant that may be pre-packed."""
         return is_constant(self.layouts[side])
@@ -142,7 +144,28 @@ class Prepackable:
 
     def pack_constant(self, side: int, values: np.ndarray) -> np.ndarray:
         """The pre-packed copy of operand `side`, whose constant's elements are `values`."""
-        return pack_operand(values, self.layouts[side], self.packed_shape(side))
+        return pack_operand(values, self.constant_layout(side), self.packed_shape(side))
+
+    def constant_slices(self, side: int) -> tuple[Slice, ...]:
+        """The constants that the copy of operand `side` is made from."""
+        return (self.constant_layout(side).where,)
+
+    def pack_weights(self, side: int, weights: bytes) -> bytes:
+        """The pre-packed copy of operand `side` from the weights blob `weights`."""
+        where = self.constant_layout(side).where
+        values = constant_elements(weights, where, self.source(side).numpy)
+        return self.pack_constant(side, values).tobytes()
+
+    def constant_layout(self, side: int) -> StridedLayout:
+        """Where the constant operand `side` is (one that `can_pack`)."""
+        layout = self.layouts[side]
+        assert layout is not None, "only a constant read as a plain view is pre-packed"
+        return layout
+
+
+def constant_elements(weights: bytes, where: Slice, dtype: np.dtype) -> np.ndarray:
+    """The elements of constant slice `where` of the weights blob `weights`."""
+    return np.frombuffer(weights, dtype, count=where.size // dtype.itemsize, offset=where.offset)
 
 
 def use_packed(planned, slices: dict, kernel: Instruction, contraction: int):

@@ -1,11 +1,13 @@
 """onnxruntime's weight-only quantized MatMul (domain com.microsoft): MatMulNBits, the
 2/4/8-bit blockwise quantized weights of LLM exports.
 
-The weights, scales and zero points are initializers in every real model, so they are
-dequantized here, at compile time, into one float weight constant, and the node becomes
-one dot: for an ahead-of-time compiler the weights are constants like any other. (Keeping
-the 8x smaller packed blob and dequantizing inside the kernel would save memory and
-bandwidth; that is a later optimization, not a change of meaning.)
+The weights, scales and zero points are initializers in every real model.  The node
+becomes one dot by the weight written as its parts (ir/dequantization.py): the values as
+a 2/4/8-bit constant, converted, less the zero points (bytes where they are integers) and
+times the scales, each broadcast over its block, so that a backend may keep the packed
+values rather than floats 4-16x their size (the CPU's nbits.py does).  With g_idx, K is
+reordered into block order (A's columns gathered likewise) where every block has
+block_size rows; otherwise the weight is dequantized here into one float constant.
 
 Definition (onnxruntime's schema and CPU kernel): B is (N, k_blocks, blob_size) bytes,
 each holding 8 / bits values, low bits first; value k of row n belongs to block k //
@@ -18,11 +20,14 @@ computes in A's type.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ...errors import ModelError, ShapeError, UnsupportedError
 from ...ir import DotDims, DType, Instruction, Op
 from .helpers import unidirectional
+from .ml import take_last
 from .registry import MICROSOFT, NodeContext, onnx_op
 
 NBITS_FLOATS = (DType.F32, DType.F16, DType.BF16)
@@ -74,8 +79,34 @@ def _zero_points(ctx: NodeContext, zero_points, n: int, k_blocks: int, bits: int
     return _per_block(value, n, k_blocks, "zero_points").astype(np.float32)
 
 
-def dequantized_nbits_weight(ctx: NodeContext, packed, scales, zero_points, g_idx):
-    """MatMulNBits's weight as a float32 (N, K) array."""
+@dataclass(frozen=True)
+class NBitsWeight:
+    """MatMulNBits's weight as its parts: w[n, k] = (q[n, k] - zero[n, b]) * scale[n, b]
+    for k's block b = group[k]; q unpacked (one value per element), (N, K)."""
+
+    q: np.ndarray
+    scale: np.ndarray
+    zero: np.ndarray
+    groups: np.ndarray
+    bits: int
+    block: int
+
+    def dense(self) -> np.ndarray:
+        """The float32 (N, K) weight."""
+        zero, scale = self.zero[:, self.groups], self.scale.astype(np.float32)[:, self.groups]
+        return (self.q.astype(np.float32) - zero) * scale
+
+    def block_order(self) -> np.ndarray | None:
+        """A permutation of K after which each block's rows are consecutive, `block` to a
+        block in block order (the last block may be shorter), or None: no such order (some
+        block of g_idx has another count)."""
+        order = np.argsort(self.groups, kind="stable")
+        in_blocks = np.arange(len(order)) // self.block
+        return order if np.array_equal(self.groups[order], in_blocks) else None
+
+
+def nbits_weight(ctx: NodeContext, packed, scales, zero_points, g_idx) -> NBitsWeight:
+    """MatMulNBits's weight parts, checked against its attributes."""
     n, k = ctx.required_attr("N"), ctx.required_attr("K")
     bits, block = ctx.attr("bits", 4), ctx.required_attr("block_size")
     if bits not in (2, 4, 8):
@@ -106,7 +137,7 @@ def dequantized_nbits_weight(ctx: NodeContext, packed, scales, zero_points, g_id
     scale = _per_block(_weight_input(ctx, scales, "scales"), n, k_blocks, "scales")
     zero = _zero_points(ctx, zero_points, n, k_blocks, bits)
     groups = _groups(ctx, g_idx, k, block, k_blocks)
-    return (q.astype(np.float32) - zero[:, groups]) * scale.astype(np.float32)[:, groups]
+    return NBitsWeight(q, scale, zero, groups, bits, block)
 
 
 @onnx_op("MatMulNBits", domain=MICROSOFT, since=1, arity=((3, 6), (1, 1)))
@@ -127,8 +158,44 @@ def matmul_nbits(
     k = ctx.required_attr("K")
     if a.array_shape.rank == 0 or a.array_shape.dims[-1] != k:
         raise ShapeError(f"A has shape {list(a.array_shape.dims)}; its last dim must be K={k}")
-    weight = b.constant(dequantized_nbits_weight(ctx, packed, scales, zero_points, g_idx), dtype)
-    y = b.dot(a, weight, DotDims((), (), (a.array_shape.rank - 1,), (1,)))
+    weight = nbits_weight(ctx, packed, scales, zero_points, g_idx)
+    order = weight.block_order()
+    if order is None:
+        w = b.constant(weight.dense(), dtype)
+    else:
+        if not np.array_equal(order, np.arange(k)):
+            a = take_last(b, a, b.constant(order, DType.S64))
+        w = _dequantized(b, weight, order, dtype)
+    y = b.dot(a, w, DotDims((), (), (a.array_shape.rank - 1,), (1,)))
     if bias is None:
         return y
     return b.binary(Op.ADD, y, unidirectional(b, bias, y.array_shape.dims))
+
+
+QUANTIZED_TYPES = {2: DType.U2, 4: DType.U4, 8: DType.U8}
+
+
+def _dequantized(b, weight: NBitsWeight, order: np.ndarray, dtype: DType) -> Instruction:
+    """The weight as IR that keeps its parts: the quantized values as a 2/4/8-bit constant,
+    converted, less the zero points and times the scales, each broadcast over its block
+    (ir/dequantization.py's form, which the CPU backend computes from the values as they
+    are stored)."""
+    n, k = weight.q.shape
+    q = b.constant(weight.q[:, order], QUANTIZED_TYPES[weight.bits])
+
+    def per_block(values: np.ndarray) -> Instruction:
+        k_blocks = values.shape[1]
+        x = b.constant(values, dtype)
+        if values is weight.zero and _bytes_hold(values):  # integers kept as bytes
+            x = b.convert(b.constant(values, DType.U8), dtype)
+        full = b.broadcast(x, (0, 1), (n, k_blocks, weight.block))
+        whole = b.reshape(full, (n, k_blocks * weight.block))
+        return whole if k_blocks * weight.block == k else b.slice(whole, (0, 0), (n, k))
+
+    centered = b.binary(Op.SUBTRACT, b.convert(q, dtype), per_block(weight.zero))
+    return b.binary(Op.MULTIPLY, centered, per_block(weight.scale))
+
+
+def _bytes_hold(values: np.ndarray) -> bool:
+    """Whether `values` are integers from 0 to 255."""
+    return bool(np.all((values == np.round(values)) & (values >= 0) & (values <= 255)))

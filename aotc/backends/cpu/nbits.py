@@ -1,0 +1,468 @@
+"""Dots by block-dequantized weights (ir/dequantization.py), from the values as stored.
+
+A weight w[n, k] = (q[n, k] - zero[n, b]) * scale[n, b] of 2, 4 or 8-bit q (MatMulNBits)
+is pre-packed at compile time (prepack.py) into one copy of its own size, `NBitsLayout`:
+
+- q in groups of `lanes` outputs (one vector), each group's values along k in chunks of
+  8 / bits consecutive k, one byte per output and chunk (field i of byte j: output j at
+  the chunk's k i), so that a chunk of a group is one vector load and a shift and mask
+  per k;
+- groups in panels of PANEL_GROUPS (the last may have fewer), a panel's chunks
+  interleaved group by group: one stream per panel;
+- the scales and zero points per panel, block by block, a vector per group; the zero
+  points as bytes when they are integers of 0..255 (the frontend keeps them so), else in
+  the weight's type.
+
+The original constants are then dropped from the blob: the object holds about the
+bytes of the model's own packed weights.  Two kernels read the copy:
+
+- one row of A (a decode step): `NBitsPlan` sums, per panel and block, a[k] q[n, k]
+  in float, then adds scale * (that - zero * sum of a over the block): one multiply-add
+  per weight value, the block sums of a computed once per call.  Panels are shared out
+  to the threads;
+- more rows (a prompt): the float GEMM (gemm.py), B packed by `NibblePanels`, which
+  dequantizes each K slice's panels from the copy into the packing buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from llvmlite import ir
+
+from ...buffers import BufferKind, Slice
+from ...ir import DType
+from ...ir.dequantization import block_dequantization
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import F32, I8, I64, PTR, i64
+from ..llvm.loops import entry_alloca, for_range
+from .blocking import WORKSPACE_ALIGNMENT, aligned
+from .gemm import GemmPlan
+from .gemm_config import GemmConfig
+from .gemm_split import MAX_PARTS, MIN_PARALLEL_GEMV_WORK, share_out
+from .prepackable import PackedShape, Prepackable, StridedLayout, constant_elements
+from .shared_functions import shared_function
+from .vectors import lanes_below, mul_add, smaller, splat, store_lanes
+from .views import fused_view
+
+PANEL_GROUPS = 4  # vectors of outputs a decode kernel keeps in registers per panel
+VALUE_BITS = (2, 4, 8)
+
+
+def _round_up(x: int, step: int) -> int:
+    return -(-x // step) * step
+
+
+@dataclass(frozen=True)
+class NBitsLayout:
+    """Where the pre-packed copy of an (n, k) weight of `bits`-bit values puts them."""
+
+    n: int
+    k: int
+    bits: int
+    block: int
+    lanes: int
+    zero: DType | None  # the zero points' type in the copy (U8 or the weight's); None: 0
+    scale: DType = DType.F32
+
+    @property
+    def per_byte(self) -> int:
+        return 8 // self.bits
+
+    @property
+    def groups(self) -> int:
+        return -(-self.n // self.lanes)
+
+    @property
+    def panels(self) -> int:
+        return -(-self.groups // PANEL_GROUPS)
+
+    @property
+    def chunks(self) -> int:
+        return self.k // self.per_byte
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.k // self.block)
+
+    @property
+    def scale_offset(self) -> int:
+        return _round_up(self.groups * self.chunks * self.lanes, WORKSPACE_ALIGNMENT)
+
+    @property
+    def zero_offset(self) -> int:
+        scales = self.groups * self.blocks * self.lanes * self.scale.itemsize
+        return _round_up(self.scale_offset + scales, WORKSPACE_ALIGNMENT)
+
+    @property
+    def nbytes(self) -> int:
+        zeros = 0 if self.zero is None else self.groups * self.blocks * self.lanes
+        return self.zero_offset + zeros * (0 if self.zero is None else self.zero.itemsize)
+
+    def panel_groups(self, panel: int) -> int:
+        return min(PANEL_GROUPS, self.groups - panel * PANEL_GROUPS)
+
+    def pack(self, q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None) -> bytes:
+        """The copy of q (n, k), scale and zero (n, blocks)."""
+        g, lanes = self.groups, self.lanes
+        rows = g * lanes
+        q = np.pad(q.astype(np.uint8), ((0, rows - self.n), (0, 0)))
+        fields = q.reshape(g, lanes, self.chunks, self.per_byte).astype(np.uint32)
+        shifts = np.arange(self.per_byte, dtype=np.uint32) * self.bits
+        chunks = (fields << shifts).sum(axis=3).astype(np.uint8).transpose(0, 2, 1)
+        out = bytearray(self.nbytes)
+        parts = [(0, chunks)]
+        parts.append((self.scale_offset, self._per_group(scale, self.scale)))
+        if self.zero is not None and zero is not None:
+            parts.append((self.zero_offset, self._per_group(zero, self.zero)))
+        for offset, per_group in parts:  # (groups, steps, lanes) -> panels of groups
+            data = b"".join(
+                np.ascontiguousarray(
+                    per_group[p * PANEL_GROUPS : p * PANEL_GROUPS + self.panel_groups(p)].transpose(
+                        1, 0, 2
+                    )
+                ).tobytes()
+                for p in range(self.panels)
+            )
+            out[offset : offset + len(data)] = data
+        return bytes(out)
+
+    def _per_group(self, values: np.ndarray, dtype: DType) -> np.ndarray:
+        """(n, blocks) -> (groups, blocks, lanes) in `dtype`, zero past n."""
+        rows = self.groups * self.lanes
+        padded = np.pad(values.astype(dtype.numpy), ((0, rows - self.n), (0, 0)))
+        return padded.reshape(self.groups, self.lanes, self.blocks).transpose(0, 2, 1)
+
+
+@dataclass(frozen=True)
+class NBitsWeight:
+    """A dot's block-dequantized operand (contraction.operand_view): where its parts are."""
+
+    values: Slice
+    scale: Slice
+    zero: Slice | None
+    value_type: DType
+    zero_type: DType | None  # as stored in the model
+    block: int
+
+    @property
+    def slices(self) -> tuple[Slice, ...]:
+        return tuple(s for s in (self.values, self.scale, self.zero) if s is not None)
+
+
+@dataclass
+class NibblePanels:
+    """B of a GEMM by a pre-packed block-dequantized weight: `pack` dequantizes."""
+
+    base: ir.Value
+    layout: NBitsLayout
+
+    def pack(self, ctx, blocks, dst, p0, count, k0, kc, width):
+        function = _pack_function(ctx, blocks.config, self.layout, width)
+        ctx.builder.call(function, [self.base, p0, count, k0, kc, dst])
+        return dst
+
+
+@dataclass
+class NBitsPlan(Prepackable):
+    """A dot of A (m, k) by a block-dequantized (n, k) weight, pre-packed."""
+
+    config: GemmConfig
+    m: int
+    layout: NBitsLayout
+    weight: NBitsWeight
+    gemm: GemmPlan  # the GEMM (its B replaced by NibblePanels) and its output placement
+    layouts: tuple[StridedLayout | None, StridedLayout | None]
+    packed: tuple[Slice | None, Slice | None] = (None, None)
+    operands: tuple[int, int] = (0, 1)
+
+    @property
+    def kind(self) -> str:
+        return f"nbits{self.layout.bits}.{'gemv' if self.m == 1 else 'gemm'}"
+
+    @property
+    def workspace_bytes(self) -> int:
+        if self.m == 1:
+            return aligned(self.layout.blocks * 4)
+        return self.gemm.workspace_bytes
+
+    def can_pack(self, side: int) -> bool:
+        return side == 1
+
+    def source(self, side: int) -> DType:
+        return self.weight.value_type
+
+    def packed_shape(self, side: int) -> PackedShape:
+        # one copy per weight: its parts' places and the layout tell copies apart
+        w, lay = self.weight, self.layout
+        tag = f"nbits:{lay}:{[(s.offset, s.size) for s in w.slices]}"
+        return PackedShape(lay.n, lay.k, lay.k, lay.lanes, (), (), transform=tag)
+
+    def constant_slices(self, side: int) -> tuple[Slice, ...]:
+        return self.weight.slices
+
+    def pack_weights(self, side: int, weights: bytes) -> bytes:
+        lay, w = self.layout, self.weight
+        q = constant_elements(weights, w.values, w.value_type.numpy).reshape(lay.n, lay.k)
+        scale = constant_elements(weights, w.scale, lay.scale.numpy).reshape(lay.n, lay.blocks)
+        zero = None
+        if w.zero is not None and w.zero_type is not None:
+            zero = constant_elements(weights, w.zero, w.zero_type.numpy)
+            zero = zero.reshape(lay.n, lay.blocks)
+        return lay.pack(q, scale, zero)
+
+    def emit(self, ctx: EmitContext, sources: list, c: Slice, workspace: Slice, epilogue):
+        assert self.packed[1] is not None, "a block-dequantized weight is read pre-packed"
+        where = self.packed[1]
+        layout = self.layout
+
+        def nibbles(ctx, sources, index):
+            return NibblePanels(ctx.slice_pointer(where), layout)
+
+        gemm = replace(self.gemm, b=nibbles)
+        if self.m != 1:
+            gemm.emit(ctx, sources, c, workspace, epilogue)
+            return
+        self._emit_gemv(ctx, gemm, sources, c, workspace, epilogue)
+
+    def _emit_gemv(self, ctx, gemm: GemmPlan, sources, c, workspace, epilogue) -> None:
+        lay = self.layout
+        b = ctx.builder
+        a, _, _, _ = gemm._operands(ctx, sources, c, None, [])
+        _block_sums(ctx, lay, a, b.bitcast(ctx.slice_pointer(workspace), PTR))
+        work = lay.n * lay.k
+        parts = 1 if work < MIN_PARALLEL_GEMV_WORK else min(MAX_PARTS, lay.panels)
+
+        def unit(index, slot, passed):
+            b = ctx.builder
+            a, nib, c_row, region = gemm._operands(ctx, sources, c, epilogue, [])
+            sums = ctx.slice_pointer(workspace)
+            panel = index[0]
+            full = b.icmp_unsigned("<", panel, i64(lay.groups // PANEL_GROUPS))
+            n0 = b.mul(panel, i64(PANEL_GROUPS * lay.lanes))
+            count = smaller(b, i64(PANEL_GROUPS * lay.lanes), b.sub(i64(lay.n), n0))
+            y = b.gep(c_row, [n0], source_etype=F32)
+            args = [a.base, i64(a.k_stride), nib.base, panel, sums, y, count]
+            tail = lay.panel_groups(lay.panels - 1)
+            if tail == PANEL_GROUPS:
+                b.call(_gemv_function(ctx, self.config, lay, PANEL_GROUPS), args)
+            else:
+                with b.if_else(full) as (then, otherwise):
+                    with then:
+                        b.call(_gemv_function(ctx, self.config, lay, PANEL_GROUPS), args)
+                    with otherwise:
+                        b.call(_gemv_function(ctx, self.config, lay, tail), args)
+            if region is not None:
+                region(i64(0), 1, n0, count)
+
+        share_out(ctx, (lay.panels,), parts, unit)
+
+
+def plan_nbits(problem, weight: NBitsWeight) -> NBitsPlan | None:
+    """The plan of a float dot (dot.py's problem) of A by a block-dequantized B, or None
+    where this form does not take it."""
+    config = problem.config
+    lhs, rhs = problem.lhs, problem.rhs
+    bits = weight.value_type.bits
+    if config.paired or config.dtype is not DType.F32 or bits not in VALUE_BITS:
+        return None
+    if weight.value_type.is_signed_int or problem.batch:
+        return None
+    if rhs.contracting != (1,) or rhs.free != (0,) or problem.k % (8 // bits):
+        return None
+    zero = weight.zero_type
+    if zero is not None and zero is not DType.U8:
+        zero = DType.F32
+    layout = NBitsLayout(problem.n, problem.k, bits, weight.block, config.lanes, zero)
+    gemm = problem.gemm((lhs.factory(), rhs.factory()), problem.k)
+    if problem.m == 1:
+        if lhs.strides is None:
+            return None
+    elif gemm.blocks.kc % layout.per_byte:
+        return None
+    layouts = (None, StridedLayout(weight.values, (), problem.k, 1))
+    return NBitsPlan(
+        config, problem.m, layout, weight, replace(gemm, layouts=(None, None)), layouts
+    )
+
+
+# -- kernels ------------------------------------------------------------------------
+
+
+def _fields(b, lay: NBitsLayout, chunk: ir.Value) -> list[ir.Value]:
+    """The `per_byte` vectors of values (as i32 lanes) of one group's chunk of bytes."""
+    lanes = chunk.type.count
+    mask = ir.Constant(chunk.type, [(1 << lay.bits) - 1] * lanes)
+    wide = ir.VectorType(ir.IntType(32), lanes)
+    out = []
+    for i in range(lay.per_byte):
+        field = chunk
+        if i:
+            field = b.lshr(field, ir.Constant(chunk.type, [i * lay.bits] * lanes))
+        if i < lay.per_byte - 1:
+            field = b.and_(field, mask)
+        out.append(b.zext(field, wide))
+    return out
+
+
+def _load_zero(b, lay: NBitsLayout, zeros, at, vec):
+    """The zero points of one group and block as floats."""
+    if lay.zero is DType.U8:
+        raw = b.load(b.gep(zeros, [at], source_etype=I8), typ=ir.VectorType(I8, vec.count), align=1)
+        return b.uitofp(b.zext(raw, ir.VectorType(ir.IntType(32), vec.count)), vec)
+    return b.load(b.gep(zeros, [at], source_etype=F32), typ=vec, align=4)
+
+
+def _panel_pointers(b, lay: NBitsLayout, base, panel):
+    """(values, scales, zeros) of `panel` in the copy at `base`."""
+    full = PANEL_GROUPS * lay.lanes
+    q = b.gep(base, [b.mul(panel, i64(full * lay.chunks))], source_etype=I8)
+    s_at = b.add(i64(lay.scale_offset), b.mul(panel, i64(full * lay.blocks * 4)))
+    s = b.gep(base, [s_at], source_etype=I8)
+    zsize = 0 if lay.zero is None else lay.zero.itemsize
+    z_at = b.add(i64(lay.zero_offset), b.mul(panel, i64(full * lay.blocks * zsize)))
+    return q, s, b.gep(base, [z_at], source_etype=I8)
+
+
+def _block_sums(ctx, lay: NBitsLayout, a, out) -> None:
+    """out[b] = the sum of a's k in block b (the zero points' share of each block)."""
+    b = ctx.builder
+    with for_range(b, lay.blocks, "asum") as blk:
+        k0 = b.mul(blk, i64(lay.block))
+        length = smaller(b, i64(lay.block), b.sub(i64(lay.k), k0))
+        total = entry_alloca(b, F32)
+        b.store(ir.Constant(F32, 0.0), total)
+        with for_range(b, length, "ak", vectorize=True) as t:
+            k = b.add(k0, t)
+            x = b.load(b.gep(a.base, [b.mul(k, i64(a.k_stride))], source_etype=F32), typ=F32)
+            b.store(b.fadd(b.load(total), x, flags=("reassoc", "nsz")), total)
+        b.store(b.load(total), b.gep(out, [blk], source_etype=F32))
+
+
+def _gemv_function(ctx, cfg: GemmConfig, lay: NBitsLayout, groups: int) -> ir.Function:
+    """`f(a, a_stride, copy, panel, block_sums, y, count)`: y[j] for the j < count outputs
+    of `panel` (of `groups` groups): per block, the products of a and q summed in float,
+    then scale * (sum - zero * block sum) added."""
+    name = f"{ctx.prefix}.nbits.gemv.{lay.bits}.{lay.k}.{lay.block}.{lay.lanes}.{lay.zero}.{groups}"
+    function, b = shared_function(ctx, name, [PTR, I64, PTR, I64, PTR, PTR, I64])
+    if b is None:
+        return function
+    a, a_stride, base, panel, sums, y, count = function.args
+    vec = ir.VectorType(F32, lay.lanes)
+    chunk_type = ir.VectorType(I8, lay.lanes)
+    q, scales, zeros = _panel_pointers(b, lay, base, panel)
+    accs = [entry_alloca(b, vec) for _ in range(groups)]
+    # per group and field: independent sums, so that the multiply-adds do not wait
+    dots = [[entry_alloca(b, vec) for _ in range(lay.per_byte)] for _ in range(groups)]
+    for acc in accs:
+        b.store(ir.Constant(vec, None), acc)
+    per_block = lay.block // lay.per_byte
+    with for_range(b, lay.blocks, "blk") as blk:
+        for slot in (s for row in dots for s in row):
+            b.store(ir.Constant(vec, None), slot)
+        first = b.mul(blk, i64(per_block))
+        length = smaller(b, i64(per_block), b.sub(i64(lay.chunks), first))
+        with for_range(b, length, "chunk") as t:
+            chunk = b.add(first, t)
+            k0 = b.mul(chunk, i64(lay.per_byte))
+            xs = []
+            for i in range(lay.per_byte):
+                at = b.mul(b.add(k0, i64(i)), a_stride)
+                xs.append(splat(b, b.load(b.gep(a, [at], source_etype=F32), typ=F32), vec))
+            row = b.gep(q, [b.mul(chunk, i64(groups * lay.lanes))], source_etype=I8)
+            for g in range(groups):
+                p = b.gep(row, [i64(g * lay.lanes)], source_etype=I8)
+                values = _fields(b, lay, b.load(p, typ=chunk_type, align=1))
+                for i, value in enumerate(values):
+                    slot = dots[g][i]
+                    product = mul_add(ctx, b, cfg, xs[i], b.uitofp(value, vec), b.load(slot))
+                    b.store(product, slot)
+        block_sum = splat(b, b.load(b.gep(sums, [blk], source_etype=F32), typ=F32), vec)
+        for g in range(groups):
+            at = b.add(b.mul(blk, i64(groups * lay.lanes)), i64(g * lay.lanes))
+            total = b.load(dots[g][0])
+            for slot in dots[g][1:]:
+                total = b.fadd(total, b.load(slot))
+            if lay.zero is not None:
+                zero = _load_zero(b, lay, zeros, at, vec)
+                total = b.fsub(total, b.fmul(zero, block_sum))
+            scale = b.load(b.gep(scales, [b.mul(at, i64(4))], source_etype=I8), typ=vec, align=4)
+            b.store(mul_add(ctx, b, cfg, scale, total, b.load(accs[g])), accs[g])
+    for g in range(groups):
+        p = b.gep(y, [i64(g * lay.lanes)], source_etype=F32)
+        store_lanes(
+            ctx, b, cfg, b.load(accs[g]), p, lanes_below(b, count, lay.lanes, g * lay.lanes)
+        )
+    b.ret_void()
+    return function
+
+
+def _pack_function(ctx, cfg: GemmConfig, lay: NBitsLayout, width: int) -> ir.Function:
+    """`f(copy, p0, count, k0, kc, dst)`: the GEMM's panels of B (outputs p0.. of
+    `width` each, k0..k0+kc) dequantized from the copy, rows past `count` zero."""
+    name = f"{ctx.prefix}.nbits.pack.{lay.bits}.{lay.n}.{lay.k}.{lay.block}.{lay.zero}.{width}"
+    function, b = shared_function(ctx, name, [PTR, I64, I64, I64, I64, PTR])
+    if b is None:
+        return function
+    base, p0, count, k0, kc, dst = function.args
+    lanes = lay.lanes
+    vec = ir.VectorType(F32, lanes)
+    chunk_type = ir.VectorType(I8, lanes)
+    vectors = width // lanes
+    panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
+    with for_range(b, panels, "npanel") as j:
+        out = b.gep(dst, [b.mul(b.mul(j, i64(width)), kc)], source_etype=F32)
+        for v in range(vectors):
+            local = b.add(b.mul(j, i64(width)), i64(v * lanes))  # this vector's first row
+            group = b.udiv(b.add(p0, local), i64(lanes))
+            panel = b.udiv(group, i64(PANEL_GROUPS))
+            g = b.urem(group, i64(PANEL_GROUPS))
+            rest = b.sub(i64(lay.groups), b.mul(panel, i64(PANEL_GROUPS)))
+            in_panel = smaller(b, i64(PANEL_GROUPS), rest)
+            q, scales, zeros = _panel_pointers(b, lay, base, panel)
+            keep = lanes_below(b, b.sub(count, local), lanes)
+            with for_range(b, b.udiv(kc, i64(lay.per_byte)), "kchunk") as t:
+                chunk = b.add(b.udiv(k0, i64(lay.per_byte)), t)
+                at = b.mul(b.add(b.mul(chunk, in_panel), g), i64(lanes))
+                raw = b.load(b.gep(q, [at], source_etype=I8), typ=chunk_type, align=1)
+                blk = b.udiv(b.mul(chunk, i64(lay.per_byte)), i64(lay.block))
+                where = b.mul(b.add(b.mul(blk, in_panel), g), i64(lanes))
+                s_ptr = b.gep(scales, [b.mul(where, i64(4))], source_etype=I8)
+                scale = b.load(s_ptr, typ=vec, align=4)
+                zero = None if lay.zero is None else _load_zero(b, lay, zeros, where, vec)
+                for i, value in enumerate(_fields(b, lay, raw)):
+                    w = b.uitofp(value, vec)
+                    if zero is not None:
+                        w = b.fsub(w, zero)
+                    w = b.select(keep, b.fmul(w, scale), ir.Constant(vec, None))
+                    k = b.add(b.mul(t, i64(lay.per_byte)), i64(i))
+                    row = b.gep(
+                        out, [b.add(b.mul(k, i64(width)), i64(v * lanes))], source_etype=F32
+                    )
+                    b.store(w, row, align=4)
+    b.ret_void()
+    return function
+
+
+def nbits_weight(plan, fusion, operand) -> NBitsWeight | None:
+    """Where the parts of a contraction operand in `fusion`'s body are when it is a
+    block-dequantized weight of constants in row-major order (f32 scales), else None."""
+    found = block_dequantization(operand)
+    if found is None:
+        return None
+    parts = [found.values, found.scale] + ([found.zero] if found.zero is not None else [])
+    slices = []
+    for part in parts:
+        view = fused_view(plan, fusion, part)
+        if view is None or view.where.kind is not BufferKind.CONSTANT:
+            return None
+        if view.strides != (part.array_shape.dims[1], 1):
+            return None
+        slices.append(view.where)
+    if found.scale.array_shape.dtype is not DType.F32:
+        return None
+    zero = slices[2] if found.zero is not None else None
+    zero_type = found.zero.array_shape.dtype if found.zero is not None else None
+    value_type = found.values.array_shape.dtype
+    return NBitsWeight(slices[0], slices[1], zero, value_type, zero_type, found.block)
