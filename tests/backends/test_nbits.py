@@ -125,3 +125,26 @@ def test_threads_agree():
     one, two, _ = runs
     np.testing.assert_array_equal(one, two)
     _close(one, a.astype(np.float64) @ weight.T, "threads")
+
+
+def test_two_weights_of_one_depth():
+    """Two weights of the same K and block but other N in one model: each kernel reads
+    its own copy's layout (kernels shared by name must not mix them up)."""
+    rng = np.random.default_rng(11)
+    first, w1, _ = _model(rng, 1, 128, 128, 32, 4, "uint8")
+    second, w2, _ = _model(rng, 1, 128, 256, 32, 4, "uint8")
+    graph = first.graph
+    for init in second.graph.initializer:
+        init.name += "2"
+        graph.initializer.append(init)
+    node = second.graph.node[0]
+    node.input[1:] = [f"{name}2" for name in node.input[1:]]
+    node.output[0] = "y2"
+    graph.node.append(node)
+    graph.output.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 256]))
+    compiled = aotc.compile(first)
+    assert list(compiled.kernel_forms().values()) == ["nbits4.gemv"] * 2
+    a = rng.uniform(-1, 1, (1, 128)).astype(np.float32)
+    y1, y2 = compiled.load()(a)
+    _close(y1, a.astype(np.float64) @ w1.T, "first")
+    _close(y2, a.astype(np.float64) @ w2.T, "second")

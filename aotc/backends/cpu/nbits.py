@@ -100,6 +100,11 @@ class NBitsLayout:
         zeros = 0 if self.zero is None else self.groups * self.blocks * self.lanes
         return self.zero_offset + zeros * (0 if self.zero is None else self.zero.itemsize)
 
+    @property
+    def tag(self) -> str:
+        """What tells the kernels of two layouts apart (their offsets depend on all of it)."""
+        return f"{self.bits}.{self.n}.{self.k}.{self.block}.{self.lanes}.{self.zero}"
+
     def panel_groups(self, panel: int) -> int:
         return min(PANEL_GROUPS, self.groups - panel * PANEL_GROUPS)
 
@@ -344,7 +349,7 @@ def _gemv_function(ctx, cfg: GemmConfig, lay: NBitsLayout, groups: int) -> ir.Fu
     """`f(a, a_stride, copy, panel, block_sums, y, count)`: y[j] for the j < count outputs
     of `panel` (of `groups` groups): per block, the products of a and q summed in float,
     then scale * (sum - zero * block sum) added."""
-    name = f"{ctx.prefix}.nbits.gemv.{lay.bits}.{lay.k}.{lay.block}.{lay.lanes}.{lay.zero}.{groups}"
+    name = f"{ctx.prefix}.nbits.gemv.{lay.tag}.{groups}"
     function, b = shared_function(ctx, name, [PTR, I64, PTR, I64, PTR, PTR, I64])
     if b is None:
         return function
@@ -401,7 +406,7 @@ def _gemv_function(ctx, cfg: GemmConfig, lay: NBitsLayout, groups: int) -> ir.Fu
 def _pack_function(ctx, cfg: GemmConfig, lay: NBitsLayout, width: int) -> ir.Function:
     """`f(copy, p0, count, k0, kc, dst)`: the GEMM's panels of B (outputs p0.. of
     `width` each, k0..k0+kc) dequantized from the copy, rows past `count` zero."""
-    name = f"{ctx.prefix}.nbits.pack.{lay.bits}.{lay.n}.{lay.k}.{lay.block}.{lay.zero}.{width}"
+    name = f"{ctx.prefix}.nbits.pack.{lay.tag}.{width}"
     function, b = shared_function(ctx, name, [PTR, I64, I64, I64, I64, PTR])
     if b is None:
         return function
