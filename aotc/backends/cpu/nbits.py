@@ -4,9 +4,9 @@ A weight w[n, k] = (q[n, k] - zero[n, b]) * scale[n, b] of 2, 4 or 8-bit q (MatM
 is pre-packed at compile time (prepack.py) into one copy of its own size, `NBitsLayout`:
 
 - q in groups of `lanes` outputs (one vector), each group's values along k in chunks of
-  8 / bits consecutive k, one byte per output and chunk (field i of byte j: output j at
-  the chunk's k i), so that a chunk of a group is one vector load and a shift and mask
-  per k;
+  32 / bits consecutive k, one 32-bit word per output and chunk (field i of word j:
+  output j at the chunk's k i), so that a chunk of a group is one vector load and a
+  shift and mask per k;
 - groups in panels of PANEL_GROUPS (the last may have fewer), a panel's chunks
   interleaved group by group: one stream per panel;
 - the scales and zero points per panel, block by block, a vector per group; the zero
@@ -16,10 +16,12 @@ is pre-packed at compile time (prepack.py) into one copy of its own size, `NBits
 The original constants are then dropped from the blob: the object holds about the
 bytes of the model's own packed weights.  Two kernels read the copy:
 
-- one row of A (a decode step): `NBitsPlan` sums, per panel and block, a[k] q[n, k]
-  in float, then adds scale * (that - zero * sum of a over the block): one multiply-add
-  per weight value, the block sums of a computed once per call.  Panels are shared out
-  to the threads;
+- one row of A (a decode step): `NBitsPlan` sums, per panel and block, a[k] times
+  1 + q[n, k] / 2^bits, a float made from q's bits by integer operations alone (a
+  convert per vector cost as much as the multiply-add: the decode kernel ran at half the
+  speed), then adds scale * (that less the block's share of the offset and the zero
+  points, from the block sums of a computed once per call): one multiply-add per weight
+  value.  Panels are shared out to the threads;
 - more rows (a prompt): the float GEMM (gemm.py), B packed by `NibblePanels`, which
   dequantizes each K slice's panels from the copy into the packing buffer.
 """
@@ -47,6 +49,7 @@ from .vectors import lanes_below, mul_add, smaller, splat, store_lanes
 from .views import fused_view
 
 PANEL_GROUPS = 4  # vectors of outputs a decode kernel keeps in registers per panel
+WORD_BITS = 32  # a chunk element: one output's values along k, `WORD_BITS // bits` of them
 VALUE_BITS = (2, 4, 8)
 
 
@@ -64,11 +67,16 @@ class NBitsLayout:
     block: int
     lanes: int
     zero: DType | None  # the zero points' type in the copy (U8 or the weight's); None: 0
+    word: int  # bits of an element of a chunk: values of one output along k
     scale: DType = DType.F32
 
     @property
-    def per_byte(self) -> int:
-        return 8 // self.bits
+    def per_word(self) -> int:
+        return self.word // self.bits
+
+    @property
+    def word_bytes(self) -> int:
+        return self.word // 8
 
     @property
     def groups(self) -> int:
@@ -80,7 +88,7 @@ class NBitsLayout:
 
     @property
     def chunks(self) -> int:
-        return self.k // self.per_byte
+        return self.k // self.per_word
 
     @property
     def blocks(self) -> int:
@@ -88,7 +96,8 @@ class NBitsLayout:
 
     @property
     def scale_offset(self) -> int:
-        return _round_up(self.groups * self.chunks * self.lanes, WORKSPACE_ALIGNMENT)
+        values = self.groups * self.chunks * self.lanes * self.word_bytes
+        return _round_up(values, WORKSPACE_ALIGNMENT)
 
     @property
     def zero_offset(self) -> int:
@@ -103,7 +112,7 @@ class NBitsLayout:
     @property
     def tag(self) -> str:
         """What tells the kernels of two layouts apart (their offsets depend on all of it)."""
-        return f"{self.bits}.{self.n}.{self.k}.{self.block}.{self.lanes}.{self.zero}"
+        return f"{self.bits}.{self.n}.{self.k}.{self.block}.{self.lanes}.{self.zero}.{self.word}"
 
     def panel_groups(self, panel: int) -> int:
         return min(PANEL_GROUPS, self.groups - panel * PANEL_GROUPS)
@@ -113,9 +122,10 @@ class NBitsLayout:
         g, lanes = self.groups, self.lanes
         rows = g * lanes
         q = np.pad(q.astype(np.uint8), ((0, rows - self.n), (0, 0)))
-        fields = q.reshape(g, lanes, self.chunks, self.per_byte).astype(np.uint32)
-        shifts = np.arange(self.per_byte, dtype=np.uint32) * self.bits
-        chunks = (fields << shifts).sum(axis=3).astype(np.uint8).transpose(0, 2, 1)
+        fields = q.reshape(g, lanes, self.chunks, self.per_word).astype(np.uint32)
+        shifts = np.arange(self.per_word, dtype=np.uint32) * self.bits
+        words = (fields << shifts).sum(axis=3, dtype=np.uint32)
+        chunks = words.astype(f"<u{self.word_bytes}").transpose(0, 2, 1)
         out = bytearray(self.nbytes)
         parts = [(0, chunks)]
         parts.append((self.scale_offset, self._per_group(scale, self.scale)))
@@ -274,17 +284,17 @@ def plan_nbits(problem, weight: NBitsWeight) -> NBitsPlan | None:
         return None
     if weight.value_type.is_signed_int or problem.batch:
         return None
-    if rhs.contracting != (1,) or rhs.free != (0,) or problem.k % (8 // bits):
+    if rhs.contracting != (1,) or rhs.free != (0,) or problem.k % (WORD_BITS // bits):
         return None
     zero = weight.zero_type
     if zero is not None and zero is not DType.U8:
         zero = DType.F32
-    layout = NBitsLayout(problem.n, problem.k, bits, weight.block, config.lanes, zero)
+    layout = NBitsLayout(problem.n, problem.k, bits, weight.block, config.lanes, zero, WORD_BITS)
     gemm = problem.gemm((lhs.factory(), rhs.factory()), problem.k)
     if problem.m == 1:
         if lhs.strides is None:
             return None
-    elif gemm.blocks.kc % layout.per_byte:
+    elif gemm.blocks.kc % layout.per_word:
         return None
     layouts = (None, StridedLayout(weight.values, (), problem.k, 1))
     return NBitsPlan(
@@ -296,19 +306,35 @@ def plan_nbits(problem, weight: NBitsWeight) -> NBitsPlan | None:
 
 
 def _fields(b, lay: NBitsLayout, chunk: ir.Value) -> list[ir.Value]:
-    """The `per_byte` vectors of values (as i32 lanes) of one group's chunk of bytes."""
+    """The `per_word` vectors of values (as i32 lanes) of one group's chunk."""
     lanes = chunk.type.count
     mask = ir.Constant(chunk.type, [(1 << lay.bits) - 1] * lanes)
     wide = ir.VectorType(ir.IntType(32), lanes)
     out = []
-    for i in range(lay.per_byte):
+    for i in range(lay.per_word):
         field = chunk
         if i:
             field = b.lshr(field, ir.Constant(chunk.type, [i * lay.bits] * lanes))
-        if i < lay.per_byte - 1:
+        if i < lay.per_word - 1:
             field = b.and_(field, mask)
-        out.append(b.zext(field, wide))
+        out.append(field if lay.word == 32 else b.zext(field, wide))
     return out
+
+
+def _offset_float(b, lay: NBitsLayout, word, i: int, vec):
+    """Field i of each lane of `word` as the float 1 + q / 2^bits: q moved to the top of
+    a mantissa whose exponent is 1.0's, by integer operations only (a convert per vector
+    of values cost as much as its multiply-add)."""
+    lanes = word.type.count
+    top = 23 - lay.bits  # the field's lowest bit in the mantissa
+    shift = top - i * lay.bits
+    if shift > 0:
+        word = b.shl(word, ir.Constant(word.type, [shift] * lanes))
+    elif shift < 0:
+        word = b.lshr(word, ir.Constant(word.type, [-shift] * lanes))
+    field = b.and_(word, ir.Constant(word.type, [((1 << lay.bits) - 1) << top] * lanes))
+    one = b.or_(field, ir.Constant(word.type, [0x3F800000] * lanes))
+    return b.bitcast(one, vec)
 
 
 def _load_zero(b, lay: NBitsLayout, zeros, at, vec):
@@ -322,7 +348,7 @@ def _load_zero(b, lay: NBitsLayout, zeros, at, vec):
 def _panel_pointers(b, lay: NBitsLayout, base, panel):
     """(values, scales, zeros) of `panel` in the copy at `base`."""
     full = PANEL_GROUPS * lay.lanes
-    q = b.gep(base, [b.mul(panel, i64(full * lay.chunks))], source_etype=I8)
+    q = b.gep(base, [b.mul(panel, i64(full * lay.chunks * lay.word_bytes))], source_etype=I8)
     s_at = b.add(i64(lay.scale_offset), b.mul(panel, i64(full * lay.blocks * 4)))
     s = b.gep(base, [s_at], source_etype=I8)
     zsize = 0 if lay.zero is None else lay.zero.itemsize
@@ -355,14 +381,15 @@ def _gemv_function(ctx, cfg: GemmConfig, lay: NBitsLayout, groups: int) -> ir.Fu
         return function
     a, a_stride, base, panel, sums, y, count = function.args
     vec = ir.VectorType(F32, lay.lanes)
-    chunk_type = ir.VectorType(I8, lay.lanes)
+    chunk_type = ir.VectorType(ir.IntType(lay.word), lay.lanes)
     q, scales, zeros = _panel_pointers(b, lay, base, panel)
     accs = [entry_alloca(b, vec) for _ in range(groups)]
-    # per group and field: independent sums, so that the multiply-adds do not wait
-    dots = [[entry_alloca(b, vec) for _ in range(lay.per_byte)] for _ in range(groups)]
+    # per group two independent sums (even and odd k), so that the multiply-adds do not
+    # wait on each other
+    dots = [[entry_alloca(b, vec) for _ in range(min(lay.per_word, 2))] for _ in range(groups)]
     for acc in accs:
         b.store(ir.Constant(vec, None), acc)
-    per_block = lay.block // lay.per_byte
+    per_block = lay.block // lay.per_word
     with for_range(b, lay.blocks, "blk") as blk:
         for slot in (s for row in dots for s in row):
             b.store(ir.Constant(vec, None), slot)
@@ -370,18 +397,20 @@ def _gemv_function(ctx, cfg: GemmConfig, lay: NBitsLayout, groups: int) -> ir.Fu
         length = smaller(b, i64(per_block), b.sub(i64(lay.chunks), first))
         with for_range(b, length, "chunk") as t:
             chunk = b.add(first, t)
-            k0 = b.mul(chunk, i64(lay.per_byte))
+            k0 = b.mul(chunk, i64(lay.per_word))
             xs = []
-            for i in range(lay.per_byte):
+            for i in range(lay.per_word):
                 at = b.mul(b.add(k0, i64(i)), a_stride)
                 xs.append(splat(b, b.load(b.gep(a, [at], source_etype=F32), typ=F32), vec))
-            row = b.gep(q, [b.mul(chunk, i64(groups * lay.lanes))], source_etype=I8)
+            chunk_bytes = lay.lanes * lay.word_bytes
+            row = b.gep(q, [b.mul(chunk, i64(groups * chunk_bytes))], source_etype=I8)
             for g in range(groups):
-                p = b.gep(row, [i64(g * lay.lanes)], source_etype=I8)
-                values = _fields(b, lay, b.load(p, typ=chunk_type, align=1))
-                for i, value in enumerate(values):
-                    slot = dots[g][i]
-                    product = mul_add(ctx, b, cfg, xs[i], b.uitofp(value, vec), b.load(slot))
+                p = b.gep(row, [i64(g * chunk_bytes)], source_etype=I8)
+                word = b.load(p, typ=chunk_type, align=lay.word_bytes)
+                for i in range(lay.per_word):
+                    value = _offset_float(b, lay, word, i, vec)
+                    slot = dots[g][i % len(dots[g])]
+                    product = mul_add(ctx, b, cfg, xs[i], value, b.load(slot))
                     b.store(product, slot)
         block_sum = splat(b, b.load(b.gep(sums, [blk], source_etype=F32), typ=F32), vec)
         for g in range(groups):
@@ -389,9 +418,13 @@ def _gemv_function(ctx, cfg: GemmConfig, lay: NBitsLayout, groups: int) -> ir.Fu
             total = b.load(dots[g][0])
             for slot in dots[g][1:]:
                 total = b.fadd(total, b.load(slot))
+            # sum a (1 + q / L) = block sum + (sum a q) / L for L = 2^bits levels, so
+            # sum a (q - zero) = L * total - (L + zero) * block sum
+            levels = ir.Constant(vec, [float(1 << lay.bits)] * lay.lanes)
+            offset = levels
             if lay.zero is not None:
-                zero = _load_zero(b, lay, zeros, at, vec)
-                total = b.fsub(total, b.fmul(zero, block_sum))
+                offset = b.fadd(_load_zero(b, lay, zeros, at, vec), levels)
+            total = b.fsub(b.fmul(total, levels), b.fmul(offset, block_sum))
             scale = b.load(b.gep(scales, [b.mul(at, i64(4))], source_etype=I8), typ=vec, align=4)
             b.store(mul_add(ctx, b, cfg, scale, total, b.load(accs[g])), accs[g])
     for g in range(groups):
@@ -413,7 +446,8 @@ def _pack_function(ctx, cfg: GemmConfig, lay: NBitsLayout, width: int) -> ir.Fun
     base, p0, count, k0, kc, dst = function.args
     lanes = lay.lanes
     vec = ir.VectorType(F32, lanes)
-    chunk_type = ir.VectorType(I8, lanes)
+    chunk_type = ir.VectorType(ir.IntType(lay.word), lanes)
+    chunk_bytes = lanes * lay.word_bytes
     vectors = width // lanes
     panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
     with for_range(b, panels, "npanel") as j:
@@ -427,21 +461,21 @@ def _pack_function(ctx, cfg: GemmConfig, lay: NBitsLayout, width: int) -> ir.Fun
             in_panel = smaller(b, i64(PANEL_GROUPS), rest)
             q, scales, zeros = _panel_pointers(b, lay, base, panel)
             keep = lanes_below(b, b.sub(count, local), lanes)
-            with for_range(b, b.udiv(kc, i64(lay.per_byte)), "kchunk") as t:
-                chunk = b.add(b.udiv(k0, i64(lay.per_byte)), t)
-                at = b.mul(b.add(b.mul(chunk, in_panel), g), i64(lanes))
-                raw = b.load(b.gep(q, [at], source_etype=I8), typ=chunk_type, align=1)
-                blk = b.udiv(b.mul(chunk, i64(lay.per_byte)), i64(lay.block))
+            with for_range(b, b.udiv(kc, i64(lay.per_word)), "kchunk") as t:
+                chunk = b.add(b.udiv(k0, i64(lay.per_word)), t)
+                at = b.mul(b.add(b.mul(chunk, in_panel), g), i64(chunk_bytes))
+                raw = b.load(b.gep(q, [at], source_etype=I8), typ=chunk_type, align=lay.word_bytes)
+                blk = b.udiv(b.mul(chunk, i64(lay.per_word)), i64(lay.block))
                 where = b.mul(b.add(b.mul(blk, in_panel), g), i64(lanes))
                 s_ptr = b.gep(scales, [b.mul(where, i64(4))], source_etype=I8)
                 scale = b.load(s_ptr, typ=vec, align=4)
                 zero = None if lay.zero is None else _load_zero(b, lay, zeros, where, vec)
                 for i, value in enumerate(_fields(b, lay, raw)):
-                    w = b.uitofp(value, vec)
+                    w = b.sitofp(value, vec)
                     if zero is not None:
                         w = b.fsub(w, zero)
                     w = b.select(keep, b.fmul(w, scale), ir.Constant(vec, None))
-                    k = b.add(b.mul(t, i64(lay.per_byte)), i64(i))
+                    k = b.add(b.mul(t, i64(lay.per_word)), i64(i))
                     row = b.gep(
                         out, [b.add(b.mul(k, i64(width)), i64(v * lanes))], source_etype=F32
                     )

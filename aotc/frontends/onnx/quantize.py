@@ -240,6 +240,10 @@ def _raw_product(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction | None:
         return None
     if b_zp is not None and b_zp.shape.size not in (1, n):
         return None
+    if (a.shape.dtype, bm.shape.dtype) == (DType.S8, DType.S8):
+        a, a_zp = sign_flipped(b, a, a_zp, DType.U8)
+    elif (a.shape.dtype, bm.shape.dtype) == (DType.U8, DType.U8):
+        bm, b_zp = sign_flipped(b, bm, b_zp, DType.S8)
     product = matmul(ctx, b.convert(a, DType.S16), b.convert(bm, DType.S16), DType.S32)
     dims = product.array_shape.dims
 
@@ -268,6 +272,23 @@ def _raw_product(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction | None:
         count = b.broadcast(b.scalar(k, DType.S32), [], dims)
         product = b.binary(Op.ADD, product, b.binary(Op.MULTIPLY, both, count))
     return product
+
+
+def sign_flipped(b, x: Instruction, zero_point, dtype: DType):
+    """(x, its zero point) moved to the other 8-bit type `dtype` with the sign bit
+    flipped (s8 -> u8: x + 128; u8 -> s8: x - 128), so that an integer product has one u8
+    and one s8 operand, as byte dot products (vpdpbusd) take them, as MLAS does; the
+    centered values x - zero point are unchanged (a missing zero point is 0 flipped)."""
+    if zero_point is None:
+        zero_point = b.scalar(0, x.array_shape.dtype)
+
+    def flip(v: Instruction) -> Instruction:
+        unsigned = v if v.array_shape.dtype is DType.U8 else b.bitcast_convert(v, DType.U8)
+        bit = b.broadcast(b.scalar(0x80, DType.U8), [], unsigned.array_shape.dims)
+        flipped = b.binary(Op.XOR, unsigned, bit)
+        return flipped if dtype is DType.U8 else b.bitcast_convert(flipped, dtype)
+
+    return flip(x), flip(zero_point)
 
 
 def _s32_sums(b, x: Instruction, axes: list[int], keepdims: bool) -> Instruction:
@@ -321,6 +342,8 @@ def _raw_conv(ctx: NodeContext, x, x_zp, w, w_zp) -> Instruction | None:
         return None
     if w_zp is not None and not _is_zero(w_zp):
         return None
+    if (x.shape.dtype, w.shape.dtype) == (DType.S8, DType.S8):
+        x, x_zp = sign_flipped(b, x, x_zp, DType.U8)
     window = conv_window(ctx, x, w)
     zx = None if x_zp is None or _is_zero(x_zp) else b.reshape(x_zp, [])
     if zx is not None and any((*window.pad_low, *window.pad_high)):
