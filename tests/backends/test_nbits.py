@@ -77,6 +77,7 @@ CASES = [
     (5, 512, 300, 32, 4, "uint8"),
     (64, 320, 136, 128, 4, None),
     (33, 256, 100, 16, 2, "float"),
+    (8, 2816, 64, 32, 4, "uint8"),  # K slices of 564: whole words and single rows
 ]
 
 

@@ -291,10 +291,7 @@ def plan_nbits(problem, weight: NBitsWeight) -> NBitsPlan | None:
         zero = DType.F32
     layout = NBitsLayout(problem.n, problem.k, bits, weight.block, config.lanes, zero, WORD_BITS)
     gemm = problem.gemm((lhs.factory(), rhs.factory()), problem.k)
-    if problem.m == 1:
-        if lhs.strides is None:
-            return None
-    elif gemm.blocks.kc % layout.per_word:
+    if problem.m == 1 and lhs.strides is None:  # the decode kernel reads A in memory
         return None
     layouts = (None, StridedLayout(weight.values, (), problem.k, 1))
     return NBitsPlan(
@@ -305,20 +302,15 @@ def plan_nbits(problem, weight: NBitsWeight) -> NBitsPlan | None:
 # -- kernels ------------------------------------------------------------------------
 
 
-def _fields(b, lay: NBitsLayout, chunk: ir.Value) -> list[ir.Value]:
-    """The `per_word` vectors of values (as i32 lanes) of one group's chunk."""
-    lanes = chunk.type.count
-    mask = ir.Constant(chunk.type, [(1 << lay.bits) - 1] * lanes)
-    wide = ir.VectorType(ir.IntType(32), lanes)
-    out = []
-    for i in range(lay.per_word):
-        field = chunk
-        if i:
-            field = b.lshr(field, ir.Constant(chunk.type, [i * lay.bits] * lanes))
-        if i < lay.per_word - 1:
-            field = b.and_(field, mask)
-        out.append(field if lay.word == 32 else b.zext(field, wide))
-    return out
+def _field(b, lay: NBitsLayout, word, i):
+    """Field i of each lane of `word` (i: an int, or an i64 value) as i32 lanes."""
+    lanes = word.type.count
+    if isinstance(i, int):
+        shift = ir.Constant(word.type, [i * lay.bits] * lanes)
+    else:
+        shift = splat(b, b.trunc(b.mul(i, i64(lay.bits)), word.type.element), word.type)
+    field = b.and_(b.lshr(word, shift), ir.Constant(word.type, [(1 << lay.bits) - 1] * lanes))
+    return field if lay.word == 32 else b.zext(field, ir.VectorType(ir.IntType(32), lanes))
 
 
 def _offset_float(b, lay: NBitsLayout, word, i: int, vec):
@@ -445,9 +437,6 @@ def _pack_function(ctx, cfg: GemmConfig, lay: NBitsLayout, width: int) -> ir.Fun
         return function
     base, p0, count, k0, kc, dst = function.args
     lanes = lay.lanes
-    vec = ir.VectorType(F32, lanes)
-    chunk_type = ir.VectorType(ir.IntType(lay.word), lanes)
-    chunk_bytes = lanes * lay.word_bytes
     vectors = width // lanes
     panels = b.udiv(b.add(count, i64(width - 1)), i64(width))
     with for_range(b, panels, "npanel") as j:
@@ -461,27 +450,64 @@ def _pack_function(ctx, cfg: GemmConfig, lay: NBitsLayout, width: int) -> ir.Fun
             in_panel = smaller(b, i64(PANEL_GROUPS), rest)
             q, scales, zeros = _panel_pointers(b, lay, base, panel)
             keep = lanes_below(b, b.sub(count, local), lanes)
-            with for_range(b, b.udiv(kc, i64(lay.per_word)), "kchunk") as t:
-                chunk = b.add(b.udiv(k0, i64(lay.per_word)), t)
-                at = b.mul(b.add(b.mul(chunk, in_panel), g), i64(chunk_bytes))
-                raw = b.load(b.gep(q, [at], source_etype=I8), typ=chunk_type, align=lay.word_bytes)
-                blk = b.udiv(b.mul(chunk, i64(lay.per_word)), i64(lay.block))
-                where = b.mul(b.add(b.mul(blk, in_panel), g), i64(lanes))
-                s_ptr = b.gep(scales, [b.mul(where, i64(4))], source_etype=I8)
-                scale = b.load(s_ptr, typ=vec, align=4)
-                zero = None if lay.zero is None else _load_zero(b, lay, zeros, where, vec)
-                for i, value in enumerate(_fields(b, lay, raw)):
-                    w = b.sitofp(value, vec)
-                    if zero is not None:
-                        w = b.fsub(w, zero)
-                    w = b.select(keep, b.fmul(w, scale), ir.Constant(vec, None))
-                    k = b.add(b.mul(t, i64(lay.per_word)), i64(i))
-                    row = b.gep(
-                        out, [b.add(b.mul(k, i64(width)), i64(v * lanes))], source_etype=F32
-                    )
-                    b.store(w, row, align=4)
+
+            # whole chunks of K where the slice holds them, single rows at its ends
+            per = i64(lay.per_word)
+            end = b.add(k0, kc)
+            first = smaller(b, b.mul(b.udiv(b.add(k0, i64(lay.per_word - 1)), per), per), end)
+            last = b.mul(b.udiv(end, per), per)
+            last = b.select(b.icmp_signed("<", last, first), first, last)
+            column = _Column(q, scales, zeros, in_panel, g, keep)
+            target = b.gep(out, [b.sub(i64(v * lanes), b.mul(k0, i64(width)))], source_etype=F32)
+            for start, stop in ((k0, first), (last, end)):
+                with for_range(b, b.sub(stop, start), "krow") as t:
+                    k = b.add(start, t)
+                    _dequantized_rows(b, lay, column, k, [b.urem(k, per)], target, width)
+            with for_range(b, b.udiv(b.sub(last, first), per), "kchunk") as t:
+                k = b.add(first, b.mul(t, per))
+                _dequantized_rows(b, lay, column, k, range(lay.per_word), target, width)
     b.ret_void()
     return function
+
+
+@dataclass(frozen=True)
+class _Column:
+    """One vector of a B panel's outputs in the copy: its group's values, scales and
+    zero points, the group's place in its panel, and the lanes that are outputs."""
+
+    values: ir.Value
+    scales: ir.Value
+    zeros: ir.Value
+    in_panel: ir.Value
+    group: ir.Value
+    keep: ir.Value
+
+
+def _dequantized_rows(b, lay: NBitsLayout, column: _Column, k, fields, out, width: int):
+    """B's rows k + i, for the fields i of k's chunk in `fields` (ints; or one i64, the
+    field of k itself), dequantized into `out` (row r at r * width)."""
+    lanes = lay.lanes
+    vec = ir.VectorType(F32, lanes)
+    chunk_bytes = lanes * lay.word_bytes
+    chunk = b.udiv(k, i64(lay.per_word))
+    at = b.mul(b.add(b.mul(chunk, column.in_panel), column.group), i64(chunk_bytes))
+    raw = b.load(
+        b.gep(column.values, [at], source_etype=I8),
+        typ=ir.VectorType(ir.IntType(lay.word), lanes),
+        align=lay.word_bytes,
+    )
+    where = b.mul(
+        b.add(b.mul(b.udiv(k, i64(lay.block)), column.in_panel), column.group), i64(lanes)
+    )
+    scale = b.load(b.gep(column.scales, [b.mul(where, i64(4))], source_etype=I8), typ=vec, align=4)
+    zero = None if lay.zero is None else _load_zero(b, lay, column.zeros, where, vec)
+    for i in fields:
+        w = b.sitofp(_field(b, lay, raw, i), vec)
+        if zero is not None:
+            w = b.fsub(w, zero)
+        w = b.select(column.keep, b.fmul(w, scale), ir.Constant(vec, None))
+        row = b.add(k, i64(i)) if isinstance(i, int) else k
+        b.store(w, b.gep(out, [b.mul(row, i64(width))], source_etype=F32), align=4)
 
 
 def nbits_weight(plan, fusion, operand) -> NBitsWeight | None:
