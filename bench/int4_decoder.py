@@ -26,8 +26,9 @@ median of all its calls.  Agreement is max |aotc - ORT| / max |ORT| over the log
 Sizes: the packed weights as the ONNX file stores them (MatMulNBits B, scales and
 zero points) and the other initializers, aotc's weight bytes and .o file size.  The
 decode time is compared with the time to stream the packed weights once at this
-machine's memory bandwidth, measured as numpy's copy of a 512 MB float32 array (best of
-5, read + write counted).
+machine's memory bandwidth for one thread reading: numpy's sum of a 512 MB float32 array
+(best of 5; a decode step only reads its weights).  numpy's copy of it (read + write
+counted) is printed beside it.
 """
 
 from __future__ import annotations
@@ -271,17 +272,22 @@ def interleaved_medians(
     return {name: (statistics.median(times), len(times)) for name, times in samples.items()}
 
 
-def copy_bandwidth(nbytes: int = 512 << 20, repeats: int = 5) -> float:
-    """Bytes per second of np.copyto on float32 arrays of `nbytes` (read + write)."""
+def bandwidths(nbytes: int = 512 << 20, repeats: int = 5) -> tuple[float, float]:
+    """Bytes per second of one thread reading a float32 array of `nbytes` (np.sum), and
+    of np.copyto from it (read + write), the best of `repeats` each."""
     src = np.ones(nbytes // 4, np.float32)
     dst = np.empty_like(src)
     np.copyto(dst, src)  # fault the pages in
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - start)
-    return 2 * nbytes / best
+
+    def best(run: Callable[[], object]) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    return nbytes / best(src.sum), 2 * nbytes / best(lambda: np.copyto(dst, src))
 
 
 @dataclass
@@ -349,7 +355,7 @@ def measure(name: str, model: onnx.ModelProto, cfg: Config, args: argparse.Names
     )
 
 
-def report(cfg: Config, results: list[Result], bandwidth: float, matmul_params: int) -> str:
+def report(cfg: Config, results: list[Result], bandwidth, matmul_params: int) -> str:
     mb = 1e-6
     config = (
         f"Config: hidden {cfg.hidden}, heads {cfg.heads}, intermediate {cfg.inter}, "
@@ -377,10 +383,11 @@ def report(cfg: Config, results: list[Result], bandwidth: float, matmul_params: 
             f"timed calls aotc {r.aotc_calls}, ORT {r.ort_calls}"
         )
     decode = next(r for r in results if r.name == "decode")
-    stream_ms = decode.packed_bytes / bandwidth * 1e3
+    read, copy = bandwidth
+    stream_ms = decode.packed_bytes / read * 1e3
     lines.append(
-        "- copy bandwidth (np.copyto, 512 MB float32, best of 5, read + write): "
-        f"{bandwidth / 1e9:.1f} GB/s"
+        f"- bandwidth, one thread, 512 MB float32, best of 5: reading (np.sum) "
+        f"{read / 1e9:.1f} GB/s; copying (np.copyto, read + write) {copy / 1e9:.1f} GB/s"
     )
     lines.append(
         f"- streaming the packed weights once: {stream_ms:.2f} ms; decode / stream time: "
@@ -419,7 +426,7 @@ def main() -> None:
         model = decoder(cfg, weights, seq, past)
         onnx.save(model, args.work / f"{name}_float.onnx")
         results.append(measure(name, quantize(model, cfg), cfg, args))
-    text = report(cfg, results, copy_bandwidth(), matmul_params)
+    text = report(cfg, results, bandwidths(), matmul_params)
     print("\n" + text, end="")
     if args.out:
         args.out.write_text(text)
