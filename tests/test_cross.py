@@ -349,8 +349,9 @@ def test_aarch64_examples_match_onnxruntime(name, aarch64_build, tmp_path):
     check_example(CROSS_CC, aarch64_build, name, tmp_path, seed=11)
 
 
-def _save_model(path: Path, nodes, weights, x: list[int], y: list[int]) -> Path:
-    """A graph of `nodes` from float input x to float output y, saved at `path`."""
+def _save_model(path: Path, nodes, weights, x: list[int], y: list[int], domains=()) -> Path:
+    """A graph of `nodes` from float input x to float output y, saved at `path` (with
+    opset 1 of each of `domains` too)."""
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
@@ -361,9 +362,45 @@ def _save_model(path: Path, nodes, weights, x: list[int], y: list[int]) -> Path:
         weights,
     )
     onnx.save(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), path
+        helper.make_model(
+            graph,
+            opset_imports=[
+                helper.make_opsetid("", 17),
+                *(helper.make_opsetid(d, 1) for d in domains),
+            ],
+            ir_version=10,
+        ),
+        path,
     )
     return path
+
+
+def _nbits_model(path: Path, rows: int) -> Path:
+    """Two 4-bit MatMulNBits (block 32, byte zero points) in a chain: 160 -> 72 -> 40,
+    scaled so that the outputs are about 1 (the check's absolute tolerance is 1e-6)."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(8)
+    nodes, weights, width = [], [], 160
+    for n, (k, out) in enumerate(((160, 72), (72, 40))):
+        blocks = -(-k // 32)
+        weights += [
+            numpy_helper.from_array(rng.integers(0, 256, (out, blocks, 16), np.uint8), f"q{n}"),
+            numpy_helper.from_array(
+                rng.uniform(2e-3, 1e-2, (out, blocks)).astype(np.float32), f"s{n}"
+            ),
+            numpy_helper.from_array(
+                rng.integers(0, 256, (out, -(-blocks // 2)), np.uint8), f"z{n}"
+            ),
+        ]
+        inputs = ["x" if n == 0 else "h", f"q{n}", f"s{n}", f"z{n}"]
+        attrs = {"K": k, "N": out, "bits": 4, "block_size": 32}
+        name = "h" if n == 0 else "y"
+        nodes.append(
+            helper.make_node("MatMulNBits", inputs, [name], domain="com.microsoft", **attrs)
+        )
+        width = out
+    return _save_model(path, nodes, weights, [rows, 160], [rows, width], ["com.microsoft"])
 
 
 def _winograd_model(path: Path) -> Path:
@@ -406,7 +443,12 @@ def _depthwise_model(path: Path) -> Path:
 
 
 # per convolution form, a model of two convolutions of that form
-FORM_MODELS = {"winograd": _winograd_model, "depthwise": _depthwise_model}
+FORM_MODELS = {
+    "winograd": _winograd_model,
+    "depthwise": _depthwise_model,
+    "nbits4.gemv": lambda path: _nbits_model(path, 1),
+    "nbits4.gemm": lambda path: _nbits_model(path, 9),
+}
 
 
 @pytest.mark.parametrize("form", sorted(FORM_MODELS))
@@ -416,16 +458,17 @@ FORM_MODELS = {"winograd": _winograd_model, "depthwise": _depthwise_model}
 ])  # fmt: skip
 def test_convolution_forms_run_on_other_targets(target, form, tmp_path):
     """NEON's and SSE's Winograd transforms (masked loads and stores, shuffles), both
-    F(4x4, 3x3) and F(2x2, 3x3), and depthwise bands (4 lanes a vector) match
-    onnxruntime at the host's end-to-end tolerances."""
-    path = FORM_MODELS[form](tmp_path / f"{form}.onnx")
+    F(4x4, 3x3) and F(2x2, 3x3), depthwise bands (4 lanes a vector) and the 4-bit
+    weights' kernels match onnxruntime at the host's end-to-end tolerances."""
+    name = form.replace(".", "_")  # the model's name, a C identifier
+    path = FORM_MODELS[form](tmp_path / f"{name}.onnx")
     compiled = compile_model(path, CompileOptions(target=target))
     assert list(compiled.kernel_forms().values()).count(form) == 2
     build = tmp_path / "build"
     result = run_cli("compile", path, "-o", build, "--target", target, "-q")
     assert result.returncode == 0, result.stderr
     cc = CROSS_CC if target == AARCH64 else c_compiler()
-    check_example(cc, build, form, tmp_path, seed=5, path=path)
+    check_example(cc, build, name, tmp_path, seed=5, path=path)
 
 
 @needs_aarch64

@@ -95,6 +95,18 @@ def test_nbits_dot(m, k, n, block, bits, zero):
     _close(got, a.astype(np.float64) @ weight.T, f"{m}x{k}x{n} b{block} {bits} bits {zero}")
 
 
+@pytest.mark.parametrize("target", ["x86_64:x86-64-v2", "x86_64:x86-64-v3"])
+@pytest.mark.parametrize("m", [1, 16])
+def test_generic_x86(target, m):
+    """Narrower vectors (4 and 8 lanes), whose copies and kernels are laid out for them."""
+    rng = np.random.default_rng(9)
+    model, weight, _ = _model(rng, m, 320, 100, 32, 4, "uint8")
+    compiled = aotc.compile(model, target=target)
+    assert list(compiled.kernel_forms().values()) == [f"nbits4.{'gemv' if m == 1 else 'gemm'}"]
+    a = rng.uniform(-1, 1, (m, 320)).astype(np.float32)
+    _close(compiled.load()(a)[0], a.astype(np.float64) @ weight.T, target)
+
+
 def test_act_order():
     """g_idx whose blocks have `block` rows each, in another order: the rows of A are
     permuted to the weight's block order, and the form still takes it."""
