@@ -168,7 +168,7 @@ class GemmPlan(Prepackable):
         def unit(index, slot, _):
             b = ctx.builder
             batch = index[:batches]
-            a, b_operand, c_batch, region = self._operands(ctx, sources, c, epilogue, batch)
+            a, b_operand, c_batch, region = self.batch_operands(ctx, sources, c, epilogue, batch)
             if self.gemv is None:
                 offset = b.mul(slot, i64(split.part_bytes))
                 pointer = b.gep(ctx.slice_pointer(workspace), [offset], source_etype=I8)
@@ -245,7 +245,7 @@ class GemmPlan(Prepackable):
         def unit(position, slot, passed):
             b = ctx.builder
             batch = passed[:batches]
-            _, _, c_batch, region = self._operands(ctx, sources, c, epilogue, batch)
+            _, _, c_batch, region = self.batch_operands(ctx, sources, c, epilogue, batch)
             start = ctx.slice_pointer(workspace)
             offset = b.add(i64(split.shared_bytes), b.mul(slot, i64(split.part_bytes)))
             own_region = b.gep(start, [offset], source_etype=I8)
@@ -291,7 +291,7 @@ class GemmPlan(Prepackable):
         def unit(index, slot, passed):
             b = ctx.builder
             batch, (s0, extent, ki) = passed[:batches], passed[batches:]
-            _, _, c_batch, region = self._operands(ctx, sources, c, epilogue, batch)
+            _, _, c_batch, region = self.batch_operands(ctx, sources, c, epilogue, batch)
             k0, kc = block_span(b, ki, blocks.kc, blocks.k)
             start = ctx.slice_pointer(workspace)
             shared = start
@@ -328,14 +328,14 @@ class GemmPlan(Prepackable):
 
     def _emit_one(self, ctx, sources, c: Slice, workspace: Slice, epilogue, index) -> None:
         """The GEMM (or gemv) of batch element `index`, on the calling thread."""
-        a, b_operand, c_batch, region = self._operands(ctx, sources, c, epilogue, index)
+        a, b_operand, c_batch, region = self.batch_operands(ctx, sources, c, epilogue, index)
         if self.gemv is None:
             packing = ctx.slice_pointer(workspace)
             emit_gemm(ctx, self.blocks, a, b_operand, c_batch, self.ldc, packing, region)
         else:
             self._gemv(ctx, a, b_operand, c_batch, region, i64(0), max(self.m, self.n))
 
-    def _operands(self, ctx, sources, c: Slice, epilogue, index):
+    def batch_operands(self, ctx, sources, c: Slice, epilogue, index):
         """(A, B, C, epilogue region) of batch element `index`."""
         a = self.operand(0, ctx, sources, index)
         b_operand = self.operand(1, ctx, sources, index)

@@ -39,7 +39,7 @@ from ...ir.dequantization import block_dequantization
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import F32, I8, I64, PTR, i64
 from ..llvm.loops import entry_alloca, for_range
-from .blocking import WORKSPACE_ALIGNMENT, aligned
+from .blocking import WORKSPACE_ALIGNMENT, aligned, round_up
 from .gemm import GemmPlan
 from .gemm_config import GemmConfig
 from .gemm_split import MAX_PARTS, MIN_PARALLEL_GEMV_WORK, share_out
@@ -51,10 +51,6 @@ from .views import fused_view
 PANEL_GROUPS = 4  # vectors of outputs a decode kernel keeps in registers per panel
 WORD_BITS = 32  # a chunk element: one output's values along k, `WORD_BITS // bits` of them
 VALUE_BITS = (2, 4, 8)
-
-
-def _round_up(x: int, step: int) -> int:
-    return -(-x // step) * step
 
 
 @dataclass(frozen=True)
@@ -97,12 +93,12 @@ class NBitsLayout:
     @property
     def scale_offset(self) -> int:
         values = self.groups * self.chunks * self.lanes * self.word_bytes
-        return _round_up(values, WORKSPACE_ALIGNMENT)
+        return round_up(values, WORKSPACE_ALIGNMENT)
 
     @property
     def zero_offset(self) -> int:
         scales = self.groups * self.blocks * self.lanes * self.scale.itemsize
-        return _round_up(self.scale_offset + scales, WORKSPACE_ALIGNMENT)
+        return round_up(self.scale_offset + scales, WORKSPACE_ALIGNMENT)
 
     @property
     def nbytes(self) -> int:
@@ -244,14 +240,14 @@ class NBitsPlan(Prepackable):
     def _emit_gemv(self, ctx, gemm: GemmPlan, sources, c, workspace, epilogue) -> None:
         lay = self.layout
         b = ctx.builder
-        a, _, _, _ = gemm._operands(ctx, sources, c, None, [])
+        a, _, _, _ = gemm.batch_operands(ctx, sources, c, None, [])
         _block_sums(ctx, lay, a, b.bitcast(ctx.slice_pointer(workspace), PTR))
         work = lay.n * lay.k
         parts = 1 if work < MIN_PARALLEL_GEMV_WORK else min(MAX_PARTS, lay.panels)
 
         def unit(index, slot, passed):
             b = ctx.builder
-            a, nib, c_row, region = gemm._operands(ctx, sources, c, epilogue, [])
+            a, nib, c_row, region = gemm.batch_operands(ctx, sources, c, epilogue, [])
             sums = ctx.slice_pointer(workspace)
             panel = index[0]
             full = b.icmp_unsigned("<", panel, i64(lay.groups // PANEL_GROUPS))

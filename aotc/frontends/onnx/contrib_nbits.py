@@ -80,7 +80,7 @@ def _zero_points(ctx: NodeContext, zero_points, n: int, k_blocks: int, bits: int
 
 
 @dataclass(frozen=True)
-class NBitsWeight:
+class NBitsParts:
     """MatMulNBits's weight as its parts: w[n, k] = (q[n, k] - zero[n, b]) * scale[n, b]
     for k's block b = group[k]; q unpacked (one value per element), (N, K)."""
 
@@ -105,7 +105,7 @@ class NBitsWeight:
         return order if np.array_equal(self.groups[order], in_blocks) else None
 
 
-def nbits_weight(ctx: NodeContext, packed, scales, zero_points, g_idx) -> NBitsWeight:
+def nbits_parts(ctx: NodeContext, packed, scales, zero_points, g_idx) -> NBitsParts:
     """MatMulNBits's weight parts, checked against its attributes."""
     n, k = ctx.required_attr("N"), ctx.required_attr("K")
     bits, block = ctx.attr("bits", 4), ctx.required_attr("block_size")
@@ -137,7 +137,7 @@ def nbits_weight(ctx: NodeContext, packed, scales, zero_points, g_idx) -> NBitsW
     scale = _per_block(_weight_input(ctx, scales, "scales"), n, k_blocks, "scales")
     zero = _zero_points(ctx, zero_points, n, k_blocks, bits)
     groups = _groups(ctx, g_idx, k, block, k_blocks)
-    return NBitsWeight(q, scale, zero, groups, bits, block)
+    return NBitsParts(q, scale, zero, groups, bits, block)
 
 
 @onnx_op("MatMulNBits", domain=MICROSOFT, since=1, arity=((3, 6), (1, 1)))
@@ -158,7 +158,7 @@ def matmul_nbits(
     k = ctx.required_attr("K")
     if a.array_shape.rank == 0 or a.array_shape.dims[-1] != k:
         raise ShapeError(f"A has shape {list(a.array_shape.dims)}; its last dim must be K={k}")
-    weight = nbits_weight(ctx, packed, scales, zero_points, g_idx)
+    weight = nbits_parts(ctx, packed, scales, zero_points, g_idx)
     order = weight.block_order()
     if order is None:
         w = b.constant(weight.dense(), dtype)
@@ -175,7 +175,7 @@ def matmul_nbits(
 QUANTIZED_TYPES = {2: DType.U2, 4: DType.U4, 8: DType.U8}
 
 
-def _dequantized(b, weight: NBitsWeight, order: np.ndarray, dtype: DType) -> Instruction:
+def _dequantized(b, weight: NBitsParts, order: np.ndarray, dtype: DType) -> Instruction:
     """The weight as IR that keeps its parts: the quantized values as a 2/4/8-bit constant,
     converted, less the zero points and times the scales, each broadcast over its block
     (ir/dequantization.py's form, which the CPU backend computes from the values as they
