@@ -461,10 +461,11 @@ def _form_groups(computation: Computation) -> list[_Group]:
             # what a copy pulls in, the other copies need too: only cheap ops; and not
             # what would need a reduction or a contraction stored for it, though the kernel
             # computing that (a layer norm, a dot with its epilogue) keeps it inside
+            # (a widening of bytes is copied whatever it comes from: the bytes are stored)
             duplicate = bool(outside) or copied
             if duplicate and (
                 producer.op not in CHEAP_OPS
-                or ancestry.reaches_reduce(producer)
+                or (ancestry.reaches_reduce(producer) and not bytes_read)
                 or (epilogue and not bytes_read)
             ):
                 continue

@@ -114,8 +114,11 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
         body = instr.called[0]
         scope = OutputScope(ctx.module, f"{ctx.prefix}.{instr.name}")
         operands = _outside_output(ctx, instr, operands, scope)
+        # the values in the workspace are apart from the output (alias.py)
         values = {
-            id(c): memory_generator(ctx, where, c.array_shape)
+            id(c): memory_generator(
+                ctx, where, c.array_shape, None if where.overlaps(out_where) else scope
+            )
             for c, where in zip(kernel.contractions, places)
         }
         gens = _bind(ctx, body, operands, values)

@@ -19,6 +19,7 @@ from ...ir import DType, Instruction
 from ...ir.fusion_kinds import BYTE_TYPES, widens_bytes
 from ..llvm.elemental import delinearize, linearize, split_index
 from ..llvm.lltypes import i64
+from .amx import AmxPlan, plan_amx
 from .gemm import GemmPlan
 from .gemm_config import GemmConfig, gemm_config
 from .gemv import gemv_kind
@@ -171,6 +172,12 @@ def plan_nbits_dot(problem: DotProblem) -> NBitsPlan | None:
     pre-packed values."""
     weight = problem.weights[1]
     return None if weight is None else plan_nbits(problem, weight)
+
+
+def plan_amx_dot(problem: DotProblem) -> AmxPlan | None:
+    """An integer dot of 8-bit A by a constant 8-bit B, on a target with AMX-INT8: tile
+    products (amx.py)."""
+    return plan_amx(problem)
 
 
 def plan_quad_dot(problem: DotProblem) -> GemmPlan | None:

@@ -40,6 +40,7 @@ CONV_FORMS: Forms = (
 # (name, planner(DotProblem))
 DOT_FORMS: Forms = (
     ("nbits", dot.plan_nbits_dot),  # by block-dequantized weights, from their packed values
+    ("amx", dot.plan_amx_dot),  # 8-bit by constant 8-bit on AMX tiles
     ("quads", dot.plan_quad_dot),  # u8 x s8 on vpdpbusd: GEMMs of 8-bit quads
     ("paired", dot.plan_paired_dot),  # integers: GEMMs of 16-bit pairs
     ("gemv", dot.plan_gemv),  # matrix-vector products of operands in memory

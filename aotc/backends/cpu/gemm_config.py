@@ -73,6 +73,7 @@ class GemmConfig:
     operand: DType | None = None  # integer GEMM: the operands' type (else `dtype`)
     pmaddwd: bool = False  # integer GEMM: x86's pmaddwd is there at `lanes` (target.py)
     byte_dots: bool = False  # integer GEMM: x86's vpdpbusd is there at `lanes`
+    tiles: bool = False  # integer GEMM: x86's AMX-INT8 tile products are there (amx.py)
     # a GEMM of u8 x s8 quads (quads.py): the side (0: A, 1: B) whose values are u8
     unsigned_side: int | None = None
 
@@ -131,7 +132,8 @@ def gemm_config(target, dtype: DType, operand: DType | None = None) -> GemmConfi
         return GemmConfig(dtype, lanes, blocks, fma)
     pmaddwd = target is not None and target.has_pmaddwd
     byte_dots = target is not None and target.has_byte_dots
-    return GemmConfig(dtype, lanes, blocks, fma, operand, pmaddwd, byte_dots)
+    tiles = target is not None and target.has_amx_int8
+    return GemmConfig(dtype, lanes, blocks, fma, operand, pmaddwd, byte_dots, tiles=tiles)
 
 
 def fits_gemm(result: DType, operands) -> bool:

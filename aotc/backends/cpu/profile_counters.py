@@ -84,7 +84,7 @@ def _emit_clock(llmod: ir.Module, name: str) -> ir.Function:
 
 def _emit_reset(llmod: ir.Module, name: str, counters: Sequence[ir.GlobalVariable]) -> None:
     """`void NAME_profile_reset(void)`: zero the counters."""
-    memset = ir.Function(
+    memset = llmod.globals.get("llvm.memset.p0.i64") or ir.Function(
         llmod, ir.FunctionType(VOID, [PTR, I8, I64, ir.IntType(1)]), "llvm.memset.p0.i64"
     )
     reset = ir.Function(llmod, ir.FunctionType(VOID, []), f"{name}_profile_reset")

@@ -11,8 +11,10 @@ targets` lists.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import re
+import sys
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -112,6 +114,14 @@ class CpuTarget:
         return self.arch == "x86_64" and wanted in flags
 
     @property
+    def has_amx_int8(self) -> bool:
+        """Whether x86's AMX tiles and their 8-bit products are there (amx.py): read from
+        the features, as `has_byte_dots`; the host lists them only where its kernel
+        grants a process the tile state (`_without_refused_tiles`)."""
+        flags = set(self.features.split(","))
+        return self.arch == "x86_64" and {"+amx-tile", "+amx-int8"} <= flags
+
+    @property
     def vector_isa(self) -> str:
         """The vector instruction set the kernels get, e.g. 'AVX-512', 'SSE', 'NEON'."""
         return VECTOR_ISAS[self.arch, self.vector_bits]
@@ -132,6 +142,7 @@ def parse_target(spec: str = "host") -> CpuTarget:
             features = llvm.get_host_cpu_features().flatten()
         except RuntimeError:  # LLVM cannot read them on some hosts: the CPU name implies them
             features = ""
+        features = _without_refused_tiles(features)
         target = CpuTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), features)
         _check_triple(target.triple, spec)
         return target
@@ -142,6 +153,35 @@ def parse_target(spec: str = "host") -> CpuTarget:
     if cpu:
         _check_cpu(target, spec)
     return target
+
+
+# Linux's arch_prctl (asm/prctl.h, asm/fpu/xstate.h): the request for AMX's tile data
+SYS_ARCH_PRCTL = 158
+ARCH_REQ_XCOMP_PERM = 0x1023
+XFEATURE_XTILEDATA = 18
+AMX_FEATURES = ("amx-tile", "amx-int8", "amx-bf16", "amx-fp16", "amx-complex")
+
+
+def _without_refused_tiles(features: str) -> str:
+    """The host's features, AMX's marked off (-) where the CPU has them but this
+    machine's kernel does not grant the tile state (Linux before 5.16, other systems):
+    a tile instruction would fault there."""
+    if "+amx-tile" not in features.split(",") or _tiles_granted():
+        return features
+    off = {f"+{name}" for name in AMX_FEATURES}
+    return ",".join(f"-{f[1:]}" if f in off else f for f in features.split(","))
+
+
+@functools.cache
+def _tiles_granted() -> bool:
+    """Whether Linux grants this process the tile data state (as the kernels ask it)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def target_machine(target: CpuTarget) -> llvm.TargetMachine:

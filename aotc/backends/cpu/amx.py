@@ -1,0 +1,404 @@
+"""Integer dots on AMX tiles: 8-bit operands by a constant 8-bit weight into s32 sums.
+
+Where the target has AMX-INT8 (`GemmConfig.tiles`), a dot of 8-bit A (m, k) by a
+constant 8-bit B (k, n) runs on the tile unit: one tdpb[su][su]d multiplies a 16 x 64
+byte tile of A by a 16 x 16 tile of B's quads (64 k of 16 columns) into a 16 x 16 s32
+tile of C, 16,384 multiply-adds, where vpdpbusd does 64.  The four sign forms of the
+instruction take u8 and s8 on either side, so no operand is shifted, and the sums are
+the exact s32 ones.
+
+- B is pre-packed at compile time (prepack.py) into strips of STRIP columns, each k
+  step of 64 values the strip's two tiles one after the other (`AmxLayout`); zero
+  past n and k.
+- A is copied per call into the workspace, rows of k padded to 64 bytes with zeros and
+  rows padded to BLOCK_ROWS (`_pack_a`): the tiles then read whole blocks.
+- `_strips_function` computes strips of C, block of BLOCK_ROWS rows by block, in
+  the four C tiles (tmm0..3), A's two tiles in tmm4..5 and B's in tmm6..7.  Whole
+  blocks are stored into C, the edges through a block on the stack.  Runs of strips
+  are shared out to the threads, each runs the epilogue on its run.
+
+Tiles are per thread and caller-saved, so a strip's tile work stays in one function
+that calls nothing.  Linux grants a process the tile state on request
+(arch_prctl(ARCH_REQ_XCOMP_PERM)); the kernels ask once (`_permit_function`), and the
+host target lists AMX only where this machine's kernel grants it (target.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from llvmlite import ir
+
+from ...buffers import Slice
+from ...ir import DType
+from ..llvm.context import EmitContext
+from ..llvm.lltypes import I1, I8, I32, I64, PTR, VOID, i64
+from ..llvm.loops import entry_alloca, for_range, if_then
+from .blocking import aligned
+from .gemm import GemmPlan
+from .gemm_config import GemmConfig
+from .gemm_split import MAX_PARTS, MIN_PARALLEL_WORK, share_out
+from .panels import StridedPanels
+from .prepackable import PackedShape, Prepackable, StridedLayout, constant_elements, is_constant
+from .shared_functions import shared_function
+from .target import ARCH_REQ_XCOMP_PERM, SYS_ARCH_PRCTL, XFEATURE_XTILEDATA
+from .vectors import smaller
+
+TILE_ROWS = 16
+TILE_BYTES = 64  # a tile row: 64 bytes of A along k, or B's quads of 16 columns
+K_STEP = TILE_BYTES  # the k values one tile product takes
+BLOCK_ROWS = 2 * TILE_ROWS  # rows of C per block: A's two tiles
+STRIP = 2 * TILE_ROWS  # columns of C per strip: B's two tiles
+C_TILES, A_TILES, B_TILES = (0, 1, 2, 3), (4, 5), (6, 7)
+MIN_EPILOGUE_STRIPS, MAX_EPILOGUE_STRIPS = 2, 8  # see `AmxPlan.strips_per_unit`
+
+# (A's type, B's type) -> the tile product taking them (A is the instruction's first
+# source, whose rows are C's)
+TILE_PRODUCTS = {
+    (DType.U8, DType.S8): "tdpbusd",
+    (DType.S8, DType.U8): "tdpbsud",
+    (DType.S8, DType.S8): "tdpbssd",
+    (DType.U8, DType.U8): "tdpbuud",
+}
+
+
+
+@dataclass(frozen=True)
+class AmxLayout:
+    """Where the pre-packed copy of a constant (n, k) B puts its values: strip s,
+    k step t, tile j (columns s * STRIP + j * 16 ..) at (s * steps + t) * 2 tiles + j,
+    a tile being 16 rows of quads (k = 4 q .. 4 q + 3) by 16 columns."""
+
+    n: int
+    k: int
+
+    @property
+    def steps(self) -> int:
+        return -(-self.k // K_STEP)
+
+    @property
+    def strips(self) -> int:
+        return -(-self.n // STRIP)
+
+    @property
+    def strip_bytes(self) -> int:
+        return self.steps * K_STEP * STRIP
+
+    def pack(self, matrix: np.ndarray) -> bytes:
+        """The copy of `matrix` (k, n) of 8-bit values."""
+        padded = np.zeros((self.steps * K_STEP, self.strips * STRIP), matrix.dtype)
+        padded[: self.k, : self.n] = matrix
+        # (step, quad row, byte, strip, tile, column) -> (strip, step, tile, row, column, byte)
+        parts = padded.reshape(self.steps, TILE_ROWS, 4, self.strips, 2, TILE_ROWS)
+        return np.ascontiguousarray(parts.transpose(3, 0, 4, 1, 5, 2)).tobytes()
+
+
+@dataclass
+class AmxPlan(Prepackable):
+    """A dot of 8-bit A (m, k) by a constant 8-bit B (k, n) on AMX tiles."""
+
+    config: GemmConfig
+    m: int
+    n: int
+    k: int
+    types: tuple[DType, DType]  # A's and B's 8-bit types
+    gemm: GemmPlan  # A's factory and the output's placement
+    layouts: tuple[StridedLayout | None, StridedLayout | None]
+    packed: tuple[Slice | None, Slice | None] = (None, None)
+    operands: tuple[int, int] = (0, 1)
+
+    kind = "amx"
+
+    @property
+    def layout(self) -> AmxLayout:
+        return AmxLayout(self.n, self.k)
+
+    @property
+    def a_rows(self) -> int:
+        return -(-self.m // BLOCK_ROWS) * BLOCK_ROWS
+
+    @property
+    def a_stride(self) -> int:
+        return self.layout.steps * K_STEP
+
+    @property
+    def workspace_bytes(self) -> int:
+        return aligned(self.a_rows * self.a_stride)
+
+    def can_pack(self, side: int) -> bool:
+        return side == 1 and is_constant(self.layouts[1])
+
+    def source(self, side: int) -> DType:
+        return self.types[side]
+
+    def packed_shape(self, side: int) -> PackedShape:
+        lay = self.layout
+        return PackedShape(lay.n, lay.steps * K_STEP, lay.steps * K_STEP, STRIP, (), (), "amx")
+
+    def pack_constant(self, side: int, values: np.ndarray) -> np.ndarray:
+        layout = self.constant_layout(side)
+        rows = np.arange(self.n)[None, :] * layout.p_stride
+        depth = np.arange(self.k)[:, None] * layout.k_stride
+        return np.frombuffer(self.layout.pack(values[rows + depth]), np.uint8)
+
+    def pack_weights(self, side: int, weights: bytes) -> bytes:
+        where = self.constant_layout(side).where
+        values = constant_elements(weights, where, self.source(side).numpy)
+        return self.pack_constant(side, values).tobytes()
+
+    def emit(self, ctx: EmitContext, sources: list, c: Slice, workspace: Slice, epilogue):
+        assert self.packed[1] is not None, "an AMX dot's B is read pre-packed"
+        where, lay = self.packed[1], self.layout
+        b = ctx.builder
+        b.call(_permit_function(ctx), [])
+        a, _, _, _ = self.gemm.batch_operands(ctx, sources, c, None, [])
+        self._pack_a(ctx, a, ctx.slice_pointer(workspace))
+        parts = 1 if self.m * self.n * self.k < MIN_PARALLEL_WORK else MAX_PARTS
+        per = self.strips_per_unit(parts)
+        strips = _strips_function(ctx, self.types)
+
+        def unit(index, slot, passed):
+            b = ctx.builder
+            _, _, c_all, region = self.gemm.batch_operands(ctx, sources, c, epilogue, [])
+            first = b.mul(index[0], i64(per))
+            n0 = b.mul(first, i64(STRIP))
+            cols = smaller(b, i64(per * STRIP), b.sub(i64(self.n), n0))
+            args = [
+                smaller(b, i64(per), b.sub(i64(lay.strips), first)),
+                i64(self.a_rows // BLOCK_ROWS),
+                i64(lay.steps),
+                ctx.slice_pointer(workspace),
+                i64(self.a_stride),
+                b.gep(ctx.slice_pointer(where), [b.mul(first, i64(lay.strip_bytes))], source_etype=I8),
+                i64(lay.strip_bytes),
+                b.gep(c_all, [n0], source_etype=I32),
+                i64(self.n),
+                i64(self.m),
+                cols,
+            ]
+            b.call(strips, args)
+            if region is not None:
+                region(i64(0), self.m, n0, cols)
+
+        units = -(-lay.strips // per)
+        share_out(ctx, (units,), min(parts, units), unit)
+
+    def strips_per_unit(self, parts: int) -> int:
+        """Strips a unit of work computes before its epilogue: enough columns for the
+        epilogue's loop to run in whole vectors (a strip's 32 left a GELU's erf to
+        the scalar remainder loop: 0.5 ms of a 128 x 3072 layer), few enough for C's
+        block to stay in cache and for `parts` units."""
+        return max(MIN_EPILOGUE_STRIPS, min(MAX_EPILOGUE_STRIPS, -(-self.layout.strips // parts)))
+
+    def _pack_a(self, ctx: EmitContext, a, dst: ir.Value) -> None:
+        """A's rows into `dst`, a_stride bytes apart, zero past m and k."""
+        b = ctx.builder
+        size = i64(self.a_rows * self.a_stride)
+        args = [dst, ir.Constant(I8, 0), size, ir.Constant(I1, 0)]
+        b.call(ctx.declare("llvm.memset.p0.i64", VOID, args), args)
+        if isinstance(a, StridedPanels) and a.k_stride == 1:
+            args = [a.base, i64(a.p_stride), i64(self.m), i64(self.k), dst, i64(self.a_stride)]
+            b.call(_copy_rows_function(ctx), args)
+            return
+        with for_range(b, self.m, "arow") as p:
+            row = b.gep(dst, [b.mul(p, i64(self.a_stride))], source_etype=I8)
+            with for_range(b, self.k, "ak", vectorize=True) as k:
+                b.store(b.trunc(_a_value(ctx, a, p, k), I8), b.gep(row, [k], source_etype=I8))
+
+
+def _a_value(ctx: EmitContext, a, p, k) -> ir.Value:
+    """A's (p, k) value as an integer (read in memory, or computed)."""
+    b = ctx.builder
+    if isinstance(a, StridedPanels):
+        offset = b.add(b.mul(p, i64(a.p_stride)), b.mul(k, i64(a.k_stride)))
+        return b.load(b.gep(a.base, [offset], source_etype=I8), typ=I8)
+    return a.element(p, k)
+
+
+def plan_amx(problem) -> AmxPlan | None:
+    """The plan of an integer dot (dot.py's problem) of 8-bit A by a constant 8-bit B
+    on a target with AMX-INT8, or None where this form does not take it."""
+    config, lhs, rhs = problem.config, problem.lhs, problem.rhs
+    types = (lhs.bytes, rhs.bytes)
+    if not (config.paired and config.tiles) or types not in TILE_PRODUCTS or problem.batch:
+        return None
+    if rhs.strides is None or not is_constant(problem.layouts[1]):
+        return None
+    gemm = problem.gemm((lhs.factory(), rhs.factory()), problem.k)
+    return AmxPlan(
+        config,
+        problem.m,
+        problem.n,
+        problem.k,
+        types,
+        # B is read from its copy (prepack.py asks this plan, not the GEMM, for it)
+        replace(gemm, layouts=(None, None), b=_packed_b),
+        (None, problem.layouts[1]),
+    )
+
+
+def _packed_b(ctx, sources, index) -> None:
+    """The GEMM's B: none, the strips read B's pre-packed copy."""
+    return None
+
+
+# -- kernels ------------------------------------------------------------------------
+
+
+def _tile_call(ctx: EmitContext, b: ir.IRBuilder, name: str, *args) -> None:
+    """Tile instruction `name` (llvm.x86's); int arguments are tile numbers."""
+    values = [ir.Constant(I8, a) if isinstance(a, int) else a for a in args]
+    b.call(ctx.declare(f"llvm.x86.{name}", VOID, values), values)
+
+
+def _tile_config(ctx: EmitContext) -> ir.GlobalVariable:
+    """The tile configuration (palette 1): the eight tiles 16 rows of 64 bytes."""
+    name = f"{ctx.prefix}.amx.config"
+    existing = ctx.module.globals.get(name)
+    if existing is not None:
+        return existing
+    config = bytearray(64)
+    config[0] = 1  # palette
+    for tile in range(8):
+        config[16 + 2 * tile : 18 + 2 * tile] = TILE_BYTES.to_bytes(2, "little")
+        config[48 + tile] = TILE_ROWS
+    ty = ir.ArrayType(I8, 64)
+    variable = ir.GlobalVariable(ctx.module, ty, name)
+    variable.global_constant = True
+    variable.linkage = "internal"
+    variable.align = 64
+    variable.initializer = ir.Constant(ty, bytearray(config))
+    return variable
+
+
+def _strips_function(ctx: EmitContext, types: tuple[DType, DType]) -> ir.Function:
+    """`strips(count, blocks, steps, a, lda, b, strip_bytes, c, ldc, rows, cols)`:
+    C[:rows, :cols] = A x `count` strips of B from `b` (strip_bytes apart), for A's
+    `blocks` blocks of BLOCK_ROWS rows (lda bytes apart, `steps` k steps of 64 bytes).
+    The tile configuration is loaded once per call (ldtilecfg and tilerelease per strip
+    cost a 128 x 768 x 3072 product a quarter of its time)."""
+    tag = f"{types[0].text}{types[1].text}"
+    name = f"{ctx.prefix}.amx.strips.{tag}"
+    args = [I64, I64, I64, PTR, I64, PTR, I64, PTR, I64, I64, I64]
+    function, b = shared_function(ctx, name, args)
+    if b is None:
+        return function
+    count, blocks, steps, a, lda, b_ptr, strip_bytes, c, ldc, rows, cols = function.args
+    edge = entry_alloca(b, ir.ArrayType(I32, BLOCK_ROWS * STRIP), "edge")
+    product = TILE_PRODUCTS[types]
+    _tile_call(ctx, b, "ldtilecfg", _tile_config(ctx))
+    c_bytes = b.mul(ldc, i64(4))
+    with for_range(b, count, "strip") as strip:
+        strip_b = b.gep(b_ptr, [b.mul(strip, strip_bytes)], source_etype=I8)
+        n0 = b.mul(strip, i64(STRIP))
+        strip_c = b.gep(c, [n0], source_etype=I32)
+        strip_cols = smaller(b, i64(STRIP), b.sub(cols, n0))
+        with for_range(b, blocks, "block") as block:
+            m0 = b.mul(block, i64(BLOCK_ROWS))
+            for tile in C_TILES:
+                _tile_call(ctx, b, "tilezero", tile)
+            a_block = b.gep(a, [b.mul(m0, lda)], source_etype=I8)
+            a_lower = b.gep(a_block, [b.mul(lda, i64(TILE_ROWS))], source_etype=I8)
+            with for_range(b, steps, "step") as step:
+                a_at = b.mul(step, i64(K_STEP))
+                for tile, base in zip(A_TILES, (a_block, a_lower)):
+                    _tile_call(ctx, b, "tileloadd64", tile, b.gep(base, [a_at], source_etype=I8), lda)
+                b_at = b.mul(step, i64(2 * TILE_ROWS * TILE_BYTES))
+                for j, tile in enumerate(B_TILES):
+                    at = b.add(b_at, i64(j * TILE_ROWS * TILE_BYTES))
+                    b_tile = b.gep(strip_b, [at], source_etype=I8)
+                    _tile_call(ctx, b, "tileloadd64", tile, b_tile, i64(TILE_BYTES))
+                for i, a_tile in enumerate(A_TILES):
+                    for j, b_tile in enumerate(B_TILES):
+                        _tile_call(ctx, b, product, C_TILES[2 * i + j], a_tile, b_tile)
+            whole = b.and_(
+                b.icmp_unsigned("<=", b.add(m0, i64(BLOCK_ROWS)), rows),
+                b.icmp_unsigned("==", strip_cols, i64(STRIP)),
+            )
+            with b.if_else(whole) as (then, otherwise):
+                with then:
+                    c_block = b.gep(strip_c, [b.mul(m0, ldc)], source_etype=I32)
+                    _store_tiles(ctx, b, c_block, ldc, c_bytes)
+                with otherwise:
+                    _store_tiles(ctx, b, edge, i64(STRIP), i64(4 * STRIP))
+                    edge_rows = smaller(b, i64(BLOCK_ROWS), b.sub(rows, m0))
+                    with for_range(b, edge_rows, "er") as i:
+                        source = b.gep(edge, [b.mul(i, i64(STRIP))], source_etype=I32)
+                        target = b.gep(strip_c, [b.mul(b.add(m0, i), ldc)], source_etype=I32)
+                        with for_range(b, strip_cols, "ec") as j:
+                            value = b.load(b.gep(source, [j], source_etype=I32), typ=I32)
+                            b.store(value, b.gep(target, [j], source_etype=I32))
+    _tile_call(ctx, b, "tilerelease")
+    b.ret_void()
+    return function
+
+
+def _store_tiles(ctx: EmitContext, b: ir.IRBuilder, c_block, ldc, c_bytes) -> None:
+    """The four C tiles into the BLOCK_ROWS x STRIP block at `c_block` (ldc apart)."""
+    for i in range(2):
+        for j in range(2):
+            offset = b.add(b.mul(i64(i * TILE_ROWS), ldc), i64(j * TILE_ROWS))
+            at = b.gep(c_block, [offset], source_etype=I32)
+            _tile_call(ctx, b, "tilestored64", C_TILES[2 * i + j], at, c_bytes)
+
+
+def _copy_rows_function(ctx: EmitContext) -> ir.Function:
+    """`copy(src, p_stride, rows, k, dst, ld)`: rows of k contiguous bytes (p_stride
+    apart) to `dst` (ld apart), 64 bytes per vector."""
+    name = f"{ctx.prefix}.amx.rows"
+    function, b = shared_function(ctx, name, [PTR, I64, I64, I64, PTR, I64])
+    if b is None:
+        return function
+    src, p_stride, rows, k, dst, ld = function.args
+    vec = ir.VectorType(I8, TILE_BYTES)
+    lanes = ir.Constant(ir.VectorType(I64, TILE_BYTES), list(range(TILE_BYTES)))
+    load_args = [src, ir.Constant(I32, 1), ir.Constant(ir.VectorType(I1, TILE_BYTES), None)]
+    load_args.append(ir.Constant(vec, None))
+    masked_load = ctx.declare(f"llvm.masked.load.v{TILE_BYTES}i8.p0", vec, load_args)
+    with for_range(b, rows, "row") as row:
+        source = b.gep(src, [b.mul(row, p_stride)], source_etype=I8)
+        target = b.gep(dst, [b.mul(row, ld)], source_etype=I8)
+        with for_range(b, b.udiv(b.add(k, i64(TILE_BYTES - 1)), i64(TILE_BYTES)), "chunk") as chunk:
+            first = b.mul(chunk, i64(TILE_BYTES))
+            left = b.sub(k, first)
+            splat = b.shuffle_vector(
+                b.insert_element(ir.Constant(ir.VectorType(I64, TILE_BYTES), None), left, i64(0)),
+                ir.Constant(ir.VectorType(I64, TILE_BYTES), None),
+                ir.Constant(ir.VectorType(I32, TILE_BYTES), [0] * TILE_BYTES),
+            )
+            mask = b.icmp_unsigned("<", lanes, splat)
+            at = b.gep(source, [first], source_etype=I8)
+            values = b.call(
+                masked_load, [at, ir.Constant(I32, 1), mask, ir.Constant(vec, None)]
+            )
+            b.store(values, b.gep(target, [first], source_etype=I8), align=1)
+    b.ret_void()
+    return function
+
+
+def _permit_function(ctx: EmitContext) -> ir.Function:
+    """`permit()`: ask Linux for the tile data state once per process; a refusal (a
+    kernel before 5.16, or one that forbids it) stops the program, since a tile
+    instruction would fault."""
+    name = "aotc.amx.permit"
+    function, b = shared_function(ctx, name, [])
+    if b is None:
+        return function
+    flag = ctx.module.globals.get("aotc.amx.granted")
+    if flag is None:
+        flag = ir.GlobalVariable(ctx.module, I32, "aotc.amx.granted")
+        flag.linkage = "internal"
+        flag.initializer = ir.Constant(I32, 0)
+    granted = b.load(flag, align=4)  # a plain load: a repeated request is harmless
+    with if_then(b, b.icmp_unsigned("==", granted, ir.Constant(I32, 0))):
+        syscall = ctx.module.globals.get("syscall")
+        if syscall is None:
+            syscall = ir.Function(ctx.module, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
+        args = [i64(SYS_ARCH_PRCTL), i64(ARCH_REQ_XCOMP_PERM), i64(XFEATURE_XTILEDATA)]
+        result = b.call(syscall, args)
+        with if_then(b, b.icmp_signed("!=", result, i64(0))):
+            b.call(ctx.declare("llvm.trap", VOID, []), [])
+        b.store(ir.Constant(I32, 1), flag, align=4)
+    b.ret_void()
+    return function
