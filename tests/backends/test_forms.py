@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 from aotc.backends.cpu import forms
+from aotc.backends.cpu.amx import AmxPlan
 from aotc.backends.cpu.depthwise import DepthwisePlan
 from aotc.backends.cpu.direct_conv import DirectConvPlan
 from aotc.backends.cpu.gemm import GemmPlan
@@ -13,7 +14,7 @@ from aotc.backends.cpu.plane_conv import PlaneConvPlan
 from aotc.backends.cpu.plans import KernelPlan
 from aotc.backends.cpu.winograd import WinogradPlan
 
-PLANS = (GemmPlan, DirectConvPlan, DepthwisePlan, PlaneConvPlan, WinogradPlan, NBitsPlan)
+PLANS = (GemmPlan, DirectConvPlan, DepthwisePlan, PlaneConvPlan, WinogradPlan, NBitsPlan, AmxPlan)
 
 
 def test_forms_in_priority_order():
@@ -28,7 +29,14 @@ def test_forms_in_priority_order():
         "planes",
         "im2col",
     ]
-    assert [name for name, _ in forms.DOT_FORMS] == ["nbits", "quads", "paired", "gemv", "gemm"]
+    assert [name for name, _ in forms.DOT_FORMS] == [
+        "nbits",
+        "amx",
+        "quads",
+        "paired",
+        "gemv",
+        "gemm",
+    ]
 
 
 def test_planners_take_the_problem_only():

@@ -63,7 +63,6 @@ TILE_PRODUCTS = {
 }
 
 
-
 @dataclass(frozen=True)
 class AmxLayout:
     """Where the pre-packed copy of a constant (n, k) B puts its values: strip s,
@@ -170,7 +169,9 @@ class AmxPlan(Prepackable):
                 i64(lay.steps),
                 ctx.slice_pointer(workspace),
                 i64(self.a_stride),
-                b.gep(ctx.slice_pointer(where), [b.mul(first, i64(lay.strip_bytes))], source_etype=I8),
+                b.gep(
+                    ctx.slice_pointer(where), [b.mul(first, i64(lay.strip_bytes))], source_etype=I8
+                ),
                 i64(lay.strip_bytes),
                 b.gep(c_all, [n0], source_etype=I32),
                 i64(self.n),
@@ -240,7 +241,6 @@ def plan_amx(problem) -> AmxPlan | None:
 
 def _packed_b(ctx, sources, index) -> None:
     """The GEMM's B: none, the strips read B's pre-packed copy."""
-    return None
 
 
 # -- kernels ------------------------------------------------------------------------
@@ -303,7 +303,9 @@ def _strips_function(ctx: EmitContext, types: tuple[DType, DType]) -> ir.Functio
             with for_range(b, steps, "step") as step:
                 a_at = b.mul(step, i64(K_STEP))
                 for tile, base in zip(A_TILES, (a_block, a_lower)):
-                    _tile_call(ctx, b, "tileloadd64", tile, b.gep(base, [a_at], source_etype=I8), lda)
+                    _tile_call(
+                        ctx, b, "tileloadd64", tile, b.gep(base, [a_at], source_etype=I8), lda
+                    )
                 b_at = b.mul(step, i64(2 * TILE_ROWS * TILE_BYTES))
                 for j, tile in enumerate(B_TILES):
                     at = b.add(b_at, i64(j * TILE_ROWS * TILE_BYTES))
@@ -369,9 +371,7 @@ def _copy_rows_function(ctx: EmitContext) -> ir.Function:
             )
             mask = b.icmp_unsigned("<", lanes, splat)
             at = b.gep(source, [first], source_etype=I8)
-            values = b.call(
-                masked_load, [at, ir.Constant(I32, 1), mask, ir.Constant(vec, None)]
-            )
+            values = b.call(masked_load, [at, ir.Constant(I32, 1), mask, ir.Constant(vec, None)])
             b.store(values, b.gep(target, [first], source_etype=I8), align=1)
     b.ret_void()
     return function
