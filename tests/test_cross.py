@@ -472,6 +472,41 @@ def test_convolution_forms_run_on_other_targets(target, form, tmp_path):
 
 
 @needs_aarch64
+@pytest.mark.parametrize("cpu, byte_dots", [("neoverse-v1", True), ("cortex-a72", False)])
+def test_aarch64_byte_dots_are_exact(cpu, byte_dots, tmp_path):
+    """u8 x s8 products on AArch64: quads of bytes on usdot where the CPU has i8mm
+    (neoverse-v1), 16-bit pairs where it has not (cortex-a72); both exact against
+    numpy's int64 product under qemu, K not a multiple of 4, with zero points."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    m, k, n = 13, 131, 37
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    za, zw = np.uint8(117), rng.integers(-128, 128, (n,)).astype(np.int8)
+    inits = [numpy_helper.from_array(v, name) for name, v in (("w", w), ("za", za), ("zw", zw))]
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["x", "w", "za", "zw"], ["y"])],
+        "bytes",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [m, n])],
+        inits,
+    )
+    path = tmp_path / "bytes.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    target = f"aarch64-linux-gnu:{cpu}"
+    assert parse_target(target).has_byte_dots is byte_dots
+    build = tmp_path / "build"
+    result = run_cli("compile", path, "-o", build, "--target", target, "-q")
+    assert result.returncode == 0, result.stderr
+    assert (b"gemm.kernel.u8s8" in (build / "bytes.o").read_bytes()) is byte_dots
+    program = build_program(CROSS_CC, build, "bytes", tmp_path / "bytes_driver")
+    (raw,) = run_program(program, [a], [m * n * 4], tmp_path / "run")
+    want = (a.astype(np.int64) - za) @ (w.astype(np.int64) - zw)
+    np.testing.assert_array_equal(np.frombuffer(raw, np.int32).reshape(m, n), want)
+
+
+@needs_aarch64
 def test_aarch64_library_does_not_link_into_a_host_program(aarch64_build, tmp_path):
     """The wrong architecture fails at link time, with the linker's own message."""
     (tmp_path / "driver.c").write_text(DRIVER_C)

@@ -105,10 +105,14 @@ class CpuTarget:
 
     @property
     def has_byte_dots(self) -> bool:
-        """Whether x86's vpdpbusd (four u8 x s8 products summed into each 32-bit lane) is
-        there at the full `vector_bits`: AVX-512 VNNI at 512 bits, AVX-VNNI at 256.  Read
-        from the target's features (the host's are all listed); a CPU named without them
-        gets the 16-bit pairs, as a code generator without the instruction would fail."""
+        """Whether four u8 x s8 products summed into each 32-bit lane are one instruction
+        at the full `vector_bits`.  On x86, vpdpbusd: AVX-512 VNNI at 512 bits, AVX-VNNI
+        at 256, read from the target's features (the host's are all listed; a CPU named
+        without them gets the 16-bit pairs, as a code generator without the instruction
+        would fail).  On AArch64, usdot (the i8mm extension): asked of LLVM's code
+        generator for the CPU, as FMA is."""
+        if self.arch == "aarch64":
+            return _probe(self.triple, self.cpu, self.features).has_mixed_byte_dots
         flags = set(self.features.split(","))
         wanted = {512: "+avx512vnni", 256: "+avxvnni"}.get(self.vector_bits)
         return self.arch == "x86_64" and wanted in flags
@@ -198,6 +202,21 @@ class _VectorUnit:
     has_fma: bool
     has_pmaddwd: bool
     has_vector_ldexp: bool
+    has_mixed_byte_dots: bool = False  # AArch64's usdot
+
+
+# sums of four u8 x s8 products per 32-bit lane, in the form LLVM selects as AArch64's
+# usdot where the CPU has i8mm
+_USDOT_PROBE_IR = """
+define <4 x i32> @dots(<4 x i32> %acc, <16 x i8> %u, <16 x i8> %s) {
+  %a = zext <16 x i8> %u to <16 x i32>
+  %b = sext <16 x i8> %s to <16 x i32>
+  %p = mul <16 x i32> %a, %b
+  %r = call <4 x i32> @llvm.vector.partial.reduce.add.v4i32.v16i32(<4 x i32> %acc, <16 x i32> %p)
+  ret <4 x i32> %r
+}
+declare <4 x i32> @llvm.vector.partial.reduce.add.v4i32.v16i32(<4 x i32>, <16 x i32>)
+"""
 
 
 # a 512-bit add and a 128-bit fused multiply-add: the registers and instructions LLVM
@@ -270,8 +289,12 @@ def _probe(triple: str, cpu: str, features: str) -> _VectorUnit:
         module = llvm.parse_assembly(f'target triple = "{triple}"\n{_pairs_probe(bits // 32)}')
         found = re.search(r"pmaddwd\s.*%(\w+)", machine.emit_assembly(module))
         pmaddwd = found is not None and found.group(1).startswith(_PAIRS_REGISTERS[bits])
+    usdot = False
+    if triple.startswith("aarch64"):
+        module = llvm.parse_assembly(f'target triple = "{triple}"\n{_USDOT_PROBE_IR}')
+        usdot = bool(re.search(r"\busdot\b", machine.emit_assembly(module)))
     fma_native = bool(_FMA_INSTRUCTIONS.search(fma))
-    return _VectorUnit(bits, fma_native, pmaddwd, "ldexpf" not in ldexp)  # no libm call
+    return _VectorUnit(bits, fma_native, pmaddwd, "ldexpf" not in ldexp, usdot)  # no libm call
 
 
 def _check_triple(triple: str, spec: str) -> str:

@@ -90,7 +90,13 @@ def pair_mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
 
 
 # x86's vpdpbusd per vector width (i32 lanes): acc + four u8 x s8 products per lane
-VPDPBUSD = {8: "llvm.x86.avx512.vpdpbusd.256", 16: "llvm.x86.avx512.vpdpbusd.512"}
+# lanes -> the instruction summing four u8 x s8 products per lane, (acc, u8s, s8s): x86's
+# vpdpbusd at 8 and 16 lanes, AArch64's usdot at NEON's 4 (`CpuTarget.has_byte_dots`)
+BYTE_DOTS = {
+    4: "llvm.aarch64.neon.usdot.v4i32.v16i8",
+    8: "llvm.x86.avx512.vpdpbusd.256",
+    16: "llvm.x86.avx512.vpdpbusd.512",
+}
 
 
 def quad_mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
@@ -99,14 +105,14 @@ def quad_mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
     the other s8.  Each lane's four products sum to at most 4 x 255 x 128 in size, and
     the sums wrap modulo 2**32 like the pairs': the exact s32 sum.
 
-    vpdpbusd where the target has it at this width (it takes the u8 operand first);
-    elsewhere (a tile's narrower vectors) the plain form."""
+    vpdpbusd or usdot where the target has it at this width (each takes the u8 operand
+    first); elsewhere (a tile's narrower vectors) the plain form."""
     count = x.type.count
     unsigned, signed = (x, y) if cfg.unsigned_side == 0 else (y, x)
     quad_bytes = ir.VectorType(ir.IntType(8), 4 * count)
-    if cfg.byte_dots and count in VPDPBUSD and count == cfg.lanes:
+    if cfg.byte_dots and count in BYTE_DOTS and count == cfg.lanes:
         args = [acc, b.bitcast(unsigned, quad_bytes), b.bitcast(signed, quad_bytes)]
-        return b.call(ctx.declare(VPDPBUSD[count], x.type, args), args)
+        return b.call(ctx.declare(BYTE_DOTS[count], x.type, args), args)
     wide = ir.VectorType(ir.IntType(32), 4 * count)
     products = b.mul(
         b.zext(b.bitcast(unsigned, quad_bytes), wide), b.sext(b.bitcast(signed, quad_bytes), wide)
