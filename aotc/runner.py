@@ -107,6 +107,13 @@ class LoadedModel:
         return np.ascontiguousarray(raw) if raw.size else np.zeros(1, spec.dtype.storage)
 
 
+# NAME_run's nonzero results (program.py's `_checked_call`)
+RUN_STATUS = {
+    1: "the scratch buffer is not aligned",
+    2: "the system refuses the AMX tile state that the kernels use",
+}
+
+
 @dataclass(frozen=True)
 class _BoundRun:
     """NAME_run_generic with its arguments made once; calling it runs the model."""
@@ -119,4 +126,5 @@ class _BoundRun:
     def __call__(self) -> None:
         status = self.run(*self.arguments)
         if status != 0:
-            raise AotcError(f"{self.name}_run returned {status}")
+            why = RUN_STATUS.get(status, "unknown status")
+            raise AotcError(f"{self.name}_run returned {status}: {why}")

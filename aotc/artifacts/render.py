@@ -92,6 +92,7 @@ def render_header(
         target=target if isinstance(target, str) else target.describe(),
         triple=None if isinstance(target, str) else target.triple,
         cpu=None if isinstance(target, str) else target.cpu,
+        amx=getattr(target, "has_amx_int8", False),
         cross_cc=cross_compiler_name(target_arch(target)),
         inputs=inputs,
         outputs=outputs,

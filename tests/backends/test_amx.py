@@ -8,8 +8,12 @@ the tile state; elsewhere they skip.  The packing of B is checked in numpy every
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
+import onnx
 import pytest
+from aotc_testing import c_compiler, run_cli
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -166,3 +170,66 @@ def test_named_cpus_and_refusing_kernels_get_no_tiles(monkeypatch):
     features = target._without_refused_tiles("+avx512f,+amx-tile,+amx-int8,+amx-bf16")
     assert features == "+avx512f,-amx-tile,-amx-int8,-amx-bf16"
     assert target._without_refused_tiles("+avx512f,-amx-tile") == "+avx512f,-amx-tile"
+
+
+REFUSING_SYSCALL_C = r"""
+long syscall(long number, ...) { (void)number; return -1; }
+"""
+
+STATUS_DRIVER_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "mm.h"
+int main(void) {
+    static unsigned char a[MM_A_SIZE];
+    static int y[MM_Y_SIZE];
+    printf("%d\n", mm_run(a, y, NULL));
+    return 0;
+}
+"""
+
+
+@needs_amx
+def test_run_returns_2_where_linux_refuses_the_tiles(tmp_path):
+    """NAME_run asks for the tile state before any kernel; a refusal (here a preloaded
+    syscall that fails) returns 2 and computes nothing, where a tile instruction would
+    have killed the program; granted, it returns 0."""
+    w = _random(np.random.default_rng(6), np.int8, (64, 32))
+    nodes, inits = _matmul_graph(w, False, None)
+    graph = helper.make_graph(
+        nodes,
+        "mm",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [8, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [8, 32])],
+        inits,
+    )
+    path = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    build = tmp_path / "build"
+    result = run_cli("compile", path, "-o", build, "-q")
+    assert result.returncode == 0, result.stderr
+    assert "2 if Linux refuses the AMX" in (build / "mm.h").read_text()
+    cc = c_compiler()
+    (tmp_path / "driver.c").write_text(STATUS_DRIVER_C)
+    (tmp_path / "refuse.c").write_text(REFUSING_SYSCALL_C)
+    program, refuse = tmp_path / "app", tmp_path / "librefuse.so"
+    steps = [
+        [
+            cc,
+            "-I",
+            build,
+            tmp_path / "driver.c",
+            build / "libmm.a",
+            "-lm",
+            "-lpthread",
+            "-o",
+            program,
+        ],
+        [cc, "-shared", "-fPIC", tmp_path / "refuse.c", "-o", refuse],
+    ]
+    for step in steps:
+        done = subprocess.run([str(x) for x in step], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+    for env, status in (({}, "0"), ({"LD_PRELOAD": str(refuse)}, "2")):
+        done = subprocess.run([str(program)], capture_output=True, text=True, env=env, check=False)
+        assert done.returncode == 0 and done.stdout.strip() == status, (env, done)

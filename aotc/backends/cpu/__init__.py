@@ -7,7 +7,8 @@ with the model name:
     int NAME_run(void *in0, ..., void *out0, ..., void *scratch);
     int NAME_run_generic(void *const *inputs, void *const *outputs, void *scratch);
 
-Both return 0, or 1 (computing nothing) when scratch is not 64-byte aligned;
+Both return 0, or 1 (computing nothing) when scratch is not 64-byte aligned, or 2
+(computing nothing) where Linux refuses the AMX tile state that the kernels use;
 scratch == NULL uses NAME_static_arena, which makes such calls non-reentrant.
 NAME_weights holds the constants in a read-only section.  See program.py.
 `contraction_kind` says how a dot or convolution kernel is emitted ("gemm",

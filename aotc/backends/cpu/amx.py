@@ -19,8 +19,9 @@ the exact s32 ones.
 
 Tiles are per thread and caller-saved, so a strip's tile work stays in one function
 that calls nothing.  Linux grants a process the tile state on request
-(arch_prctl(ARCH_REQ_XCOMP_PERM)); the kernels ask once (`_permit_function`), and the
-host target lists AMX only where this machine's kernel grants it (target.py).
+(arch_prctl(ARCH_REQ_XCOMP_PERM)): NAME_run asks once (`_permit_function`) and returns
+2 on a refusal, and the host target lists AMX only where this machine's kernel grants
+it (target.py).
 """
 
 from __future__ import annotations
@@ -146,11 +147,10 @@ class AmxPlan(Prepackable):
         values = constant_elements(weights, where, self.source(side).numpy)
         return self.pack_constant(side, values).tobytes()
 
-    def emit(self, ctx: EmitContext, sources: list, c: Slice, workspace: Slice, epilogue):
+    def emit(self, ctx, sources: list, c: Slice, workspace: Slice, epilogue):
         assert self.packed[1] is not None, "an AMX dot's B is read pre-packed"
         where, lay = self.packed[1], self.layout
-        b = ctx.builder
-        b.call(_permit_function(ctx), [])
+        _permit_function(ctx)  # NAME_run asks for the tiles before any kernel runs
         a, _, _, _ = self.gemm.batch_operands(ctx, sources, c, None, [])
         self._pack_a(ctx, a, ctx.slice_pointer(workspace))
         parts = 1 if self.m * self.n * self.k < MIN_PARALLEL_WORK else MAX_PARTS
@@ -195,6 +195,7 @@ class AmxPlan(Prepackable):
     def _pack_a(self, ctx: EmitContext, a, dst: ir.Value) -> None:
         """A's rows into `dst`, a_stride bytes apart, zero past m and k."""
         b = ctx.builder
+        assert b is not None
         size = i64(self.a_rows * self.a_stride)
         args = [dst, ir.Constant(I8, 0), size, ir.Constant(I1, 0)]
         b.call(ctx.declare("llvm.memset.p0.i64", VOID, args), args)
@@ -211,6 +212,7 @@ class AmxPlan(Prepackable):
 def _a_value(ctx: EmitContext, a, p, k) -> ir.Value:
     """A's (p, k) value as an integer (read in memory, or computed)."""
     b = ctx.builder
+    assert b is not None
     if isinstance(a, StridedPanels):
         offset = b.add(b.mul(p, i64(a.p_stride)), b.mul(k, i64(a.k_stride)))
         return b.load(b.gep(a.base, [offset], source_etype=I8), typ=I8)
@@ -377,28 +379,34 @@ def _copy_rows_function(ctx: EmitContext) -> ir.Function:
     return function
 
 
+PERMIT_FUNCTION = "aotc.amx.permit"
+
+
 def _permit_function(ctx: EmitContext) -> ir.Function:
-    """`permit()`: ask Linux for the tile data state once per process; a refusal (a
-    kernel before 5.16, or one that forbids it) stops the program, since a tile
-    instruction would fault."""
-    name = "aotc.amx.permit"
-    function, b = shared_function(ctx, name, [])
-    if b is None:
-        return function
-    flag = ctx.module.globals.get("aotc.amx.granted")
-    if flag is None:
-        flag = ir.GlobalVariable(ctx.module, I32, "aotc.amx.granted")
-        flag.linkage = "internal"
-        flag.initializer = ir.Constant(I32, 0)
+    """`int permit()`: ask Linux for the tile data state once per process; 0 where it
+    is granted.  NAME_run calls it before any kernel where the module has it, and
+    returns 2 on a refusal (a kernel before 5.16, or one that forbids it), since a tile
+    instruction would fault (program.py's `_checked_call`)."""
+    existing = ctx.module.globals.get(PERMIT_FUNCTION)
+    if existing is not None:
+        return existing
+    function = ir.Function(ctx.module, ir.FunctionType(I32, []), PERMIT_FUNCTION)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    flag = ir.GlobalVariable(ctx.module, I32, "aotc.amx.granted")
+    flag.linkage = "internal"
+    flag.initializer = ir.Constant(I32, 0)
     granted = b.load(flag, align=4)  # a plain load: a repeated request is harmless
-    with if_then(b, b.icmp_unsigned("==", granted, ir.Constant(I32, 0))):
-        syscall = ctx.module.globals.get("syscall")
-        if syscall is None:
-            syscall = ir.Function(ctx.module, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
-        args = [i64(SYS_ARCH_PRCTL), i64(ARCH_REQ_XCOMP_PERM), i64(XFEATURE_XTILEDATA)]
-        result = b.call(syscall, args)
-        with if_then(b, b.icmp_signed("!=", result, i64(0))):
-            b.call(ctx.declare("llvm.trap", VOID, []), [])
-        b.store(ir.Constant(I32, 1), flag, align=4)
-    b.ret_void()
+    with if_then(b, b.icmp_unsigned("!=", granted, ir.Constant(I32, 0))):
+        b.ret(ir.Constant(I32, 0))
+    syscall = ctx.module.globals.get("syscall")
+    if syscall is None:
+        syscall = ir.Function(ctx.module, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
+    args = [i64(SYS_ARCH_PRCTL), i64(ARCH_REQ_XCOMP_PERM), i64(XFEATURE_XTILEDATA)]
+    refused = b.icmp_signed("!=", b.call(syscall, args), i64(0))
+    with if_then(b, refused):
+        b.ret(ir.Constant(I32, 1))
+    b.store(ir.Constant(I32, 1), flag, align=4)
+    b.ret(ir.Constant(I32, 0))
     return function

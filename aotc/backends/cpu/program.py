@@ -47,6 +47,7 @@ from ..llvm.kernels import kernel_outputs
 from ..llvm.lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from ..llvm.loops import if_then
 from ..llvm.rules import KERNELS, RULES
+from .amx import PERMIT_FUNCTION
 from .attention import attention_workspace, emit_attention
 from .concatenate import emit_wide_concatenate
 from .contraction import contraction_workspace, emit_contraction
@@ -428,11 +429,17 @@ def _emit_run_generic(llmod, name: str, impl, arena) -> None:
 
 
 def _checked_call(b: ir.IRBuilder, impl, arena, tables, scratch) -> None:
-    """Return 1 for a misaligned scratch; else run `impl` on scratch or the static arena."""
+    """Return 1 for a misaligned scratch, 2 where the system refuses the AMX tile state
+    that kernels of the module use (amx.py); else run `impl` on scratch or the static
+    arena."""
     address = b.ptrtoint(scratch, I64)
     misaligned = b.icmp_unsigned("!=", b.and_(address, i64(ARENA_ALIGNMENT - 1)), i64(0))
     with if_then(b, misaligned):
         b.ret(ir.Constant(I32, 1))
+    permit = b.module.globals.get(PERMIT_FUNCTION)
+    if permit is not None:
+        with if_then(b, b.icmp_unsigned("!=", b.call(permit, []), ir.Constant(I32, 0))):
+            b.ret(ir.Constant(I32, 2))
     is_null = b.icmp_unsigned("==", address, i64(0))
     b.call(impl, [*tables, b.select(is_null, arena, scratch)])
     b.ret(ir.Constant(I32, 0))
