@@ -69,6 +69,20 @@ def _epilogue_contractions(body: Computation) -> list[Instruction]:
     return found
 
 
+def byte_values(instr: Instruction) -> DType | None:
+    """The 8-bit integer type of `instr`'s values where they are bytes: its own type, or
+    that of the bytes it converts exactly to a wider integer type (to a signed one, or
+    from u8), which a byte product may read instead."""
+    dtype = instr.array_shape.dtype
+    if dtype in BYTE_TYPES:
+        return dtype
+    if not widens_bytes(instr):
+        return None
+    source = instr.operands[0].array_shape.dtype
+    exact = dtype.bits > 8 and (dtype.is_signed_int or source.is_unsigned_int)
+    return source if exact else None
+
+
 def widens_bytes(instr: Instruction) -> bool:
     """A convert of 8-bit integers to a wider integer type: an integer GEMM reads through
     it (its packers widen the bytes, or keep them as bytes), so the bytes are what is

@@ -19,7 +19,7 @@ from onnx.reference import ReferenceEvaluator
 
 import aotc
 from aotc.backends.cpu import parse_target, target
-from aotc.backends.cpu.amx import K_STEP, STRIP, TILE_ROWS, AmxLayout
+from aotc.backends.cpu.amx import K_STEP, MIN_TILED_DEPTH, STRIP, TILE_ROWS, AmxLayout
 from aotc.backends.cpu.contraction import contraction_plans
 
 HOST = parse_target("host")
@@ -60,7 +60,7 @@ def _matmul_graph(w, transposed: bool, zero_points):
 @needs_amx
 @pytest.mark.parametrize(
     "m, k, n",
-    [(1, 64, 32), (24, 200, 40), (33, 100, 17), (5, 3, 7), (128, 768, 96), (64, 130, 64)],
+    [(1, 256, 32), (24, 300, 40), (33, 257, 17), (5, 259, 7), (128, 768, 96), (64, 320, 64)],
 )
 @pytest.mark.parametrize("signs", ["u8s8", "s8u8", "s8s8", "u8u8"])
 def test_matmul_integer_is_exact(m, k, n, signs):
@@ -87,10 +87,61 @@ def test_matmul_integer_is_exact(m, k, n, signs):
 
 
 @needs_amx
+def test_shallow_products_stay_on_byte_quads():
+    """Below MIN_TILED_DEPTH values of K the quads' GEMM is the faster form."""
+    rng = np.random.default_rng(7)
+    w = _random(rng, np.int8, (MIN_TILED_DEPTH - 1, 40))
+    nodes, inits = _matmul_graph(w, False, None)
+    graph = helper.make_graph(
+        nodes,
+        "mm",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [24, MIN_TILED_DEPTH - 1])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [24, 40])],
+        inits,
+    )
+    _, _, kinds = _compile(graph)
+    assert kinds == ["gemm"], kinds
+
+
+CONVOLUTIONS = [  # (channels in, out, size, kernel, stride, pad, batch, tiles)
+    (64, 64, 14, 3, 1, 1, 1, True),
+    (32, 40, 17, 3, 2, 1, 1, True),
+    (256, 72, 7, 1, 1, 0, 2, True),
+    (16, 20, 9, 3, 1, 0, 1, False),  # K = 144: quads
+]
+
+
+@needs_amx
+@pytest.mark.parametrize("ci, co, size, kernel, stride, pad, batch, tiles", CONVOLUTIONS)
+def test_convolution_is_exact(ci, co, size, kernel, stride, pad, batch, tiles):
+    """ConvInteger by a constant s8 kernel with the input's zero point: the kernel's rows
+    pre-packed, the image's columns packed per strip; exact, on tiles from K 256 on."""
+    rng = np.random.default_rng(ci + co + size)
+    x = _random(rng, np.uint8, (batch, ci, size, size))
+    w = _random(rng, np.int8, (co, ci, kernel, kernel))
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.uint8(131), "zx")]
+    node = helper.make_node(
+        "ConvInteger", ["x", "w", "zx"], ["y"], strides=[stride] * 2, pads=[pad] * 4
+    )
+    out = (size + 2 * pad - kernel) // stride + 1
+    graph = helper.make_graph(
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [batch, co, out, out])],
+        inits,
+    )
+    model, compiled, kinds = _compile(graph)
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(compiled.load()(x)[0], expected)
+    assert kinds == (["amx"] if tiles else ["gemm"]), kinds
+
+
+@needs_amx
 def test_transposed_activations():
     """A read element by element (through a transpose) is copied into the tiles' rows."""
     rng = np.random.default_rng(3)
-    m, k, n = 40, 90, 50
+    m, k, n = 40, 290, 50
     x, w = _random(rng, np.uint8, (k, m)), _random(rng, np.int8, (k, n))
     nodes, inits = _matmul_graph(w, True, None)
     graph = helper.make_graph(
@@ -194,12 +245,12 @@ def test_run_returns_2_where_linux_refuses_the_tiles(tmp_path):
     """NAME_run asks for the tile state before any kernel; a refusal (here a preloaded
     syscall that fails) returns 2 and computes nothing, where a tile instruction would
     have killed the program; granted, it returns 0."""
-    w = _random(np.random.default_rng(6), np.int8, (64, 32))
+    w = _random(np.random.default_rng(6), np.int8, (256, 32))
     nodes, inits = _matmul_graph(w, False, None)
     graph = helper.make_graph(
         nodes,
         "mm",
-        [helper.make_tensor_value_info("a", TensorProto.UINT8, [8, 64])],
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [8, 256])],
         [helper.make_tensor_value_info("y", TensorProto.INT32, [8, 32])],
         inits,
     )

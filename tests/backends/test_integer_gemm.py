@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import aotc
+from aotc.backends.cpu.amx import MIN_TILED_DEPTH
 
 TARGETS = ["host", "x86_64:x86-64-v2", "x86_64:sandybridge"]
 
@@ -144,7 +145,7 @@ def test_raw_8bit_products_are_exact(rng, target, signs, zero_points, shape, con
     centered_w = w.astype(np.int64) - (0 if w_zero is None else w_zero.astype(np.int64))
     np.testing.assert_array_equal(got, (centered_a @ centered_w).astype(np.int32))
     host = target == "host"
-    if host and constant_weights and "+amx-int8" in _host_features().split(","):
+    if host and constant_weights and _tiled(k):
         # on AMX tiles (amx.py; same-signed pairs are one u8 and one s8 after the
         # frontend's sign flip), no GEMM micro-kernel
         found = {n for n in _symbols(compiled) if "kernel" in n or "amx" in n}
@@ -170,6 +171,11 @@ def _column(a_zero: np.ndarray, kind) -> np.ndarray:
     """a's zero point as it broadcasts against a: per row when a vector."""
     values = a_zero.astype(np.int64)
     return values[:, None] if kind == "rows" else values
+
+
+def _tiled(k: int) -> bool:
+    """Whether a host product of constant 8-bit weights, K deep, runs on AMX tiles."""
+    return "+amx-int8" in _host_features().split(",") and k >= MIN_TILED_DEPTH
 
 
 def _host_features() -> str:
@@ -260,9 +266,13 @@ def test_conv_integer_is_exact(rng, target, case):
     got = _output(compiled, x)
     np.testing.assert_array_equal(got, want.astype(np.int32))
     depthwise = groups == c
-    assert depthwise or "gemm" in compiled.kernel_forms().values()
+    assert depthwise or set(compiled.kernel_forms().values()) & GEMM_FORMS
     # u8 images and s8 weights without a zero point: byte products (any K: the image's
-    # last quad padded with zero rows)
+    # last quad padded with zero rows), on AMX tiles from MIN_TILED_DEPTH on
+    byte_products = target == "host" and not depthwise and not w_zero and groups == 1
+    if byte_products and _tiled((c // groups) * k * k):
+        assert "amx.strips.s8u8" in _symbols(compiled)
+        return
     quads = target == "host" and "+avx512vnni" in _host_features()
     quads = quads and not depthwise and not w_zero
     kernels = {name for name in _symbols(compiled) if name.startswith("gemm.kernel.")}

@@ -2,8 +2,8 @@
 models where there is no GPU.
 
 Without a GPU the kernels are emitted a second time for an `EmulatedDevice` (the same
-kernel emitters, with thread numbers, barriers, warp shuffles and shared memory as
-calls into emulator.c), compiled for this CPU into a shared library, and run by
+kernel emitters, with thread numbers, barriers, warp shuffles, shared memory, mma and
+dp4a as calls into emulator.c), compiled for this CPU into a shared library, and run by
 fake_cuda.c, a stand-in libcuda.so.1 found through LD_LIBRARY_PATH.  The generated
 launcher, the runtime (aotc_cuda.c) and the C program are the real ones.
 """
@@ -208,6 +208,11 @@ class EmulatedDevice:
         args = [ir.Constant(I32, MMA_KINDS.index(kind)), *arrays]
         builder.call(ctx.declare("aotc_emu_mma", VOID, args), args)
         return [builder.load(builder.gep(arrays[2], [i64(0), i64(k)])) for k in range(len(c))]
+
+    def dot4(self, ctx, a, b, c, signed):
+        """aotc_emu_dp4a(a, b, c, a signed, b signed)."""
+        args = [a, b, c, *(ir.Constant(I32, int(s)) for s in signed)]
+        return ctx.builder.call(ctx.declare("aotc_emu_dp4a", I32, args, pure=True), args)
 
     def to_tf32(self, ctx, value):
         return ctx.builder.call(ctx.declare("aotc_emu_tf32", I32, [value], pure=True), [value])

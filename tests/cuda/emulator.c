@@ -117,6 +117,19 @@ void aotc_emu_mma(int kind, const unsigned *a, const unsigned *b, float *c) {
     memcpy(c, d, sizeof d);
 }
 
+/* dp4a.atype.btype: c + the four products of a's and b's bytes, byte i by byte i (byte 0
+ * the lowest), each operand's bytes s8 or u8 as a_signed and b_signed say; wraps */
+int aotc_emu_dp4a(unsigned a, unsigned b, int c, int a_signed, int b_signed) {
+    unsigned sum = (unsigned)c;
+    for (int i = 0; i < 4; i++) {
+        unsigned x = (a >> (8 * i)) & 0xffu, y = (b >> (8 * i)) & 0xffu;
+        int xv = a_signed && x > 127 ? (int)x - 256 : (int)x;
+        int yv = b_signed && y > 127 ? (int)y - 256 : (int)y;
+        sum += (unsigned)(xv * yv);
+    }
+    return (int)sum;
+}
+
 /* cvt.rna.tf32.f32: to the nearest TF32, ties away from zero */
 unsigned aotc_emu_tf32(float x) {
     unsigned bits;

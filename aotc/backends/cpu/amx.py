@@ -35,13 +35,14 @@ from ...buffers import Slice
 from ...ir import DType
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I1, I8, I32, I64, PTR, VOID, i64
-from ..llvm.loops import entry_alloca, for_range, if_then
+from ..llvm.loops import entry_alloca, for_range, if_then, loop_nest
 from .blocking import aligned
 from .gemm import GemmPlan
 from .gemm_config import GemmConfig
 from .gemm_split import MAX_PARTS, MIN_PARALLEL_WORK, share_out
-from .panels import StridedPanels
+from .panels import Panels, StridedPanels
 from .prepackable import PackedShape, Prepackable, StridedLayout, constant_elements, is_constant
+from .quads import quads_of
 from .shared_functions import shared_function
 from .target import ARCH_REQ_XCOMP_PERM, SYS_ARCH_PRCTL, XFEATURE_XTILEDATA
 from .vectors import smaller
@@ -53,6 +54,10 @@ BLOCK_ROWS = 2 * TILE_ROWS  # rows of C per block: A's two tiles
 STRIP = 2 * TILE_ROWS  # columns of C per strip: B's two tiles
 C_TILES, A_TILES, B_TILES = (0, 1, 2, 3), (4, 5), (6, 7)
 MIN_EPILOGUE_STRIPS, MAX_EPILOGUE_STRIPS = 2, 8  # see `AmxPlan.strips_per_unit`
+# K values below which a block's four tile stores (64 lines of C) and its strip's packing
+# cost more than the tiles save: ResNet-50's int8 convolutions of K 64..147 ran 0.71-0.93x
+# the byte quads' speed on tiles, those of K 256 and more 0.91-2.67x (most above 1.4)
+MIN_TILED_DEPTH = 256
 
 # (A's type, B's type) -> the tile product taking them (A is the instruction's first
 # source, whose rows are C's)
@@ -96,19 +101,33 @@ class AmxLayout:
 
 @dataclass
 class AmxPlan(Prepackable):
-    """A dot of 8-bit A (m, k) by a constant 8-bit B (k, n) on AMX tiles."""
+    """A contraction of 8-bit A (m, k) by 8-bit B (k, n), batched, on AMX tiles; one
+    operand is a constant, pre-packed: B (`constant` 1: a dot by weights), its strips
+    read in place, A copied per call; or A (0: a convolution's kernel, im2col), its
+    rows read in place, B's columns packed per strip by its quad panels (quads.py)."""
 
     config: GemmConfig
-    m: int
-    n: int
-    k: int
     types: tuple[DType, DType]  # A's and B's 8-bit types
-    gemm: GemmPlan  # A's factory and the output's placement
+    # the operands' factories (A's raw values, or B's quad panels), batch and placement
+    gemm: GemmPlan
+    constant: int
     layouts: tuple[StridedLayout | None, StridedLayout | None]
     packed: tuple[Slice | None, Slice | None] = (None, None)
     operands: tuple[int, int] = (0, 1)
 
     kind = "amx"
+
+    @property
+    def m(self) -> int:
+        return self.gemm.m
+
+    @property
+    def n(self) -> int:
+        return self.gemm.n
+
+    @property
+    def k(self) -> int:
+        return self.gemm.paired_k
 
     @property
     def layout(self) -> AmxLayout:
@@ -123,24 +142,49 @@ class AmxPlan(Prepackable):
         return self.layout.steps * K_STEP
 
     @property
+    def parts(self) -> int:
+        return 1 if self.m * self.n * self.k < MIN_PARALLEL_WORK else MAX_PARTS
+
+    @property
+    def panel_bytes(self) -> int:
+        """A packed panel of B: its 16 columns' quads, k quad by k quad."""
+        return quads_of(self.k) * TILE_BYTES
+
+    @property
+    def region_bytes(self) -> int:
+        """A thread's packed strip of B, and the at most 15 quad rows that the last k
+        step reads past it (their products are by A's zero padding)."""
+        return aligned(2 * self.panel_bytes + TILE_ROWS * TILE_BYTES)
+
+    @property
     def workspace_bytes(self) -> int:
-        return aligned(self.a_rows * self.a_stride)
+        if self.constant == 1:
+            return aligned(self.a_rows * self.a_stride)
+        return self.parts * self.region_bytes
 
     def can_pack(self, side: int) -> bool:
-        return side == 1 and is_constant(self.layouts[1])
+        return side == self.constant and is_constant(self.layouts[side])
 
     def source(self, side: int) -> DType:
         return self.types[side]
 
     def packed_shape(self, side: int) -> PackedShape:
-        lay = self.layout
-        return PackedShape(lay.n, lay.steps * K_STEP, lay.steps * K_STEP, STRIP, (), (), "amx")
+        steps = self.layout.steps * K_STEP
+        if side == 1:
+            return PackedShape(self.n, steps, steps, STRIP, (), (), "amx")
+        return PackedShape(self.m, steps, steps, BLOCK_ROWS, (), (), "amx.rows")
 
     def pack_constant(self, side: int, values: np.ndarray) -> np.ndarray:
         layout = self.constant_layout(side)
-        rows = np.arange(self.n)[None, :] * layout.p_stride
+        count = self.n if side == 1 else self.m
+        rows = np.arange(count)[None, :] * layout.p_stride
         depth = np.arange(self.k)[:, None] * layout.k_stride
-        return np.frombuffer(self.layout.pack(values[rows + depth]), np.uint8)
+        matrix = values[rows + depth]  # (k, count)
+        if side == 1:
+            return np.frombuffer(self.layout.pack(matrix), np.uint8)
+        padded = np.zeros((self.a_rows, self.a_stride), matrix.dtype)
+        padded[: self.m, : self.k] = matrix.T
+        return padded.view(np.uint8).ravel()
 
     def pack_weights(self, side: int, weights: bytes) -> bytes:
         where = self.constant_layout(side).where
@@ -148,49 +192,110 @@ class AmxPlan(Prepackable):
         return self.pack_constant(side, values).tobytes()
 
     def emit(self, ctx, sources: list, c: Slice, workspace: Slice, epilogue):
-        assert self.packed[1] is not None, "an AMX dot's B is read pre-packed"
-        where, lay = self.packed[1], self.layout
+        where = self.packed[self.constant]
+        assert where is not None, "an AMX contraction's constant is read pre-packed"
         _permit_function(ctx)  # NAME_run asks for the tiles before any kernel runs
-        a, _, _, _ = self.gemm.batch_operands(ctx, sources, c, None, [])
-        self._pack_a(ctx, a, ctx.slice_pointer(workspace))
-        parts = 1 if self.m * self.n * self.k < MIN_PARALLEL_WORK else MAX_PARTS
-        per = self.strips_per_unit(parts)
-        strips = _strips_function(ctx, self.types)
+        with loop_nest(ctx.builder, self.gemm.batch, "batch") as index:
+            if self.constant == 1:
+                self._emit_by_b(ctx, sources, c, workspace, epilogue, where, index)
+            else:
+                self._emit_by_a(ctx, sources, c, workspace, epilogue, where, index)
 
-        def unit(index, slot, passed):
+    def _emit_by_b(self, ctx, sources, c, workspace, epilogue, where, index) -> None:
+        """A copied into the workspace, then runs of B's pre-packed strips in parallel."""
+        lay = self.layout
+        a, _, _, _ = self.gemm.batch_operands(ctx, sources, c, None, index)
+        self._pack_a(ctx, a, ctx.slice_pointer(workspace))
+        per = self.strips_per_unit()
+        batches = len(index)
+
+        def unit(position, slot, passed):
             b = ctx.builder
-            _, _, c_all, region = self.gemm.batch_operands(ctx, sources, c, epilogue, [])
-            first = b.mul(index[0], i64(per))
+            batch = passed[:batches]
+            _, _, c_batch, region = self.gemm.batch_operands(ctx, sources, c, epilogue, batch)
+            first = b.mul(position[0], i64(per))
             n0 = b.mul(first, i64(STRIP))
-            cols = smaller(b, i64(per * STRIP), b.sub(i64(self.n), n0))
-            args = [
-                smaller(b, i64(per), b.sub(i64(lay.strips), first)),
-                i64(self.a_rows // BLOCK_ROWS),
-                i64(lay.steps),
-                ctx.slice_pointer(workspace),
-                i64(self.a_stride),
-                b.gep(
-                    ctx.slice_pointer(where), [b.mul(first, i64(lay.strip_bytes))], source_etype=I8
-                ),
+            strips_b = b.gep(
+                ctx.slice_pointer(where), [b.mul(first, i64(lay.strip_bytes))], source_etype=I8
+            )
+            count = smaller(b, i64(per), b.sub(i64(lay.strips), first))
+            b_steps = (
                 i64(lay.strip_bytes),
-                b.gep(c_all, [n0], source_etype=I32),
-                i64(self.n),
-                i64(self.m),
-                cols,
-            ]
-            b.call(strips, args)
+                i64(2 * TILE_BYTES * TILE_ROWS),
+                i64(TILE_BYTES * TILE_ROWS),
+            )
+            a_rows = ctx.slice_pointer(workspace)
+            self._strips(ctx, count, a_rows, strips_b, b_steps, c_batch, n0, per * STRIP)
             if region is not None:
-                region(i64(0), self.m, n0, cols)
+                region(i64(0), self.m, n0, self._columns(b, n0, per * STRIP))
 
         units = -(-lay.strips // per)
-        share_out(ctx, (units,), min(parts, units), unit)
+        share_out(ctx, (units,), min(self.parts, units), unit, list(index))
 
-    def strips_per_unit(self, parts: int) -> int:
+    def _emit_by_a(self, ctx, sources, c, workspace, epilogue, where, index) -> None:
+        """Runs of strips in parallel, each strip's B packed into the thread's region
+        (two panels of 16 columns) then multiplied by A's pre-packed rows."""
+        lay = self.layout
+        per = self.strips_per_unit()
+        batches = len(index)
+        kq = quads_of(self.k)
+
+        def unit(position, slot, passed):
+            b = ctx.builder
+            batch = passed[:batches]
+            _, b_operand, c_batch, region = self.gemm.batch_operands(
+                ctx, sources, c, epilogue, batch
+            )
+            offset = b.mul(slot, i64(self.region_bytes))
+            own = b.gep(ctx.slice_pointer(workspace), [offset], source_etype=I8)
+            first = b.mul(position[0], i64(per))
+            count = smaller(b, i64(per), b.sub(i64(lay.strips), first))
+            a_rows = ctx.slice_pointer(where)
+            b_steps = (i64(0), i64(TILE_ROWS * TILE_BYTES), i64(self.panel_bytes))
+            with for_range(b, count, "strip") as j:
+                n0 = b.mul(b.add(first, j), i64(STRIP))
+                cols = self._columns(b, n0, STRIP)
+                b_operand.pack(ctx, self.gemm.blocks, own, n0, cols, i64(0), i64(kq), TILE_ROWS)
+                self._strips(ctx, i64(1), a_rows, own, b_steps, c_batch, n0, STRIP)
+            if region is not None:
+                n0 = b.mul(first, i64(STRIP))
+                region(i64(0), self.m, n0, self._columns(b, n0, per * STRIP))
+
+        units = -(-lay.strips // per)
+        share_out(ctx, (units,), min(self.parts, units), unit, list(index))
+
+    def _columns(self, b: ir.IRBuilder, n0, width: int) -> ir.Value:
+        """The columns of C from n0 on, at most `width`."""
+        return smaller(b, i64(width), b.sub(i64(self.n), n0))
+
+    def _strips(self, ctx, count, a_rows, strips_b, b_steps, c_batch, n0, width: int) -> None:
+        """`count` strips of C from column n0 (at most `width` columns) by the tiles."""
+        b = ctx.builder
+        strip_bytes, b_step, b_tile = b_steps
+        args = [
+            count,
+            i64(self.a_rows // BLOCK_ROWS),
+            i64(self.layout.steps),
+            a_rows,
+            i64(self.a_stride),
+            strips_b,
+            strip_bytes,
+            b_step,
+            b_tile,
+            b.gep(c_batch, [n0], source_etype=I32),
+            i64(self.n),
+            i64(self.m),
+            self._columns(b, n0, width),
+        ]
+        b.call(_strips_function(ctx, self.types), args)
+
+    def strips_per_unit(self) -> int:
         """Strips a unit of work computes before its epilogue: enough columns for the
         epilogue's loop to run in whole vectors (a strip's 32 left a GELU's erf to
         the scalar remainder loop: 0.5 ms of a 128 x 3072 layer), few enough for C's
         block to stay in cache and for `parts` units."""
-        return max(MIN_EPILOGUE_STRIPS, min(MAX_EPILOGUE_STRIPS, -(-self.layout.strips // parts)))
+        per = -(-self.layout.strips // self.parts)
+        return max(MIN_EPILOGUE_STRIPS, min(MAX_EPILOGUE_STRIPS, per))
 
     def _pack_a(self, ctx: EmitContext, a, dst: ir.Value) -> None:
         """A's rows into `dst`, a_stride bytes apart, zero past m and k."""
@@ -219,30 +324,36 @@ def _a_value(ctx: EmitContext, a, p, k) -> ir.Value:
     return a.element(p, k)
 
 
-def plan_amx(problem) -> AmxPlan | None:
-    """The plan of an integer dot (dot.py's problem) of 8-bit A by a constant 8-bit B
-    on a target with AMX-INT8, or None where this form does not take it."""
-    config, lhs, rhs = problem.config, problem.lhs, problem.rhs
-    types = (lhs.bytes, rhs.bytes)
-    if not (config.paired and config.tiles) or types not in TILE_PRODUCTS or problem.batch:
+def tiled(gemm: GemmPlan, types: tuple[DType, DType]) -> AmxPlan | None:
+    """The AMX plan of an integer GEMM plan of 8-bit operands whose A or B is a
+    constant read as a plain view (its factories: A's raw values, B's quad panels), or
+    None where this form does not take it: no AMX-INT8, too shallow a K, or the
+    constant differs along the batch."""
+    if not gemm.config.tiles or types not in TILE_PRODUCTS or gemm.paired_k < MIN_TILED_DEPTH:
         return None
-    if rhs.strides is None or not is_constant(problem.layouts[1]):
-        return None
-    gemm = problem.gemm((lhs.factory(), rhs.factory()), problem.k)
-    return AmxPlan(
-        config,
-        problem.m,
-        problem.n,
-        problem.k,
-        types,
-        # B is read from its copy (prepack.py asks this plan, not the GEMM, for it)
-        replace(gemm, layouts=(None, None), b=_packed_b),
-        (None, problem.layouts[1]),
-    )
+    for side in (1, 0):
+        layout = gemm.layouts[side]
+        shared = layout is not None and all(
+            stride == 0 or gemm.batch[d] == 1 for d, stride in layout.batch
+        )
+        if is_constant(layout) and shared:
+            layouts = (None, layout) if side == 1 else (layout, None)
+            # the constant is read from its copy (prepack.py asks this plan, not the GEMM)
+            plain = replace(gemm, layouts=(None, None))
+            plain = replace(plain, b=_unused) if side == 1 else replace(plain, a=_unused)
+            return AmxPlan(gemm.config, types, plain, side, layouts, operands=gemm.operands)
+    return None
 
 
-def _packed_b(ctx, sources, index) -> None:
-    """The GEMM's B: none, the strips read B's pre-packed copy."""
+class _PrePacked:
+    """The GEMM's operand that the tiles read pre-packed: never packed by the GEMM."""
+
+    def pack(self, ctx, blocks, dst, p0, count, k0, kc, width):
+        raise AssertionError("an AMX plan reads its constant from the pre-packed copy")
+
+
+def _unused(ctx, sources, index) -> Panels:
+    return _PrePacked()
 
 
 # -- kernels ------------------------------------------------------------------------
@@ -275,18 +386,19 @@ def _tile_config(ctx: EmitContext) -> ir.GlobalVariable:
 
 
 def _strips_function(ctx: EmitContext, types: tuple[DType, DType]) -> ir.Function:
-    """`strips(count, blocks, steps, a, lda, b, strip_bytes, c, ldc, rows, cols)`:
-    C[:rows, :cols] = A x `count` strips of B from `b` (strip_bytes apart), for A's
-    `blocks` blocks of BLOCK_ROWS rows (lda bytes apart, `steps` k steps of 64 bytes).
-    The tile configuration is loaded once per call (ldtilecfg and tilerelease per strip
-    cost a 128 x 768 x 3072 product a quarter of its time)."""
+    """`strips(count, blocks, steps, a, lda, b, strip_bytes, b_step, b_tile, c, ldc, rows,
+    cols)`: C[:rows, :cols] = A x `count` strips of B from `b` (strip_bytes apart; a
+    strip's k step `b_step` bytes after the last, its second tile `b_tile` after its
+    first), for A's `blocks` blocks of BLOCK_ROWS rows (lda bytes apart, `steps` k
+    steps of 64 bytes).  The tile configuration is loaded once per call."""
     tag = f"{types[0].text}{types[1].text}"
     name = f"{ctx.prefix}.amx.strips.{tag}"
-    args = [I64, I64, I64, PTR, I64, PTR, I64, PTR, I64, I64, I64]
+    args = [I64, I64, I64, PTR, I64, PTR, I64, I64, I64, PTR, I64, I64, I64]
     function, b = shared_function(ctx, name, args)
     if b is None:
         return function
-    count, blocks, steps, a, lda, b_ptr, strip_bytes, c, ldc, rows, cols = function.args
+    count, blocks, steps, a, lda, b_ptr, strip_bytes = function.args[:7]
+    b_step, b_tile, c, ldc, rows, cols = function.args[7:]
     edge = entry_alloca(b, ir.ArrayType(I32, BLOCK_ROWS * STRIP), "edge")
     product = TILE_PRODUCTS[types]
     _tile_call(ctx, b, "ldtilecfg", _tile_config(ctx))
@@ -308,11 +420,11 @@ def _strips_function(ctx: EmitContext, types: tuple[DType, DType]) -> ir.Functio
                     _tile_call(
                         ctx, b, "tileloadd64", tile, b.gep(base, [a_at], source_etype=I8), lda
                     )
-                b_at = b.mul(step, i64(2 * TILE_ROWS * TILE_BYTES))
+                b_at = b.mul(step, b_step)
                 for j, tile in enumerate(B_TILES):
-                    at = b.add(b_at, i64(j * TILE_ROWS * TILE_BYTES))
-                    b_tile = b.gep(strip_b, [at], source_etype=I8)
-                    _tile_call(ctx, b, "tileloadd64", tile, b_tile, i64(TILE_BYTES))
+                    at = b_at if j == 0 else b.add(b_at, b_tile)
+                    b_tile_at = b.gep(strip_b, [at], source_etype=I8)
+                    _tile_call(ctx, b, "tileloadd64", tile, b_tile_at, i64(TILE_BYTES))
                 for i, a_tile in enumerate(A_TILES):
                     for j, b_tile in enumerate(B_TILES):
                         _tile_call(ctx, b, product, C_TILES[2 * i + j], a_tile, b_tile)

@@ -31,6 +31,7 @@ from ..llvm.elemental import delinearize, split_index
 from ..llvm.lltypes import i64, register_type
 from ..llvm.loops import branch_value
 from ..llvm.window import all_of, tap_position
+from .amx import AmxPlan, tiled
 from .gemm import GemmPlan
 from .gemm_config import GemmConfig, gemm_config
 from .gemv import gemv_kind
@@ -252,6 +253,24 @@ def plan_gemv(problem: ConvProblem) -> GemmPlan | None:
         layouts=(weights, None),
         operands=(1, 0),
     )
+
+
+def plan_amx_im2col(problem: ConvProblem) -> AmxPlan | None:
+    """An integer convolution of u8/s8 operands in memory by a constant kernel with an
+    NCHW output, on a target with AMX-INT8: im2col products on tiles (amx.py), the
+    kernel's rows pre-packed, the image's columns packed as quads per strip."""
+    g, config = problem.geometry, problem.config
+    if not (config.paired and config.tiles) or not g.nchw_output or g.work == 0:
+        return None
+    image, kernel, weights = problem.image_view, problem.kernel_view, problem.weights_layout
+    if g.is_depthwise or image is None or kernel is None or weights is None:
+        return None
+    types = (kernel.dtype, image.dtype)
+    if not set(types) <= {DType.U8, DType.S8} or g.base_dilated:
+        return None
+    quads = replace(config, unsigned_side=0 if kernel.dtype is DType.U8 else 1)  # the packers'
+    factories = (problem.weights_factory(), quad_factory(_columns_factory(g, image), g.k))
+    return tiled(_integer_im2col(quads, g, factories, quads_of(g.k), weights, types), types)
 
 
 def plan_quad_im2col(problem: ConvProblem) -> GemmPlan | None:

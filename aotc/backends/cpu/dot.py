@@ -16,10 +16,10 @@ import math
 from dataclasses import dataclass, replace
 
 from ...ir import DType, Instruction
-from ...ir.fusion_kinds import BYTE_TYPES, widens_bytes
+from ...ir.fusion_kinds import BYTE_TYPES, byte_values
 from ..llvm.elemental import delinearize, linearize, split_index
 from ..llvm.lltypes import i64
-from .amx import AmxPlan, plan_amx
+from .amx import AmxPlan, tiled
 from .gemm import GemmPlan
 from .gemm_config import GemmConfig, gemm_config
 from .gemv import gemv_kind
@@ -111,7 +111,7 @@ def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
                 strides = (panel, depth)
                 batch_strides = tuple(view.strides[d] for d in batch)
                 source = view.dtype  # 8-bit integers an integer GEMM widens as it packs
-        narrow = _byte_values(dot.operands[operand]) if strides is None else source
+        narrow = byte_values(dot.operands[operand]) if strides is None else source
         side = _Side(operand, batch, free, contracting, shape.dims, strides, batch_strides, source)
         sides.append(replace(side, bytes=narrow if narrow in BYTE_TYPES else None))
         layout = None
@@ -126,12 +126,6 @@ def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
         return None
     batch = tuple(lhs.dims[d] for d in lhs.batch)
     return DotProblem(config, batch, m, n, k, lhs, rhs, tuple(layouts), tuple(weights))
-
-
-def _byte_values(operand: Instruction) -> DType | None:
-    """The 8-bit integer type that an operand computed in a wider integer type widens
-    (its generator's values fit it), if it does."""
-    return operand.operands[0].array_shape.dtype if widens_bytes(operand) else None
 
 
 @dataclass(frozen=True)
@@ -175,9 +169,18 @@ def plan_nbits_dot(problem: DotProblem) -> NBitsPlan | None:
 
 
 def plan_amx_dot(problem: DotProblem) -> AmxPlan | None:
-    """An integer dot of 8-bit A by a constant 8-bit B, on a target with AMX-INT8: tile
-    products (amx.py)."""
-    return plan_amx(problem)
+    """An integer dot of 8-bit operands, one a constant, on a target with AMX-INT8: tile
+    products (amx.py), A read as its values, B as quad panels."""
+    config, lhs, rhs, k = problem.config, problem.lhs, problem.rhs, problem.k
+    if not (config.paired and config.tiles) or lhs.bytes is None or rhs.bytes is None:
+        return None
+    types = (lhs.bytes, rhs.bytes)
+    quads = replace(config, unsigned_side=0 if lhs.bytes is DType.U8 else 1)  # the packers'
+    factories = (lhs.factory(), quad_factory(rhs.factory(), k))
+    gemm = replace(problem, config=quads).gemm(
+        factories, quads_of(k), paired_k=k, sources=(lhs.source, rhs.source)
+    )
+    return tiled(gemm, types)
 
 
 def plan_quad_dot(problem: DotProblem) -> GemmPlan | None:

@@ -27,6 +27,7 @@ Forms = tuple[tuple[str, Planner], ...]
 
 # (name, planner(ConvProblem))
 CONV_FORMS: Forms = (
+    ("amx", conv.plan_amx_im2col),  # 8-bit by a constant kernel, NCHW: im2col on AMX tiles
     ("quads", conv.plan_quad_im2col),  # u8 x s8 on vpdpbusd, NCHW: im2col GEMMs of quads
     ("paired", conv.plan_paired_im2col),  # integers, NCHW: im2col GEMMs of 16-bit pairs
     ("direct", direct_conv.plan_direct),  # channels-last: the micro-kernel on the image

@@ -5,18 +5,22 @@ blocks of BM x BN tiles of C (gemm_tiles.py), on one of two kernels:
 
 - tensor cores (mma_gemm.py) when both operands are f16 or both bf16, or both f32 and
   the target asks for TF32 (`cuda:sm_90+tf32`); they accumulate in f32;
-- CUDA cores (simt_gemm.py) otherwise, in f32 (f64 for f64 results);
+- CUDA cores (simt_gemm.py) otherwise, in f32 (f64 for f64 results), and s32 results
+  of integers (the ONNX frontend's quantized products) in exact i32 sums: by dp4a
+  where both operands' values are bytes (u8/s8, or widened from them by the operand's
+  convert), else by i32 multiply-adds (`ARITHMETIC`);
 
-and matrix-vector products (a few rows or columns of C, a deep k) split the depth across
-threads instead (gemv.py).  A tiled GEMM of too few blocks to fill the GPU splits its
-depth into slices (split-K, `depth_slices`): their partial sums go to the workspace after
-the arena, and a second kernel adds them up in slice order and finishes each element.
+and float matrix-vector products (a few rows or columns of C, a deep k) split the depth
+across threads instead (gemv.py).  A tiled GEMM of too few blocks to fill the GPU
+splits its depth into slices (split-K, `depth_slices`): their partial sums go to the
+workspace after the arena, and a second kernel adds them up in slice order and
+finishes each element.
 
-Finished elements go through the fusion's epilogue (bias, residual, activation) with the
-contraction's value from the registers, then to memory.  Taken for float results when
-the GEMM is big enough; a fusion qualifies when it is an OUTPUT fusion of one
-contraction (its root reads it through elementwise ops at its own output index, see
-aotc/ir/fusion_kinds.py).  Others run one thread per output element.
+Finished elements go through the fusion's epilogue (bias, residual, activation, a
+requantization to bytes) with the contraction's value from the registers, then to
+memory.  Taken when the GEMM is big enough; a fusion qualifies when it is an OUTPUT
+fusion of one contraction (its root reads it through elementwise ops at its own output
+index, see aotc/ir/fusion_kinds.py).  Others run one thread per output element.
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ from llvmlite import ir
 
 from ...buffers import BufferPlan
 from ...ir import DType, Instruction, Op, Shape
+from ...ir.fusion_kinds import byte_values
 from ..llvm import scalar
 from ..llvm.elemental import bind_instructions, element_pointer, memory_generator
-from ..llvm.lltypes import I32, I64, register_type, round_to, store_element
+from ..llvm.lltypes import I32, I64, round_to, store_element
 from ..llvm.loops import if_then
 from . import elementwise, gemv, mma_gemm, simt_gemm
 from .context import GpuContext
@@ -60,6 +65,7 @@ class _Choice:
     sizes: Gemm  # shape only (gemm_plan)
     make_gemm: object  # (lhs gen, rhs gen) -> Gemm
     vector: bool  # a matrix-vector product (gemv.py)
+    arithmetic: simt_gemm.Arithmetic  # the SIMT sums (their type: split-K's, mma's too)
     kind: object  # the tensor-core kind (mma_gemm.mma_kind), or None
     tiling: object  # the tiled kernels' tiling
     slices: int  # split-K: slices of the depth summed apart (1: none)
@@ -69,34 +75,77 @@ class _Choice:
         """The workspace of the split-K partial sums (0 without)."""
         if self.slices == 1:
             return 0
-        width = 8 if self.contraction.array_shape.dtype is DType.F64 else 4
+        width = self.arithmetic.dtype.itemsize
         return self.slices * self.sizes.batch * self.sizes.m * self.sizes.n * width
+
+
+def _float_sums(contraction: Instruction, gemm: Gemm) -> simt_gemm.Arithmetic | None:
+    """Float results of float operands: fma (where tensor cores do not take them)."""
+    out_dtype = contraction.array_shape.dtype
+    if out_dtype in FLOAT_RESULTS and contraction.operands[0].array_shape.dtype.is_float:
+        return simt_gemm.float_sums(out_dtype)
+    return None
+
+
+def _byte_sums(contraction: Instruction, gemm: Gemm) -> simt_gemm.Arithmetic | None:
+    """s32 sums of two operands whose values are bytes: dp4a, four products at a time
+    (the signs those of A's and B's values: a convolution's A is its kernel)."""
+    if contraction.array_shape.dtype is not DType.S32:
+        return None
+    a, b = (byte_values(contraction.operands[i]) for i in gemm.operands)
+    if a is None or b is None:
+        return None
+    return simt_gemm.byte_sums((a.is_signed_int, b.is_signed_int))
+
+
+def _word_sums(contraction: Instruction, gemm: Gemm) -> simt_gemm.Arithmetic | None:
+    """s32 sums of other integers of at most 32 bits (16-bit centered values): i32."""
+    in_dtype = contraction.operands[0].array_shape.dtype
+    if contraction.array_shape.dtype is DType.S32 and in_dtype.is_int and in_dtype.bits <= 32:
+        return simt_gemm.WORD_SUMS
+    return None
+
+
+# the tiled kernels' sums, by the first row that takes the contraction seen as `gemm`
+# (none: a thread per output element)
+ARITHMETIC = (_float_sums, _byte_sums, _word_sums)
+
+
+def _arithmetic(contraction: Instruction, gemm: Gemm) -> simt_gemm.Arithmetic | None:
+    """The sums of the first row of ARITHMETIC that takes `contraction`, or None."""
+    for row in ARITHMETIC:
+        found = row(contraction, gemm)
+        if found is not None:
+            return found
+    return None
 
 
 def _choose(target, instr: Instruction) -> _Choice | None:
     contraction = contraction_of(instr)
     if contraction is None:
         return None
-    out_dtype = contraction.array_shape.dtype
-    in_dtype = contraction.operands[0].array_shape.dtype
-    if out_dtype not in FLOAT_RESULTS or not in_dtype.is_float:
-        return None
     plan = gemm_plan(contraction)
     if plan is None:
         return None
     sizes, make_gemm = plan
-    if _matrix_vector(sizes, out_dtype):
-        return _Choice(contraction, sizes, make_gemm, True, None, None, 1)
+    arithmetic = _arithmetic(contraction, sizes)
+    if arithmetic is None:
+        return None
+    if _matrix_vector(sizes, arithmetic):
+        return _Choice(contraction, sizes, make_gemm, True, arithmetic, None, None, 1)
     if sizes.m * sizes.n * sizes.k * sizes.batch < MIN_WORK:
         return None
     if sizes.k < MIN_DEPTH or min(sizes.m, sizes.n) < MIN_SIDE:
         return None  # a thread per output reads coalesced and fills more SMs
     kind = mma_gemm.mma_kind(contraction, target)
-    tiling = _tiling(
-        sizes, (mma_gemm.LARGE, mma_gemm.SMALL) if kind else (simt_gemm.LARGE, simt_gemm.SMALL)
-    )
-    slices = depth_slices(sizes, tiling, mma_gemm.step_depth(kind) if kind else tiling.bk)
-    return _Choice(contraction, sizes, make_gemm, False, kind, tiling, slices)
+    if kind:
+        tiling, bk = _tiling(sizes, (mma_gemm.LARGE, mma_gemm.SMALL)), mma_gemm.step_depth(kind)
+    else:
+        tiling = _tiling(sizes, (simt_gemm.LARGE, simt_gemm.SMALL))
+        tiling = simt_gemm.staged_tiling(tiling, arithmetic)
+        bk = tiling.bk
+    slices = depth_slices(sizes, tiling, bk)
+    return _Choice(contraction, sizes, make_gemm, False, arithmetic, kind, tiling, slices)
 
 
 def depth_slices(sizes: Gemm, tiling, bk: int) -> int:
@@ -131,7 +180,6 @@ def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
         return None
     contraction, sizes = choice.contraction, choice.sizes
     out_dtype = contraction.array_shape.dtype
-    in_dtype = contraction.operands[0].array_shape.dtype
     flip = choice.vector and sizes.m > sizes.n
     if choice.vector:
         grid, threads = gemv.launch(transposed(sizes) if flip else sizes)
@@ -168,14 +216,13 @@ def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
             ctx, kernel, gemm, choice.tiling, choice.kind, tile_store, choice.slices
         )
     else:
-        convert = lambda value: scalar.convert(ctx, in_dtype, out_dtype, value)
         simt_gemm.emit_tiles(
             ctx,
             kernel,
             gemm,
             choice.tiling,
-            register_type(out_dtype),
-            convert,
+            choice.arithmetic,
+            contraction.operands[0].array_shape.dtype,
             tile_store,
             choice.slices,
         )
@@ -193,7 +240,7 @@ class _Partials:
     def __init__(self, ctx: GpuContext, choice: _Choice):
         self.ctx, self.choice = ctx, choice
         sizes = choice.sizes
-        dtype = DType.F64 if choice.contraction.array_shape.dtype is DType.F64 else DType.F32
+        dtype = choice.arithmetic.dtype
         self.shape = Shape(dtype, (choice.slices * sizes.batch, sizes.m, sizes.n))
 
     def store(self, g, m, n, value) -> None:
@@ -224,7 +271,7 @@ class _Partials:
             total = partial([g, m, n])
             for s in range(1, slices):
                 g_s = b.add(g, ir.Constant(I64, s * sizes.batch))
-                total = b.fadd(total, partial([g_s, m, n]))
+                total = scalar.binary(ctx, Op.ADD, self.shape.dtype, total, partial([g_s, m, n]))
             sums.append(total)
         for position, total in zip(positions, sums):
             with if_then(b, position.inside):
@@ -240,10 +287,11 @@ def _partials(ctx: GpuContext, choice: _Choice) -> _Partials | None:
     return _Partials(ctx, choice) if choice.slices > 1 else None
 
 
-def _matrix_vector(gemm: Gemm, out_dtype: DType) -> bool:
-    """Few rows or columns of C and a deep k (f32 accumulation: not for f64)."""
+def _matrix_vector(gemm: Gemm, arithmetic: simt_gemm.Arithmetic) -> bool:
+    """Few rows or columns of C and a deep k, summed in f32 (gemv's: not for f64 or
+    integer results)."""
     few = min(gemm.m, gemm.n) <= gemv.MAX_ROWS
-    return few and gemm.k >= gemv.MIN_DEPTH and out_dtype is not DType.F64
+    return few and gemm.k >= gemv.MIN_DEPTH and arithmetic.dtype is DType.F32
 
 
 def _tiles(gemm: Gemm, tiling) -> int:

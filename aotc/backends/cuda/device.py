@@ -1,9 +1,9 @@
 """The GPU as kernels see it: thread and block numbers, barriers, warp shuffles, shared
-memory, math functions, and what makes a function a kernel.
+memory, mma and dp4a, math functions, and what makes a function a kernel.
 
 Kernel emitters call a `Device` for these and emit plain LLVM IR otherwise, so the same
 kernels can target NVPTX (`NvptxDevice`, what ships) or a CPU emulation of the thread
-grid (tests/cuda/emulation.py), which runs them where there is no GPU.
+grid (tests/cuda/cuda_testing.py), which runs them where there is no GPU.
 """
 
 from __future__ import annotations
@@ -22,6 +22,14 @@ MMA_INTRINSICS = {
     "f16": "llvm.nvvm.mma.m16n8k16.row.col.f32.f32",
     "bf16": "llvm.nvvm.mma.m16n8k16.row.col.bf16",
     "tf32": "llvm.nvvm.mma.m16n8k8.row.col.tf32",
+}
+
+# dp4a by whether (a's, b's) bytes are signed
+DOT4_INTRINSICS = {
+    (False, False): "llvm.nvvm.idp4a.u.u",
+    (False, True): "llvm.nvvm.idp4a.u.s",
+    (True, False): "llvm.nvvm.idp4a.s.u",
+    (True, True): "llvm.nvvm.idp4a.s.s",
 }
 
 # LLVM intrinsics the NVPTX back end cannot select (they would become libm calls), by the
@@ -70,6 +78,12 @@ class Device(Protocol):
     def mma(self, ctx: EmitContext, kind: str, a: list, b: list, c: list) -> list:
         """D = A B + C on one warp's fragments (mma_gemm.py): A 4 and B 2 i32 registers
         of `kind` ("f16", "bf16" or "tf32") operands, C and D 4 f32 registers."""
+
+    def dot4(
+        self, ctx: EmitContext, a: ir.Value, b: ir.Value, c: ir.Value, signed: tuple[bool, bool]
+    ) -> ir.Value:
+        """c + the four products of a's and b's bytes, byte i by byte i, each operand's
+        bytes signed or not as `signed` (a's, b's) says (PTX dp4a); i32s, the sum wraps."""
 
     def to_tf32(self, ctx: EmitContext, value: ir.Value) -> ir.Value:
         """An f32 rounded to TF32 (nearest, ties away from zero), as i32 bits."""
@@ -125,6 +139,13 @@ class NvptxDevice:
         function.attributes.add("convergent")
         d = builder.call(function, args)
         return [builder.extract_value(d, k) for k in range(4)]
+
+    def dot4(
+        self, ctx: EmitContext, a: ir.Value, b: ir.Value, c: ir.Value, signed: tuple[bool, bool]
+    ) -> ir.Value:
+        builder: ir.IRBuilder = ctx.builder
+        function = ctx.declare(DOT4_INTRINSICS[signed], I32, [a, b, c], pure=True)
+        return builder.call(function, [a, b, c])
 
     def to_tf32(self, ctx: EmitContext, value: ir.Value) -> ir.Value:
         function = ctx.declare("llvm.nvvm.f2tf32.rna", I32, [value], pure=True)

@@ -42,6 +42,7 @@ class Gemm:
     a_k_fast: bool  # consecutive k are adjacent in A's memory (else consecutive m)
     b_n_fast: bool  # consecutive n are adjacent in B's memory (else consecutive k)
     out_index: Callable[[GpuContext, ir.Value, ir.Value, ir.Value], list]  # (g, m, n)
+    operands: tuple[int, int]  # the contraction's operands that A and B read
 
 
 def transposed(gemm: Gemm) -> Gemm:
@@ -56,6 +57,7 @@ def transposed(gemm: Gemm) -> Gemm:
         not gemm.b_n_fast,
         not gemm.a_k_fast,
         lambda ctx, g, n, m: gemm.out_index(ctx, g, m, n),
+        gemm.operands[::-1],
     )
 
 
@@ -125,9 +127,9 @@ def _dot_plan(dot: Instruction):
                 *split_position(ctx, n, n_ext),
             ]
 
-        return Gemm(*sizes, a, b, a_k_fast, b_n_fast, out_index)
+        return Gemm(*sizes, a, b, a_k_fast, b_n_fast, out_index, (0, 1))
 
-    return Gemm(*sizes, None, None, a_k_fast, b_n_fast, None), make
+    return Gemm(*sizes, None, None, a_k_fast, b_n_fast, None, (0, 1)), make
 
 
 def _conv_plan(conv: Instruction):
@@ -200,6 +202,6 @@ def _conv_plan(conv: Instruction):
                 index[d] = value
             return index
 
-        return Gemm(*sizes, a, b_, a_k_fast, b_n_fast, out_index)
+        return Gemm(*sizes, a, b_, a_k_fast, b_n_fast, out_index, (1, 0))
 
-    return Gemm(*sizes, None, None, a_k_fast, b_n_fast, None), make
+    return Gemm(*sizes, None, None, a_k_fast, b_n_fast, None, (1, 0)), make
