@@ -1,17 +1,19 @@
-"""Integer dots on AMX tiles: 8-bit operands by a constant 8-bit weight into s32 sums.
+"""Integer products on AMX tiles: 8-bit operands, one of them constant, into s32 sums.
 
-Where the target has AMX-INT8 (`GemmConfig.tiles`), a dot of 8-bit A (m, k) by a
-constant 8-bit B (k, n) runs on the tile unit: one tdpb[su][su]d multiplies a 16 x 64
-byte tile of A by a 16 x 16 tile of B's quads (64 k of 16 columns) into a 16 x 16 s32
-tile of C, 16,384 multiply-adds, where vpdpbusd does 64.  The four sign forms of the
-instruction take u8 and s8 on either side, so no operand is shifted, and the sums are
-the exact s32 ones.
+Where the target has AMX-INT8 (`GemmConfig.tiles`), a product of 8-bit A (m, k) by
+8-bit B (k, n), one of them a constant (a dot's weights, a convolution's kernel), runs
+on the tile unit: one tdpb[su][su]d multiplies a 16 x 64 byte tile of A by a 16 x 16
+tile of B's quads (64 k of 16 columns) into a 16 x 16 s32 tile of C, 16,384
+multiply-adds, where vpdpbusd does 64.  The four sign forms of the instruction take u8
+and s8 on either side, so no operand is shifted, and the sums are the exact s32 ones.
 
-- B is pre-packed at compile time (prepack.py) into strips of STRIP columns, each k
-  step of 64 values the strip's two tiles one after the other (`AmxLayout`); zero
-  past n and k.
-- A is copied per call into the workspace, rows of k padded to 64 bytes with zeros and
-  rows padded to BLOCK_ROWS (`_pack_a`): the tiles then read whole blocks.
+- A constant B (dots) is pre-packed at compile time (prepack.py) into strips of STRIP
+  columns, each k step of 64 values the strip's two tiles one after the other
+  (`AmxLayout`); zero past n and k.  A is then copied per call into the workspace,
+  rows of k padded to 64 bytes with zeros and rows padded to BLOCK_ROWS (`_pack_a`).
+- A constant A (im2col convolutions) is pre-packed as those padded rows; B's columns
+  are then packed per strip into the thread's region by its quad panels (quads.py):
+  two panels of 16 columns, each k quad by k quad.
 - `_strips_function` computes strips of C, block of BLOCK_ROWS rows by block, in
   the four C tiles (tmm0..3), A's two tiles in tmm4..5 and B's in tmm6..7.  Whole
   blocks are stored into C, the edges through a block on the stack.  Runs of strips
