@@ -104,7 +104,7 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     started = time.perf_counter()
     backend = backend_for(options.target)
     target = backend.parse_target(options.target, options.opt_level)
-    module, source = _import(model, options)
+    module, source = _import(model, options, backend.byte_dot_signs(target))
     limit = options.max_memory or memory_limits.machine_memory()
     memory_limits.check_tensors(module, limit)
     name = _model_name(options.name, source, module)
@@ -160,8 +160,9 @@ def measure_peak_gflops(target_spec: str = "host") -> float:
     return backend.peak_gflops(backend.parse_target(target_spec))
 
 
-def _import(model, options: CompileOptions) -> tuple[Module, str]:
-    """Pick the frontend: HLO text is sniffed by content, everything else is ONNX."""
+def _import(model, options: CompileOptions, byte_dot_signs: str) -> tuple[Module, str]:
+    """Pick the frontend: HLO text is sniffed by content, everything else is ONNX, whose
+    quantized products get the operand types the target's byte dots take."""
     if isinstance(model, (str, Path)):
         path = Path(model)
         if not path.is_file():
@@ -182,6 +183,7 @@ def _import(model, options: CompileOptions) -> tuple[Module, str]:
         options.input_shapes,
         input_values=options.input_values,
         input_structure=options.input_structure,
+        byte_dot_signs=byte_dot_signs,
     )
     return module, source
 

@@ -471,39 +471,112 @@ def test_convolution_forms_run_on_other_targets(target, form, tmp_path):
     check_example(cc, build, name, tmp_path, seed=5, path=path)
 
 
-@needs_aarch64
-@pytest.mark.parametrize("cpu, byte_dots", [("neoverse-v1", True), ("cortex-a72", False)])
-def test_aarch64_byte_dots_are_exact(cpu, byte_dots, tmp_path):
-    """u8 x s8 products on AArch64: quads of bytes on usdot where the CPU has i8mm
-    (neoverse-v1), 16-bit pairs where it has not (cortex-a72); both exact against
-    numpy's int64 product under qemu, K not a multiple of 4, with zero points."""
-    from onnx import TensorProto, helper, numpy_helper
+# AArch64 CPU -> what its byte dots take (CpuTarget.byte_dot_signs): usdot (i8mm), sdot
+# and udot (dotprod only), none (16-bit pairs)
+BYTE_DOT_CPUS = {
+    "neoverse-v1": "mixed",
+    "cortex-a76": "same",
+    "neoverse-n1": "same",
+    "cortex-a72": None,
+}
+# (signs, A's and B's types) -> the GEMM micro-kernels' tag of the product the frontend
+# makes: one side's sign flipped where the target's byte dots take other types
+BYTE_DOT_KERNELS = {
+    ("mixed", "u8s8"): "u8s8",
+    ("mixed", "s8s8"): "u8s8",
+    ("mixed", "u8u8"): "u8s8",
+    ("same", "u8s8"): "s8s8",
+    ("same", "s8s8"): "s8s8",
+    ("same", "u8u8"): "u8u8",
+}
+BYTES = {"u8": (np.uint8, 0, 256), "s8": (np.int8, -128, 128)}
 
+
+def _byte_program(graph, cpu: str, tmp_path: Path) -> tuple[Path, bytes]:
+    """The ONNX graph compiled for aarch64-linux-gnu:`cpu` and linked: the program, the
+    object's bytes."""
+    from onnx import helper
+
+    path = tmp_path / f"{graph.name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    build = tmp_path / "build"
+    result = run_cli("compile", path, "-o", build, "--target", f"aarch64-linux-gnu:{cpu}", "-q")
+    assert result.returncode == 0, result.stderr
+    program = build_program(CROSS_CC, build, graph.name, tmp_path / f"{graph.name}_driver")
+    return program, (build / f"{graph.name}.o").read_bytes()
+
+
+def _byte_kernels(object_bytes: bytes) -> set[str]:
+    """The tags of the GEMM micro-kernels in an object (e.g. "u8s8", "s32": pairs)."""
+    return {m.decode() for m in re.findall(rb"gemm\.kernel\.(\w+?)\.\d", object_bytes)}
+
+
+@needs_aarch64
+@pytest.mark.parametrize("types", ["u8s8", "s8s8", "u8u8"])
+@pytest.mark.parametrize("cpu", sorted(BYTE_DOT_CPUS))
+def test_aarch64_byte_dots_are_exact(cpu, types, tmp_path):
+    """8-bit products on AArch64: quads of bytes on usdot where the CPU has i8mm
+    (neoverse-v1: every product made u8 x s8), on sdot and udot where it has only
+    dotprod (cortex-a76, neoverse-n1: u8 x s8 made s8 x s8), 16-bit pairs where it has
+    neither (cortex-a72); all exact against numpy's int64 product under qemu, K not a
+    multiple of 4, with zero points."""
+    from onnx import helper, numpy_helper
+
+    signs = BYTE_DOT_CPUS[cpu]
+    assert parse_target(f"aarch64-linux-gnu:{cpu}").byte_dot_signs == signs
+    (a_type, a_low, a_high), (w_type, w_low, w_high) = BYTES[types[:2]], BYTES[types[2:]]
     rng = np.random.default_rng(9)
     m, k, n = 13, 131, 37
-    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
-    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
-    za, zw = np.uint8(117), rng.integers(-128, 128, (n,)).astype(np.int8)
+    a = rng.integers(a_low, a_high, (m, k)).astype(a_type)
+    w = rng.integers(w_low, w_high, (k, n)).astype(w_type)
+    za, zw = a_type(117 if a_low == 0 else -11), rng.integers(w_low, w_high, (n,)).astype(w_type)
     inits = [numpy_helper.from_array(v, name) for name, v in (("w", w), ("za", za), ("zw", zw))]
     graph = helper.make_graph(
         [helper.make_node("MatMulInteger", ["x", "w", "za", "zw"], ["y"])],
         "bytes",
-        [helper.make_tensor_value_info("x", TensorProto.UINT8, [m, k])],
-        [helper.make_tensor_value_info("y", TensorProto.INT32, [m, n])],
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(a.dtype), [m, k])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.INT32, [m, n])],
         inits,
     )
-    path = tmp_path / "bytes.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    target = f"aarch64-linux-gnu:{cpu}"
-    assert parse_target(target).has_byte_dots is byte_dots
-    build = tmp_path / "build"
-    result = run_cli("compile", path, "-o", build, "--target", target, "-q")
-    assert result.returncode == 0, result.stderr
-    assert (b"gemm.kernel.u8s8" in (build / "bytes.o").read_bytes()) is byte_dots
-    program = build_program(CROSS_CC, build, "bytes", tmp_path / "bytes_driver")
+    program, object_bytes = _byte_program(graph, cpu, tmp_path)
+    assert _byte_kernels(object_bytes) == {BYTE_DOT_KERNELS.get((signs, types), "s32")}
     (raw,) = run_program(program, [a], [m * n * 4], tmp_path / "run")
     want = (a.astype(np.int64) - za) @ (w.astype(np.int64) - zw)
     np.testing.assert_array_equal(np.frombuffer(raw, np.int32).reshape(m, n), want)
+
+
+# AArch64 CPU -> the micro-kernels of a ConvInteger of a u8 image by s8 weights (A the
+# weights, B the image's columns)
+BYTE_CONV_KERNELS = {"neoverse-v1": "s8u8", "cortex-a76": "s8s8", "neoverse-n1": "s8s8"}
+
+
+@needs_aarch64
+@pytest.mark.parametrize("cpu", sorted(BYTE_DOT_CPUS))
+def test_aarch64_byte_convolutions_are_exact(cpu, tmp_path):
+    """A ConvInteger of a u8 image with a zero point by s8 weights, padded, K = 5 x 3 x 3
+    (not a multiple of 4): im2col quads on usdot (neoverse-v1), on sdot with the image
+    made s8 (cortex-a76, neoverse-n1), pairs on cortex-a72; exact against numpy."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(10)
+    cin, cout, h, wd = 5, 12, 9, 11
+    x = rng.integers(0, 256, (1, cin, h, wd)).astype(np.uint8)
+    w = rng.integers(-128, 128, (cout, cin, 3, 3)).astype(np.int8)
+    zx = np.uint8(131)
+    graph = helper.make_graph(
+        [helper.make_node("ConvInteger", ["x", "w", "zx"], ["y"], pads=[1, 1, 1, 1])],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, cin, h, wd])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [1, cout, h, wd])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(zx, "zx")],
+    )
+    program, object_bytes = _byte_program(graph, cpu, tmp_path)
+    assert _byte_kernels(object_bytes) == {BYTE_CONV_KERNELS.get(cpu, "s32")}
+    (raw,) = run_program(program, [x], [cout * h * wd * 4], tmp_path / "run")
+    padded = np.pad(x.astype(np.int64) - zx, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    taps = np.lib.stride_tricks.sliding_window_view(padded[0], (3, 3), axis=(1, 2))
+    want = np.einsum("chwij,ocij->ohw", taps, w.astype(np.int64))[None]
+    np.testing.assert_array_equal(np.frombuffer(raw, np.int32).reshape(want.shape), want)
 
 
 @needs_aarch64

@@ -46,6 +46,13 @@ class Backend(Protocol[T]):
         """The target `spec` names, as compiled at `opt_level`; one-line error otherwise."""
         ...
 
+    def byte_dot_signs(self, target: T) -> str:
+        """The 8-bit operand types that the quantized products of a model compiled for
+        `target` should have, as its byte dot products take them: "mixed" (one u8 and
+        one s8) or "same" (two s8 or two u8).  The frontend flips one operand's sign to
+        make them so, which leaves the exact sums unchanged."""
+        ...
+
     def compile(
         self,
         module: Module,

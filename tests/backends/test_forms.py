@@ -20,6 +20,7 @@ PLANS = (GemmPlan, DirectConvPlan, DepthwisePlan, PlaneConvPlan, WinogradPlan, N
 def test_forms_in_priority_order():
     conv = [name for name, _ in forms.CONV_FORMS]
     assert conv == [
+        "amx",
         "quads",
         "paired",
         "direct",

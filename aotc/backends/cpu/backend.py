@@ -37,6 +37,11 @@ class CpuBackend(Backend[CpuTarget]):
         # below -O2, convolutions sum directly (closest to a reference's rounding)
         return replace(parse_target(spec), winograd=opt_level >= 2)
 
+    def byte_dot_signs(self, target: CpuTarget) -> str:
+        # AArch64 with dotprod but not i8mm: sdot and udot; elsewhere u8 x s8 (vpdpbusd,
+        # usdot), which the 16-bit pairs of targets without byte dots take as well
+        return "same" if target.byte_dot_signs == "same" else "mixed"
+
     def compile(
         self,
         module: Module,

@@ -33,7 +33,7 @@ from ..llvm.loops import branch_value
 from ..llvm.window import all_of, tap_position
 from .amx import AmxPlan, tiled
 from .gemm import GemmPlan
-from .gemm_config import GemmConfig, gemm_config
+from .gemm_config import GemmConfig, gemm_config, takes_bytes
 from .gemv import gemv_kind
 from .im2col import ImagePanels
 from .image_geometry import ImageGeometry
@@ -268,24 +268,24 @@ def plan_amx_im2col(problem: ConvProblem) -> AmxPlan | None:
     types = (kernel.dtype, image.dtype)
     if not set(types) <= {DType.U8, DType.S8} or g.base_dilated:
         return None
-    quads = replace(config, unsigned_side=0 if kernel.dtype is DType.U8 else 1)  # the packers'
+    quads = replace(config, quad_types=types)  # the packers'
     factories = (problem.weights_factory(), quad_factory(_columns_factory(g, image), g.k))
     return tiled(_integer_im2col(quads, g, factories, quads_of(g.k), weights, types), types)
 
 
 def plan_quad_im2col(problem: ConvProblem) -> GemmPlan | None:
-    """An integer convolution of a u8 and an s8 operand in memory (the other read
-    through their widening converts) with an NCHW output, on a target with vpdpbusd:
-    im2col GEMMs of 8-bit quads (quads.py)."""
+    """An integer convolution of 8-bit operands in memory (the other read through their
+    widening converts) of the types the target's byte dots take (`plan_quad_dot`), with
+    an NCHW output: im2col GEMMs of 8-bit quads (quads.py)."""
     g, config = problem.geometry, problem.config
-    if not (config.paired and config.byte_dots) or not g.nchw_output or g.work == 0:
+    if not config.paired or not g.nchw_output or g.work == 0:
         return None
     image, kernel, weights = problem.image_view, problem.kernel_view, problem.weights_layout
     if g.is_depthwise or image is None or kernel is None or weights is None:
         return None
-    if {image.dtype, kernel.dtype} != {DType.U8, DType.S8} or g.base_dilated:
+    if not takes_bytes(config, kernel.dtype, image.dtype) or g.base_dilated:
         return None
-    quads = replace(config, unsigned_side=0 if kernel.dtype is DType.U8 else 1)
+    quads = replace(config, quad_types=(kernel.dtype, image.dtype))
     factories = (problem.weights_factory(), _columns_factory(g, image))
     return _integer_im2col(
         quads,

@@ -21,7 +21,7 @@ from ..llvm.elemental import delinearize, linearize, split_index
 from ..llvm.lltypes import i64
 from .amx import AmxPlan, tiled
 from .gemm import GemmPlan
-from .gemm_config import GemmConfig, gemm_config
+from .gemm_config import GemmConfig, gemm_config, takes_bytes
 from .gemv import gemv_kind
 from .nbits import NBitsPlan, NBitsWeight, plan_nbits
 from .pairs import paired_factory, pairs_of
@@ -175,7 +175,7 @@ def plan_amx_dot(problem: DotProblem) -> AmxPlan | None:
     if not (config.paired and config.tiles) or lhs.bytes is None or rhs.bytes is None:
         return None
     types = (lhs.bytes, rhs.bytes)
-    quads = replace(config, unsigned_side=0 if lhs.bytes is DType.U8 else 1)  # the packers'
+    quads = replace(config, quad_types=types)  # the packers'
     factories = (lhs.factory(), quad_factory(rhs.factory(), k))
     gemm = replace(problem, config=quads).gemm(
         factories, quads_of(k), paired_k=k, sources=(lhs.source, rhs.source)
@@ -184,14 +184,16 @@ def plan_amx_dot(problem: DotProblem) -> AmxPlan | None:
 
 
 def plan_quad_dot(problem: DotProblem) -> GemmPlan | None:
-    """A dot of one u8 and one s8 operand (in memory, or converted from them by the
-    operand's computation), on a target with vpdpbusd: GEMMs of 8-bit quads (quads.py)."""
+    """A dot of 8-bit operands (in memory, or converted from them by the operand's
+    computation) of the types the target's byte dots take (one u8 and one s8 for
+    vpdpbusd and usdot, two s8 or two u8 for sdot and udot): GEMMs of 8-bit quads
+    (quads.py)."""
     config, lhs, rhs, k = problem.config, problem.lhs, problem.rhs, problem.k
-    if not (config.paired and config.byte_dots):
+    if not config.paired or lhs.bytes is None or rhs.bytes is None:
         return None
-    if {lhs.bytes, rhs.bytes} != {DType.U8, DType.S8}:
+    if not takes_bytes(config, lhs.bytes, rhs.bytes):
         return None
-    quads = replace(config, unsigned_side=0 if lhs.bytes is DType.U8 else 1)
+    quads = replace(config, quad_types=(lhs.bytes, rhs.bytes))
     factories = tuple(quad_factory(s.factory(), k) for s in (lhs, rhs))
     return replace(problem, config=quads).gemm(
         factories, quads_of(k), paired_k=k, sources=(lhs.source, rhs.source)

@@ -61,9 +61,10 @@ class GemmConfig:
     each 32-bit panel element holds two of an operand's values along k (k and k + 1)
     as 16-bit halves, and a multiply-add takes the products of both halves at once
     (pmaddwd on x86: 2x the multiply-adds of an f32 FMA per instruction), so K counts
-    pairs and C is s32.  Where one operand is u8 and the other s8 and the target has
-    vpdpbusd, an element holds four values instead (`quads`: 4x the multiply-adds of an
-    FMA), and K counts quads.
+    pairs and C is s32.  Where the operands' 8-bit types are those the target's byte
+    dots take (`byte_dots`: one u8 and one s8 for vpdpbusd and usdot, two s8 or two u8
+    for sdot and udot), an element holds four values instead (`quads`: 4x the
+    multiply-adds of an FMA), and K counts quads.
     """
 
     dtype: DType  # C's element type, and the panels' (floats) or their pairs' (s32)
@@ -72,15 +73,17 @@ class GemmConfig:
     fma: bool
     operand: DType | None = None  # integer GEMM: the operands' type (else `dtype`)
     pmaddwd: bool = False  # integer GEMM: x86's pmaddwd is there at `lanes` (target.py)
-    byte_dots: bool = False  # integer GEMM: x86's vpdpbusd is there at `lanes`
+    # integer GEMM: the operand types that the target's byte dots at `lanes` take
+    # (CpuTarget.byte_dot_signs): "mixed" (vpdpbusd, usdot), "same" (sdot, udot) or None
+    byte_dots: str | None = None
     tiles: bool = False  # integer GEMM: x86's AMX-INT8 tile products are there (amx.py)
-    # a GEMM of u8 x s8 quads (quads.py): the side (0: A, 1: B) whose values are u8
-    unsigned_side: int | None = None
+    # a GEMM of 8-bit quads (quads.py): the types of A's and B's values (u8 or s8)
+    quad_types: tuple[DType, DType] | None = None
 
     @property
     def quads(self) -> bool:
         """Each 32-bit panel element holds four 8-bit values along k (quads.py)."""
-        return self.unsigned_side is not None
+        return self.quad_types is not None
 
     @property
     def values_per_element(self) -> int:
@@ -89,10 +92,10 @@ class GemmConfig:
 
     @property
     def kernel_tag(self) -> str:
-        """The micro-kernels' name part: the element type, and for quads which side is
-        unsigned (their multiply-add differs)."""
-        if self.quads:
-            return "u8s8" if self.unsigned_side == 0 else "s8u8"
+        """The micro-kernels' name part: the element type, and for quads A's and B's
+        types (their multiply-adds differ), e.g. "u8s8", "s8s8"."""
+        if self.quad_types is not None:
+            return "".join(t.text for t in self.quad_types)
         return self.dtype.text
 
     @property
@@ -116,6 +119,8 @@ class GemmConfig:
 GEMM_DTYPES = frozenset({DType.F32, DType.F64})
 # integer operands that pair into 16-bit halves (u8 and s8 widen exactly), summed in s32
 PAIRED_OPERANDS = frozenset({DType.S8, DType.U8, DType.S16})
+# 8-bit operands that quads hold (quads.py)
+BYTE_OPERANDS = frozenset({DType.S8, DType.U8})
 
 
 def gemm_config(target, dtype: DType, operand: DType | None = None) -> GemmConfig | None:
@@ -131,9 +136,17 @@ def gemm_config(target, dtype: DType, operand: DType | None = None) -> GemmConfi
     if dtype.is_float:
         return GemmConfig(dtype, lanes, blocks, fma)
     pmaddwd = target is not None and target.has_pmaddwd
-    byte_dots = target is not None and target.has_byte_dots
+    byte_dots = target.byte_dot_signs if target is not None else None
     tiles = target is not None and target.has_amx_int8
     return GemmConfig(dtype, lanes, blocks, fma, operand, pmaddwd, byte_dots, tiles=tiles)
+
+
+def takes_bytes(config: GemmConfig, a: DType, b: DType) -> bool:
+    """Whether the byte dots of an integer GEMM's target (`config.byte_dots`) take A's
+    values of type `a` by B's of type `b` (8-bit types), so that the GEMM runs on quads."""
+    if a not in BYTE_OPERANDS or b not in BYTE_OPERANDS:
+        return False
+    return config.byte_dots == ("same" if a is b else "mixed")
 
 
 def fits_gemm(result: DType, operands) -> bool:

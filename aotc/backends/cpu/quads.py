@@ -1,11 +1,13 @@
 """Operands of the byte-dot GEMM: 8-bit integers packed as quads along k.
 
-A GEMM of one u8 and one s8 operand on a target with vpdpbusd (`GemmConfig.quads`) keeps
-the BLIS loop nest and micro-kernel of the float one, on 32-bit panel elements that each
-hold four of an operand's values, at k .. k + 3 (k in the lowest byte), so that one
-vpdpbusd multiplies and sums the four byte pairs of a lane: twice the multiply-adds of
-the 16-bit pairs (pairs.py) per instruction.  Its K counts quads, ceil(K / 4), the last
-one padded with zeros.
+A GEMM of 8-bit operands of the types the target's byte dots take (`GemmConfig.quads`:
+u8 x s8 on vpdpbusd and usdot, s8 x s8 and u8 x u8 on sdot and udot) keeps the BLIS loop
+nest and micro-kernel of the float one, on 32-bit panel elements that each hold four of
+an operand's values, at k .. k + 3 (k in the lowest byte), so that one instruction
+multiplies and sums the four byte pairs of a lane: twice the multiply-adds of the 16-bit
+pairs (pairs.py) per instruction.  Its K counts quads, ceil(K / 4), the last one padded
+with zeros.  The packers move bytes whatever their sign (a zero byte is 0 in u8 and s8);
+the micro-kernel's multiply-add (vectors.quad_mul_add) reads them as their types.
 
 `QuadStridedPanels` packs an operand read in place (the 8-bit values a dot's operand
 converts), `QuadGeneratedPanels` one computed in a wider type whose values are 8-bit

@@ -104,18 +104,32 @@ class CpuTarget:
         return _probe(self.triple, self.cpu, self.features).has_pmaddwd
 
     @property
-    def has_byte_dots(self) -> bool:
-        """Whether four u8 x s8 products summed into each 32-bit lane are one instruction
-        at the full `vector_bits`.  On x86, vpdpbusd: AVX-512 VNNI at 512 bits, AVX-VNNI
-        at 256, read from the target's features (the host's are all listed; a CPU named
-        without them gets the 16-bit pairs, as a code generator without the instruction
-        would fail).  On AArch64, usdot (the i8mm extension): asked of LLVM's code
-        generator for the CPU, as FMA is."""
+    def byte_dot_signs(self) -> str | None:
+        """What the instructions that sum four byte products into each 32-bit lane at
+        the full `vector_bits` take: "mixed" (a u8 and an s8 operand), "same" (two s8 or
+        two u8 operands) or None (no such instruction).
+
+        "mixed" on x86 where vpdpbusd is there at the vector width (AVX-512 VNNI at 512
+        bits, AVX-VNNI at 256), read from the target's features (the host's are all
+        listed; a CPU named without them gets none, as a code generator without the
+        instruction would fail), and on AArch64 where the CPU has usdot (i8mm); "same"
+        on AArch64 CPUs with only sdot and udot (dotprod: Cortex-A55/A76, Neoverse N1,
+        Apple M1).  The AArch64 instructions are asked of LLVM's code generator for the
+        CPU, as FMA is."""
         if self.arch == "aarch64":
-            return _probe(self.triple, self.cpu, self.features).has_mixed_byte_dots
+            unit = _probe(self.triple, self.cpu, self.features)
+            if unit.has_mixed_byte_dots:
+                return "mixed"
+            return "same" if unit.has_same_byte_dots else None
         flags = set(self.features.split(","))
         wanted = {512: "+avx512vnni", 256: "+avxvnni"}.get(self.vector_bits)
-        return self.arch == "x86_64" and wanted in flags
+        return "mixed" if self.arch == "x86_64" and wanted in flags else None
+
+    @property
+    def has_byte_dots(self) -> bool:
+        """Whether some instruction sums four byte products into each 32-bit lane at the
+        full `vector_bits` (`byte_dot_signs` says of which operand types)."""
+        return self.byte_dot_signs is not None
 
     @property
     def has_amx_int8(self) -> bool:
@@ -203,20 +217,23 @@ class _VectorUnit:
     has_pmaddwd: bool
     has_vector_ldexp: bool
     has_mixed_byte_dots: bool = False  # AArch64's usdot
+    has_same_byte_dots: bool = False  # AArch64's sdot (and udot)
 
 
-# sums of four u8 x s8 products per 32-bit lane, in the form LLVM selects as AArch64's
-# usdot where the CPU has i8mm
-_USDOT_PROBE_IR = """
-define <4 x i32> @dots(<4 x i32> %acc, <16 x i8> %u, <16 x i8> %s) {
-  %a = zext <16 x i8> %u to <16 x i32>
-  %b = sext <16 x i8> %s to <16 x i32>
+# sums of four byte products per 32-bit lane, in the form LLVM selects as AArch64's
+# usdot (zext x sext) where the CPU has i8mm, sdot (sext x sext) where it has dotprod
+_BYTE_DOT_PROBE_IR = """
+define <4 x i32> @dots(<4 x i32> %acc, <16 x i8> %x, <16 x i8> %y) {{
+  %a = {0} <16 x i8> %x to <16 x i32>
+  %b = sext <16 x i8> %y to <16 x i32>
   %p = mul <16 x i32> %a, %b
   %r = call <4 x i32> @llvm.vector.partial.reduce.add.v4i32.v16i32(<4 x i32> %acc, <16 x i32> %p)
   ret <4 x i32> %r
-}
+}}
 declare <4 x i32> @llvm.vector.partial.reduce.add.v4i32.v16i32(<4 x i32>, <16 x i32>)
 """
+_USDOT_PROBE_IR = _BYTE_DOT_PROBE_IR.format("zext")
+_SDOT_PROBE_IR = _BYTE_DOT_PROBE_IR.format("sext")
 
 
 # a 512-bit add and a 128-bit fused multiply-add: the registers and instructions LLVM
@@ -289,12 +306,19 @@ def _probe(triple: str, cpu: str, features: str) -> _VectorUnit:
         module = llvm.parse_assembly(f'target triple = "{triple}"\n{_pairs_probe(bits // 32)}')
         found = re.search(r"pmaddwd\s.*%(\w+)", machine.emit_assembly(module))
         pmaddwd = found is not None and found.group(1).startswith(_PAIRS_REGISTERS[bits])
-    usdot = False
+    usdot = sdot = False
     if triple.startswith("aarch64"):
-        module = llvm.parse_assembly(f'target triple = "{triple}"\n{_USDOT_PROBE_IR}')
-        usdot = bool(re.search(r"\busdot\b", machine.emit_assembly(module)))
+        usdot = _selects(machine, triple, _USDOT_PROBE_IR, "usdot")
+        sdot = _selects(machine, triple, _SDOT_PROBE_IR, "sdot")
     fma_native = bool(_FMA_INSTRUCTIONS.search(fma))
-    return _VectorUnit(bits, fma_native, pmaddwd, "ldexpf" not in ldexp, usdot)  # no libm call
+    no_libm = "ldexpf" not in ldexp
+    return _VectorUnit(bits, fma_native, pmaddwd, no_libm, usdot, sdot)
+
+
+def _selects(machine: llvm.TargetMachine, triple: str, ir_text: str, instruction: str) -> bool:
+    """Whether LLVM's code generator for the machine makes `instruction` of `ir_text`."""
+    module = llvm.parse_assembly(f'target triple = "{triple}"\n{ir_text}')
+    return bool(re.search(rf"\b{instruction}\b", machine.emit_assembly(module)))
 
 
 def _check_triple(triple: str, spec: str) -> str:

@@ -89,38 +89,52 @@ def pair_mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
     return b.add(products, acc)
 
 
-# x86's vpdpbusd per vector width (i32 lanes): acc + four u8 x s8 products per lane
-# lanes -> the instruction summing four u8 x s8 products per lane, (acc, u8s, s8s): x86's
-# vpdpbusd at 8 and 16 lanes, AArch64's usdot at NEON's 4 (`CpuTarget.has_byte_dots`)
+# (lanes, the operands' types) -> the instruction summing four byte products per 32-bit
+# lane, (acc, x, y): u8 x s8 on x86's vpdpbusd at 8 and 16 lanes and AArch64's usdot at
+# NEON's 4 (`CpuTarget.byte_dot_signs` "mixed"), s8 x s8 and u8 x u8 on AArch64's sdot
+# and udot ("same")
 BYTE_DOTS = {
-    4: "llvm.aarch64.neon.usdot.v4i32.v16i8",
-    8: "llvm.x86.avx512.vpdpbusd.256",
-    16: "llvm.x86.avx512.vpdpbusd.512",
+    (4, "u8s8"): "llvm.aarch64.neon.usdot.v4i32.v16i8",
+    (8, "u8s8"): "llvm.x86.avx512.vpdpbusd.256",
+    (16, "u8s8"): "llvm.x86.avx512.vpdpbusd.512",
+    (4, "s8s8"): "llvm.aarch64.neon.sdot.v4i32.v16i8",
+    (4, "u8u8"): "llvm.aarch64.neon.udot.v4i32.v16i8",
 }
 
 
 def quad_mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:
     """acc + the sum of the four byte products per 32-bit lane of <W x i32> vectors of
-    quads (quads.py), x A's and y B's; the side `cfg.unsigned_side` holds u8 values,
-    the other s8.  Each lane's four products sum to at most 4 x 255 x 128 in size, and
-    the sums wrap modulo 2**32 like the pairs': the exact s32 sum.
+    quads (quads.py), x A's and y B's, of the types `cfg.quad_types` (u8 or s8).  Each
+    lane's four products sum to at most 4 x 255 x 255 in size, and the sums wrap modulo
+    2**32 like the pairs': the exact s32 sum.
 
-    vpdpbusd or usdot where the target has it at this width (each takes the u8 operand
-    first); elsewhere (a tile's narrower vectors) the plain form."""
+    vpdpbusd, usdot, sdot or udot where the target's byte dots take these types at this
+    width (`cfg.byte_dots`); elsewhere (a tile's narrower vectors) the plain form."""
+    assert cfg.quad_types is not None
     count = x.type.count
-    unsigned, signed = (x, y) if cfg.unsigned_side == 0 else (y, x)
+    operands = list(zip((x, y), cfg.quad_types))
+    if cfg.quad_types == (DType.S8, DType.U8):
+        operands.reverse()  # vpdpbusd and usdot take the u8 operand first
+    types = "".join(dtype.text for _, dtype in operands)
+    signs = "same" if operands[0][1] is operands[1][1] else "mixed"
     quad_bytes = ir.VectorType(ir.IntType(8), 4 * count)
-    if cfg.byte_dots and count in BYTE_DOTS and count == cfg.lanes:
-        args = [acc, b.bitcast(unsigned, quad_bytes), b.bitcast(signed, quad_bytes)]
-        return b.call(ctx.declare(BYTE_DOTS[count], x.type, args), args)
+    instruction = BYTE_DOTS.get((count, types))
+    if cfg.byte_dots == signs and instruction is not None and count == cfg.lanes:
+        args = [acc, *(b.bitcast(v, quad_bytes) for v, _ in operands)]
+        return b.call(ctx.declare(instruction, x.type, args), args)
     wide = ir.VectorType(ir.IntType(32), 4 * count)
-    products = b.mul(
-        b.zext(b.bitcast(unsigned, quad_bytes), wide), b.sext(b.bitcast(signed, quad_bytes), wide)
-    )
+    (u, u_type), (v, v_type) = operands
+    products = b.mul(_widened(b, u, u_type, wide), _widened(b, v, v_type, wide))
     total = acc
     for byte in range(4):
         total = b.add(total, pick_lanes(b, products, range(byte, 4 * count, 4)))
     return total
+
+
+def _widened(b: ir.IRBuilder, quads, dtype: DType, wide: ir.VectorType) -> ir.Value:
+    """The bytes of a vector of quads (of 8-bit values of `dtype`) as the lanes of `wide`."""
+    values = b.bitcast(quads, ir.VectorType(ir.IntType(8), wide.count))
+    return b.zext(values, wide) if dtype is DType.U8 else b.sext(values, wide)
 
 
 def mul_add(ctx, b: ir.IRBuilder, cfg: GemmConfig, x, y, acc) -> ir.Value:

@@ -28,6 +28,9 @@ class CudaBackend(Backend[CudaTarget]):
     def parse_target(self, spec: str, opt_level: int = 2) -> CudaTarget:
         return parse_cuda_target(spec)  # no kernel depends on the optimization level
 
+    def byte_dot_signs(self, target: CudaTarget) -> str:
+        return "mixed"  # dp4a takes any signs: the products stay u8 x s8 as MLAS makes them
+
     def compile(
         self,
         module: Module,

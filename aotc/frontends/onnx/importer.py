@@ -121,6 +121,8 @@ FAMILIES = (
 InputShapes = Mapping[str, Sequence[int]]
 # sequence input -> its length; optional input given no value -> None
 InputStructure = Mapping[str, int | None]
+# what a target's byte dot products take (import_onnx's `byte_dot_signs`)
+BYTE_DOT_SIGNS = ("mixed", "same")
 
 
 def import_onnx(
@@ -129,19 +131,25 @@ def import_onnx(
     name: str | None = None,
     input_values: Mapping[str, np.ndarray] | None = None,
     input_structure: InputStructure | None = None,
+    byte_dot_signs: str = "mixed",
 ) -> Module:
     """Lower an ONNX model (or a path to one) to an IR module.
 
     Inputs named in `input_values` become constants with those values (the
     model is specialised on them, e.g. a Reshape's shape fed as an input).
     Shapes and values of a sequence's tensors are keyed "NAME.0", "NAME.1"...
+    `byte_dot_signs` is what the target's byte dot products take, "mixed" (one u8 and
+    one s8 operand) or "same" (two s8 or two u8): quantized products get those types.
     """
+    if byte_dot_signs not in BYTE_DOT_SIGNS:
+        raise ValueError(f"byte_dot_signs {byte_dot_signs!r} is not one of {BYTE_DOT_SIGNS}")
     model = load_model(model)
     opsets = model_opsets(model)
     check_supported(model.graph, opsets)
     module = Module(to_c_identifier(name or model.graph.name or "model"))
     b = ComputationBuilder(module, "main")
     top = GraphLowering(b, model.graph, opsets, _used_names(model.graph))
+    top.byte_dot_signs = byte_dot_signs
     boundary = ModelBoundary(top, input_shapes, input_values, input_structure)
     module.input_names = boundary.bind_inputs()
     top.lower_nodes()
@@ -311,6 +319,8 @@ class GraphLowering:
         self.values: dict[str, Value] = {}
         # id(parameter) -> its model input name (for InputValuesRequired), shared by nesting
         self.input_names = {} if input_names is None else input_names
+        # the operand types quantized products get (import_onnx), as the enclosing graph's
+        self.byte_dot_signs = "mixed" if parent is None else parent.byte_dot_signs
 
     def lower_nodes(self) -> None:
         for index, node in enumerate(self.graph.node):
@@ -361,6 +371,7 @@ class GraphLowering:
                 [name in self.used for name in node.output],
                 self.input_names,
                 self.lower_graph,
+                self.byte_dot_signs,
             )
             result = lowering.fn(ctx, *inputs)
         except AotcError as e:

@@ -213,8 +213,8 @@ def integer_matmul(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction:
     (dim -2), b's per column (dim -1).
 
     8-bit matrices are multiplied as they are, the zero points applied after (`_raw_product`):
-    the GEMM then reads the 8-bit values in place, as 8-bit dot products (vpdpbusd) where
-    the target has them, rather than a centered 16-bit copy."""
+    the GEMM then reads the 8-bit values in place, as 8-bit dot products (vpdpbusd, usdot,
+    sdot) where the target has them, rather than a centered 16-bit copy."""
     raw = _raw_product(ctx, a, a_zp, bm, b_zp)
     if raw is not None:
         return raw
@@ -226,7 +226,9 @@ def _raw_product(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction | None:
     """sum_k (a - za)(b - zb) as sum_k a b - zb sum_k a - za sum_k b + K za zb, exactly (in
     wrapping s32, as the product itself), for 8-bit matrices of rank >= 2 and scalar or
     vector zero points; None where that does not apply.  A constant b's column sums are
-    computed here; zero points that are constant zeros drop their terms."""
+    computed here; zero points that are constant zeros drop their terms.  One operand's
+    sign is flipped (`sign_flipped`) where the operand types are not those the target's
+    byte dots take: one u8 and one s8, or ("same") one type, a u8 side made s8."""
     b = ctx.b
     zero_points = [zp for zp in (a_zp, b_zp) if zp is not None]
     if a.shape.rank < 2 or bm.shape.rank < 2:
@@ -240,9 +242,15 @@ def _raw_product(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction | None:
         return None
     if b_zp is not None and b_zp.shape.size not in (1, n):
         return None
-    if (a.shape.dtype, bm.shape.dtype) == (DType.S8, DType.S8):
+    types = (a.shape.dtype, bm.shape.dtype)
+    if ctx.byte_dot_signs == "same":  # the u8 side to s8
+        if types == (DType.U8, DType.S8):
+            a, a_zp = sign_flipped(b, a, a_zp, DType.S8)
+        elif types == (DType.S8, DType.U8):
+            bm, b_zp = sign_flipped(b, bm, b_zp, DType.S8)
+    elif types == (DType.S8, DType.S8):
         a, a_zp = sign_flipped(b, a, a_zp, DType.U8)
-    elif (a.shape.dtype, bm.shape.dtype) == (DType.U8, DType.U8):
+    elif types == (DType.U8, DType.U8):
         bm, b_zp = sign_flipped(b, bm, b_zp, DType.S8)
     product = matmul(ctx, b.convert(a, DType.S16), b.convert(bm, DType.S16), DType.S32)
     dims = product.array_shape.dims
@@ -276,9 +284,11 @@ def _raw_product(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction | None:
 
 def sign_flipped(b, x: Instruction, zero_point, dtype: DType):
     """(x, its zero point) moved to the other 8-bit type `dtype` with the sign bit
-    flipped (s8 -> u8: x + 128; u8 -> s8: x - 128), so that an integer product has one u8
-    and one s8 operand, as byte dot products (vpdpbusd) take them, as MLAS does; the
-    centered values x - zero point are unchanged (a missing zero point is 0 flipped)."""
+    flipped (s8 -> u8: x + 128; u8 -> s8: x - 128), so that an integer product has the
+    operand types the target's byte dot products take (`NodeContext.byte_dot_signs`):
+    one u8 and one s8 (vpdpbusd, usdot), as MLAS does, or two of one type (sdot, udot);
+    the centered values x - zero point are unchanged (a missing zero point is 0
+    flipped)."""
     if zero_point is None:
         zero_point = b.scalar(0, x.array_shape.dtype)
 
@@ -334,7 +344,8 @@ def _raw_conv(ctx: NodeContext, x, x_zp, w, w_zp) -> Instruction | None:
     with zx (a padded tap is then zero once centered) and convolved without padding,
     then zx times each output channel's weight sum subtracted.  For 8-bit operands, a
     scalar input zero point and weights without one (as onnxruntime quantizes them);
-    None otherwise."""
+    None otherwise.  The input's sign is flipped (`sign_flipped`) where the target's byte
+    dots take one u8 and one s8 and both are s8, or take one type and they differ."""
     b = ctx.b
     if x.shape.dtype not in INT8_TYPES or w.shape.dtype not in INT8_TYPES:
         return None
@@ -342,7 +353,10 @@ def _raw_conv(ctx: NodeContext, x, x_zp, w, w_zp) -> Instruction | None:
         return None
     if w_zp is not None and not _is_zero(w_zp):
         return None
-    if (x.shape.dtype, w.shape.dtype) == (DType.S8, DType.S8):
+    if ctx.byte_dot_signs == "same":  # the input to the weights' type (no zero point there)
+        if x.shape.dtype is not w.shape.dtype:
+            x, x_zp = sign_flipped(b, x, x_zp, w.shape.dtype)
+    elif (x.shape.dtype, w.shape.dtype) == (DType.S8, DType.S8):
         x, x_zp = sign_flipped(b, x, x_zp, DType.U8)
     window = conv_window(ctx, x, w)
     zx = None if x_zp is None or _is_zero(x_zp) else b.reshape(x_zp, [])

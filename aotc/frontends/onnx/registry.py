@@ -209,6 +209,9 @@ class NodeContext:
     # lowers a graph attribute (If branch, Loop body...) inline from its input values,
     # seeing the enclosing graphs' values; returns its output values (importer.py)
     lower_graph: Callable[[onnx.GraphProto, Sequence[Any]], list[Any]] | None = None
+    # the 8-bit operand types the target's byte dot products take (import_onnx): "mixed"
+    # (one u8 and one s8) or "same" (two s8 or two u8); quantize.py makes them so
+    byte_dot_signs: str = "mixed"
 
     def attr(self, name: str, default: Any = None) -> Any:
         """Attribute `name` (schema default applied), else `default`."""
