@@ -349,6 +349,32 @@ def run_on_gpu(compiled, inputs, outputs_like, workdir: Path) -> list[np.ndarray
     return outputs
 
 
+# run_emulated, and run_on_gpu where there is a GPU: the runners a test parametrizes over
+RUNNERS = [
+    pytest.param(run_emulated, id="emulated"),
+    pytest.param(
+        run_on_gpu,
+        id="gpu",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not has_gpu(), reason="no NVIDIA GPU with a driver here"),
+        ],
+    ),
+]
+
+
+def tiled_tools(monkeypatch) -> None:
+    """ptxas and a C compiler (else skip), and tiled contraction kernels however small
+    the GEMM (emulating big ones is slow)."""
+    from aotc.backends.cuda import contraction
+
+    require_ptxas()
+    c_compiler()
+    monkeypatch.setattr(contraction, "MIN_WORK", 1)
+    monkeypatch.setattr(contraction, "MIN_SIDE", 1)
+    monkeypatch.setattr(contraction, "MIN_DEPTH", 1)
+
+
 # -- a conformance subset ----------------------------------------------------------------
 
 # ONNX node cases (onnx.backend.test) that the CPU passes, one or two per op family the

@@ -63,8 +63,8 @@ def check_compiled(compiled) -> None:
         assert k.shared_bytes <= MAX_STATIC_SHARED, k
         assert k.cooperative or k.shared_bytes == 0, k
         assert k.bytes > 0
-    if compiled.plan.weights:
-        assert bytes(compiled.plan.weights) in program.host_object
+    if program.weights:
+        assert program.weights in program.host_object
 
 
 @pytest.mark.parametrize("name", sorted(E2E))

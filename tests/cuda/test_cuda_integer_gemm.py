@@ -13,7 +13,7 @@ import re
 import numpy as np
 import onnx
 import pytest
-from cuda_testing import c_compiler, has_gpu, require_ptxas, run_emulated, run_on_gpu
+from cuda_testing import RUNNERS, tiled_tools
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -23,27 +23,11 @@ from aotc.driver import CompileOptions, compile_model
 U8, S8, S32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
 NUMPY = {U8: np.uint8, S8: np.int8}
 DP4A = re.compile(r"dp4a\.([us])32\.([us])32")
-RUNNERS = [
-    pytest.param(run_emulated, id="emulated"),
-    pytest.param(
-        run_on_gpu,
-        id="gpu",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not has_gpu(), reason="no NVIDIA GPU with a driver here"),
-        ],
-    ),
-]
 
 
 @pytest.fixture(autouse=True)
 def _tools(monkeypatch):
-    require_ptxas()
-    c_compiler()
-    # tiled kernels however small the GEMM (emulating big ones is slow)
-    monkeypatch.setattr(contraction, "MIN_WORK", 1)
-    monkeypatch.setattr(contraction, "MIN_SIDE", 1)
-    monkeypatch.setattr(contraction, "MIN_DEPTH", 1)
+    tiled_tools(monkeypatch)
 
 
 def _model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from cuda_testing import c_compiler, has_gpu, require_ptxas, run_emulated, run_on_gpu
+from cuda_testing import RUNNERS, tiled_tools
 from onnx import TensorProto, helper
 
 from aotc.backends.cuda import contraction
@@ -22,27 +22,11 @@ MMA_F16 = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 MMA_BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 MMA_TF32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 ARCHS = "cuda:sm_80,sm_90"
-RUNNERS = [
-    pytest.param(run_emulated, id="emulated"),
-    pytest.param(
-        run_on_gpu,
-        id="gpu",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not has_gpu(), reason="no NVIDIA GPU with a driver here"),
-        ],
-    ),
-]
 
 
 @pytest.fixture(autouse=True)
 def _tools(monkeypatch):
-    require_ptxas()
-    c_compiler()
-    # tiled kernels however small the GEMM (emulating big ones is slow)
-    monkeypatch.setattr(contraction, "MIN_WORK", 1)
-    monkeypatch.setattr(contraction, "MIN_SIDE", 1)
-    monkeypatch.setattr(contraction, "MIN_DEPTH", 1)
+    tiled_tools(monkeypatch)
 
 
 def _model(nodes, inputs, outputs) -> onnx.ModelProto:

@@ -6,7 +6,8 @@ definitions are internalized so that the optimizer drops the ones not called.  T
 object defines, for model NAME (read-only data, like the CPU backend's weights patched
 into zero-filled placeholder sections after emission, see llvm/elf.py):
 
-    NAME_weights            the constants, uploaded once by NAME_cuda_init
+    NAME_weights            the constants (sub-byte ones packed, see packing.py),
+                            uploaded once by NAME_cuda_init
     NAME_cubin_sm_XX        one cubin per architecture
     NAME_ptx                the PTX of the newest architecture, NUL-terminated
 """
@@ -41,10 +42,15 @@ class CudaProgram:
     inputs: int
     outputs: int
     arena_bytes: int
-    weight_bytes: int
+    weights: bytes  # the blob the kernels read (sub-byte constants packed: packing.py)
     cubins: dict[str, bytes]  # architecture -> cubin
     ptx: str  # for target.newest
     host_object: bytes  # NAME_weights, NAME_cubin_sm_XX, NAME_ptx
+
+    @property
+    def weight_bytes(self) -> int:
+        """The bytes the launcher uploads: the packed blob's, not the plan's."""
+        return len(self.weights)
 
     def images(self) -> list[CubinImage]:
         """The embedded cubins, oldest architecture first."""
@@ -83,7 +89,8 @@ def compile_cuda(module: Module, plan: BufferPlan, name: str, target: CudaTarget
             ptx = arch_ptx
     blobs = {f"{name}_cubin_{arch}": cubin for arch, cubin in cubins.items()}
     blobs[f"{name}_ptx"] = ptx.encode() + b"\0"
-    blobs[f"{name}_weights"] = plan.weights or b"\0"
+    blobs[f"{name}_weights"] = program.weights or b"\0"
+    plan.object_weight_bytes = len(program.weights)  # what the stats and NAME.h report
     return CudaProgram(
         name,
         target,
@@ -92,7 +99,7 @@ def compile_cuda(module: Module, plan: BufferPlan, name: str, target: CudaTarget
         program.inputs,
         program.outputs,
         plan.scratch_bytes,
-        len(plan.weights),
+        program.weights,
         cubins,
         ptx,
         host_object(blobs),

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
+from ...buffers import Slice
+from ...ir import DType
 from ..llvm.context import EmitContext
 from .device import Device
 
@@ -25,6 +27,7 @@ class GpuContext(EmitContext):
         self.device = device
         self.kernel = None  # the program.Kernel being emitted
         self.inputs = self.outputs = 0  # the model's caller buffers (kernel parameters)
+        self.packed: dict[Slice, DType] = {}  # constants stored packed (packing.py)
 
     def intrinsic(
         self, name: str, args: Sequence[ir.Value], ret: ir.Type | None = None

@@ -18,9 +18,10 @@ from ...buffers import BufferKind, BufferPlan, Slice
 from ...errors import UnsupportedError
 from ...ir import Instruction, Op, Shape
 from ..llvm.context import Gen
-from ..llvm.elemental import constant_rule, memory_generator
+from ..llvm.elemental import constant_rule
 from ..llvm.lltypes import I64
 from .context import GpuContext
+from .packing import slice_generator
 
 
 @dataclass(frozen=True)
@@ -97,13 +98,14 @@ def finish_kernel(ctx: GpuContext, instr: Instruction, kernel: Kernel) -> Kernel
 
 
 def operand_generators(ctx: GpuContext, instr: Instruction) -> list[Gen]:
-    """Operands are read from their buffers, except one-element constants (immediates)."""
+    """Operands are read from their buffers (packed constants by their fields: every
+    kernel reads its operands here), except one-element constants (immediates)."""
     gens = []
     for operand in instr.operands:
         if operand.op is Op.CONSTANT and operand.array_shape.size == 1:
             gens.append(constant_rule(ctx, operand, []))
         else:
-            gens.append(memory_generator(ctx, ctx.plan.slice_of(operand), operand.array_shape))
+            gens.append(slice_generator(ctx, ctx.plan.slice_of(operand), operand.array_shape))
     return gens
 
 

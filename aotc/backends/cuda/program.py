@@ -33,6 +33,7 @@ from .contraction import emit_contraction, workspace_bytes
 from .device import Device, NvptxDevice
 from .elementwise import emit_elementwise
 from .kernel import KernelLaunch, output_slices
+from .packing import pack_constants
 from .reduction import emit_reduce, emit_rows
 from .serial import emit_serial
 from .sort import emit_sort
@@ -51,6 +52,7 @@ class KernelProgram:
     output_copies: list[tuple[Slice, Slice]]
     inputs: int
     outputs: int
+    weights: bytes  # the blob the kernels read (sub-byte constants packed: packing.py)
 
 
 def kernel_rules() -> dict:
@@ -73,17 +75,21 @@ def build_program(
     target: CudaTarget,
     device: Device | None = None,
 ) -> KernelProgram:
-    """The kernels of `module`'s entry laid out by `plan`, for `device` (NVPTX default)."""
+    """The kernels of `module`'s entry laid out by `plan` (its workspace set there), over
+    the weights with sub-byte constants packed, for `device` (NVPTX default)."""
     check_c_identifier(name, "model name")
     device = device or NvptxDevice()
     llmod = ir.Module(name=name)
     llmod.triple = device.triple
+    plan.workspace_bytes = workspace_bytes(target, plan)
+    packed = pack_constants(plan)
+    plan = packed.plan
     ctx = GpuContext(llmod, plan, name, kernel_rules(), device, target)
+    ctx.packed = packed.fields
     inputs = len(module.entry.parameters)
     root = module.entry.root
     outputs = len(root.operands) if root.op is Op.TUPLE else 1
     ctx.inputs, ctx.outputs = inputs, outputs
-    plan.workspace_bytes = workspace_bytes(target, plan)
     ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
     launches: list[KernelLaunch] = []
     for instr in plan.schedule:
@@ -95,7 +101,7 @@ def build_program(
                 "(compile this model for the CPU)"
             )
         launches += emit_instruction(ctx, instr, f"{name}_k{len(launches)}_{_c_name(instr)}")
-    return KernelProgram(llmod, launches, list(plan.output_copies), inputs, outputs)
+    return KernelProgram(llmod, launches, list(plan.output_copies), inputs, outputs, plan.weights)
 
 
 def _c_name(instr: Instruction) -> str:
