@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import AotcError, one_line
+from .ir.bounds import DimRange
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -26,15 +27,46 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"aotc: error: {message} (see 'aotc --help')\n")
 
 
-def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
-    """`NAME=1x3x224x224` (or `NAME=` for a scalar) -> (name, dims)."""
+def parse_shape(spec: str) -> tuple[str, tuple]:
+    """`NAME=1x3x224x224` (or `NAME=` for a scalar) -> (name, dims); a dim written
+    `LOW..HIGH` (`ids=1..8x1..512`) is a DimRange: any extent in it at run time."""
     name, sep, dims = spec.rpartition("=")
     if not sep or not name:
         raise AotcError(f"--input '{spec}': expected NAME=DIMS, e.g. input=1x3x224x224")
     parts = [p for p in dims.replace(",", "x").split("x")] if dims else []
-    if not all(p.isdigit() for p in parts):
-        raise AotcError(f"--input '{spec}': dims must be non-negative integers joined by 'x'")
-    return name, tuple(int(p) for p in parts)
+    try:
+        return name, tuple(_dim(p) for p in parts)
+    except ValueError:
+        raise AotcError(
+            f"--input '{spec}': dims must be non-negative integers or ranges LOW..HIGH "
+            "joined by 'x'"
+        ) from None
+
+
+def parse_dim(spec: str) -> tuple[str, int | DimRange]:
+    """`--dim NAME=LOW..HIGH` (or `NAME=N`): the extent of the model's symbolic dim NAME
+    in every input that names it."""
+    name, sep, text = spec.partition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, _dim(text)
+    except ValueError:
+        raise AotcError(
+            f"--dim '{spec}': expected NAME=N or NAME=LOW..HIGH, e.g. batch=1..8"
+        ) from None
+
+
+def _dim(text: str) -> int | DimRange:
+    """`128` -> 128; `1..8` -> DimRange(1, 8); ValueError otherwise."""
+    low, dots, high = text.partition("..")
+    if not dots:
+        if not text.isdigit():
+            raise ValueError(text)
+        return int(text)
+    if not (low.isdigit() and high.isdigit()):
+        raise ValueError(text)
+    return DimRange(int(low), int(high))
 
 
 def parse_values(spec: str) -> tuple[str, np.ndarray]:
@@ -64,7 +96,17 @@ def _build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=DIMS",
-        help="shape of an input, e.g. input=1x3x224x224; NAME= for a scalar (repeatable)",
+        help="shape of an input, e.g. input=1x3x224x224; NAME= for a scalar; a dim "
+        "LOW..HIGH takes any extent in that range at run time, e.g. ids=1..8x1..512 "
+        "(repeatable)",
+    )
+    compile_cmd.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=RANGE",
+        help="extent of the model's symbolic dim NAME in every input that uses it: N, or "
+        "LOW..HIGH for any extent in that range at run time, e.g. batch=1..8 (repeatable)",
     )
     compile_cmd.add_argument(
         "--const",
@@ -181,6 +223,7 @@ def _options(args):
     return CompileOptions(
         name=getattr(args, "name", None),
         input_shapes=shapes,
+        dim_extents=dict(parse_dim(spec) for spec in getattr(args, "dim", [])),
         input_values=values,
         target=args.target,
         opt_level=args.opt_level,

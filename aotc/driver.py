@@ -10,7 +10,7 @@ names none.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from .backends import BACKENDS, Backend, backend_for
 from .buffers import BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
 from .ir import Module, Op, Shape
+from .ir.bounds import DimRange
 from .names import check_c_identifier, to_c_identifier
 from .passes.pipeline import make_pipeline
 
@@ -30,7 +31,10 @@ class CompileOptions:
     """Everything that steers a compile; the CLI and the Python API fill it."""
 
     name: str | None = None
-    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # input -> its dims, each an extent or a DimRange (any extent in it at run time)
+    input_shapes: dict[str, tuple[int | DimRange, ...]] = field(default_factory=dict)
+    # the model's symbolic dim names -> their extent or DimRange, in every input
+    dim_extents: dict[str, int | DimRange] = field(default_factory=dict)
     # inputs fixed to values (they become constants): shape-determining inputs
     input_values: dict[str, np.ndarray] = field(default_factory=dict)
     # ONNX sequence inputs: name -> length; their tensors are the inputs "NAME.0",
@@ -172,6 +176,11 @@ def _import(model, options: CompileOptions, byte_dot_signs: str) -> tuple[Module
 
             if options.input_values:
                 raise AotcError(f"{path}: --const does not apply to HLO text")
+            if options.dim_extents or _has_ranges(options.input_shapes):
+                raise AotcError(
+                    f"{path}: --dim and dim ranges do not apply to HLO text (write bounded "
+                    "dims in its shapes, f32[<=8,128])"
+                )
             return import_hlo(path, options.input_shapes), str(path)
         source = str(path)
     else:
@@ -182,10 +191,15 @@ def _import(model, options: CompileOptions, byte_dot_signs: str) -> tuple[Module
         model,
         options.input_shapes,
         input_values=options.input_values,
+        dim_extents=options.dim_extents,
         input_structure=options.input_structure,
         byte_dot_signs=byte_dot_signs,
     )
     return module, source
+
+
+def _has_ranges(input_shapes) -> bool:
+    return any(isinstance(d, DimRange) for dims in input_shapes.values() for d in dims)
 
 
 def _is_hlo_text(path: Path) -> bool:
@@ -218,7 +232,21 @@ def _tensor_specs(module: Module):
     elements = root.operands if root.op is Op.TUPLE else [root]
     output_names = module.output_names or [e.name for e in elements]
     outputs = [_spec(n, e.shape) for n, e in zip(output_names, elements)]
+    if module.bounds is not None:
+        inputs = _bounded_specs(inputs, module.bounds.inputs)
+        outputs = _bounded_specs(outputs, module.bounds.outputs)
+        # the header's NAME_run_bounded takes input_dims and output_dims as the last ones
+        assert module.bounds.input_dims == len(inputs) - 1
+        assert module.bounds.output_dims in (None, len(outputs) - 1)
     return inputs, outputs
+
+
+def _bounded_specs(specs, bounded) -> list[artifacts.TensorSpec]:
+    """`specs` with the bounded dims of Bounds' (number, dim, bound) entries marked."""
+    flags = [[False] * spec.rank for spec in specs]
+    for number, dim, _ in bounded:
+        flags[number][dim] = True
+    return [replace(spec, bounded=tuple(f) if any(f) else ()) for spec, f in zip(specs, flags)]
 
 
 def _spec(name: str, shape: Shape) -> artifacts.TensorSpec:

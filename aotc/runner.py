@@ -27,6 +27,9 @@ class LoadedModel:
         self.name = compiled.name
         self.inputs = compiled.inputs
         self.outputs = compiled.outputs
+        # a model with bounded dims: its entry's last input and output are the actual
+        # extents (ir/bounds.py), which `run` fills in and reads
+        self.bounds = compiled.module.bounds
         self.profile_kernels: tuple[str, ...] = compiled.profile_kernels
         self._ffi = cffi.FFI()
         self._ffi.cdef(artifacts.cffi_cdef(compiled.name, compiled.inputs, compiled.outputs))
@@ -47,8 +50,25 @@ class LoadedModel:
     def __call__(self, *args, **kwargs) -> list[np.ndarray]:
         return self.run(list(args) if args else kwargs)
 
+    @property
+    def model_inputs(self) -> list[artifacts.TensorSpec]:
+        """The inputs a caller passes: all but a bounded model's extents."""
+        return self.inputs[:-1] if self.bounds is not None else self.inputs
+
     def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """Run once; inputs by position or by name, outputs as a list in order."""
+        """Run once; inputs by position or by name, outputs as a list in order.  A
+        model with bounded dims takes any extents within its bounds, and its outputs
+        come back at their actual extents."""
+        if self.bounds is None:
+            return self._run_once(inputs)
+        arrays = self._positional(inputs, self.model_inputs)
+        try:
+            padded = self.bounds.padded_args([t.dims for t in self.model_inputs], arrays)
+        except ValueError as error:
+            raise AotcError(f"{self.name}: {error}") from None
+        return self.bounds.actual_outputs(self._run_once(padded))
+
+    def _run_once(self, inputs) -> list[np.ndarray]:
         call, raw_outputs = self._bound_call(inputs)
         call()
         return [from_storage(raw, spec.dtype) for spec, raw in zip(self.outputs, raw_outputs)]
@@ -82,13 +102,7 @@ class LoadedModel:
     def _bound_call(self, inputs) -> tuple[_BoundRun, list[np.ndarray]]:
         """A call of NAME_run_generic on `inputs` (checked, converted once) and the
         arrays its outputs are written to."""
-        if isinstance(inputs, Mapping):
-            missing = [t.name for t in self.inputs if t.name not in inputs]
-            if missing:
-                raise AotcError(f"{self.name}: missing inputs {missing}")
-            inputs = [inputs[t.name] for t in self.inputs]
-        if len(inputs) != len(self.inputs):
-            raise AotcError(f"{self.name}: expected {len(self.inputs)} inputs, got {len(inputs)}")
+        inputs = self._positional(inputs, self.inputs)
         raw_inputs = [self._to_raw(spec, value) for spec, value in zip(self.inputs, inputs)]
         raw_outputs = [np.zeros(spec.dims, spec.dtype.storage) for spec in self.outputs]
         ffi = self._ffi
@@ -96,6 +110,17 @@ class LoadedModel:
         out_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in raw_outputs] or [ffi.NULL])
         arguments = (in_ptrs, out_ptrs, ffi.from_buffer(self._scratch))
         return _BoundRun(self.name, self._run, arguments, [*raw_inputs, *raw_outputs]), raw_outputs
+
+    def _positional(self, inputs, specs) -> list:
+        """`inputs` by position or by name as a list in the order of `specs`."""
+        if isinstance(inputs, Mapping):
+            missing = [t.name for t in specs if t.name not in inputs]
+            if missing:
+                raise AotcError(f"{self.name}: missing inputs {missing}")
+            inputs = [inputs[t.name] for t in specs]
+        if len(inputs) != len(specs):
+            raise AotcError(f"{self.name}: expected {len(specs)} inputs, got {len(inputs)}")
+        return list(inputs)
 
     @staticmethod
     def _to_raw(spec, value) -> np.ndarray:

@@ -287,7 +287,7 @@ def test_write_artifacts_deterministic(tmp_path):
     for first, second in zip((a.header, a.object, a.library), (b.header, b.object, b.library)):
         assert first.read_bytes() == second.read_bytes(), first.name
     members = run(["ar", "t", a.library]).stdout.split()
-    assert members == ["mnist.o", "aotc_runtime.o"]
+    assert members == ["mnist.o", "aotc_bounded.o", "aotc_runtime.o"]
     assert str(tmp_path).encode() not in a.library.read_bytes()
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["build"]  # no staging left
     assert sorted(p.name for p in (tmp_path / "a" / "build").iterdir()) == [
@@ -317,7 +317,7 @@ def snapshot(directory: Path) -> dict[str, bytes]:
     "env, message",
     [
         ({"CC": "/nonexistent/cc"}, "C compiler '/nonexistent/cc'"),
-        ({"CC": "false"}, "compiling runtime_c/aotc_runtime.c failed"),  # fails mid-way
+        ({"CC": "false"}, "compiling runtime_c/aotc_bounded.c failed"),  # fails mid-way
         ({"AR": "/nonexistent/ar"}, "archiver '/nonexistent/ar'"),
         ({"AR": "false"}, "archiving libmnist.a failed"),
     ],

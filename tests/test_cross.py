@@ -337,9 +337,9 @@ def test_aarch64_artifacts(aarch64_build, tmp_path):
             text=True,
             check=True,
         ).stdout.split()
-        assert members == [f"{name}.o", "aotc_runtime.o"]
+        assert members == [f"{name}.o", "aotc_bounded.o", "aotc_runtime.o"]
     subprocess.run(["ar", "x", str(aarch64_build / "libcnn.a")], cwd=tmp_path, check=True)
-    for obj in ("cnn.o", "aotc_runtime.o"):
+    for obj in ("cnn.o", "aotc_bounded.o", "aotc_runtime.o"):
         assert _elf_machine(tmp_path / obj) == "aarch64"
 
 
@@ -630,6 +630,8 @@ def test_missing_cross_compiler_then_the_printed_command(tmp_path):
     (warning,) = result.stderr.splitlines()
     assert "no C compiler for aarch64" in warning and "libcnn.a" in warning
     assert sorted(p.name for p in build.iterdir()) == [
+        "aotc_bounded.c",
+        "aotc_bounded.h",
         "aotc_runtime.c",
         "aotc_runtime.h",
         "cnn.h",
@@ -765,4 +767,10 @@ def test_conformance_sample_is_large_and_spread():
 def test_finish_command_quotes_the_folder():
     command = artifacts.finish_command(Path("my build"), "net", parse_target(AARCH64))
     assert command.startswith("cd 'my build' && aarch64-linux-gnu-gcc ")
-    assert shlex.split(command)[-4:] == ["rcs", "libnet.a", "net.o", "aotc_runtime.o"]
+    assert shlex.split(command)[-5:] == [
+        "rcs",
+        "libnet.a",
+        "net.o",
+        "aotc_bounded.o",
+        "aotc_runtime.o",
+    ]

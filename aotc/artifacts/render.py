@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import jinja2
 
 from .._version import __version__
+from ..buffers.heap import align_up
 from ..ir import DType
 from ..resources import resource_dir
 from .specs import MemoryStats, Target, TensorSpec, check_model_name, unique_specs
@@ -104,7 +106,43 @@ def render_header(
         type_width=max((len(t.type_text) for t in tensors), default=0),
         has_16bit_floats=any(t.dtype in (DType.F16, DType.BF16) for t in tensors),
         profile_kernels=list(profile_kernels or ()),
+        bounded=bounded_api(inputs, outputs, stats.scratch_bytes),
     )
+
+
+@dataclass(frozen=True)
+class BoundedApi:
+    """NAME_run_bounded of a model with bounded dims (runtime_c/aotc_bounded.h): the
+    model's own inputs and outputs (NAME_run's less input_dims and output_dims), whether
+    it returns output_dims, the scratch it needs, and the runtime's declarations."""
+
+    inputs: Sequence[TensorSpec]
+    outputs: Sequence[TensorSpec]
+    has_output_dims: bool
+    scratch_bytes: int
+    declarations: str
+
+
+def bounded_api(inputs, outputs, model_scratch: int) -> BoundedApi | None:
+    """The bounded entry of a model whose inputs have bounded dims, else None.  The
+    padder (passes/bounded_dims.py) makes input_dims the last input and output_dims,
+    where an output is bounded, the last output."""
+    if not any(t.bounded for t in inputs):
+        return None
+    has_output_dims = any(t.bounded for t in outputs)
+    model_inputs = list(inputs[:-1])
+    model_outputs = list(outputs[:-1] if has_output_dims else outputs)
+    # aotc_bounded.c's layout: the model's scratch, then each padded buffer and the two
+    # extent arrays, each rounded up to ALIGN
+    total = align_up(model_scratch, BOUNDED_ALIGN)
+    for group in (model_inputs, model_outputs):
+        total += sum(align_up(t.nbytes, BOUNDED_ALIGN) for t in group)
+        total += align_up(4 * sum(sum(t.bounded) for t in group), BOUNDED_ALIGN)
+    text = (resource_dir("runtime_c") / "aotc_bounded.h").read_text(encoding="utf-8")
+    return BoundedApi(model_inputs, model_outputs, has_output_dims, total, text)
+
+
+BOUNDED_ALIGN = 64  # aotc_bounded.c's ALIGN
 
 
 def wrap_params(opening: str, params: Sequence[str], width: int = 92) -> str:

@@ -49,11 +49,27 @@ class TensorSpec:
     name: str
     c_name: str  # a C identifier; unique among a model's tensors after `unique_specs`
     dtype: DType
-    dims: tuple[int, ...]
+    dims: tuple[int, ...]  # its extents; a bounded dim's bound
+    # per dim, whether it is bounded (any extent up to dims[d] at run time, with
+    # NAME_run_bounded); () for a static tensor
+    bounded: tuple[bool, ...] = ()
 
     @classmethod
-    def make(cls, name: str, dtype: DType, dims: Sequence[int]) -> TensorSpec:
-        return cls(name, c_identifier(name), dtype, tuple(int(d) for d in dims))
+    def make(cls, name: str, dtype: DType, dims: Sequence[int], bounded=()) -> TensorSpec:
+        flags = tuple(bool(b) for b in bounded)
+        return cls(
+            name,
+            c_identifier(name),
+            dtype,
+            tuple(int(d) for d in dims),
+            flags if any(flags) else (),
+        )
+
+    @property
+    def low(self) -> tuple[int, ...]:
+        """The least extent of each dim at run time: 0 for a bounded one."""
+        flags = self.bounded or (False,) * self.rank
+        return tuple(0 if b else d for d, b in zip(self.dims, flags))
 
     @property
     def shape(self) -> Shape:
@@ -77,7 +93,7 @@ class TensorSpec:
 
     @property
     def type_text(self) -> str:
-        return f"{self.dtype.text}[{','.join(map(str, self.dims))}]"
+        return Shape(self.dtype, self.dims, self.bounded).text(layout=False)
 
 
 @dataclass(frozen=True)

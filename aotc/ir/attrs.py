@@ -71,6 +71,18 @@ class Window:
     def rank(self) -> int:
         return len(self.size)
 
+    def is_identity(self, dim: int) -> bool:
+        """Whether the window leaves dim `dim` as it is: one element, stride 1, no
+        padding or dilation."""
+        return (
+            self.size[dim],
+            self.stride[dim],
+            self.pad_low[dim],
+            self.pad_high[dim],
+            self.lhs_dilation[dim],
+            self.rhs_dilation[dim],
+        ) == (1, 1, 0, 0, 1, 1)
+
 
 @dataclass(frozen=True)
 class DotDims:

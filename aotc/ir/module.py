@@ -24,6 +24,7 @@ from .attrs import (
     SliceSpec,
     Window,
 )
+from .bounds import Bounds
 from .ops import Direction, Op
 from .types import AnyShape, Shape
 
@@ -204,6 +205,8 @@ class Module:
     # bindings); empty means "use the instruction names"
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
+    # the padded signature, where the inputs had bounded dims (Bounds)
+    bounds: Bounds | None = None
     _used_names: set[str] = field(default_factory=set, repr=False)
     _counter: itertools.count = field(default_factory=lambda: itertools.count(1), repr=False)
 

@@ -404,13 +404,21 @@ class Parser(TokenStream):
             raise self.error(f"unknown element type '{token.text}'", token) from None
         if dtype is None:
             raise self.error(f"expected a shape, found {self.describe(token)}", token)
-        dims = self.sequence("[", "]", self.integer)
+        marked = self.sequence("[", "]", self.dimension)
+        dims = [d for d, _ in marked]
         if any(d < 0 for d in dims):
             raise self.error(f"negative dimension in {dtype.text}{dims}", token)
         # a layout is `{1,0}` or `{}`; a `{` before a name opens a body
         if self.at("{") and (self.peek(1).kind == "word" or self.at("}", 1)):
             self.layout(len(dims), token)
-        return Shape(dtype, tuple(dims))
+        return Shape(dtype, tuple(dims), tuple(bounded for _, bounded in marked))
+
+    def dimension(self) -> tuple[int, bool]:
+        """`128`, or `<=8` (a bounded dim): (the extent or bound, whether bounded)."""
+        if self.accept("<"):
+            self.expect("=")
+            return self.integer(), True
+        return self.integer(), False
 
     def layout(self, rank: int, token: Token) -> None:
         """Hook: the layout after the dims of `token`'s shape; aotc keeps every array

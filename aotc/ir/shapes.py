@@ -46,6 +46,25 @@ def _arr(instr: Instruction, i: int) -> Shape:
     return shape
 
 
+def _flags(x: Shape) -> list[bool]:
+    """Each dim's bounded flag (Shape.dynamic), False for all of a static shape."""
+    return list(x.dynamic) or [False] * x.rank
+
+
+def _merged(*shapes: Shape) -> list[bool]:
+    """The flags of arrays of equal dims combined elementwise: a dim bounded in any of
+    them is bounded in the result (a static operand of the bound's extent is read at
+    the first extents, as a broadcast to the bound is)."""
+    return [any(flags) for flags in zip(*(_flags(x) for x in shapes))]
+
+
+def _static_dims(instr: Instruction, x: Shape, dims, what: str) -> None:
+    """Refuse where one of `dims` of `x` is bounded: the op's index map there would
+    read the extent, which only the run knows."""
+    bounded = [d for d in dims if x.is_dynamic(d)]
+    _check(not bounded, instr, f"{what} bounded dim {bounded[0] if bounded else ''}")
+
+
 def given(instr: Instruction) -> AnyShape:
     _check(instr.shape is not None, instr, "needs an explicit result shape")
     return instr.shape
@@ -74,8 +93,10 @@ def is_finite(instr: Instruction) -> Shape:
 
 def binary(instr: Instruction) -> Shape:
     x, y = _arr(instr, 0), _arr(instr, 1)
-    _check(x == y, instr, "operands must have equal shapes (broadcast explicitly)")
-    return x
+    _check(
+        x.static() == y.static(), instr, "operands must have equal shapes (broadcast explicitly)"
+    )
+    return x.with_dims(x.dims, _merged(x, y))
 
 
 def bitwise_binary(instr: Instruction) -> Shape:
@@ -86,17 +107,17 @@ def bitwise_binary(instr: Instruction) -> Shape:
 
 def compare(instr: Instruction) -> Shape:
     x, y = _arr(instr, 0), _arr(instr, 1)
-    _check(x == y, instr, "operands must have equal shapes")
+    _check(x.static() == y.static(), instr, "operands must have equal shapes")
     _check(instr.direction is not None, instr, "needs direction=")
-    return x.with_dtype(DType.PRED)
+    return Shape(DType.PRED, x.dims, _merged(x, y))
 
 
 def select(instr: Instruction) -> Shape:
     p, x, y = _arr(instr, 0), _arr(instr, 1), _arr(instr, 2)
     _check(p.dtype is DType.PRED, instr, "predicate must be pred")
-    _check(x == y, instr, "branches must have equal shapes")
+    _check(x.static() == y.static(), instr, "branches must have equal shapes")
     _check(p.dims == x.dims, instr, "predicate dims must equal the branches' dims")
-    return x
+    return x.with_dims(x.dims, _merged(p, x, y))
 
 
 def clamp(instr: Instruction) -> Shape:
@@ -104,19 +125,20 @@ def clamp(instr: Instruction) -> Shape:
     for bound in (lo, hi):
         _check(bound.dtype == x.dtype, instr, "bounds must have the operand's dtype")
         _check(bound.dims in ((), x.dims), instr, "bounds must be scalars or the operand's shape")
-    return x
+    return x.with_dims(x.dims, _merged(x, *(b for b in (lo, hi) if b.dims == x.dims)))
 
 
 def convert(instr: Instruction) -> Shape:
     out = given(instr)
-    _check(out.dims == _arr(instr, 0).dims, instr, "convert keeps dims")
-    return out
+    x = _arr(instr, 0)
+    _check(out.dims == x.dims, instr, "convert keeps dims")
+    return out.with_dims(out.dims, x.dynamic)
 
 
 def bitcast_convert(instr: Instruction) -> Shape:
     out, x = given(instr), _arr(instr, 0)
     _check(out.dims == x.dims and out.dtype.bits == x.dtype.bits, instr, "needs equal widths")
-    return out
+    return out.with_dims(out.dims, x.dynamic)
 
 
 def broadcast(instr: Instruction) -> Shape:
@@ -125,15 +147,38 @@ def broadcast(instr: Instruction) -> Shape:
     _check(dims is not None and len(dims) == x.rank, instr, "dimensions= must map every dim")
     _check(out.dtype == x.dtype, instr, "broadcast keeps dtype")
     _check(list(dims) == sorted(set(dims)), instr, "dimensions= must be increasing")
+    flags = _flags(out)
     for i, d in enumerate(dims):
         _check(0 <= d < out.rank and out.dims[d] == x.dims[i], instr, f"dim {i} does not fit")
-    return out
+        flags[d] = flags[d] or x.is_dynamic(i)
+    return out.with_dims(out.dims, flags)
 
 
 def reshape(instr: Instruction) -> Shape:
     out, x = given(instr), _arr(instr, 0)
     _check(out.dtype == x.dtype and out.size == x.size, instr, f"cannot reshape to {out}")
-    return out
+    return out.with_dims(out.dims, _reshaped_flags(instr, x, out))
+
+
+def _reshaped_flags(instr: Instruction, x: Shape, out: Shape) -> list[bool]:
+    """The result's bounded flags: in each run of dims (`reshape_groups`), a bounded
+    operand dim must be the run's major one (only unit dims before it), so that the
+    padded layout of its values is the run's (the values at the first extents); the
+    run's first non-unit result dim is then bounded.  The given flags are kept."""
+    flags = _flags(out)
+    for ins, outs in reshape_groups(x.dims, out.dims):
+        bounded = [i for i in ins if x.is_dynamic(i)]
+        if not bounded:
+            continue
+        major = [i for i in ins if i < bounded[0] and x.dims[i] != 1]
+        _check(
+            len(bounded) == 1 and not major and outs != (),
+            instr,
+            f"bounded dim {bounded[0]} would not be the major dim of the dims it joins",
+        )
+        first = next((j for j in outs if out.dims[j] != 1), outs[0])
+        flags[first] = True
+    return flags
 
 
 def reshape_groups(in_dims, out_dims) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -168,7 +213,7 @@ def transpose(instr: Instruction) -> Shape:
     x = _arr(instr, 0)
     perm = instr.dimensions
     _check(perm is not None and sorted(perm) == list(range(x.rank)), instr, "bad permutation")
-    return x.with_dims(x.dims[p] for p in perm)
+    return x.with_dims((x.dims[p] for p in perm), (x.is_dynamic(p) for p in perm))
 
 
 def slice_(instr: Instruction) -> Shape:
@@ -178,7 +223,9 @@ def slice_(instr: Instruction) -> Shape:
     for d, start, limit, stride in zip(x.dims, s.starts, s.limits, s.strides, strict=True):
         _check(0 <= start <= limit <= d and stride >= 1, instr, f"bad slice [{start}:{limit}]")
         dims.append(-(-(limit - start) // stride))
-    return x.with_dims(dims)
+    cut = [d for d, extent in enumerate(dims) if extent != x.dims[d] or s.strides[d] != 1]
+    _static_dims(instr, x, cut, "slices")
+    return x.with_dims(dims, x.dynamic)
 
 
 def _starts(instr: Instruction, first: int, rank: int) -> None:
@@ -204,6 +251,7 @@ def dynamic_slice(instr: Instruction) -> Shape:
     )
     for d, (size, extent) in enumerate(zip(sizes, x.dims)):
         _check(0 <= size <= extent, instr, f"slice size {size} exceeds dim {d}")
+    _static_dims(instr, x, range(x.rank), "slices")
     return x.with_dims(sizes)
 
 
@@ -218,6 +266,8 @@ def dynamic_update_slice(instr: Instruction) -> Shape:
     )
     for d, (size, extent) in enumerate(zip(update.dims, x.dims)):
         _check(size <= extent, instr, f"the update exceeds dim {d}")
+    _static_dims(instr, x, range(x.rank), "updates")
+    _static_dims(instr, update, range(x.rank), "updates by")
     return x
 
 
@@ -230,9 +280,11 @@ def concatenate(instr: Instruction) -> Shape:
     for s in shapes:
         same = all(a == b for i, (a, b) in enumerate(zip(s.dims, first.dims)) if i != axis)
         _check(s.dtype == first.dtype and s.rank == first.rank and same, instr, "mismatch")
+    for x in shapes:
+        _static_dims(instr, x, [axis], "concatenates along")
     dims = list(first.dims)
     dims[axis] = sum(s.dims[axis] for s in shapes)
-    return first.with_dims(dims)
+    return first.with_dims(dims, _merged(*(x.with_dims(first.dims, x.dynamic) for x in shapes)))
 
 
 def pad(instr: Instruction) -> Shape:
@@ -245,12 +297,15 @@ def pad(instr: Instruction) -> Shape:
         size = lo + hi + d + max(d - 1, 0) * interior
         _check(size >= 0, instr, "padding leaves a negative size")
         dims.append(size)
-    return x.with_dims(dims)
+    padded = [d for d in range(x.rank) if (p.low[d], p.high[d], p.interior[d]) != (0, 0, 0)]
+    _static_dims(instr, x, padded, "pads")
+    return x.with_dims(dims, x.dynamic)
 
 
 def reverse(instr: Instruction) -> Shape:
     x = _arr(instr, 0)
     _check(all(0 <= d < x.rank for d in instr.dimensions), instr, "bad dimensions")
+    _static_dims(instr, x, instr.dimensions, "reverses")
     return x
 
 
@@ -275,8 +330,9 @@ def reduce(instr: Instruction) -> AnyShape:
     dims = instr.dimensions
     rank = inputs[0].rank
     _check(all(0 <= d < rank for d in dims) and len(set(dims)) == len(dims), instr, "bad dims")
-    kept = [d for i, d in enumerate(inputs[0].dims) if i not in dims]
-    return _tuple_or_single([x.with_dims(kept) for x in inputs])
+    kept = [i for i in range(rank) if i not in dims]
+    flags = [any(x.is_dynamic(i) for x in inputs) for i in kept]
+    return _tuple_or_single([x.with_dims([x.dims[i] for i in kept], flags) for x in inputs])
 
 
 def windowed_output_dims(in_dims, window) -> list[int]:
@@ -295,7 +351,10 @@ def reduce_window(instr: Instruction) -> AnyShape:
     w = instr.window
     _check(w is not None and w.rank == inputs[0].rank, instr, "window must cover every dim")
     dims = windowed_output_dims(inputs[0].dims, w)
-    return _tuple_or_single([x.with_dims(dims) for x in inputs])
+    windowed = [d for d in range(w.rank) if not w.is_identity(d)]
+    for x in inputs:
+        _static_dims(instr, x, windowed, "slides a window along")
+    return _tuple_or_single([x.with_dims(dims, x.dynamic) for x in inputs])
 
 
 def dot(instr: Instruction) -> Shape:
@@ -316,8 +375,12 @@ def dot(instr: Instruction) -> Shape:
     lhs_free = [x for i, x in enumerate(lhs.dims) if i not in d.lhs_batch + d.lhs_contracting]
     rhs_free = [x for i, x in enumerate(rhs.dims) if i not in d.rhs_batch + d.rhs_contracting]
     dims = [lhs.dims[i] for i in d.lhs_batch] + lhs_free + rhs_free
+    lhs_kept = [i for i in range(lhs.rank) if i not in d.lhs_batch + d.lhs_contracting]
+    rhs_kept = [i for i in range(rhs.rank) if i not in d.rhs_batch + d.rhs_contracting]
+    flags = [lhs.is_dynamic(a) or rhs.is_dynamic(b) for a, b in zip(d.lhs_batch, d.rhs_batch)]
+    flags += [lhs.is_dynamic(i) for i in lhs_kept] + [rhs.is_dynamic(i) for i in rhs_kept]
     dtype = instr.array_shape.dtype if instr.shape is not None else lhs.dtype
-    return Shape(dtype, dims)
+    return Shape(dtype, dims, flags)
 
 
 def convolution(instr: Instruction) -> Shape:
@@ -348,8 +411,17 @@ def convolution(instr: Instruction) -> Shape:
     dims[c.output_feature] = out_features
     for i, s in enumerate(c.output_spatial):
         dims[s] = spatial[i]
+    _static_dims(instr, lhs, (c.input_feature, *c.input_spatial), "convolves along")
+    _static_dims(instr, rhs, range(rhs.rank), "convolves by")
+    _check(
+        not lhs.is_dynamic(c.input_batch) or instr.batch_group_count == 1,
+        instr,
+        "groups a bounded batch",
+    )
+    flags = [False] * (n + 2)
+    flags[c.output_batch] = lhs.is_dynamic(c.input_batch)
     dtype = instr.array_shape.dtype if instr.shape is not None else lhs.dtype
-    return Shape(dtype, dims)
+    return Shape(dtype, dims, flags)
 
 
 def gather(instr: Instruction) -> Shape:
@@ -365,10 +437,14 @@ def gather(instr: Instruction) -> Shape:
         instr,
         "collapsed_slice_dims and operand_batching_dims must be distinct operand dims",
     )
+    _static_dims(instr, operand, range(operand.rank), "gathers from")
     index_dims = list(indices.dims)
+    index_flags = _flags(indices)
     if g.index_vector_dim < indices.rank:
         _check(index_dims[g.index_vector_dim] == len(g.start_index_map), instr, "index vector")
+        _static_dims(instr, indices, [g.index_vector_dim], "gathers by the index vector of")
         del index_dims[g.index_vector_dim]
+        del index_flags[g.index_vector_dim]
     else:
         _check(len(g.start_index_map) == 1, instr, "implicit index vector needs one start dim")
     removed = set(g.collapsed_slice_dims) | set(g.operand_batching_dims)
@@ -378,10 +454,12 @@ def gather(instr: Instruction) -> Shape:
         _check(0 <= s <= operand.dims[i], instr, f"slice size {s} exceeds dim {i}")
     rank = len(index_dims) + len(offsets)
     _check(_is_dim_set(g.offset_dims, rank), instr, "bad offset_dims")
-    dims, batch, offset = [], iter(index_dims), iter(offsets)
+    dims, flags, batch, offset = [], [], iter(zip(index_dims, index_flags)), iter(offsets)
     for i in range(rank):
-        dims.append(next(offset) if i in g.offset_dims else next(batch))
-    return operand.with_dims(dims)
+        extent, flag = (next(offset), False) if i in g.offset_dims else next(batch)
+        dims.append(extent)
+        flags.append(flag)
+    return operand.with_dims(dims, flags)
 
 
 def _is_dim_set(dims, rank: int) -> bool:
@@ -447,6 +525,8 @@ def scatter(instr: Instruction) -> Shape:
         _check(extent <= operand.dims[d], instr, f"update window dim {window[k]} exceeds dim {d}")
     for a, b in zip(s.input_batching_dims, batching):
         _check(operand.dims[a] == indices.dims[b], instr, f"batching dims {a} and {b} differ")
+    for x, what in ((operand, "scatters into"), (indices, "scatters by"), (updates, "scatters")):
+        _static_dims(instr, x, range(x.rank), what)
     return operand
 
 
@@ -459,6 +539,8 @@ def sort(instr: Instruction) -> AnyShape:
     _check(0 <= dims[0] < shapes[0].rank, instr, f"sort dimension {dims[0]} out of range")
     _check(all(s.dims == shapes[0].dims for s in shapes), instr, "operands must have equal dims")
     _check(len(instr.called) == 1, instr, "needs to_apply= (the comparator)")
+    for x in shapes:
+        _static_dims(instr, x, dims, "sorts along")
     return _tuple_or_single(shapes)
 
 
@@ -545,4 +627,5 @@ def constant(instr: Instruction) -> Shape:
     out = given(instr)
     _check(instr.literal is not None, instr, "needs a literal")
     _check(tuple(instr.literal.shape) == out.dims, instr, "literal does not fit its shape")
+    _check(out.is_static, instr, "a constant's dims are static")
     return out

@@ -324,14 +324,24 @@ def _round_minifloat(values: np.ndarray, fmt: MiniFloat) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Shape:
-    """An array type: element type and static dimensions, row-major."""
+    """An array type: element type and dimensions, row-major.
+
+    A dim may be bounded (XLA's `f32[<=8,128]`): `dynamic[i]` says that dim i's extent
+    is known only at run time, at most `dims[i]`.  Everything sized at compile time
+    (sizes, buffers, strides) reads `dims`, the bounds: a bounded array is stored as
+    its bound, the values at the first extents of each dim, the rest padding
+    (passes/bounded.py).  `dynamic` is () for a static shape."""
 
     dtype: DType
     dims: tuple[int, ...]
+    dynamic: tuple[bool, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
         assert all(d >= 0 for d in self.dims), self.dims
+        flags = tuple(bool(f) for f in self.dynamic)
+        assert not flags or len(flags) == len(self.dims), (self.dims, flags)
+        object.__setattr__(self, "dynamic", flags if any(flags) else ())
 
     @property
     def rank(self) -> int:
@@ -349,14 +359,34 @@ class Shape:
     def is_tuple(self) -> bool:
         return False
 
-    def with_dtype(self, dtype: DType) -> Shape:
-        return Shape(dtype, self.dims)
+    @property
+    def is_static(self) -> bool:
+        """No dim is bounded."""
+        return not self.dynamic
 
-    def with_dims(self, dims) -> Shape:
-        return Shape(self.dtype, tuple(dims))
+    def is_dynamic(self, dim: int) -> bool:
+        """Whether dim `dim` is bounded (its extent known at run time)."""
+        return bool(self.dynamic) and self.dynamic[dim]
+
+    @property
+    def bounded_dims(self) -> tuple[int, ...]:
+        """The indices of the bounded dims."""
+        return tuple(i for i, flag in enumerate(self.dynamic) if flag)
+
+    def with_dtype(self, dtype: DType) -> Shape:
+        return Shape(dtype, self.dims, self.dynamic)
+
+    def with_dims(self, dims, dynamic=()) -> Shape:
+        return Shape(self.dtype, tuple(dims), tuple(dynamic))
+
+    def static(self) -> Shape:
+        """This shape at its bounds, every dim static."""
+        return Shape(self.dtype, self.dims)
 
     def text(self, layout: bool = True) -> str:
-        body = f"{self.dtype.text}[{','.join(str(d) for d in self.dims)}]"
+        marks = self.dynamic or (False,) * self.rank
+        dims = ",".join(f"<={d}" if flag else str(d) for d, flag in zip(self.dims, marks))
+        body = f"{self.dtype.text}[{dims}]"
         if layout and self.rank > 0:
             body += "{" + ",".join(str(i) for i in reversed(range(self.rank))) + "}"
         return body

@@ -56,6 +56,7 @@ def make_pipeline(
     the backend computes kChain fusions (attention block by block, after fusion)."""
     from .algsimp import AlgebraicSimplifier
     from .attention_chains import AttentionChains
+    from .bounded_dims import BoundedDims
     from .conv_bands import ConvBands
     from .conv_frames import ConvFrames
     from .conv_layout import ConvLayoutAssignment
@@ -72,8 +73,9 @@ def make_pipeline(
     from .squared_distances import SquaredDistances
     from .transpose_fold import TransposeFolding
 
-    # backends take no `call`, and no kernel of an array without elements
-    passes: list[Pass] = [CallInlining(), EmptyArrays()]
+    # backends take no `call`, no bounded dims (padded to their bounds, inlined calls
+    # included) and no kernel of an array without elements
+    passes: list[Pass] = [CallInlining(), BoundedDims(), EmptyArrays()]
     if opt_level >= 1:
         # scale folding needs the batch-norm vectors folded first, and makes new
         # constant expressions (scaled weights) for the second folding; convolutions

@@ -261,13 +261,13 @@ def test_runtime_compiles_cleanly(tmp_path):
 
 
 def test_runtime_symbols_are_prefixed(tmp_path):
-    (obj,) = artifacts.compile_runtime(tmp_path)
+    objects = artifacts.compile_runtime(tmp_path)
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("no nm")
-    out = subprocess.run(
-        [nm, "-g", "--defined-only", str(obj)], capture_output=True, text=True, check=True
-    )
-    names = [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
-    assert names and all(n.startswith("aotc_") for n in names), names
-    assert Path(obj).name == "aotc_runtime.o"
+    assert [Path(o).name for o in objects] == ["aotc_bounded.o", "aotc_runtime.o"]
+    for obj in objects:
+        argv = [nm, "-g", "--defined-only", str(obj)]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True)
+        names = [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
+        assert names and all(n.startswith("aotc_") for n in names), (obj, names)

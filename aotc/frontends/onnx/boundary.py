@@ -18,6 +18,7 @@ import onnx
 
 from ...errors import ModelError, UnsupportedError
 from ...ir import Instruction, Shape
+from ...ir.bounds import DimRange
 from ...memory_limits import check_size
 from .dtypes import to_dtype
 from .sequence import NO_VALUE, SequenceValue
@@ -61,11 +62,13 @@ class ModelBoundary:
         input_shapes: Mapping[str, Sequence[int]] | None,
         input_values: Mapping[str, np.ndarray] | None,
         input_structure: Mapping[str, int | None] | None,
+        dim_extents: Mapping[str, int | DimRange] | None = None,
     ):
         self.top = top
         self.input_shapes = dict(input_shapes or {})
         self.input_values = dict(input_values or {})
         self.structure = dict(input_structure or {})
+        self.dim_extents = dict(dim_extents or {})
         self.inputs = [i for i in top.graph.input if i.name not in top.initializers]
 
     def bind_inputs(self) -> list[str]:
@@ -86,7 +89,8 @@ class ModelBoundary:
                 if name in self.input_values:
                     tensors.append(self._constant(name, kind.tensor))
                     continue
-                shape = input_shape(name, kind.tensor, self.input_shapes.get(name))
+                given = self.input_shapes.get(name)
+                shape = input_shape(name, kind.tensor, given, dim_extents=self.dim_extents)
                 param = b.parameter(len(parameters), shape, name=name)
                 self.top.input_names[id(param)] = name
                 parameters.append(name)
@@ -146,6 +150,20 @@ class ModelBoundary:
                 f"(the inputs are {names})"
             )
         self._check_clashes([n for n in flat if n not in layout])
+        symbols = {
+            d
+            for info in self.inputs
+            if value_type(info.type, f"input '{info.name}'").tensor.HasField("shape")
+            for d in declared_dims(value_type(info.type, "").tensor) or ()
+            if isinstance(d, str)
+        }
+        named = set(self.dim_extents) - symbols
+        if named:
+            listed = ", ".join(sorted(symbols)) or "none"
+            raise ModelError(
+                f"--dim names no symbolic dim of the inputs: {', '.join(sorted(named))} "
+                f"(they are: {listed})"
+            )
 
     def _check_clashes(self, elements: list[str]) -> None:
         """Refuse sequence tensor names that name another graph value (ambiguous regrouping)."""
@@ -168,6 +186,8 @@ class ModelBoundary:
             flat = value.ndim == 1 and static and len(declared or ()) != 1
             given, flag = (declared if flat else value.shape), "--const"
         shape = input_shape(name, tensor_type, given, flag)
+        if not shape.is_static:
+            raise ModelError(f"--const {name}: a constant's dims are static, not ranges")
         if shape.size != value.size:
             raise ModelError(
                 f"--const {name}: {value.size} values given, the input has shape {list(shape.dims)}"
@@ -188,37 +208,58 @@ def declared_dims(tensor: onnx.TypeProto.Tensor) -> list[int | str | None] | Non
 
 
 def input_shape(
-    name: str, tensor: onnx.TypeProto.Tensor, given: Sequence | None, flag: str = "--input"
+    name: str,
+    tensor: onnx.TypeProto.Tensor,
+    given: Sequence | None,
+    flag: str = "--input",
+    dim_extents: Mapping[str, int | DimRange] | None = None,
 ) -> Shape:
-    """A graph input's tensor type, its unknown dims taken from `given` (from `flag`)."""
+    """A graph input's tensor type, its unknown dims taken from `given` (from `flag`),
+    else its symbolic ones from `dim_extents` (--dim).  A dim given as a DimRange is
+    bounded by its high end (Shape.dynamic), unless the range holds one extent."""
     dtype = to_dtype(tensor.elem_type, f"input '{name}'")
     model_dims = declared_dims(tensor)
     if given is not None:
-        given = [int(d) for d in given]
+        given = list(given)
         if model_dims is not None and len(given) != len(model_dims):
             raise ModelError(
                 f"{flag} {name}: rank {len(given)} given, "
                 f"the model's input has rank {len(model_dims)} (a scalar's shape: --input {name}=)"
             )
-        if min(given, default=0) < 0:
+        if any(_low(g) < 0 for g in given):
             raise ModelError(f"{flag} {name}: dims must not be negative, got {given}")
         for i, (g, m) in enumerate(zip(given, model_dims or given)):
-            if isinstance(m, int) and m != g:
+            if isinstance(m, int) and g != m:
                 raise ModelError(f"{flag} {name}: dim {i} is {g}, the model says {m}")
-        return _addressable(name, Shape(dtype, given))
+        return _addressable(name, _bounded_shape(dtype, given))
     if model_dims is None:
         raise ModelError(
             f"input '{name}' has no shape in the model; give one with --input {name}=DIMS"
         )
-    for i, m in enumerate(model_dims):
-        if not isinstance(m, int):
+    extents = dim_extents or {}
+    dims = [extents.get(m, m) if isinstance(m, str) else m for m in model_dims]
+    for i, m in enumerate(dims):
+        if not isinstance(m, (int, DimRange)):
             example = "x".join(str(d) if isinstance(d, int) else "1" for d in model_dims)
             label = f"'{m}'" if m else "unknown"
+            hint = f" or --dim {m}=N" if m else ""
             raise ModelError(
-                f"input '{name}' dim {i} is {label}; give the shape with --input {name}={example}"
+                f"input '{name}' dim {i} is {label}; give the shape with "
+                f"--input {name}={example}{hint}"
             )
-    dims = tuple(m for m in model_dims if isinstance(m, int))  # all are, by now
-    return _addressable(name, Shape(dtype, dims))
+    return _addressable(name, _bounded_shape(dtype, dims))
+
+
+def _low(dim: int | DimRange) -> int:
+    return dim.low if isinstance(dim, DimRange) else int(dim)
+
+
+def _bounded_shape(dtype, dims: Sequence[int | DimRange]) -> Shape:
+    """Extents and ranges as a shape: a range of one extent is that extent, others are
+    bounded dims at their high ends."""
+    bounds = [d.high if isinstance(d, DimRange) else int(d) for d in dims]
+    flags = [isinstance(d, DimRange) and d.low != d.high for d in dims]
+    return Shape(dtype, tuple(bounds), tuple(flags))
 
 
 def _addressable(name: str, shape: Shape) -> Shape:

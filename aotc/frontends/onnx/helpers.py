@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ...errors import ModelError, ShapeError
-from ...ir import ComputationBuilder, Direction, DType, Instruction, Op, scalar_reducer
+from ...errors import ModelError, ShapeError, UnsupportedError
+from ...ir import ComputationBuilder, Direction, DType, Instruction, Op, Shape, scalar_reducer
 
 
 def broadcast_dims(*shapes: Sequence[int]) -> tuple[int, ...]:
@@ -103,8 +103,15 @@ def keep_dims(
     return b.reshape(x, [1 if i in axes else d for i, d in enumerate(dims)])
 
 
-def element_count(dims: Sequence[int], axes: Sequence[int]) -> int:
-    return int(np.prod([dims[a] for a in axes], dtype=np.int64))
+def element_count(shape: Shape, axes: Sequence[int]) -> int:
+    """The number of elements a reduction over `axes` of `shape` takes (a mean's
+    divisor); refused where one of the axes is bounded, whose extent only the run knows."""
+    bounded = [a for a in axes if shape.is_dynamic(a)]
+    if bounded:
+        raise UnsupportedError(
+            f"averages over bounded dim {bounded[0]} (its extent is known only at run time)"
+        )
+    return int(np.prod([shape.dims[a] for a in axes], dtype=np.int64))
 
 
 def softmax(

@@ -23,6 +23,7 @@ from onnx import external_data_helper
 
 from ...errors import AotcError, ModelError, UnsupportedError
 from ...ir import ComputationBuilder, Instruction, Module
+from ...ir.bounds import DimRange
 from ...names import to_c_identifier
 from . import (
     activation,
@@ -64,6 +65,7 @@ from . import (
     text_features,
 )
 from .boundary import ModelBoundary
+from .bounded import check_bounded
 from .dtypes import check_external_data, tensor_to_array
 from .registry import (
     DEFAULT_DOMAINS,
@@ -118,7 +120,7 @@ FAMILIES = (
     text_features,
 )
 
-InputShapes = Mapping[str, Sequence[int]]
+InputShapes = Mapping[str, Sequence[int | DimRange]]
 # sequence input -> its length; optional input given no value -> None
 InputStructure = Mapping[str, int | None]
 # what a target's byte dot products take (import_onnx's `byte_dot_signs`)
@@ -132,12 +134,16 @@ def import_onnx(
     input_values: Mapping[str, np.ndarray] | None = None,
     input_structure: InputStructure | None = None,
     byte_dot_signs: str = "mixed",
+    dim_extents: Mapping[str, int | DimRange] | None = None,
 ) -> Module:
     """Lower an ONNX model (or a path to one) to an IR module.
 
     Inputs named in `input_values` become constants with those values (the
     model is specialised on them, e.g. a Reshape's shape fed as an input).
     Shapes and values of a sequence's tensors are keyed "NAME.0", "NAME.1"...
+    A dim of `input_shapes` may be a DimRange, and `dim_extents` gives the model's
+    symbolic dims (dim_param names) their extents or ranges: a range makes the dim
+    bounded (Shape.dynamic), any extent in it taken at run time.
     `byte_dot_signs` is what the target's byte dot products take, "mixed" (one u8 and
     one s8 operand) or "same" (two s8 or two u8): quantized products get those types.
     """
@@ -150,7 +156,7 @@ def import_onnx(
     b = ComputationBuilder(module, "main")
     top = GraphLowering(b, model.graph, opsets, _used_names(model.graph))
     top.byte_dot_signs = byte_dot_signs
-    boundary = ModelBoundary(top, input_shapes, input_values, input_structure)
+    boundary = ModelBoundary(top, input_shapes, input_values, input_structure, dim_extents)
     module.input_names = boundary.bind_inputs()
     top.lower_nodes()
     b.origin = None
@@ -362,6 +368,7 @@ class GraphLowering:
             _check_arity(node, opset, lowering)
             inputs = [self.lookup(name) if name else None for name in node.input]
             _check_kinds(node, opset, inputs, lowering)
+            check_bounded(node.domain, node.op_type, inputs)
             ctx = NodeContext(
                 self.b,
                 node,

@@ -79,7 +79,7 @@ def make_reduction(reduction: Reduction, axes_from_input: bool):
         axes = normalize_axes(axes, x.array_shape.rank)
         out = reduce(b, mapped, reduction.combine, axes, bool(ctx.attr("keepdims", 1)))
         if reduction.mean:
-            out = Formula(b, out).div(out, element_count(x.array_shape.dims, axes))
+            out = Formula(b, out).div(out, element_count(x.array_shape, axes))
         if reduction.finish:
             out = reduction.finish(Formula(b, out), out)
         return out

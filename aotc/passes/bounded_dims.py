@@ -1,0 +1,385 @@
+"""Bounded dims padded to their bounds: the entry of a module whose inputs have bounded
+dims (`Shape.dynamic`, `f32[<=8,128]`) becomes a static program over buffers at the
+bounds, with the inputs' actual extents as one more input.
+
+A bounded array is stored as its bound: its values at the first extents of each dim,
+the rest of the buffer padding whose bytes are unspecified.  The pass runs first, as
+XLA's dynamic padder does, in three steps:
+
+- sizes: each bounded dim of each instruction gets an s32 scalar instruction that
+  computes its extent at run time (`Sizes`), from the entry's new last parameter
+  (`input_dims`: the extents of the inputs' bounded dims, in order) through its op's row
+  of SIZE_RULES: an elementwise op keeps its operands' extents, a reshape scales the
+  major dim of a run, a dot takes its batch and free dims' from its operands...;
+- masks: where an op combines values along a bounded dim (a reduce, the contracting
+  dims of a dot), its operands' padding is replaced by the reduction's init value (zero
+  for a dot) on the way in, so that no padding reaches a value (`MASKED`);
+- the shapes become static, and the root gains an output (`output_dims`: the extents
+  of the outputs' bounded dims), which `Module.bounds` describes with the inputs'.
+
+The shape rules (ir/shapes.py) already refuse the ops whose index maps would read the
+extent of a bounded dim (slicing, padding, reversing, sorting along it...); an op with
+no row here that meets a bounded dim is refused by name.  Everything after the pass
+(the other passes, buffer assignment, the backends) sees static shapes: the buffers
+are planned at the bounds, so NAME_SCRATCH_BYTES covers every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import UnsupportedError
+from ..ir import Instruction, Module, Op
+from ..ir.module import Bounds
+from ..ir.ops import Direction
+from ..ir.shapes import reshape_groups
+from ..ir.types import DType, Shape, TupleShape
+from .rewrite import InsertingBuilder
+
+SIZE = DType.S32  # the type of an extent at run time
+INPUT_DIMS, OUTPUT_DIMS = "input_dims", "output_dims"
+
+# an instruction's extents: per dim, its s32 scalar (None for a static dim); a tuple's
+# per element
+Extents = list
+
+
+@dataclass
+class BoundedDims:
+    name: str = "bounded-dims"
+
+    def run(self, module: Module) -> bool:
+        entry = module.entry
+        if entry is None or not any(_bounded(p.shape) for p in entry.parameters):
+            return False
+        _check_no_bounded_callees(module)
+        Sizes(module).pad()
+        return True
+
+
+class Sizes:
+    """The run-time extents of the entry's bounded dims, and the padding rewrite."""
+
+    def __init__(self, module: Module):
+        assert module.entry is not None
+        self.module = module
+        self.entry = module.entry
+        self.b = InsertingBuilder(module, module.entry)
+        self.extents: dict[int, Extents] = {}
+
+    def size(self, instr: Instruction, dim: int, element: int | None = None) -> Instruction:
+        """The s32 scalar that holds the extent of `instr`'s bounded dim `dim`."""
+        extents = self.extents[id(instr)]
+        found = (extents if element is None else extents[element])[dim]
+        assert found is not None, (instr, dim)
+        return found
+
+    def pad(self) -> None:
+        params = self.entry.parameters
+        inputs = [(p.index, d, p.array_shape.dims[d]) for p in params for d in _dims(p.shape)]
+        dims_param = self.b.parameter(
+            len(params), Shape(SIZE, (len(inputs),)), self.module.unique_name(INPUT_DIMS)
+        )
+        for position, (number, dim, _) in enumerate(inputs):
+            param = params[number]
+            element = self.b.reshape(self.b.slice(dims_param, [position], [position + 1]), [])
+            extents = self.extents.setdefault(id(param), [None] * param.array_shape.rank)
+            extents[dim] = element
+        for instr in list(self.entry.instructions):
+            if instr.op is Op.PARAMETER or instr is dims_param or id(instr) in self.extents:
+                continue
+            if not (_bounded(instr.shape) or any(_bounded(o.shape) for o in instr.operands)):
+                continue
+            rule = SIZE_RULES.get(instr.op)
+            if rule is None:
+                raise UnsupportedError(_where(instr, "does not take bounded dims yet"))
+            mask = MASKED.get(instr.op)
+            if mask is not None:
+                mask(self, instr)
+            self.extents[id(instr)] = rule(self, instr)
+        outputs = self._output_dims()
+        self._make_static()
+        self.entry.sort_topologically()
+        names = self.module.input_names
+        if names:
+            names.append(INPUT_DIMS)
+        output_dims = self._outputs() - 1 if outputs else None
+        self.module.bounds = Bounds(tuple(inputs), tuple(outputs), dims_param.index, output_dims)
+
+    # -- the root ---------------------------------------------------------------------
+
+    def _output_dims(self) -> list[tuple[int, int, int]]:
+        """Append `output_dims` to the root where an output has bounded dims; the
+        (output, dim, bound) of each of its entries."""
+        root = self.entry.root
+        assert root is not None
+        elements = list(root.operands) if root.op is Op.TUPLE else [root]
+        found, sizes = [], []
+        for number, element in enumerate(elements):
+            for dim in _dims(element.shape):
+                found.append((number, dim, element.array_shape.dims[dim]))
+                sizes.append(self.b.reshape(self.size(element, dim), [1]))
+        if not sizes:
+            return found
+        dims = sizes[0] if len(sizes) == 1 else self.b.concatenate(sizes, 0)
+        self.entry.root = self.b.tuple([*elements, dims])
+        if self.module.output_names:
+            self.module.output_names.append(OUTPUT_DIMS)
+        return found
+
+    def _outputs(self) -> int:
+        root = self.entry.root
+        assert root is not None
+        return len(root.operands) if root.op is Op.TUPLE else 1
+
+    def _make_static(self) -> None:
+        for comp in self.module.computations:
+            for instr in comp.instructions:
+                instr.shape = _static(instr.shape)
+
+    # -- masks ------------------------------------------------------------------------
+
+    def masked(self, x: Instruction, dims, fill: Instruction) -> Instruction:
+        """`x` with the padding along its bounded `dims` replaced by the scalar `fill`."""
+        shape = x.array_shape
+        keep = None
+        for dim in dims:
+            iota = self.b.iota(Shape(SIZE, shape.dims), dim)
+            extent = self.b.broadcast(self.size(x, dim), [], shape.dims)
+            inside = self.b.compare(iota, extent, Direction.LT)
+            keep = inside if keep is None else self.b.binary(Op.AND, keep, inside)
+        if keep is None:
+            return x
+        filled = self.b.broadcast(fill, [], shape.dims)
+        masked = self.b.select(keep, x, filled)
+        self.extents[id(masked)] = self.extents[id(x)]
+        return masked
+
+
+def _mask_reduce(sizes: Sizes, instr: Instruction) -> None:
+    """A reduce's inputs with their padding along reduced bounded dims set to their init
+    values (the reducer's identity), so the padding adds nothing."""
+    half = len(instr.operands) // 2
+    inputs, inits = instr.operands[:half], instr.operands[half:]
+    for k, (x, init) in enumerate(zip(inputs, inits)):
+        bounded = [d for d in instr.dimensions if x.array_shape.is_dynamic(d)]
+        instr.operands[k] = sizes.masked(x, bounded, init)
+
+
+def _mask_dot(sizes: Sizes, instr: Instruction) -> None:
+    """A dot's operands with their padding along bounded contracting dims set to zero
+    (both: padding may hold infinities, and 0 x inf is NaN)."""
+    d = instr.dot
+    assert d is not None
+    for k, contracting in ((0, d.lhs_contracting), (1, d.rhs_contracting)):
+        x = instr.operands[k]
+        bounded = [dim for dim in contracting if _is_dynamic(x, dim)]
+        if bounded:
+            zero = sizes.b.scalar(0, x.array_shape.dtype)
+            instr.operands[k] = sizes.masked(x, bounded, zero)
+
+
+# op -> how its operands' padding is masked before it reads them
+MASKED: dict[Op, Callable[[Sizes, Instruction], None]] = {
+    Op.REDUCE: _mask_reduce,
+    Op.DOT: _mask_dot,
+}
+
+
+# -- extents of results -----------------------------------------------------------------
+
+
+def _same_dims(sizes: Sizes, instr: Instruction) -> Extents:
+    """Dim d's extent is that of dim d of an operand bounded there (elementwise ops, and
+    those the shape rules let through only where they keep a bounded dim as it is)."""
+    return _by_dim(instr, lambda d: _first_bounded(sizes, instr.operands, d))
+
+
+def _first_bounded(sizes: Sizes, operands, dim: int) -> Instruction:
+    for operand in operands:
+        if isinstance(operand.shape, Shape) and _is_dynamic(operand, dim):
+            return sizes.size(operand, dim)
+    raise UnsupportedError(f"no operand gives bounded dim {dim} its extent")
+
+
+def _broadcast(sizes: Sizes, instr: Instruction) -> Extents:
+    x = instr.operands[0]
+    mapped = {d: i for i, d in enumerate(instr.dimensions)}
+    return _by_dim(instr, lambda d: sizes.size(x, mapped[d]))
+
+
+def _transpose(sizes: Sizes, instr: Instruction) -> Extents:
+    x = instr.operands[0]
+    return _by_dim(instr, lambda d: sizes.size(x, instr.dimensions[d]))
+
+
+def _reshape(sizes: Sizes, instr: Instruction) -> Extents:
+    """In each run of dims (`reshape_groups`), the bounded operand dim's extent times
+    the run's other operand dims, over the run's other result dims (exact on every
+    input the reshape is defined for)."""
+    x, out = instr.operands[0].array_shape, instr.array_shape
+    extents: Extents = [None] * out.rank
+    for ins, outs in reshape_groups(x.dims, out.dims):
+        bounded = [i for i in ins if x.is_dynamic(i)]
+        if not bounded:
+            continue
+        major = next(j for j in outs if out.is_dynamic(j))
+        others_in = _product(x.dims[i] for i in ins if i != bounded[0])
+        others_out = _product(out.dims[j] for j in outs if j != major)
+        extents[major] = _scaled(
+            sizes, sizes.size(instr.operands[0], bounded[0]), others_in, others_out
+        )
+    return extents
+
+
+def _scaled(sizes: Sizes, extent: Instruction, times: int, over: int) -> Instruction:
+    """extent x times / over, in s32."""
+    b = sizes.b
+    if times % over == 0 and times != over:
+        return b.binary(Op.MULTIPLY, extent, b.scalar(times // over, SIZE))
+    if over % times == 0 and times != over:
+        return b.binary(Op.DIVIDE, extent, b.scalar(over // times, SIZE))
+    if times == over:
+        return extent
+    scaled = b.binary(Op.MULTIPLY, extent, b.scalar(times, SIZE))
+    return b.binary(Op.DIVIDE, scaled, b.scalar(over, SIZE))
+
+
+def _reduce(sizes: Sizes, instr: Instruction) -> Extents:
+    half = len(instr.operands) // 2
+    kept = [d for d in range(instr.operands[0].array_shape.rank) if d not in instr.dimensions]
+    inputs = instr.operands[:half]
+
+    def element(shape: Shape) -> Extents:
+        return [
+            _first_bounded(sizes, inputs, kept[i]) if shape.is_dynamic(i) else None
+            for i in range(shape.rank)
+        ]
+
+    if isinstance(instr.shape, TupleShape):
+        return [element(e) for e in instr.shape.elements]
+    return element(instr.array_shape)
+
+
+def _dot(sizes: Sizes, instr: Instruction) -> Extents:
+    lhs, rhs = instr.operands
+    d = instr.dot
+    assert d is not None
+    sources = [
+        (lhs, a) if _is_dynamic(lhs, a) else (rhs, b) for a, b in zip(d.lhs_batch, d.rhs_batch)
+    ]
+    for x, used in ((lhs, d.lhs_batch + d.lhs_contracting), (rhs, d.rhs_batch + d.rhs_contracting)):
+        sources += [(x, i) for i in range(x.array_shape.rank) if i not in used]
+    return _by_dim(instr, lambda k: sizes.size(*sources[k]))
+
+
+def _convolution(sizes: Sizes, instr: Instruction) -> Extents:
+    c = instr.conv
+    assert c is not None
+    return _by_dim(instr, lambda d: sizes.size(instr.operands[0], c.input_batch))
+
+
+def _gather(sizes: Sizes, instr: Instruction) -> Extents:
+    g = instr.gather
+    assert g is not None
+    indices = instr.operands[1]
+    batch = [i for i in range(indices.array_shape.rank) if i != g.index_vector_dim]
+    out_batch = [i for i in range(instr.array_shape.rank) if i not in g.offset_dims]
+    source = dict(zip(out_batch, batch))
+    return _by_dim(instr, lambda d: sizes.size(indices, source[d]))
+
+
+def _tuple(sizes: Sizes, instr: Instruction) -> Extents:
+    return [sizes.extents.get(id(o)) or [None] * _rank(o.shape) for o in instr.operands]
+
+
+def _get_tuple_element(sizes: Sizes, instr: Instruction) -> Extents:
+    assert instr.index is not None
+    return sizes.extents[id(instr.operands[0])][instr.index]
+
+
+# op -> the extents of its result's bounded dims
+SIZE_RULES: dict[Op, Callable[[Sizes, Instruction], Extents]] = {
+    **{op: _same_dims for op in Op if op.is_elementwise},
+    Op.SELECT: _same_dims,
+    Op.CLAMP: _same_dims,
+    Op.CONVERT: _same_dims,
+    Op.BITCAST_CONVERT: _same_dims,
+    Op.COMPARE: _same_dims,
+    Op.SLICE: _same_dims,
+    Op.PAD: _same_dims,
+    Op.REVERSE: _same_dims,
+    Op.CONCATENATE: _same_dims,
+    Op.REDUCE_WINDOW: _same_dims,
+    Op.SORT: _same_dims,
+    Op.BROADCAST: _broadcast,
+    Op.TRANSPOSE: _transpose,
+    Op.RESHAPE: _reshape,
+    Op.BITCAST: _reshape,
+    Op.REDUCE: _reduce,
+    Op.DOT: _dot,
+    Op.CONVOLUTION: _convolution,
+    Op.GATHER: _gather,
+    Op.TUPLE: _tuple,
+    Op.GET_TUPLE_ELEMENT: _get_tuple_element,
+}
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _by_dim(instr: Instruction, extent: Callable[[int], Instruction]) -> Extents:
+    shape = instr.array_shape
+    return [extent(d) if shape.is_dynamic(d) else None for d in range(shape.rank)]
+
+
+def _bounded(shape) -> bool:
+    if isinstance(shape, TupleShape):
+        return any(_bounded(e) for e in shape.elements)
+    return not shape.is_static
+
+
+def _is_dynamic(x: Instruction, dim: int) -> bool:
+    return isinstance(x.shape, Shape) and x.shape.is_dynamic(dim)
+
+
+def _dims(shape) -> tuple[int, ...]:
+    return shape.bounded_dims if isinstance(shape, Shape) else ()
+
+
+def _rank(shape) -> int:
+    return shape.rank if isinstance(shape, Shape) else 0
+
+
+def _product(values) -> int:
+    result = 1
+    for v in values:
+        result *= v
+    return result
+
+
+def _static(shape):
+    if isinstance(shape, TupleShape):
+        return TupleShape(tuple(_static(e) for e in shape.elements))
+    return shape.static()
+
+
+def _where(instr: Instruction, message: str) -> str:
+    origin = f" (from {instr.origin})" if instr.origin else ""
+    return f"{instr.op.text} {instr.name}{origin} {message}"
+
+
+def _check_no_bounded_callees(module: Module) -> None:
+    """Bounded dims stay in the entry: a control-flow body over them would need its
+    extents threaded through its parameters."""
+    for comp in module.computations:
+        if comp is module.entry:
+            continue
+        for instr in comp.instructions:
+            if _bounded(instr.shape):
+                raise UnsupportedError(_where(instr, f"in {comp.name} has bounded dims"))
+    assert module.entry is not None
+    for instr in module.entry.instructions:
+        if instr.op.is_control_flow and any(_bounded(o.shape) for o in instr.operands):
+            raise UnsupportedError(_where(instr, "takes bounded dims into control flow"))

@@ -1,0 +1,339 @@
+"""Bounded dims (passes/bounded_dims.py): one compile for every extent up to the bounds.
+
+The IR's `<=N` dims print and parse; the shape rules carry them and refuse the index
+maps that would read an extent; the padder's static program, evaluated with NaN in the
+padding, equals numpy at the actual extents; ONNX models compiled once with --dim
+ranges match onnxruntime at several extents (rtol 1e-4, atol 1e-5), from Python and
+from C through NAME_run_bounded; what cannot be bounded yet is refused in one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from aotc_testing import build_c, run_cli
+from bounded_models import encoder_layer, mlp
+from onnx import TensorProto, helper
+
+from aotc.driver import CompileOptions, compile_model
+from aotc.errors import AotcError, ShapeError
+from aotc.ir import ComputationBuilder, DotDims, DType, Module, Op, Shape, scalar_reducer
+from aotc.ir.bounds import DimRange
+from aotc.ir.evaluate import evaluate
+from aotc.ir.parser import parse_module
+from aotc.ir.text import print_module
+from aotc.ir.verify import verify
+from aotc.passes.bounded_dims import BoundedDims
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def _bounded(*dims, dtype=DType.F32) -> Shape:
+    """A shape from dims written as ints (static) or "<=N" strings (bounded)."""
+    flags = [isinstance(d, str) for d in dims]
+    return Shape(dtype, tuple(int(str(d).lstrip("<=")) for d in dims), tuple(flags))
+
+
+# -- the IR ----------------------------------------------------------------------------
+
+
+def test_bounded_dims_print_and_parse():
+    text = """HloModule m
+
+ENTRY %main (x: f32[<=8,16]) -> f32[<=8] {
+  %x = f32[<=8,16]{1,0} parameter(0)
+  %zero = f32[] constant(0)
+  %t = f32[16,<=8]{1,0} transpose(f32[<=8,16]{1,0} %x), dimensions={1,0}
+  ROOT %r = f32[<=8]{0} reduce(f32[16,<=8]{1,0} %t, f32[] %zero), dimensions={0}, to_apply=%add
+}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(f32[] %a, f32[] %b)
+}
+"""
+    module = parse_module(text)
+    root = module.entry.root
+    assert root.shape == _bounded("<=8")
+    assert root.operands[0].shape == _bounded(16, "<=8")
+    assert "f32[<=8,16]" in print_module(module)
+    assert parse_module(print_module(module)).entry.root.shape == root.shape
+
+
+def test_a_written_shape_must_carry_the_bounds():
+    text = """HloModule m
+
+ENTRY %main (x: f32[<=8,16]) -> f32[8,16] {
+  %x = f32[<=8,16]{1,0} parameter(0)
+  ROOT %n = f32[8,16]{1,0} negate(f32[<=8,16]{1,0} %x)
+}
+"""
+    with pytest.raises(ShapeError, match=r"negate gives f32\[<=8,16\]"):
+        parse_module(text)
+
+
+# op built on a bounded operand -> the message of the shape rule that refuses it
+REFUSED = {
+    "slice": ("slices bounded dim 0", lambda b, x: b.slice(x, [1, 0], [8, 16])),
+    "reverse": ("reverses bounded dim 0", lambda b, x: b.reverse(x, [0])),
+    "concatenate": ("concatenates along bounded dim 0", lambda b, x: b.concatenate([x, x], 0)),
+    "pad": (
+        "pads bounded dim 0",
+        lambda b, x: b.pad(x, b.scalar(0, DType.F32), [0, 0], [1, 0]),
+    ),
+    "reshape": (
+        "bounded dim 1 would not be the major",
+        lambda b, x: b.reshape(b.transpose(x, [1, 0]), [128]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_index_maps_that_read_an_extent_are_refused(case):
+    message, build = REFUSED[case]
+    module = Module("m")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, _bounded("<=8", 16), "x")
+    with pytest.raises(ShapeError, match=message):
+        build(b, x)
+
+
+def test_shape_rules_carry_the_bounds():
+    module = Module("m")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, _bounded("<=8", 4, 16), "x")
+    w = b.constant(np.ones((16, 3), np.float32))
+    assert b.dot(x, w, DotDims((), (), (2,), (0,))).shape == _bounded("<=8", 4, 3)
+    assert b.reshape(x, [32, 16]).shape == _bounded("<=32", 16)  # the major dim of a merge
+    assert b.reshape(x, [2, 4, 4, 16]).shape == _bounded("<=2", 4, 4, 16)  # and of a split
+    assert b.broadcast(x, [0, 1, 2], [8, 4, 16, 2]).shape == _bounded("<=8", 4, 16, 2)
+    y = b.binary(Op.ADD, x, b.broadcast(b.scalar(1, DType.F32), [], [8, 4, 16]))
+    assert y.shape == x.shape  # a static operand at the bound is read at the extents
+    reduced = b.reduce(x, b.scalar(0, DType.F32), [2], scalar_reducer(module, Op.ADD, DType.F32))
+    assert reduced.shape == _bounded("<=8", 4)
+
+
+# -- the padder ------------------------------------------------------------------------
+
+
+def _padded_program():
+    """x [<=8, 16] -> (sum over the batch of exp(x W), exp(x W) flattened, (x W)^T (x W),
+    softmax of x W over the batch): reductions and a dot along the bounded dim, a merge."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 4)).astype(np.float32)
+    module = Module("m")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, _bounded("<=8", 16), "x")
+    y = b.dot(x, b.constant(w), DotDims((), (), (1,), (0,)))
+    e = b.unary(Op.EXP, y)
+    add = scalar_reducer(module, Op.ADD, DType.F32)
+    maximum = scalar_reducer(module, Op.MAXIMUM, DType.F32)
+    total = b.reduce(e, b.scalar(0, DType.F32), [0], add)
+    gram = b.dot(b.transpose(y, [1, 0]), y, DotDims((), (), (1,), (0,)))
+    peak = b.reduce(y, b.scalar(-np.inf, DType.F32), [0], maximum)
+    shifted = b.unary(Op.EXP, b.binary(Op.SUBTRACT, y, b.broadcast(peak, [1], [8, 4])))
+    norm = b.reduce(shifted, b.scalar(0, DType.F32), [0], add)
+    softmax = b.binary(Op.DIVIDE, shifted, b.broadcast(norm, [1], [8, 4]))
+    b.build(b.tuple([total, b.reshape(e, [32]), gram, softmax]), entry=True)
+    return module, w
+
+
+@pytest.mark.parametrize("batch", [0, 1, 3, 8])
+def test_padded_program_equals_the_actual_extents(batch):
+    module, w = _padded_program()
+    assert BoundedDims().run(module)
+    verify(module)
+    assert all(i.shape.is_static for i in module.entry.instructions if not i.shape.is_tuple)
+    bounds = module.bounds
+    assert bounds.inputs == ((0, 0, 8),) and bounds.input_dims == 1
+    assert [o[:2] for o in bounds.outputs] == [(1, 0), (3, 0)]
+    x = np.random.default_rng(batch).standard_normal((batch, 16)).astype(np.float32)
+    args = bounds.padded_args([(8, 16)], [x])
+    args[0][batch:] = np.nan  # the padding holds anything
+    got = bounds.actual_outputs(list(evaluate(module, args)))
+    y = x.astype(np.float64) @ w
+    e = np.exp(y)
+    softmax = np.exp(y - y.max(0, initial=-np.inf)) / np.exp(y - y.max(0, initial=-np.inf)).sum(0)
+    for have, want in zip(got, [e.sum(0), e.reshape(-1), y.T @ y, softmax]):
+        assert have.shape == want.shape
+        np.testing.assert_allclose(have, want, rtol=RTOL, atol=ATOL)
+
+
+def test_a_static_module_is_left_alone():
+    module = Module("m")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, (4,)), "x")
+    b.build(b.unary(Op.NEGATE, x), entry=True)
+    assert not BoundedDims().run(module)
+    assert module.bounds is None
+
+
+# -- ONNX models -----------------------------------------------------------------------
+
+
+def _check_against_onnxruntime(model, loaded, shapes, seed=0):
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(seed)
+    for shape in shapes:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = loaded.run([x])
+        want = session.run(None, {"x": x})
+        assert len(got) == len(want)
+        for have, expected in zip(got, want):
+            assert have.shape == expected.shape, shape
+            np.testing.assert_allclose(have, expected, rtol=RTOL, atol=ATOL)
+
+
+def test_mlp_compiled_once_for_batch_1_to_8():
+    model = mlp()
+    compiled = compile_model(model, CompileOptions(dim_extents={"batch": DimRange(1, 8)}))
+    assert [t.type_text for t in compiled.inputs] == ["f32[<=8,32]", "s32[1]"]
+    assert [t.type_text for t in compiled.outputs] == ["f32[<=8,10]", "f32[10]", "s32[1]"]
+    _check_against_onnxruntime(model, compiled.load(), [(1, 32), (3, 32), (8, 32)])
+
+
+def test_encoder_layer_compiled_once_for_batch_and_sequence():
+    model = encoder_layer()
+    ranges = {"batch": DimRange(1, 3), "seq": DimRange(1, 16)}
+    compiled = compile_model(model, CompileOptions(dim_extents=ranges))
+    shapes = [(1, 1, 64), (1, 7, 64), (3, 16, 64), (2, 5, 64)]
+    _check_against_onnxruntime(model, compiled.load(), shapes)
+
+
+def test_input_ranges_given_per_input():
+    model = mlp()
+    options = CompileOptions(input_shapes={"x": (DimRange(2, 4), 32)})
+    loaded = compile_model(model, options).load()
+    _check_against_onnxruntime(model, loaded, [(2, 32), (4, 32)])
+    with pytest.raises(AotcError, match="input 0 dim 0 is 5, expected at most 4"):
+        loaded.run([np.zeros((5, 32), np.float32)])
+    with pytest.raises(AotcError, match="input 0 dim 1 is 31, expected 32"):
+        loaded.run([np.zeros((2, 31), np.float32)])
+
+
+def _shape_model():
+    """x [batch, 4] -> Shape(x): the extents as data, which a bounded dim does not have."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"])]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _mean_model():
+    """x [batch, 4] -> its mean over the batch: a divisor only the run knows."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[0], keepdims=0)]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("m", TensorProto.FLOAT, [4])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        (_shape_model, "Shape does not take yet"),
+        (_mean_model, "averages over bounded dim 0"),
+    ],
+)
+def test_what_cannot_be_bounded_is_refused_by_node(model, message, tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model().SerializeToString())
+    result = run_cli("compile", path, "-o", tmp_path / "build", "--dim", "batch=1..8")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not (tmp_path / "build").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--dim=batch=8..1", "expected NAME=N or NAME=LOW..HIGH"),
+        ("--dim=size=1..8", "--dim names no symbolic dim of the inputs: size (they are: batch)"),
+        ("--input=x=1..zx32", "dims must be non-negative integers or ranges"),
+        ("--input=x=1..8x1..4", "dim 1 is 1..4, the model says 32"),
+    ],
+)
+def test_bad_ranges_are_refused_in_one_line(flag, message, tmp_path):
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(mlp().SerializeToString())
+    result = run_cli("compile", path, "-o", tmp_path / "build", flag)
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# -- the C API -------------------------------------------------------------------------
+
+DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "mlp.h"
+
+/* argv: batch, x.bin, p.bin, s.bin; prints the output extents */
+int main(int argc, char **argv) {
+    if (argc != 5) return 10;
+    int64_t batch = atoll(argv[1]);
+    static float x[MLP_X_SIZE], p[MLP_P_SIZE], s[MLP_S_SIZE];
+    FILE *f = fopen(argv[2], "rb");
+    if (!f || fread(x, sizeof(float), (size_t)batch * MLP_X_DIM1, f) != (size_t)batch * MLP_X_DIM1)
+        return 11;
+    fclose(f);
+    int64_t in_dims[] = {batch, MLP_X_DIM1}, out_dims[3];
+    void *scratch = aligned_alloc(64, MLP_BOUNDED_SCRATCH_BYTES);
+    const void *in[] = {x};
+    void *out[] = {p, s};
+    int status = mlp_run_bounded(in, in_dims, out, out_dims, scratch);
+    if (status != 0) return 20 + status;
+    printf("%lld %lld %lld\n", (long long)out_dims[0], (long long)out_dims[1],
+           (long long)out_dims[2]);
+    f = fopen(argv[3], "wb");
+    fwrite(p, sizeof(float), (size_t)(out_dims[0] * out_dims[1]), f);
+    fclose(f);
+    f = fopen(argv[4], "wb");
+    fwrite(s, sizeof(float), (size_t)out_dims[2], f);
+    fclose(f);
+    int64_t too_many[] = {MLP_X_DIM0 + 1, MLP_X_DIM1};
+    if (mlp_run_bounded(in, too_many, out, out_dims, scratch) != 3) return 30;
+    free(scratch);
+    return 0;
+}
+"""
+
+
+def test_c_program_runs_any_batch_through_run_bounded(tmp_path):
+    import subprocess
+
+    model = mlp()
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(model.SerializeToString())
+    build = tmp_path / "build"
+    result = run_cli("compile", path, "-o", build, "--dim", "batch=1..8", "-q")
+    assert result.returncode == 0, result.stderr
+    header = (build / "mlp.h").read_text()
+    assert "#define MLP_X_DIM0_BOUNDED 1" in header and "mlp_run_bounded" in header
+    (tmp_path / "main.c").write_text(DRIVER)
+    program = build_c([tmp_path / "main.c"], tmp_path / "main", [build], [build / "libmlp.a"])
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(3)
+    for batch in (1, 5, 8):
+        x = rng.standard_normal((batch, 32)).astype(np.float32)
+        files = [tmp_path / f"{n}.bin" for n in ("x", "p", "s")]
+        files[0].write_bytes(x.tobytes())
+        argv = [program, str(batch), *map(str, files)]
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert run.returncode == 0, run.returncode
+        assert run.stdout.split() == [str(batch), "10", "10"]
+        p, s = session.run(None, {"x": x})
+        np.testing.assert_allclose(
+            np.fromfile(files[1], np.float32).reshape(batch, 10), p, rtol=RTOL, atol=ATOL
+        )
+        np.testing.assert_allclose(np.fromfile(files[2], np.float32), s, rtol=RTOL, atol=ATOL)
