@@ -121,6 +121,12 @@ class ComputationBuilder:
         strides = strides or [1] * len(starts)
         return self.add(Op.SLICE, [x], slice=SliceSpec(starts, limits, strides))
 
+    def get_dimension_size(self, x: Instruction, dim: int) -> Instruction:
+        return self.add(Op.GET_DIMENSION_SIZE, [x], dimensions=(dim,))
+
+    def set_dimension_size(self, x: Instruction, size: Instruction, dim: int) -> Instruction:
+        return self.add(Op.SET_DIMENSION_SIZE, [x, size], dimensions=(dim,))
+
     def dynamic_slice(
         self, x: Instruction, starts: Sequence[Instruction], sizes: Sequence[int]
     ) -> Instruction:

@@ -60,6 +60,40 @@ def evaluate_constant(instr: Instruction) -> Value | None:
     return _run(order, ())[id(instr)]
 
 
+def evaluate_extents(instr: Instruction, extent) -> Value | None:
+    """The value of `instr` with each get-dimension-size of a bounded dim taken as
+    `extent(bound)` (its operand not evaluated): a shape computed from bounded dims at
+    chosen extents; None where a parameter reaches it otherwise."""
+    order, stack, seen = [], [(instr, False)], set()
+    while stack:
+        cur, expanded = stack.pop()
+        if expanded:
+            order.append(cur)
+            continue
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        stack.append((cur, True))
+        if cur.op is not Op.GET_DIMENSION_SIZE:
+            stack.extend((o, False) for o in reversed(cur.operands))
+    if any(i.op is Op.PARAMETER or Trait.SIDE_EFFECT in i.op.traits for i in order):
+        return None
+    values: dict[int, Value] = {}
+    with np.errstate(all="ignore"):
+        for cur in order:
+            if cur.op is Op.GET_DIMENSION_SIZE:
+                assert cur.dimensions is not None  # the op requires dimensions=
+                shape, dim = cur.operands[0].array_shape, cur.dimensions[0]
+                bound = shape.dims[dim]
+                result: Value = np.asarray(
+                    extent(bound) if shape.is_dynamic(dim) else bound, np.int32
+                )
+            else:
+                result = EVAL_RULES[cur.op](cur, [values[id(o)] for o in cur.operands])
+            values[id(cur)] = _as_shape(result, cur.shape, cur)
+    return values[id(instr)]
+
+
 def map_computation(comp: Computation, args: Sequence[np.ndarray]) -> Value:
     """A scalar computation (comparator, combiner) applied elementwise to arrays of
     broadcastable dims: one numpy pass per instruction where every instruction is

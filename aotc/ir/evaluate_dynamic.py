@@ -40,6 +40,18 @@ def _dynamic_slice(instr: Instruction, operands: list) -> np.ndarray:
     return x[tuple(slice(b, b + n) for b, n in zip(begin, sizes))]
 
 
+def _get_dimension_size(instr: Instruction, operands: list) -> np.ndarray:
+    """The extent of the array as evaluated: a static program's (a bounded one is
+    padded to its bounds first, passes/bounded_dims.py, which replaces this op)."""
+    (x,) = operands
+    assert instr.dimensions is not None  # the op requires dimensions=
+    return np.asarray(np.shape(x)[instr.dimensions[0]], np.int32)
+
+
+def _set_dimension_size(instr: Instruction, operands: list) -> np.ndarray:
+    return operands[0]  # the values; the extent is the bounded-dims pass's to carry
+
+
 def _dynamic_update_slice(instr: Instruction, operands: list) -> np.ndarray:
     x, update, *starts = operands
     begin = _clamped_starts(starts, x.shape, update.shape)
@@ -178,6 +190,8 @@ def order_by_pairs(comparator: Computation, row: list[np.ndarray]) -> list[int]:
 DYNAMIC_RULES: dict[Op, Callable] = {
     Op.SCATTER: _scatter,
     Op.DYNAMIC_SLICE: _dynamic_slice,
+    Op.GET_DIMENSION_SIZE: _get_dimension_size,
+    Op.SET_DIMENSION_SIZE: _set_dimension_size,
     Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
     Op.SORT: _sort,
 }

@@ -115,6 +115,11 @@ class Op(enum.Enum):
     GATHER = "gather"
     SCATTER = "scatter"
     DYNAMIC_SLICE = "dynamic-slice"
+    # bounded dims (Shape.dynamic): the run-time extent of dim `dimensions={d}` as s32,
+    # and an array whose dim d has the extent of operand 1 (passes/bounded_dims.py
+    # replaces both before any backend sees them)
+    GET_DIMENSION_SIZE = "get-dimension-size"
+    SET_DIMENSION_SIZE = "set-dimension-size"
     DYNAMIC_UPDATE_SLICE = "dynamic-update-slice"
     SORT = "sort"
     # reductions and contractions
@@ -312,6 +317,12 @@ OP_DEFS: dict[Op, OpDef] = {
     # operand, update, a scalar start per dim
     Op.DYNAMIC_UPDATE_SLICE: OpDef("dynamic-update-slice", VARIADIC, shapes.dynamic_update_slice),
     Op.SORT: OpDef("sort", VARIADIC, shapes.sort, required=_needs("dimensions", "called")),
+    Op.GET_DIMENSION_SIZE: OpDef(
+        "get-dimension-size", 1, shapes.get_dimension_size, required=_needs("dimensions")
+    ),
+    Op.SET_DIMENSION_SIZE: OpDef(
+        "set-dimension-size", 2, shapes.set_dimension_size, required=_needs("dimensions")
+    ),
     Op.REDUCE: OpDef("reduce", VARIADIC, shapes.reduce, required=_needs("dimensions", "called")),
     Op.REDUCE_WINDOW: OpDef(
         "reduce-window", VARIADIC, shapes.reduce_window, required=_needs("window", "called")
@@ -371,6 +382,9 @@ class Direction(enum.Enum):
 # memory, not a computation; what `aotc inspect` and NAME_NUM_KERNELS leave out).  The
 # buffer plan may still give a view a copy where it placed it apart from its operand
 # (`BufferPlan.needs_code`).
+# ops the bounded-dims pass (passes/bounded_dims.py) replaces: no backend sees them
+PADDED_OPS = frozenset({Op.GET_DIMENSION_SIZE, Op.SET_DIMENSION_SIZE})
+
 NO_CODE_OPS = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE}) | frozenset(
     op for op, op_def in OP_DEFS.items() if Trait.VIEW in op_def.traits
 )

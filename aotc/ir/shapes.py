@@ -43,6 +43,7 @@ def _present(value: T | None, instr: Instruction, message: str) -> T:
 def _arr(instr: Instruction, i: int) -> Shape:
     shape = instr.operands[i].shape
     _check(isinstance(shape, Shape), instr, f"operand {i} must be an array, got {shape}")
+    assert isinstance(shape, Shape)
     return shape
 
 
@@ -68,6 +69,12 @@ def _static_dims(instr: Instruction, x: Shape, dims, what: str) -> None:
 def given(instr: Instruction) -> AnyShape:
     _check(instr.shape is not None, instr, "needs an explicit result shape")
     return instr.shape
+
+
+def _given_array(instr: Instruction) -> Shape:
+    """`given` for the ops whose result is an array."""
+    given(instr)
+    return instr.array_shape
 
 
 def rng_state(instr: Instruction) -> Shape:
@@ -109,7 +116,7 @@ def compare(instr: Instruction) -> Shape:
     x, y = _arr(instr, 0), _arr(instr, 1)
     _check(x.static() == y.static(), instr, "operands must have equal shapes")
     _check(instr.direction is not None, instr, "needs direction=")
-    return Shape(DType.PRED, x.dims, _merged(x, y))
+    return Shape(DType.PRED, x.dims, tuple(_merged(x, y)))
 
 
 def select(instr: Instruction) -> Shape:
@@ -129,22 +136,23 @@ def clamp(instr: Instruction) -> Shape:
 
 
 def convert(instr: Instruction) -> Shape:
-    out = given(instr)
+    out = _given_array(instr)
     x = _arr(instr, 0)
     _check(out.dims == x.dims, instr, "convert keeps dims")
     return out.with_dims(out.dims, x.dynamic)
 
 
 def bitcast_convert(instr: Instruction) -> Shape:
-    out, x = given(instr), _arr(instr, 0)
+    out, x = _given_array(instr), _arr(instr, 0)
     _check(out.dims == x.dims and out.dtype.bits == x.dtype.bits, instr, "needs equal widths")
     return out.with_dims(out.dims, x.dynamic)
 
 
 def broadcast(instr: Instruction) -> Shape:
-    out, x = given(instr), _arr(instr, 0)
+    out, x = _given_array(instr), _arr(instr, 0)
     dims = instr.dimensions
     _check(dims is not None and len(dims) == x.rank, instr, "dimensions= must map every dim")
+    assert dims is not None
     _check(out.dtype == x.dtype, instr, "broadcast keeps dtype")
     _check(list(dims) == sorted(set(dims)), instr, "dimensions= must be increasing")
     flags = _flags(out)
@@ -155,30 +163,36 @@ def broadcast(instr: Instruction) -> Shape:
 
 
 def reshape(instr: Instruction) -> Shape:
-    out, x = given(instr), _arr(instr, 0)
+    out, x = _given_array(instr), _arr(instr, 0)
     _check(out.dtype == x.dtype and out.size == x.size, instr, f"cannot reshape to {out}")
     return out.with_dims(out.dims, _reshaped_flags(instr, x, out))
 
 
 def _reshaped_flags(instr: Instruction, x: Shape, out: Shape) -> list[bool]:
-    """The result's bounded flags: in each run of dims (`reshape_groups`), a bounded
-    operand dim must be the run's major one (only unit dims before it), so that the
-    padded layout of its values is the run's (the values at the first extents); the
-    run's first non-unit result dim is then bounded.  The given flags are kept."""
+    """The result's bounded flags: in each run of dims (`reshape_groups`) with bounded
+    operand dims, the run's first non-unit result dim is bounded (its values are the
+    run's, in order, at the first extents; where the bounded dim is not the run's major
+    one, or several are, the padder moves them there: `relayout` in
+    passes/bounded_dims.py).  The given flags are kept."""
     flags = _flags(out)
     for ins, outs in reshape_groups(x.dims, out.dims):
         bounded = [i for i in ins if x.is_dynamic(i)]
         if not bounded:
             continue
-        major = [i for i in ins if i < bounded[0] and x.dims[i] != 1]
-        _check(
-            len(bounded) == 1 and not major and outs != (),
-            instr,
-            f"bounded dim {bounded[0]} would not be the major dim of the dims it joins",
-        )
+        _check(outs != (), instr, f"bounded dim {bounded[0]} has no result dim")
         first = next((j for j in outs if out.dims[j] != 1), outs[0])
         flags[first] = True
     return flags
+
+
+def reshape_moves_values(x: Shape, out: Shape) -> bool:
+    """Whether a reshape of bounded dims moves values in the padded layout: some run of
+    dims holds several bounded dims, or one under a non-unit dim."""
+    for ins, _ in reshape_groups(x.dims, out.dims):
+        bounded = [i for i in ins if x.is_dynamic(i)]
+        if len(bounded) > 1 or any(x.dims[i] != 1 for i in ins if bounded and i < bounded[0]):
+            return True
+    return False
 
 
 def reshape_groups(in_dims, out_dims) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -213,12 +227,14 @@ def transpose(instr: Instruction) -> Shape:
     x = _arr(instr, 0)
     perm = instr.dimensions
     _check(perm is not None and sorted(perm) == list(range(x.rank)), instr, "bad permutation")
+    assert perm is not None
     return x.with_dims((x.dims[p] for p in perm), (x.is_dynamic(p) for p in perm))
 
 
 def slice_(instr: Instruction) -> Shape:
     x, s = _arr(instr, 0), instr.slice
     _check(s is not None and len(s.starts) == x.rank, instr, "slice= must cover every dim")
+    assert s is not None
     dims = []
     for d, start, limit, stride in zip(x.dims, s.starts, s.limits, s.strides, strict=True):
         _check(0 <= start <= limit <= d and stride >= 1, instr, f"bad slice [{start}:{limit}]")
@@ -249,6 +265,7 @@ def dynamic_slice(instr: Instruction) -> Shape:
         instr,
         "dynamic_slice_sizes= must cover every dim",
     )
+    assert sizes is not None
     for d, (size, extent) in enumerate(zip(sizes, x.dims)):
         _check(0 <= size <= extent, instr, f"slice size {size} exceeds dim {d}")
     _static_dims(instr, x, range(x.rank), "slices")
@@ -291,6 +308,7 @@ def pad(instr: Instruction) -> Shape:
     x, value, p = _arr(instr, 0), _arr(instr, 1), instr.padding
     _check(value.dims == () and value.dtype == x.dtype, instr, "padding value must be a scalar")
     _check(p is not None and len(p.low) == x.rank, instr, "padding= must cover every dim")
+    assert p is not None
     dims = []
     for d, lo, hi, interior in zip(x.dims, p.low, p.high, p.interior, strict=True):
         _check(interior >= 0, instr, "interior padding must be >= 0")
@@ -304,8 +322,9 @@ def pad(instr: Instruction) -> Shape:
 
 def reverse(instr: Instruction) -> Shape:
     x = _arr(instr, 0)
-    _check(all(0 <= d < x.rank for d in instr.dimensions), instr, "bad dimensions")
-    _static_dims(instr, x, instr.dimensions, "reverses")
+    dims = _present(instr.dimensions, instr, "needs dimensions=")
+    _check(all(0 <= d < x.rank for d in dims), instr, "bad dimensions")
+    _static_dims(instr, x, dims, "reverses")
     return x
 
 
@@ -327,7 +346,7 @@ def _tuple_or_single(shapes: list[Shape]) -> AnyShape:
 
 def reduce(instr: Instruction) -> AnyShape:
     inputs, _ = _split_variadic(instr)
-    dims = instr.dimensions
+    dims = _present(instr.dimensions, instr, "needs dimensions=")
     rank = inputs[0].rank
     _check(all(0 <= d < rank for d in dims) and len(set(dims)) == len(dims), instr, "bad dims")
     kept = [i for i in range(rank) if i not in dims]
@@ -350,6 +369,7 @@ def reduce_window(instr: Instruction) -> AnyShape:
     inputs, _ = _split_variadic(instr)
     w = instr.window
     _check(w is not None and w.rank == inputs[0].rank, instr, "window must cover every dim")
+    assert w is not None
     dims = windowed_output_dims(inputs[0].dims, w)
     windowed = [d for d in range(w.rank) if not w.is_identity(d)]
     for x in inputs:
@@ -380,7 +400,7 @@ def dot(instr: Instruction) -> Shape:
     flags = [lhs.is_dynamic(a) or rhs.is_dynamic(b) for a, b in zip(d.lhs_batch, d.rhs_batch)]
     flags += [lhs.is_dynamic(i) for i in lhs_kept] + [rhs.is_dynamic(i) for i in rhs_kept]
     dtype = instr.array_shape.dtype if instr.shape is not None else lhs.dtype
-    return Shape(dtype, dims, flags)
+    return Shape(dtype, tuple(dims), tuple(flags))
 
 
 def convolution(instr: Instruction) -> Shape:
@@ -421,7 +441,7 @@ def convolution(instr: Instruction) -> Shape:
     flags = [False] * (n + 2)
     flags[c.output_batch] = lhs.is_dynamic(c.input_batch)
     dtype = instr.array_shape.dtype if instr.shape is not None else lhs.dtype
-    return Shape(dtype, dims, flags)
+    return Shape(dtype, tuple(dims), tuple(flags))
 
 
 def gather(instr: Instruction) -> Shape:
@@ -437,7 +457,16 @@ def gather(instr: Instruction) -> Shape:
         instr,
         "collapsed_slice_dims and operand_batching_dims must be distinct operand dims",
     )
-    _static_dims(instr, operand, range(operand.rank), "gathers from")
+    # a bounded operand dim where single elements are picked by index (indices past
+    # its extent read padding, as out-of-range ones read clamped elements), or where it
+    # is taken whole, not indexed (an offset dim, bounded in the result)
+    picked = {d for d in g.start_index_map if g.slice_sizes[d] == 1}
+    whole = {
+        d
+        for d in range(operand.rank)
+        if d not in g.start_index_map and g.slice_sizes[d] == operand.dims[d]
+    }
+    _static_dims(instr, operand, set(range(operand.rank)) - picked - whole, "gathers from")
     index_dims = list(indices.dims)
     index_flags = _flags(indices)
     if g.index_vector_dim < indices.rank:
@@ -449,6 +478,7 @@ def gather(instr: Instruction) -> Shape:
         _check(len(g.start_index_map) == 1, instr, "implicit index vector needs one start dim")
     removed = set(g.collapsed_slice_dims) | set(g.operand_batching_dims)
     offsets = [s for i, s in enumerate(g.slice_sizes) if i not in removed]
+    offset_flags = iter(operand.is_dynamic(i) for i in range(operand.rank) if i not in removed)
     _check(len(offsets) == len(g.offset_dims), instr, "offset_dims do not fit slice_sizes")
     for i, s in enumerate(g.slice_sizes):
         _check(0 <= s <= operand.dims[i], instr, f"slice size {s} exceeds dim {i}")
@@ -456,7 +486,7 @@ def gather(instr: Instruction) -> Shape:
     _check(_is_dim_set(g.offset_dims, rank), instr, "bad offset_dims")
     dims, flags, batch, offset = [], [], iter(zip(index_dims, index_flags)), iter(offsets)
     for i in range(rank):
-        extent, flag = (next(offset), False) if i in g.offset_dims else next(batch)
+        extent, flag = (next(offset), next(offset_flags)) if i in g.offset_dims else next(batch)
         dims.append(extent)
         flags.append(flag)
     return operand.with_dims(dims, flags)
@@ -470,6 +500,7 @@ def scatter(instr: Instruction) -> Shape:
     """XLA scatter: `updates` windows combined into `operand` at `indices`."""
     operand, indices, updates, s = _arr(instr, 0), _arr(instr, 1), _arr(instr, 2), instr.scatter
     _check(s is not None, instr, "needs scatter dimension numbers")
+    assert s is not None
     _check(len(instr.called) == 1, instr, "needs to_apply= (the combiner)")
     _check(indices.dtype.is_int, instr, "indices must be integers")
     _check(updates.dtype == operand.dtype, instr, "updates must have the operand's dtype")
@@ -536,12 +567,33 @@ def sort(instr: Instruction) -> AnyShape:
     shapes = [_arr(instr, i) for i in range(len(instr.operands))]
     dims = instr.dimensions
     _check(dims is not None and len(dims) == 1, instr, "needs one sort dimension")
+    assert dims is not None
     _check(0 <= dims[0] < shapes[0].rank, instr, f"sort dimension {dims[0]} out of range")
     _check(all(s.dims == shapes[0].dims for s in shapes), instr, "operands must have equal dims")
     _check(len(instr.called) == 1, instr, "needs to_apply= (the comparator)")
     for x in shapes:
         _static_dims(instr, x, dims, "sorts along")
     return _tuple_or_single(shapes)
+
+
+def get_dimension_size(instr: Instruction) -> Shape:
+    x = _arr(instr, 0)
+    dims = instr.dimensions
+    _check(dims is not None and len(dims) == 1 and 0 <= dims[0] < x.rank, instr, "bad dimension")
+    return Shape(DType.S32, ())
+
+
+def set_dimension_size(instr: Instruction) -> Shape:
+    """Operand 0 with dim `dimensions={d}` bounded by its extent, the run-time extent
+    operand 1 (an s32 scalar, at most that)."""
+    x, size = _arr(instr, 0), _arr(instr, 1)
+    dims = instr.dimensions
+    _check(dims is not None and len(dims) == 1 and 0 <= dims[0] < x.rank, instr, "bad dimension")
+    assert dims is not None
+    _check(size == Shape(DType.S32, ()), instr, "the size must be an s32 scalar")
+    flags = _flags(x)
+    flags[dims[0]] = True
+    return x.with_dims(x.dims, flags)
 
 
 def tuple_(instr: Instruction) -> TupleShape:
@@ -617,14 +669,14 @@ def call(instr: Instruction) -> AnyShape:
 
 
 def iota(instr: Instruction) -> Shape:
-    out = given(instr)
+    out = _given_array(instr)
     (dim,) = instr.dimensions
     _check(0 <= dim < out.rank, instr, "iota_dimension out of range")
     return out
 
 
 def constant(instr: Instruction) -> Shape:
-    out = given(instr)
+    out = _given_array(instr)
     _check(instr.literal is not None, instr, "needs a literal")
     _check(tuple(instr.literal.shape) == out.dims, instr, "literal does not fit its shape")
     _check(out.is_static, instr, "a constant's dims are static")

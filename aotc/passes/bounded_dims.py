@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from ..errors import UnsupportedError
 from ..ir import Instruction, Module, Op
 from ..ir.module import Bounds
-from ..ir.ops import Direction
-from ..ir.shapes import reshape_groups
+from ..ir.ops import PADDED_OPS, Direction
+from ..ir.relayout import relayout
+from ..ir.shapes import reshape_groups, reshape_moves_values
 from ..ir.types import DType, Shape, TupleShape
 from .rewrite import InsertingBuilder
 
@@ -51,11 +52,33 @@ class BoundedDims:
 
     def run(self, module: Module) -> bool:
         entry = module.entry
-        if entry is None or not any(_bounded(p.shape) for p in entry.parameters):
+        if entry is None:
             return False
+        if not any(_bounded(p.shape) for p in entry.parameters):
+            return _static_sizes(module)
         _check_no_bounded_callees(module)
         Sizes(module).pad()
         return True
+
+
+def _static_sizes(module: Module) -> bool:
+    """A module without bounded inputs: its get-dimension-size of static dims become
+    constants; a set-dimension-size (a run-time extent from elsewhere) is refused."""
+    changed = False
+    for comp in module.computations:
+        b = InsertingBuilder(module, comp)
+        for instr in list(comp.instructions):
+            if instr.op is Op.SET_DIMENSION_SIZE:
+                raise UnsupportedError(_where(instr, "needs bounded inputs (--dim, --input)"))
+            if instr.op is Op.GET_DIMENSION_SIZE:
+                assert instr.dimensions is not None
+                extent = instr.operands[0].array_shape.dims[instr.dimensions[0]]
+                comp.replace_all_uses(instr, b.scalar(extent, SIZE))
+                changed = True
+        if changed:
+            comp.remove_dead()
+            comp.sort_topologically()
+    return changed
 
 
 class Sizes:
@@ -77,7 +100,7 @@ class Sizes:
 
     def pad(self) -> None:
         params = self.entry.parameters
-        inputs = [(p.index, d, p.array_shape.dims[d]) for p in params for d in _dims(p.shape)]
+        inputs = [(_number(p), d, p.array_shape.dims[d]) for p in params for d in _dims(p.shape)]
         dims_param = self.b.parameter(
             len(params), Shape(SIZE, (len(inputs),)), self.module.unique_name(INPUT_DIMS)
         )
@@ -88,6 +111,14 @@ class Sizes:
             extents[dim] = element
         for instr in list(self.entry.instructions):
             if instr.op is Op.PARAMETER or instr is dims_param or id(instr) in self.extents:
+                continue
+            if instr.op in PADDED_OPS:
+                self._size_op(instr)
+                continue
+            if instr.op in (Op.RESHAPE, Op.BITCAST) and reshape_moves_values(
+                instr.operands[0].array_shape, instr.array_shape
+            ):
+                self._relayout(instr)
                 continue
             if not (_bounded(instr.shape) or any(_bounded(o.shape) for o in instr.operands)):
                 continue
@@ -100,12 +131,46 @@ class Sizes:
             self.extents[id(instr)] = rule(self, instr)
         outputs = self._output_dims()
         self._make_static()
+        for instr in list(self.entry.instructions):
+            if instr.op is Op.SET_DIMENSION_SIZE:  # its values are its operand's
+                self.entry.replace_all_uses(instr, instr.operands[0])
+        self.entry.remove_dead()
         self.entry.sort_topologically()
         names = self.module.input_names
         if names:
             names.append(INPUT_DIMS)
         output_dims = self._outputs() - 1 if outputs else None
-        self.module.bounds = Bounds(tuple(inputs), tuple(outputs), dims_param.index, output_dims)
+        self.module.bounds = Bounds(tuple(inputs), tuple(outputs), _number(dims_param), output_dims)
+
+    def _relayout(self, instr: Instruction) -> None:
+        """A reshape that moves values in the padded layout (a merge of bounded dims,
+        or of one under a static dim) as a gather (ir/relayout.py)."""
+        x = instr.operands[0]
+        b, shape, out = self.b, x.array_shape, instr.array_shape
+        extents = _reshape(self, instr)
+        out_sizes = [e if e is not None else b.scalar(d, SIZE) for e, d in zip(extents, out.dims)]
+        in_sizes = [
+            self.size(x, d) if shape.is_dynamic(d) else b.scalar(shape.dims[d], SIZE)
+            for d in range(shape.rank)
+        ]
+        moved = relayout(b, x, in_sizes, out.dims, out_sizes)
+        moved.shape = instr.shape  # static at the end, like every shape
+        self.extents[id(moved)] = extents
+        self.entry.replace_all_uses(instr, moved)
+
+    def _size_op(self, instr: Instruction) -> None:
+        """get-dimension-size: its uses read the extent instead; set-dimension-size: its
+        dim's extent is its size operand (the op itself goes once shapes are static)."""
+        assert instr.dimensions is not None
+        x, dim = instr.operands[0], instr.dimensions[0]
+        if instr.op is Op.GET_DIMENSION_SIZE:
+            bounded = _is_dynamic(x, dim)
+            extent = self.size(x, dim) if bounded else self.b.scalar(x.array_shape.dims[dim], SIZE)
+            self.entry.replace_all_uses(instr, extent)
+            return
+        extents = list(self.extents.get(id(x)) or [None] * x.array_shape.rank)
+        extents[dim] = instr.operands[1]
+        self.extents[id(instr)] = extents
 
     # -- the root ---------------------------------------------------------------------
 
@@ -162,6 +227,7 @@ def _mask_reduce(sizes: Sizes, instr: Instruction) -> None:
     values (the reducer's identity), so the padding adds nothing."""
     half = len(instr.operands) // 2
     inputs, inits = instr.operands[:half], instr.operands[half:]
+    assert instr.dimensions is not None
     for k, (x, init) in enumerate(zip(inputs, inits)):
         bounded = [d for d in instr.dimensions if x.array_shape.is_dynamic(d)]
         instr.operands[k] = sizes.masked(x, bounded, init)
@@ -205,13 +271,15 @@ def _first_bounded(sizes: Sizes, operands, dim: int) -> Instruction:
 
 def _broadcast(sizes: Sizes, instr: Instruction) -> Extents:
     x = instr.operands[0]
+    assert instr.dimensions is not None
     mapped = {d: i for i, d in enumerate(instr.dimensions)}
     return _by_dim(instr, lambda d: sizes.size(x, mapped[d]))
 
 
 def _transpose(sizes: Sizes, instr: Instruction) -> Extents:
-    x = instr.operands[0]
-    return _by_dim(instr, lambda d: sizes.size(x, instr.dimensions[d]))
+    x, perm = instr.operands[0], instr.dimensions
+    assert perm is not None
+    return _by_dim(instr, lambda d: sizes.size(x, perm[d]))
 
 
 def _reshape(sizes: Sizes, instr: Instruction) -> Extents:
@@ -225,11 +293,12 @@ def _reshape(sizes: Sizes, instr: Instruction) -> Extents:
         if not bounded:
             continue
         major = next(j for j in outs if out.is_dynamic(j))
-        others_in = _product(x.dims[i] for i in ins if i != bounded[0])
+        others_in = _product(x.dims[i] for i in ins if i not in bounded)
         others_out = _product(out.dims[j] for j in outs if j != major)
-        extents[major] = _scaled(
-            sizes, sizes.size(instr.operands[0], bounded[0]), others_in, others_out
-        )
+        extent = sizes.size(instr.operands[0], bounded[0])
+        for i in bounded[1:]:
+            extent = sizes.b.binary(Op.MULTIPLY, extent, sizes.size(instr.operands[0], i))
+        extents[major] = _scaled(sizes, extent, others_in, others_out)
     return extents
 
 
@@ -248,10 +317,12 @@ def _scaled(sizes: Sizes, extent: Instruction, times: int, over: int) -> Instruc
 
 def _reduce(sizes: Sizes, instr: Instruction) -> Extents:
     half = len(instr.operands) // 2
+    assert instr.dimensions is not None
     kept = [d for d in range(instr.operands[0].array_shape.rank) if d not in instr.dimensions]
     inputs = instr.operands[:half]
 
-    def element(shape: Shape) -> Extents:
+    def element(shape: Shape | TupleShape) -> Extents:
+        assert isinstance(shape, Shape)  # a reduce's results are arrays
         return [
             _first_bounded(sizes, inputs, kept[i]) if shape.is_dynamic(i) else None
             for i in range(shape.rank)
@@ -283,11 +354,14 @@ def _convolution(sizes: Sizes, instr: Instruction) -> Extents:
 def _gather(sizes: Sizes, instr: Instruction) -> Extents:
     g = instr.gather
     assert g is not None
-    indices = instr.operands[1]
+    operand, indices = instr.operands
     batch = [i for i in range(indices.array_shape.rank) if i != g.index_vector_dim]
     out_batch = [i for i in range(instr.array_shape.rank) if i not in g.offset_dims]
-    source = dict(zip(out_batch, batch))
-    return _by_dim(instr, lambda d: sizes.size(indices, source[d]))
+    removed = set(g.collapsed_slice_dims) | set(g.operand_batching_dims)
+    kept = [i for i in range(operand.array_shape.rank) if i not in removed]
+    source = {d: (indices, i) for d, i in zip(out_batch, batch)}
+    source.update({d: (operand, i) for d, i in zip(g.offset_dims, kept)})
+    return _by_dim(instr, lambda d: sizes.size(*source[d]))
 
 
 def _tuple(sizes: Sizes, instr: Instruction) -> Extents:
@@ -342,6 +416,12 @@ def _bounded(shape) -> bool:
 
 def _is_dynamic(x: Instruction, dim: int) -> bool:
     return isinstance(x.shape, Shape) and x.shape.is_dynamic(dim)
+
+
+def _number(param: Instruction) -> int:
+    """A parameter's number (every parameter has one)."""
+    assert param.index is not None
+    return param.index
 
 
 def _dims(shape) -> tuple[int, ...]:

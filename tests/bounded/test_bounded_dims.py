@@ -13,12 +13,22 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from aotc_testing import build_c, run_cli
-from bounded_models import encoder_layer, mlp
+from bounded_models import encoder_layer, mlp, shape_driven
 from onnx import TensorProto, helper
 
 from aotc.driver import CompileOptions, compile_model
 from aotc.errors import AotcError, ShapeError
-from aotc.ir import ComputationBuilder, DotDims, DType, Module, Op, Shape, scalar_reducer
+from aotc.ir import (
+    ComputationBuilder,
+    Direction,
+    DotDims,
+    DType,
+    Module,
+    Op,
+    Shape,
+    comparator,
+    scalar_reducer,
+)
 from aotc.ir.bounds import DimRange
 from aotc.ir.evaluate import evaluate
 from aotc.ir.parser import parse_module
@@ -83,9 +93,9 @@ REFUSED = {
         "pads bounded dim 0",
         lambda b, x: b.pad(x, b.scalar(0, DType.F32), [0, 0], [1, 0]),
     ),
-    "reshape": (
-        "bounded dim 1 would not be the major",
-        lambda b, x: b.reshape(b.transpose(x, [1, 0]), [128]),
+    "sort": (
+        "sorts along bounded dim 0",
+        lambda b, x: b.sort([x], 0, comparator(b.module, DType.F32, Direction.LT)),
     ),
 }
 
@@ -202,6 +212,16 @@ def test_encoder_layer_compiled_once_for_batch_and_sequence():
     _check_against_onnxruntime(model, compiled.load(), shapes)
 
 
+def test_shapes_computed_from_bounded_dims():
+    """Shape, Gather, Concat, Range, Slice, ConstantOfShape, Expand and Reshape by the
+    computed shapes (a merge of two bounded dims and the split back): one compile."""
+    model = shape_driven()
+    ranges = {"batch": DimRange(1, 3), "seq": DimRange(1, 12)}
+    compiled = compile_model(model, CompileOptions(dim_extents=ranges))
+    shapes = [(1, 1, 16), (2, 5, 16), (3, 12, 16), (3, 7, 16)]
+    _check_against_onnxruntime(model, compiled.load(), shapes)
+
+
 def test_input_ranges_given_per_input():
     model = mlp()
     options = CompileOptions(input_shapes={"x": (DimRange(2, 4), 32)})
@@ -213,14 +233,14 @@ def test_input_ranges_given_per_input():
         loaded.run([np.zeros((2, 31), np.float32)])
 
 
-def _shape_model():
-    """x [batch, 4] -> Shape(x): the extents as data, which a bounded dim does not have."""
-    nodes = [helper.make_node("Shape", ["x"], ["s"])]
+def _nonzero_model():
+    """x [batch, 4] -> NonZero(x): a count that only the data gives."""
+    nodes = [helper.make_node("NonZero", ["x"], ["s"])]
     graph = helper.make_graph(
         nodes,
         "m",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("s", TensorProto.INT64, [2, None])],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
@@ -240,7 +260,7 @@ def _mean_model():
 @pytest.mark.parametrize(
     "model, message",
     [
-        (_shape_model, "Shape does not take yet"),
+        (_nonzero_model, "NonZero does not take yet"),
         (_mean_model, "averages over bounded dim 0"),
     ],
 )

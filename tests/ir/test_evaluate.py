@@ -807,6 +807,20 @@ def test_dynamic_slice_and_update(index_dtype, rng):
             assert updated[i, j, k] == (update[where] if all(inside) else x[i, j, k])
 
 
+def test_dimension_sizes_of_a_static_program():
+    """get-dimension-size gives a static dim's extent (s32); set-dimension-size keeps the
+    values (the bounded-dims pass carries the extent)."""
+
+    def build(b, p):
+        size = b.get_dimension_size(p, 1)
+        return b.tuple([size, b.set_dimension_size(p, b.scalar(2, DType.S32), 0)])
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    size, same = run(build, x)
+    assert size.dtype == np.int32 and int(size) == 4
+    np.testing.assert_array_equal(same, x)
+
+
 def test_dynamic_slice_shape_errors():
     f32, s32 = Shape(DType.F32, (4, 4)), Shape(DType.S32, ())
     cases = [

@@ -198,6 +198,8 @@ def all_ops_module() -> Module:
     outs.append(b.sort([n], 0, comparator(m, S32, Direction.GT)))
     starts = [b.parameter(8 + len(DType), Shape(S32, ()), "i"), b.scalar(1, S32)]
     outs.append(b.dynamic_slice(x, starts, [1, 2]))
+    outs.append(b.get_dimension_size(x, 1))
+    outs.append(b.set_dimension_size(x, b.scalar(1, S32), 0))  # f32[<=2,3]
     outs.append(b.dynamic_update_slice(x, b.slice(x, [0, 0], [1, 2]), starts))
     scatter_dims = ScatterDims((1,), (0,), (0,), 1)
     outs.append(b.scatter(table, b.iota(Shape(S32, (2, 1)), 0), x, scatter_dims, add))

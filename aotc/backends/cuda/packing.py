@@ -127,10 +127,10 @@ def _candidates(plan: BufferPlan, regions: dict[int, int]) -> Iterator[_Candidat
     }
     starts = list(regions)
     over: dict[int, list] = {}
-    for key, where in plan.slices.items():
-        if where.kind is BufferKind.CONSTANT and where.size:
-            start = starts[bisect.bisect_right(starts, where.offset) - 1]
-            over.setdefault(start, []).append((where, shapes.get(key)))
+    for key, part in plan.slices.items():
+        if part.kind is BufferKind.CONSTANT and part.size:
+            start = starts[bisect.bisect_right(starts, part.offset) - 1]
+            over.setdefault(start, []).append((part, shapes.get(key)))
     for instr in plan.schedule:
         where = plan.slices.get((id(instr), ()))
         if instr.op is not Op.CONSTANT or where is None or not where.size:

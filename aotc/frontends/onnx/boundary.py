@@ -59,7 +59,7 @@ class ModelBoundary:
     def __init__(
         self,
         top: GraphLowering,
-        input_shapes: Mapping[str, Sequence[int]] | None,
+        input_shapes: Mapping[str, Sequence[int | DimRange]] | None,
         input_values: Mapping[str, np.ndarray] | None,
         input_structure: Mapping[str, int | None] | None,
         dim_extents: Mapping[str, int | DimRange] | None = None,
@@ -237,8 +237,9 @@ def input_shape(
             f"input '{name}' has no shape in the model; give one with --input {name}=DIMS"
         )
     extents = dim_extents or {}
-    dims = [extents.get(m, m) if isinstance(m, str) else m for m in model_dims]
-    for i, m in enumerate(dims):
+    dims: list[int | DimRange] = []
+    for i, declared in enumerate(model_dims):
+        m = extents.get(declared, declared) if isinstance(declared, str) else declared
         if not isinstance(m, (int, DimRange)):
             example = "x".join(str(d) if isinstance(d, int) else "1" for d in model_dims)
             label = f"'{m}'" if m else "unknown"
@@ -247,6 +248,7 @@ def input_shape(
                 f"input '{name}' dim {i} is {label}; give the shape with "
                 f"--input {name}={example}{hint}"
             )
+        dims.append(m)
     return _addressable(name, _bounded_shape(dtype, dims))
 
 

@@ -6,8 +6,10 @@ a bounded dim's extent as a number: the ops listed here build only elementwise m
 broadcasts, reshapes, transposes, dots, convolutions, reductions and gathers, whose
 shape rules refuse the index maps that would read an extent (ir/shapes.py) and whose
 reductions the padder masks; the means among them divide by `helpers.element_count`,
-which refuses a bounded axis.  Any other op with a bounded input is refused by name
-(Shape, Size, Range, NonZero... would compute the bound where the extent is meant).
+which refuses a bounded axis; Shape and Size give the run-time extents, and the ops
+that take a shape as data read it through extents.py.  Any other op with a bounded
+input is refused by name (NonZero, TopK... would compute at the bound where the extent
+is meant).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...errors import UnsupportedError
-from ...ir import Instruction
+from ...ir import Instruction, Shape
 
 _ELEMENTWISE = """
 Abs Acos Acosh Add And Asin Asinh Atan Atanh BitShift BitwiseAnd BitwiseNot BitwiseOr
@@ -26,7 +28,9 @@ Selu Shrink Sigmoid Sign Sin Sinh Softplus Softsign Sqrt Sub Sum Tan Tanh
 ThresholdedRelu Where Xor QuantizeLinear DequantizeLinear
 """
 _STRUCTURE = """
-Concat Expand Flatten Gather Reshape Slice Split Squeeze Transpose Trilu Unsqueeze Pad
+Concat Expand Flatten Gather GatherElements Reshape Slice Split Squeeze Transpose Trilu
+Unsqueeze Pad
+Shape Size
 """
 _CONTRACTIONS = """
 MatMul Gemm MatMulInteger Conv ConvInteger MaxPool AveragePool GlobalMaxPool
@@ -59,7 +63,7 @@ def check_bounded(domain: str, op_type: str, inputs: Sequence[object]) -> None:
         return
     for number, value in enumerate(inputs):
         shape = value.shape if isinstance(value, Instruction) else None
-        if shape is not None and not shape.is_tuple and not shape.is_static:
+        if isinstance(shape, Shape) and not shape.is_static:
             raise UnsupportedError(
                 f"input {number} has bounded dims {list(shape.bounded_dims)}, which "
                 f"{op_type} does not take yet (give that input a fixed shape)"

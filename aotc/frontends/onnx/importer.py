@@ -326,7 +326,7 @@ class GraphLowering:
         # id(parameter) -> its model input name (for InputValuesRequired), shared by nesting
         self.input_names = {} if input_names is None else input_names
         # the operand types quantized products get (import_onnx), as the enclosing graph's
-        self.byte_dot_signs = "mixed" if parent is None else parent.byte_dot_signs
+        self.byte_dot_signs: str = "mixed" if parent is None else parent.byte_dot_signs
 
     def lower_nodes(self) -> None:
         for index, node in enumerate(self.graph.node):

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...errors import ModelError, ShapeError, UnsupportedError
-from ...ir import ComputationBuilder, Direction, GatherDims, Instruction, Op
+from ...ir import ComputationBuilder, Direction, DType, GatherDims, Instruction, Op
 from ...ir.evaluate import evaluate_constant
+from ...ir.relayout import relayout
+from .extents import ShapeValue, shape_value, with_extents
 from .helpers import broadcast_dims, full_like, normalize_axes, normalize_axis
 from .registry import NodeContext, onnx_op
 
@@ -24,8 +26,10 @@ from .registry import NodeContext, onnx_op
 def reshape(ctx: NodeContext, x: Instruction, shape: Instruction) -> Instruction:
     in_dims = x.array_shape.dims
     allow_zero = ctx.attr("allowzero", 0)
+    value = shape_value(ctx, 1)
+    assert value is not None
     dims = []
-    for i, d in enumerate(ctx.const_ints(1)):
+    for i, d in enumerate(value.bounds):
         if d == 0 and not allow_zero:
             if i >= len(in_dims):
                 raise ShapeError(f"shape entry {i} is 0 but the input has rank {len(in_dims)}")
@@ -43,7 +47,62 @@ def reshape(ctx: NodeContext, x: Instruction, shape: Instruction) -> Instruction
         dims[dims.index(-1)] = size // known
     if int(np.prod(dims, dtype=np.int64)) != x.array_shape.size:
         raise ShapeError(f"cannot reshape {list(in_dims)} to {dims}")
-    return ctx.b.reshape(x, dims)
+    result = ctx.b.reshape(x, dims)
+    if x.array_shape.is_static and value.is_constant:
+        return result
+    return _reshape_extents(ctx, x, value, result)
+
+
+def _reshape_extents(ctx: NodeContext, x: Instruction, value: ShapeValue, result: Instruction):
+    """A reshape of bounded dims, or to a shape that varies with them.  Where the shape
+    bounds a dim that the reshape does not (a split of a bounded dim into several), the
+    values move to the new dims' extents (ir/relayout.py); a fixed entry (not 0 or -1)
+    where the reshape carries a bounded dim is refused."""
+    shape, out = x.array_shape, result.array_shape
+    wanted = [
+        varies or (entry == 0 and shape.is_dynamic(d)) or (entry == -1 and out.is_dynamic(d))
+        for d, (entry, varies) in enumerate(zip(value.bounds, value.varies))
+    ]
+    fixed = [d for d in range(out.rank) if out.is_dynamic(d) and not wanted[d]]
+    if fixed:
+        raise UnsupportedError(
+            f"shape entry {fixed[0]} is fixed, but the reshape of {shape} bounds dim {fixed[0]}"
+        )
+    if wanted == [out.is_dynamic(d) for d in range(out.rank)]:
+        return result
+    b = ctx.b
+    in_sizes = [_extent(b, x, d) for d in range(shape.rank)]
+    out_sizes = []
+    for d, (entry, varies) in enumerate(zip(value.bounds, value.varies)):
+        if varies:
+            out_sizes.append(value.extent(ctx, d))
+        elif entry == 0:
+            out_sizes.append(in_sizes[d])
+        else:
+            out_sizes.append(b.scalar(out.dims[d], DType.S32))
+    if -1 in value.bounds and not value.varies[value.bounds.index(-1)]:
+        rest = value.bounds.index(-1)  # the elements less the other dims' extents
+        total, others = b.scalar(1, DType.S32), b.scalar(1, DType.S32)
+        for size in in_sizes:
+            total = b.binary(Op.MULTIPLY, total, size)
+        for d, size in enumerate(out_sizes):
+            if d != rest:
+                others = b.binary(Op.MULTIPLY, others, size)
+        out_sizes[rest] = b.binary(
+            Op.DIVIDE, total, b.binary(Op.MAXIMUM, others, b.scalar(1, DType.S32))
+        )
+    moved = relayout(b, x, in_sizes, out.dims, out_sizes)
+    for d in range(out.rank):
+        if wanted[d]:
+            moved = b.set_dimension_size(moved, out_sizes[d], d)
+    return moved
+
+
+def _extent(b: ComputationBuilder, x: Instruction, dim: int) -> Instruction:
+    """Dim `dim` of `x` at run time as an s32 scalar (a constant where it is static)."""
+    if x.array_shape.is_dynamic(dim):
+        return b.get_dimension_size(x, dim)
+    return b.scalar(x.array_shape.dims[dim], DType.S32)
 
 
 @onnx_op("Flatten")
@@ -158,8 +217,41 @@ def slice_attributes(ctx: NodeContext, x: Instruction) -> Instruction:
 
 @onnx_op("Slice", since=10)
 def slice_inputs(ctx: NodeContext, x: Instruction, *_: Instruction) -> Instruction:
-    starts, ends = ctx.const_ints(1), ctx.const_ints(2)
-    return _slice(ctx, x, starts, ends, ctx.const_ints(3), ctx.const_ints(4))
+    ends = shape_value(ctx, 2)
+    assert ends is not None
+    if ends.is_constant:
+        starts = ctx.const_ints(1)
+        return _slice(ctx, x, starts, ends.bounds, ctx.const_ints(3), ctx.const_ints(4))
+    return _slice_to_extents(ctx, x, ends)
+
+
+def _slice_to_extents(ctx: NodeContext, x: Instruction, ends: ShapeValue) -> Instruction:
+    """A slice whose ends grow with a bounded dim's extent (x[:, :seq]): sliced to the
+    ends' bounds, each such axis bounded by its run-time end less its start.  Starts
+    constant and not negative, steps 1, and the varying ends within their axes."""
+    rank = x.array_shape.rank
+    starts, axes, steps = ctx.const_ints(1), ctx.const_ints(3), ctx.const_ints(4)
+    assert starts is not None  # a required input
+    axes = list(range(len(starts))) if axes is None else [normalize_axis(a, rank) for a in axes]
+    if steps is not None and any(s != 1 for s in steps):
+        raise UnsupportedError("a slice whose end varies with a bounded dim needs steps of 1")
+    entries = [-1] * rank
+    for k, (axis, start, end, varies) in enumerate(zip(axes, starts, ends.bounds, ends.varies)):
+        if varies:
+            if start < 0 or x.array_shape.is_dynamic(axis) or end > x.array_shape.dims[axis]:
+                raise UnsupportedError(
+                    f"a slice of axis {axis} to an end that varies with a bounded dim needs "
+                    "a start of 0 or more, a fixed axis, and an end within it"
+                )
+            entries[axis] = k
+    result = _slice(ctx, x, starts, ends.bounds, axes, None)
+    b = ctx.b
+    for axis, k in enumerate(entries):
+        if k >= 0:
+            begin = b.scalar(starts[k], DType.S32)
+            extent = b.binary(Op.SUBTRACT, ends.extent(ctx, k), begin)
+            result = b.set_dimension_size(result, extent, axis)
+    return result
 
 
 @onnx_op("Gather")
@@ -171,8 +263,11 @@ def gather(ctx: NodeContext, data: Instruction, indices: Instruction) -> Instruc
         raise ShapeError("indices must be integers")
     known = evaluate_constant(indices)
     if known is None or (np.asarray(known) < 0).any():
-        # negative indices count from the end of the axis
+        # negative indices count from the end of the axis (a bounded one's extent)
         dim = full_like(b, data.array_shape.dims[axis], indices)
+        if data.array_shape.is_dynamic(axis):
+            extent = b.convert(b.get_dimension_size(data, axis), indices.array_shape.dtype)
+            dim = b.broadcast(extent, [], indices.array_shape.dims)
         negative = b.compare(indices, full_like(b, 0, indices), Direction.LT)
         indices = b.select(negative, b.binary(Op.ADD, indices, dim), indices)
     slice_sizes = [1 if i == axis else d for i, d in enumerate(data.array_shape.dims)]
@@ -263,7 +358,12 @@ def pad(ctx: NodeContext, x: Instruction, pads, value=None, axes=None) -> Instru
 
 @onnx_op("Expand", since=8)
 def expand(ctx: NodeContext, x: Instruction, shape: Instruction) -> Instruction:
-    return ctx.b.broadcast_to(x, broadcast_dims(x.array_shape.dims, ctx.const_ints(1)))
+    value = shape_value(ctx, 1)
+    assert value is not None
+    result = ctx.b.broadcast_to(x, broadcast_dims(x.array_shape.dims, value.bounds))
+    rank, entries = result.array_shape.rank, len(value.bounds)
+    # the shape's entries align with the result's last dims
+    return with_extents(ctx, result, value, [d - (rank - entries) for d in range(rank)])
 
 
 @onnx_op("Tile")

@@ -1,4 +1,5 @@
-"""Small ONNX models with symbolic dims for the bounded-dims tests."""
+"""Small ONNX models with symbolic dims for the bounded-dims tests (tests/bounded,
+tests/cuda)."""
 
 from __future__ import annotations
 
@@ -95,4 +96,67 @@ def encoder_layer(hidden: int = 64, heads: int = 4, seed: int = 0) -> onnx.Model
     inits.append(numpy_helper.from_array(np.array(1, np.float32), "n1_one"))
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", hidden])]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", hidden])]
+    return _model(nodes, inputs, outputs, inits)
+
+
+def shape_driven(hidden: int = 16) -> onnx.ModelProto:
+    """x [batch, seq, hidden] through the shape arithmetic exporters write: Shape ->
+    Gather -> Unsqueeze -> Concat -> Reshape (merging batch and seq, then splitting them
+    back), position ids from Range over Shape's seq, a mask from ConstantOfShape and
+    Expand, a table sliced to [:seq] and a Flatten of two bounded dims.  Outputs:
+    y [batch, seq, hidden] and the mask sums [batch]."""
+    rng = np.random.default_rng(7)
+    table = rng.standard_normal((64, hidden)).astype(np.float32)
+    w = rng.standard_normal((hidden, hidden)).astype(np.float32)
+    const = {
+        "zero": np.array(0, np.int64),
+        "one": np.array(1, np.int64),
+        "i0": np.array([0], np.int64),
+        "i1": np.array([1], np.int64),
+        "minus1": np.array([-1], np.int64),
+        "hidden": np.array([hidden], np.int64),
+        "axis1": np.array([1], np.int64),
+    }
+    inits = [numpy_helper.from_array(v, k) for k, v in const.items()]
+    inits += [numpy_helper.from_array(table, "table"), numpy_helper.from_array(w, "w")]
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["shape"]),
+        n("Gather", ["shape", "zero"], ["batch"], axis=0),
+        n("Gather", ["shape", "one"], ["seq"], axis=0),
+        n("Unsqueeze", ["batch", "i0"], ["batch1"]),
+        n("Unsqueeze", ["seq", "i0"], ["seq1"]),
+        # rows = batch * seq: merge, a dot, and the split back by the computed shape
+        n("Mul", ["batch1", "seq1"], ["rows"]),
+        n("Concat", ["rows", "hidden"], ["flat_shape"], axis=0),
+        n("Reshape", ["x", "flat_shape"], ["flat"]),
+        n("MatMul", ["flat", "w"], ["flat_y"]),
+        n("Concat", ["batch1", "seq1", "minus1"], ["back_shape"], axis=0),
+        n("Reshape", ["flat_y", "back_shape"], ["y0"]),
+        # position embeddings: Range(0, seq) gathers rows of the table
+        n("Range", ["zero", "seq", "one"], ["positions"]),
+        n("Gather", ["table", "positions"], ["pos"], axis=0),
+        n("Add", ["y0", "pos"], ["y1"]),
+        # the table sliced to [:seq] as well
+        n("Slice", ["table", "i0", "seq1", "i0"], ["rows_of_table"]),
+        n("Add", ["y1", "rows_of_table"], ["y"]),
+        # a mask of ones [batch, seq] expanded to [batch, 1, seq], flattened, summed
+        n("Concat", ["batch1", "seq1"], ["mask_shape"], axis=0),
+        n(
+            "ConstantOfShape",
+            ["mask_shape"],
+            ["ones"],
+            value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]),
+        ),
+        n("Concat", ["batch1", "i1", "seq1"], ["wide_shape"], axis=0),
+        n("Unsqueeze", ["ones", "i1"], ["ones3"]),
+        n("Expand", ["ones3", "wide_shape"], ["wide"]),
+        n("Flatten", ["wide"], ["flat_mask"], axis=1),
+        n("ReduceSum", ["flat_mask", "axis1"], ["counts"], keepdims=0),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", hidden])]
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", hidden]),
+        helper.make_tensor_value_info("counts", TensorProto.FLOAT, ["batch"]),
+    ]
     return _model(nodes, inputs, outputs, inits)

@@ -1,0 +1,98 @@
+"""Shapes computed from bounded dims: ONNX's Shape and Size of a bounded input give the
+run-time extents (get-dimension-size), and the ops that take a shape as data (Reshape,
+Expand, ConstantOfShape, Range, Slice) read it through `shape_value`: its value at the
+bounds (the largest each entry takes, which sizes the result) and which entries vary
+with an extent, whose run-time values the result's dims then take
+(set-dimension-size, `with_extents`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import UnsupportedError
+from ...ir import DType, Instruction, Op
+from ...ir.evaluate import evaluate_constant, evaluate_extents
+from .registry import NodeContext
+
+
+@dataclass(frozen=True)
+class ShapeValue:
+    """An integer vector input: its entries at the bounds, which of them vary with a
+    bounded dim's extent, and the instruction that computes them at run time."""
+
+    bounds: list[int]
+    varies: list[bool]
+    runtime: Instruction
+
+    @property
+    def is_constant(self) -> bool:
+        return not any(self.varies)
+
+    def extent(self, ctx: NodeContext, index: int) -> Instruction:
+        """Entry `index` at run time, as an s32 scalar."""
+        b = ctx.b
+        vector = b.reshape(self.runtime, [len(self.bounds)])
+        entry = b.reshape(b.slice(vector, [index], [index + 1]), [])
+        return entry if entry.array_shape.dtype is DType.S32 else b.convert(entry, DType.S32)
+
+
+def shape_value(ctx: NodeContext, index: int) -> ShapeValue | None:
+    """Input `index` (an integer vector) as a ShapeValue; None if omitted.  Refused where
+    it depends on data other than extents, or an entry shrinks as an extent grows (its
+    value at the bounds would not be its largest)."""
+    instr = ctx.inputs[index] if index < len(ctx.inputs) else None
+    if instr is None:
+        return None
+    known = evaluate_constant(instr)
+    if known is not None:
+        values = [int(v) for v in np.asarray(known).reshape(-1)]
+        return ShapeValue(values, [False] * len(values), instr)
+    high = evaluate_extents(instr, lambda bound: bound)
+    if high is None:
+        ctx.const(index)  # raises: the value depends on data, naming the inputs
+    low = evaluate_extents(instr, lambda bound: max(bound - 1, 0))
+    highs = [int(v) for v in np.asarray(high).reshape(-1)]
+    lows = [int(v) for v in np.asarray(low).reshape(-1)]
+    if any(h < lo for h, lo in zip(highs, lows)):
+        raise UnsupportedError(
+            f"input '{ctx.input_name(index)}' has entries that shrink as a bounded dim "
+            "grows (their bounds are unknown)"
+        )
+    return ShapeValue(highs, [h != lo for h, lo in zip(highs, lows)], instr)
+
+
+def with_extents(
+    ctx: NodeContext, x: Instruction, value: ShapeValue, dims: Sequence[int]
+) -> Instruction:
+    """`x` with each dim d bounded by the run-time value of entry `dims[d]` of `value`
+    (-1: none) where that entry varies and the dim is not bounded already."""
+    for d, entry in enumerate(dims):
+        if entry < 0 or not value.varies[entry] or x.array_shape.is_dynamic(d):
+            continue
+        x = ctx.b.set_dimension_size(x, value.extent(ctx, entry), d)
+    return x
+
+
+def dimension_extents(ctx: NodeContext, x: Instruction) -> list[Instruction]:
+    """Each dim of `x` as an s64 scalar: a constant, or a bounded dim's run-time extent."""
+    b = ctx.b
+    shape = x.array_shape
+    return [
+        b.convert(b.get_dimension_size(x, d), DType.S64)
+        if shape.is_dynamic(d)
+        else b.scalar(shape.dims[d], DType.S64)
+        for d in range(shape.rank)
+    ]
+
+
+def product(ctx: NodeContext, values: Sequence[Instruction], dtype: DType) -> Instruction:
+    """The product of scalars (1 for none)."""
+    b = ctx.b
+    result = b.scalar(1, dtype)
+    for v in values:
+        result = b.binary(Op.MULTIPLY, result, v)
+    return result
