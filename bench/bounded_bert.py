@@ -131,10 +131,12 @@ def main() -> None:
         lines = [
             "# One BERT build for every batch and sequence up to the bounds",
             "",
-            f"Made by `python bench/bounded_bert.py` (hidden {args.hidden}, layers "
-            f"{args.layers}, heads {args.heads}, intermediate {args.inter}; bounds "
-            f"batch 1..{big[0]}, seq 1..{big[1]}), one thread.  Bounded compile "
-            f"{compile_s:.1f} s, scratch {bounded.plan.scratch_bytes} bytes.",
+            (
+                f"Made by `python bench/bounded_bert.py` (hidden {args.hidden}, layers "
+                f"{args.layers}, heads {args.heads}, intermediate {args.inter}; bounds "
+                f"batch 1..{big[0]}, seq 1..{big[1]}), one thread.  Bounded compile "
+                f"{compile_s:.1f} s, scratch {bounded.plan.scratch_bytes} bytes."
+            ),
             "",
             "| batch x seq | max rel err vs ORT |",
             "|---|---:|",
@@ -158,9 +160,9 @@ def main() -> None:
             feed = inputs(b, s, 7)
             named = {"ids": feed[0], "mask": feed[1]}
             calls = [
-                lambda: loaded.run(feed),
-                lambda: static.run(feed),
-                lambda: session.run(None, named),
+                lambda feed=feed: loaded.run(feed),
+                lambda feed=feed, static=static: static.run(feed),
+                lambda named=named: session.run(None, named),
             ]
             ms = [1e3 * t for t in timed(calls, args.turns, args.turn_seconds)]
             lines.append(
