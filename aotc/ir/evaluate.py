@@ -64,18 +64,8 @@ def evaluate_extents(instr: Instruction, extent) -> Value | None:
     """The value of `instr` with each get-dimension-size of a bounded dim taken as
     `extent(bound)` (its operand not evaluated): a shape computed from bounded dims at
     chosen extents; None where a parameter reaches it otherwise."""
-    order, stack, seen = [], [(instr, False)], set()
-    while stack:
-        cur, expanded = stack.pop()
-        if expanded:
-            order.append(cur)
-            continue
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
-        stack.append((cur, True))
-        if cur.op is not Op.GET_DIMENSION_SIZE:
-            stack.extend((o, False) for o in reversed(cur.operands))
+    sizes = Computation("extents", root=instr)
+    order = sizes.post_order(leaf=lambda i: i.op is Op.GET_DIMENSION_SIZE)
     if any(i.op is Op.PARAMETER or Trait.SIDE_EFFECT in i.op.traits for i in order):
         return None
     values: dict[int, Value] = {}

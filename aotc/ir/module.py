@@ -9,7 +9,7 @@ compare by identity; `Instruction.key()` gives the structural key for CSE.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -148,8 +148,9 @@ class Computation:
         self.instructions = [i for i in self.instructions if id(i) in live or i.op is Op.PARAMETER]
         return len(self.instructions) != before
 
-    def post_order(self) -> list[Instruction]:
-        """Instructions reachable from the root, operands before users."""
+    def post_order(self, leaf: Callable[[Instruction], bool] | None = None) -> list[Instruction]:
+        """Instructions reachable from the root, operands before users; the operands of
+        an instruction for which `leaf` holds are not visited."""
         order: list[Instruction] = []
         seen: set[int] = set()
         stack: list[tuple[Instruction, bool]] = [(self.root, False)]
@@ -162,6 +163,8 @@ class Computation:
                 continue
             seen.add(id(instr))
             stack.append((instr, True))
+            if leaf is not None and leaf(instr):
+                continue
             for operand in reversed(instr.operands):
                 if id(operand) not in seen:
                     stack.append((operand, False))
