@@ -4,8 +4,12 @@
 actual input shapes (and, where shapes depend on input values, such as a
 Reshape's shape fed as an input, for those values), links a shared object,
 loads it with cffi and calls it.  Like XLA's JIT, it compiles once per
-signature and caches the result.  This is how the ONNX node conformance
-cases run against real generated code.
+signature and caches the result; a model whose inputs name their unknown dims
+(dim_param) is compiled once with those dims bounded (`--dim`) by the next power
+of two of the largest extent seen, and again, with larger bounds, only when a call
+exceeds them (`AotcRep._bounded_for`); where a bounded build is refused, per
+signature.  This is how the ONNX node conformance cases run against real
+generated code.
 
 Sequence values (lists of arrays) and optionals (None, or the value) are
 flattened into the compiled model's tensors, "NAME.0", "NAME.1"... for a
@@ -24,6 +28,7 @@ from onnx.backend.base import Backend, BackendRep
 from .driver import CompileOptions, compile_model
 from .errors import AotcError, InputValuesRequired
 from .frontends.onnx import uses_onnxruntime_extras
+from .ir.bounds import DimRange
 
 # inputs whose values were asked for, and still asked for again: give up
 _MAX_SPECIALISATIONS = 8
@@ -41,12 +46,15 @@ class AotcRep(BackendRep):
         )
         self._value_inputs: list[str] = []  # (flat) inputs whose values determine shapes
         self._cache: dict[tuple, object] = {}
+        self._symbols = _named_dims(self._inputs)  # input -> {dim: its dim_param}
+        # the bounded build: (bounds by dim name, the loaded model); False once refused
+        self._bounded: tuple[dict[str, int], object] | bool | None = None
 
     def run(self, inputs, **kwargs):
         flat, structure = _flatten_inputs(self._inputs, self._by_name(inputs))
-        loaded = self._compiled_for(flat, structure)
-        outputs = loaded.run([flat[spec.name] for spec in loaded.inputs])
-        named = dict(zip((spec.name for spec in loaded.outputs), outputs))
+        loaded = self._bounded_for(flat, structure) or self._compiled_for(flat, structure)
+        outputs = loaded.run([flat[spec.name] for spec in loaded.model_inputs])
+        named = dict(zip((spec.name for spec in loaded.model_outputs), outputs))
         return self._outputs_type(*_regroup_outputs(self._model.graph.output, named))
 
     def _by_name(self, inputs) -> dict:
@@ -62,6 +70,40 @@ class AotcRep(BackendRep):
         shapes = tuple((n, a.shape, a.dtype.str) for n, a in flat.items())
         values = tuple((n, flat[n].tobytes()) for n in self._value_inputs if n in flat)
         return shapes, tuple(structure.items()), values
+
+    def _bounded_for(self, flat: dict[str, np.ndarray], structure: dict[str, int | None]):
+        """The model compiled once for every call whose named dims fit its bounds (the
+        next power of two of each one's largest extent so far); None where the model
+        names no dims, takes sequences or optionals, has shapes that depend on input
+        values, or a bounded build was refused."""
+        if self._bounded is False or structure or self._value_inputs or not self._symbols:
+            return None
+        extents: dict[str, int] = {}
+        for name, dims in self._symbols.items():
+            shape = flat[name].shape if name in flat else None
+            if shape is None or max(dims, default=-1) >= len(shape):
+                return None
+            for dim, symbol in dims.items():
+                extents[symbol] = max(extents.get(symbol, 0), shape[dim])
+        if isinstance(self._bounded, tuple):
+            bounds, loaded = self._bounded
+            if all(extents[s] <= bounds[s] for s in extents):
+                return loaded
+            extents = {s: max(e, bounds[s]) for s, e in extents.items()}
+        bounds = {s: 1 << max(e - 1, 0).bit_length() for s, e in extents.items()}
+        options = CompileOptions(
+            name=self._options.name,
+            dim_extents={s: DimRange(0, b) for s, b in bounds.items()},
+            target=self._options.target,
+            opt_level=self._options.opt_level,
+        )
+        try:
+            loaded = compile_model(self._model, options).load()
+        except AotcError:
+            self._bounded = False
+            return None
+        self._bounded = (bounds, loaded)
+        return loaded
 
     def _compiled_for(self, flat: dict[str, np.ndarray], structure: dict[str, int | None]):
         for _ in range(_MAX_SPECIALISATIONS):
@@ -87,6 +129,20 @@ class AotcRep(BackendRep):
             self._cache[key] = loaded
             return loaded
         raise AotcError("shapes keep depending on more input values; giving up")
+
+
+def _named_dims(infos) -> dict[str, dict[int, str]]:
+    """Each tensor input's dims that the model names (dim_param), by input."""
+    named: dict[str, dict[int, str]] = {}
+    for info in infos:
+        if not info.type.HasField("tensor_type") or not info.type.tensor_type.HasField("shape"):
+            continue
+        dims = {
+            i: d.dim_param for i, d in enumerate(info.type.tensor_type.shape.dim) if d.dim_param
+        }
+        if dims:
+            named[info.name] = dims
+    return named
 
 
 def _flatten_inputs(infos, values: dict) -> tuple[dict[str, np.ndarray], dict[str, int | None]]:

@@ -156,6 +156,7 @@ def _build_parser() -> argparse.ArgumentParser:
     inspect_cmd.add_argument("model", help="model file: .onnx, or XLA HLO text")
     inspect_cmd.add_argument("--name", help="symbol prefix (default: the file name)")
     inspect_cmd.add_argument("--input", action="append", default=[], metavar="NAME=DIMS")
+    inspect_cmd.add_argument("--dim", action="append", default=[], metavar="NAME=RANGE")
     inspect_cmd.add_argument("--const", action="append", default=[], metavar="NAME=VALUES")
     inspect_cmd.add_argument("--target", default="host")
     inspect_cmd.add_argument(

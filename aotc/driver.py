@@ -236,7 +236,7 @@ def _tensor_specs(module: Module):
         inputs = _bounded_specs(inputs, module.bounds.inputs)
         outputs = _bounded_specs(outputs, module.bounds.outputs)
         # the header's NAME_run_bounded takes input_dims and output_dims as the last ones
-        assert module.bounds.input_dims == len(inputs) - 1
+        assert module.bounds.input_dims in (None, len(inputs) - 1)
         assert module.bounds.output_dims in (None, len(outputs) - 1)
     return inputs, outputs
 

@@ -53,7 +53,16 @@ class LoadedModel:
     @property
     def model_inputs(self) -> list[artifacts.TensorSpec]:
         """The inputs a caller passes: all but a bounded model's extents."""
-        return self.inputs[:-1] if self.bounds is not None else self.inputs
+        if self.bounds is None or self.bounds.input_dims is None:
+            return self.inputs
+        return self.inputs[:-1]
+
+    @property
+    def model_outputs(self) -> list[artifacts.TensorSpec]:
+        """The outputs `run` returns: all but a bounded model's extents."""
+        if self.bounds is None or self.bounds.output_dims is None:
+            return self.outputs
+        return self.outputs[:-1]
 
     def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Run once; inputs by position or by name, outputs as a list in order.  A

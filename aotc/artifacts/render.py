@@ -124,13 +124,14 @@ class BoundedApi:
 
 
 def bounded_api(inputs, outputs, model_scratch: int) -> BoundedApi | None:
-    """The bounded entry of a model whose inputs have bounded dims, else None.  The
-    padder (passes/bounded_dims.py) makes input_dims the last input and output_dims,
-    where an output is bounded, the last output."""
-    if not any(t.bounded for t in inputs):
-        return None
+    """The bounded entry of a model with bounded inputs or outputs, else None.  The
+    padder (passes/bounded_dims.py) makes input_dims, where an input is bounded, the
+    last input and output_dims, where an output is bounded, the last output."""
+    has_input_dims = any(t.bounded for t in inputs)
     has_output_dims = any(t.bounded for t in outputs)
-    model_inputs = list(inputs[:-1])
+    if not (has_input_dims or has_output_dims):
+        return None
+    model_inputs = list(inputs[:-1] if has_input_dims else inputs)
     model_outputs = list(outputs[:-1] if has_output_dims else outputs)
     # aotc_bounded.c's layout: the model's scratch, then each padded buffer and the two
     # extent arrays, each rounded up to ALIGN

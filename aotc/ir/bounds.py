@@ -14,13 +14,14 @@ import numpy as np
 class Bounds:
     """What passes/bounded_dims.py made of a module whose inputs had bounded dims: the
     entry's parameter `input_dims` (s32) holds the actual extents of the inputs' bounded
-    dims, in the order of `inputs`; its output `output_dims` (s32), where there is one,
+    dims, in the order of `inputs`, where an input is bounded; its output `output_dims`
+    (s32), where there is one,
     those of the outputs' bounded dims, in the order of `outputs`.  Every other input
     and output is a buffer at its bounds, the values at the first extents of each dim."""
 
     inputs: tuple[tuple[int, int, int], ...]  # (parameter number, dim, bound)
     outputs: tuple[tuple[int, int, int], ...]  # (output number, dim, bound)
-    input_dims: int  # the parameter number of input_dims
+    input_dims: int | None  # the parameter number of input_dims; None: no bounded input
     output_dims: int | None  # the output number of output_dims; None: no bounded output
 
     def check_dims(self, number: int, bounds: Sequence[int], dims: Sequence[int]) -> None:
@@ -44,8 +45,9 @@ class Bounds:
             self.check_dims(number, bounds, arg.shape)
             widths = [(0, bound - extent) for extent, bound in zip(arg.shape, bounds)]
             padded.append(np.pad(arg, widths) if any(w for _, w in widths) else arg)
-        dims = [np.shape(args[n])[dim] for n, dim, _ in self.inputs]
-        padded.append(np.asarray(dims, dtype=np.int32))
+        if self.input_dims is not None:
+            dims = [np.shape(args[n])[dim] for n, dim, _ in self.inputs]
+            padded.append(np.asarray(dims, dtype=np.int32))
         return padded
 
     def actual_outputs(self, outputs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -54,7 +54,8 @@ class BoundedDims:
         entry = module.entry
         if entry is None:
             return False
-        if not any(_bounded(p.shape) for p in entry.parameters):
+        sized = any(i.op is Op.SET_DIMENSION_SIZE for i in entry.instructions)
+        if not sized and not any(_bounded(p.shape) for p in entry.parameters):
             return _static_sizes(module)
         _check_no_bounded_callees(module)
         Sizes(module).pad()
@@ -62,8 +63,8 @@ class BoundedDims:
 
 
 def _static_sizes(module: Module) -> bool:
-    """A module without bounded inputs: its get-dimension-size of static dims become
-    constants; a set-dimension-size (a run-time extent from elsewhere) is refused."""
+    """A module without bounded dims: its get-dimension-size of static dims become
+    constants; a set-dimension-size outside the entry is refused."""
     changed = False
     for comp in module.computations:
         b = InsertingBuilder(module, comp)
@@ -101,10 +102,13 @@ class Sizes:
     def pad(self) -> None:
         params = self.entry.parameters
         inputs = [(_number(p), d, p.array_shape.dims[d]) for p in params for d in _dims(p.shape)]
-        dims_param = self.b.parameter(
-            len(params), Shape(SIZE, (len(inputs),)), self.module.unique_name(INPUT_DIMS)
-        )
+        # input_dims where an input is bounded (a count the data gives needs none)
+        dims_param = None
+        if inputs:
+            shape = Shape(SIZE, (len(inputs),))
+            dims_param = self.b.parameter(len(params), shape, self.module.unique_name(INPUT_DIMS))
         for position, (number, dim, _) in enumerate(inputs):
+            assert dims_param is not None
             param = params[number]
             element = self.b.reshape(self.b.slice(dims_param, [position], [position + 1]), [])
             extents = self.extents.setdefault(id(param), [None] * param.array_shape.rank)
@@ -137,10 +141,13 @@ class Sizes:
         self.entry.remove_dead()
         self.entry.sort_topologically()
         names = self.module.input_names
-        if names:
+        if names and dims_param is not None:
             names.append(INPUT_DIMS)
+        if dims_param is None and not outputs:
+            return  # the extents stay inside: the signature is static
         output_dims = self._outputs() - 1 if outputs else None
-        self.module.bounds = Bounds(tuple(inputs), tuple(outputs), _number(dims_param), output_dims)
+        input_dims = None if dims_param is None else _number(dims_param)
+        self.module.bounds = Bounds(tuple(inputs), tuple(outputs), input_dims, output_dims)
 
     def _relayout(self, instr: Instruction) -> None:
         """A reshape that moves values in the padded layout (a merge of bounded dims,

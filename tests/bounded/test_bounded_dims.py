@@ -357,3 +357,77 @@ def test_c_program_runs_any_batch_through_run_bounded(tmp_path):
             np.fromfile(files[1], np.float32).reshape(batch, 10), p, rtol=RTOL, atol=ATOL
         )
         np.testing.assert_allclose(np.fromfile(files[2], np.float32), s, rtol=RTOL, atol=ATOL)
+
+
+def test_backend_compiles_once_for_the_named_dims(monkeypatch):
+    """aotc.backend bounds the model's named dims by the next power of two of the
+    extents seen: batch 3 builds for 1..4, which then serves 1, 2 and 4; batch 5
+    builds again for up to 8."""
+    import aotc.backend as backend
+
+    compiles = []
+    real = backend.compile_model
+
+    def counted(model, options):
+        compiles.append(dict(options.dim_extents))
+        return real(model, options)
+
+    monkeypatch.setattr(backend, "compile_model", counted)
+    model = mlp()
+    rep = backend.prepare(model)
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(5)
+    for batch in (3, 1, 2, 4, 5):
+        x = rng.standard_normal((batch, 32)).astype(np.float32)
+        got = rep.run([x])
+        for have, want in zip(got, session.run(None, {"x": x})):
+            assert have.shape == want.shape
+            np.testing.assert_allclose(have, want, rtol=RTOL, atol=ATOL)
+    assert compiles == [{"batch": DimRange(0, 4)}, {"batch": DimRange(0, 8)}]
+
+
+def _selection_model():
+    """x [3, 5] -> NonZero(x > 0) transposed [count, 2] and Compress(x[0], x[0] > 0)
+    [count']: counts that only the data gives, from static inputs."""
+    n = helper.make_node
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+    row = helper.make_tensor("row", TensorProto.INT64, [], [0])
+    nodes = [
+        n("Greater", ["x", "zero"], ["positive"]),
+        n("NonZero", ["positive"], ["where"]),
+        n("Transpose", ["where"], ["points"], perm=[1, 0]),
+        n("Gather", ["x", "row"], ["first"], axis=0),
+        n("Greater", ["first", "zero"], ["keep"]),
+        n("Compress", ["first", "keep"], ["kept"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+        [
+            helper.make_tensor_value_info("points", TensorProto.INT64, [None, 2]),
+            helper.make_tensor_value_info("kept", TensorProto.FLOAT, [None]),
+        ],
+        [zero, row],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_counts_the_data_gives_come_back_at_their_extents(tmp_path):
+    """NonZero and Compress of a static input: one compile, outputs bounded by the
+    input's size and cut to the count at run time, from Python and in the header."""
+    model = _selection_model()
+    compiled = compile_model(model, CompileOptions())
+    assert [t.type_text for t in compiled.outputs] == ["s64[<=15,2]", "f32[<=5]", "s32[2]"]
+    loaded = compiled.load()
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(11)
+    for x in (rng.standard_normal((3, 5)), -np.ones((3, 5)), np.ones((3, 5))):
+        x = x.astype(np.float32)
+        got = loaded.run([x])
+        want = session.run(None, {"x": x})
+        for have, expected in zip(got, want):
+            assert have.shape == expected.shape
+            np.testing.assert_array_equal(have, expected)
+    header = compiled.write(tmp_path / "build").header.read_text()
+    assert "m_run_bounded" in header and "#define M_POINTS_DIM0_BOUNDED 1" in header

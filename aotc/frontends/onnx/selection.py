@@ -23,6 +23,7 @@ from ...ir import (
     comparator,
     scalar_reducer,
 )
+from ...ir.evaluate import evaluate_constant
 from .helpers import full, normalize_axis
 from .indexing import INDEX, cumulative, iota
 from .registry import NodeContext, onnx_op
@@ -60,8 +61,9 @@ def take(b: ComputationBuilder, x: Instruction, positions: Instruction, axis: in
     return b.gather(x, positions, gather)
 
 
-def count_true(ctx: NodeContext, mask: Instruction, what: str) -> int:
-    """The number of true entries of `mask`, which must be known at compile time."""
+def count_true(ctx: NodeContext, mask: Instruction) -> int | Instruction:
+    """The number of true entries of `mask`: an int where it is known at compile time,
+    else an s32 scalar computed at run time (a bounded result's extent)."""
     b = ctx.b
     ones = b.convert(mask, INDEX)
     total = b.reduce(
@@ -70,15 +72,21 @@ def count_true(ctx: NodeContext, mask: Instruction, what: str) -> int:
         range(mask.array_shape.rank),
         scalar_reducer(b.module, Op.ADD, INDEX),
     )
-    return int(ctx.value(total, what))
+    known = evaluate_constant(total)
+    if known is not None:
+        return int(known)
+    return b.convert(total, DType.S32)
 
 
-def true_positions(b: ComputationBuilder, mask: Instruction, count: int) -> Instruction:
-    """s64[count]: the positions of the true entries of the 1-D `mask`, ascending."""
+def true_positions(b: ComputationBuilder, mask: Instruction, count: int | Instruction):
+    """s64[count]: the positions of the true entries of the 1-D `mask`, ascending; for a
+    count known only at run time, bounded by the mask's length."""
     n = mask.array_shape.dims[0]
     keys = b.select(mask, full(b, 0, DType.S32, (n,)), full(b, 1, DType.S32, (n,)))
     _, positions = sort_along(b, keys, [iota(b, (n,), 0)], 0)
-    return b.slice(positions, [0], [count])
+    if isinstance(count, int):
+        return b.slice(positions, [0], [count])
+    return b.set_dimension_size(positions, count, 0)
 
 
 # -- TopK ------------------------------------------------------------------------------
@@ -112,16 +120,17 @@ def non_zero(ctx: NodeContext, x: Instruction) -> Instruction:
     dims, rank = x.array_shape.dims, x.array_shape.rank
     flat = b.reshape(x, (x.array_shape.size,))
     mask = b.compare(flat, full(b, 0, x.array_shape.dtype, flat.array_shape.dims), Direction.NE)
-    count = count_true(ctx, mask, "NonZero's number of non-zero elements")
-    if rank == 0 or count == 0:
+    count = count_true(ctx, mask)
+    if isinstance(count, int) and (rank == 0 or count == 0):
         return b.constant(np.zeros((rank, count), np.int64))
     positions = true_positions(b, mask, count)
+    found = positions.array_shape.dims[0]  # the count, or its bound
     rows = []
     for d in range(rank):
-        stride = full(b, math.prod(dims[d + 1 :]), INDEX, (count,))
+        stride = full(b, math.prod(dims[d + 1 :]), INDEX, (found,))
         coord = b.binary(Op.DIVIDE, positions, stride)
-        coord = b.binary(Op.REMAINDER, coord, full(b, dims[d], INDEX, (count,)))
-        rows.append(b.reshape(coord, (1, count)))
+        coord = b.binary(Op.REMAINDER, coord, full(b, dims[d], INDEX, (found,)))
+        rows.append(b.reshape(coord, (1, found)))
     return b.concatenate(rows, 0)
 
 
@@ -138,8 +147,8 @@ def compress(ctx: NodeContext, x: Instruction, condition: Instruction) -> Instru
     # as numpy.compress: a short condition selects among the first entries only
     length = min(condition.array_shape.dims[0], n)
     mask = b.convert(b.slice(condition, [0], [length]), DType.PRED)
-    count = count_true(ctx, mask, "Compress's number of selected slices")
-    if count == 0:
+    count = count_true(ctx, mask)
+    if isinstance(count, int) and count == 0:
         dims = [0 if d == axis else s for d, s in enumerate(x.array_shape.dims)]
         return b.constant(np.zeros(dims, x.array_shape.dtype.numpy), x.array_shape.dtype)
     return take(b, x, true_positions(b, mask, count), axis)
@@ -184,7 +193,9 @@ def unique(ctx: NodeContext, x: Instruction) -> list[Instruction]:
         for other in changes[1:]:
             change = b.binary(Op.OR, change, other)
         first = b.concatenate([first, change], 0)
-    count = count_true(ctx, first, "Unique's number of distinct values")
+    count = count_true(ctx, first)
+    if not isinstance(count, int):  # not yet with a run-time count: ask for the values
+        count = int(ctx.value(count, "Unique's number of distinct values"))
     starts = true_positions(b, first, count)
     ends = b.concatenate([b.slice(starts, [1], [count]), b.constant(np.array([n], np.int64))], 0)
     counts = b.binary(Op.SUBTRACT, ends, starts)
