@@ -363,7 +363,7 @@ def test_backend_compiles_once_for_the_named_dims(monkeypatch):
     """aotc.backend bounds the model's named dims by the next power of two of the
     extents seen: batch 3 builds for 1..4, which then serves 1, 2 and 4; batch 5
     builds again for up to 8."""
-    import aotc.backend as backend
+    from aotc import backend
 
     compiles = []
     real = backend.compile_model
