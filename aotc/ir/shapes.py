@@ -239,7 +239,8 @@ def slice_(instr: Instruction) -> Shape:
     for d, start, limit, stride in zip(x.dims, s.starts, s.limits, s.strides, strict=True):
         _check(0 <= start <= limit <= d and stride >= 1, instr, f"bad slice [{start}:{limit}]")
         dims.append(-(-(limit - start) // stride))
-    cut = [d for d, extent in enumerate(dims) if extent != x.dims[d] or s.strides[d] != 1]
+    # a bounded dim only as a prefix (its extent then at most the limit)
+    cut = [d for d in range(x.rank) if s.starts[d] != 0 or s.strides[d] != 1]
     _static_dims(instr, x, cut, "slices")
     return x.with_dims(dims, x.dynamic)
 
@@ -571,9 +572,8 @@ def sort(instr: Instruction) -> AnyShape:
     _check(0 <= dims[0] < shapes[0].rank, instr, f"sort dimension {dims[0]} out of range")
     _check(all(s.dims == shapes[0].dims for s in shapes), instr, "operands must have equal dims")
     _check(len(instr.called) == 1, instr, "needs to_apply= (the comparator)")
-    for x in shapes:
-        _static_dims(instr, x, dims, "sorts along")
-    return _tuple_or_single(shapes)
+    # along a bounded dim too: the padder sorts the padding last (passes/bounded_dims.py)
+    return _tuple_or_single([x.with_dims(x.dims, _merged(*shapes)) for x in shapes])
 
 
 def get_dimension_size(instr: Instruction) -> Shape:

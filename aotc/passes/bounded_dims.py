@@ -26,11 +26,12 @@ are planned at the bounds, so NAME_SCRATCH_BYTES covers every call.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import UnsupportedError
-from ..ir import Instruction, Module, Op
+from ..ir import Computation, ComputationBuilder, Instruction, Module, Op
 from ..ir.module import Bounds
 from ..ir.ops import PADDED_OPS, Direction
 from ..ir.relayout import relayout
@@ -119,6 +120,9 @@ class Sizes:
             if instr.op in PADDED_OPS:
                 self._size_op(instr)
                 continue
+            if instr.op is Op.SORT and _sorts_bounded(instr):
+                self._sort_padding_last(instr)
+                continue
             if instr.op in (Op.RESHAPE, Op.BITCAST) and reshape_moves_values(
                 instr.operands[0].array_shape, instr.array_shape
             ):
@@ -164,6 +168,39 @@ class Sizes:
         moved.shape = instr.shape  # static at the end, like every shape
         self.extents[id(moved)] = extents
         self.entry.replace_all_uses(instr, moved)
+
+    def _sort_padding_last(self, instr: Instruction) -> None:
+        """A sort along a bounded dim, with a first key: whether an element is padding
+        (0 or 1), so the values at the first extents sort first, in the order the
+        comparator gives, and the padding after them."""
+        assert instr.dimensions is not None
+        dim, x = instr.dimensions[0], instr.operands[0]
+        b, shape = self.b, x.array_shape
+        merged = _sort(self, instr)
+        extents = merged if isinstance(instr.shape, Shape) else merged[0]
+        extent = extents[dim]
+        assert extent is not None
+        inside = b.compare(
+            b.iota(Shape(SIZE, shape.dims), dim),
+            b.broadcast(extent, [], shape.dims),
+            Direction.LT,
+        )
+        padding = b.select(
+            inside,
+            b.broadcast(b.scalar(0, SIZE), [], shape.dims),
+            b.broadcast(b.scalar(1, SIZE), [], shape.dims),
+        )
+        self.extents[id(padding)] = extents
+        comparator = _padding_first(self.module, instr.called[0])
+        sort = b.sort([padding, *instr.operands], dim, comparator, instr.is_stable)
+        results = [b.get_tuple_element(sort, k + 1) for k in range(len(instr.operands))]
+        for r in results:
+            self.extents[id(r)] = extents
+        replacement = results[0] if len(results) == 1 else b.tuple(results)
+        self.extents[id(sort)] = [extents] * (len(results) + 1)
+        if replacement is not results[0]:
+            self.extents[id(replacement)] = [extents] * len(results)
+        self.entry.replace_all_uses(instr, replacement)
 
     def _size_op(self, instr: Instruction) -> None:
         """get-dimension-size: its uses read the extent instead; set-dimension-size: its
@@ -380,6 +417,60 @@ def _get_tuple_element(sizes: Sizes, instr: Instruction) -> Extents:
     return sizes.extents[id(instr.operands[0])][instr.index]
 
 
+def _slice(sizes: Sizes, instr: Instruction) -> Extents:
+    """A prefix of a bounded dim: its extent, at most the slice's limit."""
+    x, s = instr.operands[0], instr.slice
+    assert s is not None
+
+    def extent(d: int) -> Instruction:
+        size = sizes.size(x, d)
+        if s.limits[d] >= x.array_shape.dims[d]:
+            return size
+        return sizes.b.binary(Op.MINIMUM, size, sizes.b.scalar(s.limits[d], SIZE))
+
+    return _by_dim(instr, extent)
+
+
+def _sort(sizes: Sizes, instr: Instruction) -> Extents:
+    """Every result takes the extents of the operands (of equal dims) that are bounded."""
+    rank = _rank(instr.operands[0].shape)
+    extents = [None] * rank
+    for operand in instr.operands:
+        for d, e in enumerate(sizes.extents.get(id(operand)) or ()):
+            extents[d] = extents[d] or e
+    return extents if isinstance(instr.shape, Shape) else [list(extents) for _ in instr.operands]
+
+
+def _sorts_bounded(instr: Instruction) -> bool:
+    assert instr.dimensions is not None
+    return any(_is_dynamic(o, instr.dimensions[0]) for o in instr.operands)
+
+
+def _padding_first(module: Module, comparator: Computation) -> Computation:
+    """`comparator` with a first pair of s32 keys (padding or not) before its own:
+    lower keys first, the comparator's order among equal ones."""
+    b = ComputationBuilder(module, f"{comparator.name}.padding_last")
+    scalar = Shape(SIZE, ())
+    pa, pb = b.parameter(0, scalar, "pad_a"), b.parameter(1, scalar, "pad_b")
+    copies: dict[int, Instruction] = {}
+    for p in comparator.parameters:
+        copies[id(p)] = b.parameter(p.index + 2, p.array_shape, p.name)
+    for instr in comparator.post_order():
+        if instr.op is Op.PARAMETER:
+            continue
+        copy = dataclasses.replace(
+            instr,
+            operands=[copies[id(o)] for o in instr.operands],
+            name=module.unique_name(instr.name),
+        )
+        b.computation.instructions.append(copy)
+        copies[id(instr)] = copy
+    assert comparator.root is not None
+    before = b.compare(pa, pb, Direction.LT)
+    tied = b.binary(Op.AND, b.compare(pa, pb, Direction.EQ), copies[id(comparator.root)])
+    return b.build(b.binary(Op.OR, before, tied))
+
+
 # op -> the extents of its result's bounded dims
 SIZE_RULES: dict[Op, Callable[[Sizes, Instruction], Extents]] = {
     **{op: _same_dims for op in Op if op.is_elementwise},
@@ -388,12 +479,12 @@ SIZE_RULES: dict[Op, Callable[[Sizes, Instruction], Extents]] = {
     Op.CONVERT: _same_dims,
     Op.BITCAST_CONVERT: _same_dims,
     Op.COMPARE: _same_dims,
-    Op.SLICE: _same_dims,
+    Op.SLICE: _slice,
     Op.PAD: _same_dims,
     Op.REVERSE: _same_dims,
     Op.CONCATENATE: _same_dims,
     Op.REDUCE_WINDOW: _same_dims,
-    Op.SORT: _same_dims,
+    Op.SORT: _sort,  # along a static dim (along a bounded one: _sort_padding_last)
     Op.BROADCAST: _broadcast,
     Op.TRANSPOSE: _transpose,
     Op.RESHAPE: _reshape,

@@ -20,13 +20,11 @@ from aotc.driver import CompileOptions, compile_model
 from aotc.errors import AotcError, ShapeError
 from aotc.ir import (
     ComputationBuilder,
-    Direction,
     DotDims,
     DType,
     Module,
     Op,
     Shape,
-    comparator,
     scalar_reducer,
 )
 from aotc.ir.bounds import DimRange
@@ -92,10 +90,6 @@ REFUSED = {
     "pad": (
         "pads bounded dim 0",
         lambda b, x: b.pad(x, b.scalar(0, DType.F32), [0, 0], [1, 0]),
-    ),
-    "sort": (
-        "sorts along bounded dim 0",
-        lambda b, x: b.sort([x], 0, comparator(b.module, DType.F32, Direction.LT)),
     ),
 }
 
@@ -431,3 +425,40 @@ def test_counts_the_data_gives_come_back_at_their_extents(tmp_path):
             np.testing.assert_array_equal(have, expected)
     header = compiled.write(tmp_path / "build").header.read_text()
     assert "m_run_bounded" in header and "#define M_POINTS_DIM0_BOUNDED 1" in header
+
+
+def _top_model():
+    """scores [n] -> the k = min(n, 4) largest and their indices, k from Shape(scores):
+    a TopK along the bounded dim, by a k that varies with it."""
+    n = helper.make_node
+    four = helper.make_tensor("four", TensorProto.INT64, [1], [4])
+    nodes = [
+        n("Shape", ["scores"], ["count"]),
+        n("Min", ["count", "four"], ["k"]),
+        n("TopK", ["scores", "k"], ["top", "at"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n"])],
+        [
+            helper.make_tensor_value_info("top", TensorProto.FLOAT, [None]),
+            helper.make_tensor_value_info("at", TensorProto.INT64, [None]),
+        ],
+        [four],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_topk_along_a_bounded_dim():
+    """The sort puts the padding last, the k varies with the extent: n 1..10."""
+    model = _top_model()
+    loaded = compile_model(model, CompileOptions(dim_extents={"n": DimRange(1, 10)})).load()
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(12)
+    for n in (1, 3, 4, 10, 7):
+        scores = rng.standard_normal(n).astype(np.float32)
+        got = loaded.run([scores])
+        for have, want in zip(got, session.run(None, {"scores": scores})):
+            assert have.shape == want.shape
+            np.testing.assert_array_equal(have, want)

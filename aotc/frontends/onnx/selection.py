@@ -24,6 +24,7 @@ from ...ir import (
     scalar_reducer,
 )
 from ...ir.evaluate import evaluate_constant
+from .extents import shape_value
 from .helpers import full, normalize_axis
 from .indexing import INDEX, cumulative, iota
 from .registry import NodeContext, onnx_op
@@ -95,11 +96,13 @@ def true_positions(b: ComputationBuilder, mask: Instruction, count: int | Instru
 @onnx_op("TopK", since=1)
 def top_k(ctx: NodeContext, x: Instruction, k: Instruction | None = None):
     b = ctx.b
-    count = ctx.required_attr("k") if ctx.opset < 10 else ctx.const_ints(1)
-    if not isinstance(count, int):
-        if len(count) != 1:
-            raise ShapeError(f"k must hold one value, got {count}")
-        count = count[0]
+    k_value = None if ctx.opset < 10 else shape_value(ctx, 1)
+    if k_value is None:
+        count = ctx.required_attr("k")
+    else:  # k may vary with a bounded dim's extent (min(k, rows) in detectors)
+        if len(k_value.bounds) != 1:
+            raise ShapeError(f"k must hold one value, got {k_value.bounds}")
+        count = k_value.bounds[0]
     dims = x.array_shape.dims
     axis = normalize_axis(ctx.attr("axis", -1), x.array_shape.rank)
     if not 0 <= count <= dims[axis]:
@@ -108,7 +111,11 @@ def top_k(ctx: NodeContext, x: Instruction, k: Instruction | None = None):
     largest = bool(ctx.attr("largest", 1))
     values, indices = sort_along(b, x, [iota(b, dims, axis)], axis, descending=largest)
     limits = [count if d == axis else n for d, n in enumerate(dims)]
-    return [b.slice(values, [0] * len(dims), limits), b.slice(indices, [0] * len(dims), limits)]
+    results = [b.slice(r, [0] * len(dims), limits) for r in (values, indices)]
+    if k_value is not None and not k_value.is_constant:  # k at run time, at most its bound
+        k = k_value.extent(ctx, 0)
+        results = [b.set_dimension_size(r, k, axis) for r in results]
+    return results
 
 
 # -- value-dependent shapes ------------------------------------------------------------
