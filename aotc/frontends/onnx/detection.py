@@ -16,6 +16,7 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedError
 from ...ir import Direction, DType, GatherDims, Instruction, Op, Shape, Window, scalar_reducer
+from ...ir.evaluate import evaluate_constant
 from .helpers import full, full_like, lowest
 from .registry import NodeContext, onnx_op
 from .sampling import Arith, Taps, gather_taps, reduce_dims, s64_shape, stack_last, weigh
@@ -359,12 +360,14 @@ def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=Non
     ranked = b.gather(suppress, stack_last(ctx, where), dims)
     limit = _scalar_input(ctx, max_boxes, 0, DType.S64)
     kept = _greedy(ctx, candidate, ranked, limit)
-    total = int(
-        ctx.value(
-            reduce_dims(ctx, b.convert(kept, DType.S64), Op.ADD, [0, 1, 2]),
-            "the number of boxes NonMaxSuppression selects",
-        )
-    )
+    selected = reduce_dims(ctx, b.convert(kept, DType.S64), Op.ADD, [0, 1, 2])
+    known = evaluate_constant(selected)
+    # the count at run time: a bounded result, at most max_output_boxes_per_class
+    # boxes of each class of each batch
+    fixed = max_boxes is not None and evaluate_constant(max_boxes) is not None
+    per_class = ctx.const_ints(2) if fixed else None
+    most = n if not per_class else max(0, min(n, per_class[0]))
+    total = int(known) if known is not None else batches * classes * most
     if total == 0:
         return b.constant(np.zeros((0, 3), dtype=np.int64))
     # the selected (batch, class, box) triples in (batch, class, rank) order
@@ -385,4 +388,7 @@ def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=Non
     fewer = b.compare(b.broadcast(prefix, [1], grid), b.iota(s64_shape(grid), 0), Direction.LE)
     position = reduce_dims(ctx, b.convert(fewer, DType.S64), Op.ADD, [1])
     dims = GatherDims([1], [0], [0], 1, [1, 3])
-    return b.gather(triples, position, dims)
+    result = b.gather(triples, position, dims)
+    if known is not None:
+        return result
+    return b.set_dimension_size(result, b.convert(selected, DType.S32), 0)
