@@ -298,11 +298,11 @@ def concatenate(instr: Instruction) -> Shape:
     for s in shapes:
         same = all(a == b for i, (a, b) in enumerate(zip(s.dims, first.dims)) if i != axis)
         _check(s.dtype == first.dtype and s.rank == first.rank and same, instr, "mismatch")
-    for x in shapes:
-        _static_dims(instr, x, [axis], "concatenates along")
     dims = list(first.dims)
     dims[axis] = sum(s.dims[axis] for s in shapes)
-    return first.with_dims(dims, _merged(*(x.with_dims(first.dims, x.dynamic) for x in shapes)))
+    flags = [any(x.is_dynamic(d) for x in shapes) for d in range(first.rank)]
+    # along a bounded dim too: the padder moves the pieces together (bounded_dims.py)
+    return first.with_dims(dims, flags)
 
 
 def pad(instr: Instruction) -> Shape:

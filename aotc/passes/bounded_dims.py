@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import UnsupportedError
-from ..ir import Computation, ComputationBuilder, Instruction, Module, Op
+from ..ir import Computation, ComputationBuilder, GatherDims, Instruction, Module, Op
 from ..ir.module import Bounds
 from ..ir.ops import PADDED_OPS, Direction
 from ..ir.relayout import relayout
@@ -120,6 +120,9 @@ class Sizes:
             if instr.op in PADDED_OPS:
                 self._size_op(instr)
                 continue
+            if instr.op is Op.CONCATENATE and _concatenates_bounded(instr):
+                self._concatenate_extents(instr)
+                continue
             if instr.op is Op.SORT and _sorts_bounded(instr):
                 self._sort_padding_last(instr)
                 continue
@@ -167,6 +170,59 @@ class Sizes:
         moved = relayout(b, x, in_sizes, out.dims, out_sizes)
         moved.shape = instr.shape  # static at the end, like every shape
         self.extents[id(moved)] = extents
+        self.entry.replace_all_uses(instr, moved)
+
+    def _concatenate_extents(self, instr: Instruction) -> None:
+        """A concatenation along a bounded dim: the pieces' values at their extents one
+        after another, at the first extents of the result (the sum of theirs).  Result
+        position p lies in piece j (the number of the pieces' running extents not
+        above p, less one), at p less their running extent, read from the pieces
+        concatenated at their bounds (where piece j starts at `starts[j]`)."""
+        assert instr.dimensions is not None
+        axis = instr.dimensions[0]
+        b, pieces = self.b, instr.operands
+        out = instr.array_shape
+        whole = b.add(Op.CONCATENATE, pieces, dimensions=(axis,))  # at the bounds
+        sizes = [
+            self.size(x, axis) if _is_dynamic(x, axis) else b.scalar(x.array_shape.dims[axis], SIZE)
+            for x in pieces
+        ]
+        total, before = b.scalar(0, SIZE), []
+        for size in sizes:
+            before.append(total)
+            total = b.binary(Op.ADD, total, size)
+        grid = (out.dims[axis],)
+        position = b.iota(Shape(SIZE, grid), 0)
+        piece = b.broadcast(b.scalar(-1, SIZE), [], grid)
+        one = b.broadcast(b.scalar(1, SIZE), [], grid)
+        zero = b.broadcast(b.scalar(0, SIZE), [], grid)
+        for start in before:
+            reached = b.compare(position, b.broadcast(start, [], grid), Direction.GE)
+            piece = b.binary(Op.ADD, piece, b.select(reached, one, zero))
+        running = b.concatenate([b.reshape(s, [1]) for s in before], 0)
+        starts = b.constant(
+            [sum(x.array_shape.dims[axis] for x in pieces[:j]) for j in range(len(pieces))],
+            SIZE,
+        )
+        pick = GatherDims((), (0,), (0,), 1, (1,))
+        at = b.reshape(piece, (*grid, 1))
+        source = b.binary(
+            Op.ADD,
+            b.gather(starts, at, pick),
+            b.binary(Op.SUBTRACT, position, b.gather(running, at, pick)),
+        )
+        # rows of the whole concatenation along the axis, every other dim taken whole
+        others = [d for d in range(out.rank) if d != axis]
+        slice_sizes = tuple(1 if d == axis else out.dims[d] for d in range(out.rank))
+        dims = GatherDims(tuple(others), (axis,), (axis,), 1, slice_sizes)
+        # (the offset dims around the axis: the gathered one lands at the axis)
+        moved = b.gather(whole, b.reshape(source, (*grid, 1)), dims)
+        moved.shape = instr.shape  # static at the end, like every shape
+        extents = [
+            total if d == axis else _first_bounded_or_none(self, pieces, d) for d in range(out.rank)
+        ]
+        self.extents[id(moved)] = extents
+        self.extents[id(whole)] = extents
         self.entry.replace_all_uses(instr, moved)
 
     def _sort_padding_last(self, instr: Instruction) -> None:
@@ -439,6 +495,18 @@ def _sort(sizes: Sizes, instr: Instruction) -> Extents:
         for d, e in enumerate(sizes.extents.get(id(operand)) or ()):
             extents[d] = extents[d] or e
     return extents if isinstance(instr.shape, Shape) else [list(extents) for _ in instr.operands]
+
+
+def _concatenates_bounded(instr: Instruction) -> bool:
+    assert instr.dimensions is not None
+    return any(_is_dynamic(o, instr.dimensions[0]) for o in instr.operands)
+
+
+def _first_bounded_or_none(sizes: Sizes, operands, dim: int) -> Instruction | None:
+    for operand in operands:
+        if _is_dynamic(operand, dim):
+            return sizes.size(operand, dim)
+    return None
 
 
 def _sorts_bounded(instr: Instruction) -> bool:

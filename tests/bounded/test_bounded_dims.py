@@ -86,7 +86,6 @@ ENTRY %main (x: f32[<=8,16]) -> f32[8,16] {
 REFUSED = {
     "slice": ("slices bounded dim 0", lambda b, x: b.slice(x, [1, 0], [8, 16])),
     "reverse": ("reverses bounded dim 0", lambda b, x: b.reverse(x, [0])),
-    "concatenate": ("concatenates along bounded dim 0", lambda b, x: b.concatenate([x, x], 0)),
     "pad": (
         "pads bounded dim 0",
         lambda b, x: b.pad(x, b.scalar(0, DType.F32), [0, 0], [1, 0]),
@@ -502,3 +501,46 @@ def test_non_max_suppression_count_at_run_time():
         (got,) = loaded.run(feed)
         (want,) = session.run(None, dict(zip(["boxes", "scores", "iou", "floor"], feed)))
         np.testing.assert_array_equal(got, want)
+
+
+def test_concatenation_along_bounded_dims():
+    """Two counts the data gives, concatenated along them (rows) and along a static
+    dim of a bounded batch (columns): the pieces' values one after another."""
+    n = helper.make_node
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+    nodes = [
+        n("Greater", ["a", "zero"], ["pa"]),
+        n("NonZero", ["pa"], ["ia"]),
+        n("Greater", ["b", "zero"], ["pb"]),
+        n("NonZero", ["pb"], ["ib"]),
+        n("Concat", ["ia", "ib"], ["rows"], axis=1),
+        n("Concat", ["x", "x"], ["columns"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, [7]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [5]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3]),
+        ],
+        [
+            helper.make_tensor_value_info("rows", TensorProto.INT64, [1, None]),
+            helper.make_tensor_value_info("columns", TensorProto.FLOAT, ["n", 6]),
+        ],
+        [zero],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    loaded = compile_model(model, CompileOptions(dim_extents={"n": DimRange(1, 4)})).load()
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(14)
+    for rows in (1, 3, 4):
+        feed = {
+            "a": rng.standard_normal(7).astype(np.float32),
+            "b": rng.standard_normal(5).astype(np.float32),
+            "x": rng.standard_normal((rows, 3)).astype(np.float32),
+        }
+        got = loaded.run(list(feed.values()))
+        for have, want in zip(got, session.run(None, feed)):
+            assert have.shape == want.shape
+            np.testing.assert_array_equal(have, want)

@@ -28,7 +28,7 @@ Selu Shrink Sigmoid Sign Sin Sinh Softplus Softsign Sqrt Sub Sum Tan Tanh
 ThresholdedRelu Where Xor QuantizeLinear DequantizeLinear
 """
 _STRUCTURE = """
-Concat Expand Flatten Gather GatherElements Reshape Slice Split Squeeze Transpose Trilu
+Concat Expand Flatten Gather GatherElements GatherND Reshape Slice Split Squeeze Transpose Trilu
 Unsqueeze Pad
 Shape Size
 """
@@ -39,7 +39,7 @@ GlobalAveragePool BatchNormalization
 _REDUCTIONS = """
 ArgMax ArgMin ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean
 ReduceMin ReduceProd ReduceSum ReduceSumSquare Softmax LogSoftmax LayerNormalization
-RMSNormalization TopK
+RMSNormalization TopK NonMaxSuppression
 """
 _MICROSOFT = """
 FastGelu BiasGelu Gelu QuickGelu SkipLayerNormalization SkipSimplifiedLayerNormalization

@@ -24,6 +24,7 @@ from ...ir import DType, Instruction, Op
 from ...ir.evaluate import evaluate_constant
 from .boundary import declared_dims
 from .dtypes import to_dtype
+from .extents import unbounded
 from .helpers import normalize_axis
 from .mapped_scan import mapped_scan
 from .registry import NodeContext, onnx_op
@@ -54,12 +55,42 @@ def _select(ctx: NodeContext, pred: Instruction, a: Value, b: Value) -> Value | 
     """`pred ? a : b` for values of one structure and shape, else None."""
     if isinstance(a, Instruction) and isinstance(b, Instruction):
         if a.shape != b.shape:
-            return None
+            return _select_extents(ctx, pred, a, b)
         return ctx.b.select(ctx.b.broadcast(pred, [], a.array_shape.dims), a, b)
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and len(a) == len(b):
         items = [_select(ctx, pred, x, y) for x, y in zip(a, b)]
         return None if None in items else SequenceValue(items)
     return NO_VALUE if a is NO_VALUE and b is NO_VALUE else None
+
+
+def _select_extents(ctx: NodeContext, pred: Instruction, a: Instruction, b: Instruction):
+    """`pred ? a : b` for arrays of one dtype and rank whose dims differ (or are
+    bounded): both at the larger bounds, the dims that differ bounded by the extent of
+    the one chosen at run time; None for other arrays."""
+    sa, sb = a.array_shape, b.array_shape
+    if sa.dtype != sb.dtype or sa.rank != sb.rank:
+        return None
+    builder = ctx.b
+    dims = [max(x, y) for x, y in zip(sa.dims, sb.dims)]
+    padded = []
+    for x in (a, b):
+        static = unbounded(ctx, x)
+        high = [d - e for d, e in zip(dims, x.array_shape.dims)]
+        zero = builder.scalar(0, sa.dtype)
+        padded.append(builder.pad(static, zero, [0] * sa.rank, high) if any(high) else static)
+    chosen = builder.select(builder.broadcast(pred, [], dims), *padded)
+    for d in range(sa.rank):
+        if sa.dims[d] == sb.dims[d] and not (sa.is_dynamic(d) or sb.is_dynamic(d)):
+            continue
+        extents = [_extent(builder, x, d) for x in (a, b)]
+        chosen = builder.set_dimension_size(chosen, builder.select(pred, *extents), d)
+    return chosen
+
+
+def _extent(b, x: Instruction, dim: int) -> Instruction:
+    if x.array_shape.is_dynamic(dim):
+        return b.get_dimension_size(x, dim)
+    return b.scalar(x.array_shape.dims[dim], DType.S32)
 
 
 def _specialise(ctx: NodeContext, cond: Instruction, why: str) -> None:

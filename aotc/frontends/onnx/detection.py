@@ -17,6 +17,7 @@ import numpy as np
 from ...errors import ShapeError, UnsupportedError
 from ...ir import Direction, DType, GatherDims, Instruction, Op, Shape, Window, scalar_reducer
 from ...ir.evaluate import evaluate_constant
+from .extents import inside, unbounded
 from .helpers import full, full_like, lowest
 from .registry import NodeContext, onnx_op
 from .sampling import Arith, Taps, gather_taps, reduce_dims, s64_shape, stack_last, weigh
@@ -327,6 +328,9 @@ def _greedy(ctx: NodeContext, candidate, suppressed, limit) -> Instruction:
 def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=None, min_score=None):
     b = ctx.b
     batches, classes, n = scores.shape.dims
+    # boxes past a bounded count are padding: never candidates (the rest at the bounds)
+    present = inside(ctx, scores, 2, scores.shape.dims, 2)
+    boxes, scores = unbounded(ctx, boxes), unbounded(ctx, scores)
     if boxes.shape.dims != (batches, n, 4):
         raise ShapeError(
             f"boxes {list(boxes.shape.dims)} do not fit scores {[batches, classes, n]}"
@@ -341,10 +345,10 @@ def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=Non
     edges = _box_edges(ctx, boxes, bool(ctx.attr("center_point_box", 0)))
     suppress = _suppression(ctx, edges, _scalar_input(ctx, iou, 0, dtype))
     if min_score is None:
-        candidate = full(b, True, DType.PRED, scores.shape.dims)
+        candidate = present
     else:
         floor = b.broadcast(_scalar_input(ctx, min_score, 0, dtype), [], scores.shape.dims)
-        candidate = b.compare(scores, floor, Direction.GT)
+        candidate = b.binary(Op.AND, b.compare(scores, floor, Direction.GT), present)
     one_hot, box_at = _rank_order(ctx, scores)
     quad = one_hot.array_shape.dims
     candidate = reduce_dims(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import UnsupportedError
-from ...ir import DType, Instruction, Op
+from ...ir import Direction, DType, GatherDims, Instruction, Op, Shape
 from ...ir.evaluate import evaluate_constant, evaluate_extents
 from .registry import NodeContext
 
@@ -75,6 +75,32 @@ def with_extents(
             continue
         x = ctx.b.set_dimension_size(x, value.extent(ctx, entry), d)
     return x
+
+
+def unbounded(ctx: NodeContext, x: Instruction) -> Instruction:
+    """`x` as a static array at its bounds (a copy: each element gathered), for a
+    lowering that masks the padding itself; `x` where it is static already."""
+    shape = x.array_shape
+    if shape.is_static:
+        return x
+    b = ctx.b
+    grid = Shape(DType.S64, shape.dims)
+    coords = [b.reshape(b.iota(grid, d), (*shape.dims, 1)) for d in range(shape.rank)]
+    indices = b.concatenate(coords, shape.rank) if coords else None
+    assert indices is not None
+    rank = shape.rank
+    dims = GatherDims((), tuple(range(rank)), tuple(range(rank)), rank, (1,) * rank)
+    return b.gather(x, indices, dims)
+
+
+def inside(ctx: NodeContext, x: Instruction, dim: int, dims: Sequence[int], at: int):
+    """pred of `dims`: whether position `at` of it lies within the run-time extent of
+    `x`'s dim `dim` (all true where that dim is static)."""
+    b = ctx.b
+    if not x.array_shape.is_dynamic(dim):
+        return b.broadcast(b.constant(True), [], dims)
+    extent = b.broadcast(b.get_dimension_size(x, dim), [], dims)
+    return b.compare(b.iota(Shape(DType.S32, tuple(dims)), at), extent, Direction.LT)
 
 
 def dimension_extents(ctx: NodeContext, x: Instruction) -> list[Instruction]:
