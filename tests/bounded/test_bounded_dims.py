@@ -544,3 +544,50 @@ def test_concatenation_along_bounded_dims():
         for have, want in zip(got, session.run(None, feed)):
             assert have.shape == want.shape
             np.testing.assert_array_equal(have, want)
+
+
+def _if_model():
+    """x [5] -> if sum(x) > 0 then x[:2] else x: branches of different lengths, chosen
+    by the data."""
+    n = helper.make_node
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+    starts = helper.make_tensor("starts", TensorProto.INT64, [1], [0])
+    ends = helper.make_tensor("ends", TensorProto.INT64, [1], [2])
+    then_branch = helper.make_graph(
+        [n("Slice", ["x", "starts", "ends"], ["head"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("head", TensorProto.FLOAT, [2])],
+    )
+    else_branch = helper.make_graph(
+        [n("Identity", ["x"], ["all"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("all", TensorProto.FLOAT, [5])],
+    )
+    nodes = [
+        n("ReduceSum", ["x"], ["total"], keepdims=0),
+        n("Greater", ["total", "zero"], ["positive"]),
+        n("If", ["positive"], ["y"], then_branch=then_branch, else_branch=else_branch),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])],
+        [zero, starts, ends],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_if_branches_of_different_lengths():
+    """The output is bounded by the longer branch and comes back at the chosen one's."""
+    model = _if_model()
+    compiled = compile_model(model, CompileOptions())
+    assert compiled.outputs[0].type_text == "f32[<=5]"
+    loaded = compiled.load()
+    session = ort.InferenceSession(model.SerializeToString())
+    for x in (np.arange(5, dtype=np.float32), -np.arange(5, dtype=np.float32) - 1):
+        (got,) = loaded.run([x])
+        (want,) = session.run(None, {"x": x})
+        np.testing.assert_array_equal(got, want)
