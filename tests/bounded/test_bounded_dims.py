@@ -591,3 +591,29 @@ def test_if_branches_of_different_lengths():
         (got,) = loaded.run([x])
         (want,) = session.run(None, {"x": x})
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_shape_that_steps_with_the_extent():
+    """x[:, : seq // 2] with seq 1..9: seq // 2 is 4 at both 9 and 8, yet varies."""
+    n = helper.make_node
+    consts = {"one": [1], "two": [2], "zero": [0], "axis": [1]}
+    inits = [helper.make_tensor(k, TensorProto.INT64, [1], v) for k, v in consts.items()]
+    nodes = [
+        n("Shape", ["x"], ["shape"]),
+        n("Slice", ["shape", "one", "two"], ["seq"]),
+        n("Div", ["seq", "two"], ["half"]),
+        n("Slice", ["x", "zero", "half", "axis"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, None])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    loaded = compile_model(model, CompileOptions(dim_extents={"seq": DimRange(1, 9)})).load()
+    for seq in (1, 3, 8, 9):
+        x = np.arange(2 * seq, dtype=np.float32).reshape(2, seq)
+        (got,) = loaded.run([x])
+        np.testing.assert_array_equal(got, x[:, : seq // 2])

@@ -54,15 +54,24 @@ def shape_value(ctx: NodeContext, index: int) -> ShapeValue | None:
     high = evaluate_extents(instr, lambda bound: bound)
     if high is None:
         ctx.const(index)  # raises: the value depends on data, naming the inputs
-    low = evaluate_extents(instr, lambda bound: max(bound - 1, 0))
     highs = [int(v) for v in np.asarray(high).reshape(-1)]
-    lows = [int(v) for v in np.asarray(low).reshape(-1)]
-    if any(h < lo for h, lo in zip(highs, lows)):
-        raise UnsupportedError(
-            f"input '{ctx.input_name(index)}' has entries that shrink as a bounded dim "
-            "grows (their bounds are unknown)"
-        )
-    return ShapeValue(highs, [h != lo for h, lo in zip(highs, lows)], instr)
+    varies = [False] * len(highs)
+    for fraction in PROBES:
+        value = evaluate_extents(instr, lambda bound, f=fraction: int(bound * f))
+        for k, v in enumerate(int(v) for v in np.asarray(value).reshape(-1)):
+            if v > highs[k]:
+                raise UnsupportedError(
+                    f"input '{ctx.input_name(index)}' entry {k} is larger at an extent "
+                    "below the bound than at the bound (its bound is unknown)"
+                )
+            varies[k] = varies[k] or v != highs[k]
+    return ShapeValue(highs, varies, instr)
+
+
+# the extents, as fractions of the bounds, at which a shape computed from bounded dims
+# is evaluated besides the bounds: an entry that differs at any varies with them, and
+# none may pass its value at the bounds (which sizes the result)
+PROBES = (0.0, 1 / 7, 0.25, 0.5, 0.61, 0.75, 0.9, 0.999)
 
 
 def with_extents(

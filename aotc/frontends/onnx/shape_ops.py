@@ -227,8 +227,9 @@ def slice_inputs(ctx: NodeContext, x: Instruction, *_: Instruction) -> Instructi
 
 def _slice_to_extents(ctx: NodeContext, x: Instruction, ends: ShapeValue) -> Instruction:
     """A slice whose ends grow with a bounded dim's extent (x[:, :seq]): sliced to the
-    ends' bounds, each such axis bounded by its run-time end less its start.  Starts
-    constant and not negative, steps 1, and the varying ends within their axes."""
+    ends' bounds, each such axis bounded by its run-time end (at most the axis's
+    extent) less its start.  Starts constant and not negative (0 on a bounded axis),
+    steps 1."""
     rank = x.array_shape.rank
     starts, axes, steps = ctx.const_ints(1), ctx.const_ints(3), ctx.const_ints(4)
     assert starts is not None  # a required input
@@ -236,20 +237,22 @@ def _slice_to_extents(ctx: NodeContext, x: Instruction, ends: ShapeValue) -> Ins
     if steps is not None and any(s != 1 for s in steps):
         raise UnsupportedError("a slice whose end varies with a bounded dim needs steps of 1")
     entries = [-1] * rank
-    for k, (axis, start, end, varies) in enumerate(zip(axes, starts, ends.bounds, ends.varies)):
+    for k, (axis, start, varies) in enumerate(zip(axes, starts, ends.varies)):
         if varies:
-            if start < 0 or x.array_shape.is_dynamic(axis) or end > x.array_shape.dims[axis]:
+            bounded = x.array_shape.is_dynamic(axis)
+            if start < 0 or (bounded and start != 0):
                 raise UnsupportedError(
                     f"a slice of axis {axis} to an end that varies with a bounded dim needs "
-                    "a start of 0 or more, a fixed axis, and an end within it"
+                    "a start of 0 or more (0 on a bounded axis)"
                 )
             entries[axis] = k
     result = _slice(ctx, x, starts, ends.bounds, axes, None)
     b = ctx.b
     for axis, k in enumerate(entries):
         if k >= 0:
-            begin = b.scalar(starts[k], DType.S32)
-            extent = b.binary(Op.SUBTRACT, ends.extent(ctx, k), begin)
+            end = b.binary(Op.MINIMUM, ends.extent(ctx, k), _extent(b, x, axis))
+            end = b.binary(Op.MAXIMUM, end, b.scalar(starts[k], DType.S32))
+            extent = b.binary(Op.SUBTRACT, end, b.scalar(starts[k], DType.S32))
             result = b.set_dimension_size(result, extent, axis)
     return result
 
