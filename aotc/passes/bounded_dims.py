@@ -522,7 +522,7 @@ def _padding_first(module: Module, comparator: Computation) -> Computation:
     pa, pb = b.parameter(0, scalar, "pad_a"), b.parameter(1, scalar, "pad_b")
     copies: dict[int, Instruction] = {}
     for p in comparator.parameters:
-        copies[id(p)] = b.parameter(p.index + 2, p.array_shape, p.name)
+        copies[id(p)] = b.parameter(_number(p) + 2, p.array_shape, p.name)
     for instr in comparator.post_order():
         if instr.op is Op.PARAMETER:
             continue

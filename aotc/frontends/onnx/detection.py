@@ -371,7 +371,7 @@ def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=Non
     fixed = max_boxes is not None and evaluate_constant(max_boxes) is not None
     per_class = ctx.const_ints(2) if fixed else None
     most = n if not per_class else max(0, min(n, per_class[0]))
-    total = int(known) if known is not None else batches * classes * most
+    total = int(np.asarray(known)) if known is not None else batches * classes * most
     if total == 0:
         return b.constant(np.zeros((0, 3), dtype=np.int64))
     # the selected (batch, class, box) triples in (batch, class, rank) order

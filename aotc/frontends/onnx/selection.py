@@ -75,7 +75,7 @@ def count_true(ctx: NodeContext, mask: Instruction) -> int | Instruction:
     )
     known = evaluate_constant(total)
     if known is not None:
-        return int(known)
+        return int(np.asarray(known))
     return b.convert(total, DType.S32)
 
 
