@@ -118,6 +118,7 @@ class BoundedApi:
 
     inputs: Sequence[TensorSpec]
     outputs: Sequence[TensorSpec]
+    has_input_dims: bool
     has_output_dims: bool
     scratch_bytes: int
     declarations: str
@@ -140,7 +141,7 @@ def bounded_api(inputs, outputs, model_scratch: int) -> BoundedApi | None:
         total += sum(align_up(t.nbytes, BOUNDED_ALIGN) for t in group)
         total += align_up(4 * sum(sum(t.bounded) for t in group), BOUNDED_ALIGN)
     text = (resource_dir("runtime_c") / "aotc_bounded.h").read_text(encoding="utf-8")
-    return BoundedApi(model_inputs, model_outputs, has_output_dims, total, text)
+    return BoundedApi(model_inputs, model_outputs, has_input_dims, has_output_dims, total, text)
 
 
 BOUNDED_ALIGN = 64  # aotc_bounded.c's ALIGN
