@@ -31,6 +31,12 @@ def inline_calls(module: Module) -> bool:
     return True
 
 
+def copy_instruction(module: Module, instr: Instruction, operands) -> Instruction:
+    """A copy of `instr` reading `operands`, named anew in `module` (not yet placed in a
+    computation)."""
+    return dataclasses.replace(instr, operands=list(operands), name=module.unique_name(instr.name))
+
+
 def _inline(module: Module, caller: Computation, call: Instruction) -> None:
     """Put copies of the callee's live instructions where `call` is; its uses take the root's."""
     callee = call.called[0]
@@ -40,11 +46,7 @@ def _inline(module: Module, caller: Computation, call: Instruction) -> None:
         if instr.op is Op.PARAMETER:
             copies[id(instr)] = call.operands[instr.index]
             continue
-        copy = dataclasses.replace(
-            instr,
-            operands=[copies[id(o)] for o in instr.operands],
-            name=module.unique_name(instr.name),
-        )
+        copy = copy_instruction(module, instr, [copies[id(o)] for o in instr.operands])
         copies[id(instr)] = copy
         inserted.append(copy)
     position = caller.instructions.index(call)

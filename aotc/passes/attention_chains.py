@@ -16,6 +16,7 @@ import dataclasses
 
 from ..ir import ComputationBuilder, FusionKind, Instruction, Module, Op
 from ..ir.attention_chain import AttentionChain, attention_chain
+from ..ir.inline import copy_instruction
 from .fusion import fusion_instruction, replace_by_fusion
 
 # chains whose score array is smaller stay three kernels: S then fits in the caches
@@ -60,11 +61,7 @@ def _outline(module: Module, computation, chain: AttentionChain) -> None:
     for original, part in zip((chain.scores, chain.rows, chain.values), parts):
         for operand in part.operands:
             _parameter_for(builder, inside, operands, operand)
-        clone = dataclasses.replace(
-            part,
-            operands=[inside[id(o)] for o in part.operands],
-            name=module.unique_name(part.name),
-        )
+        clone = copy_instruction(module, part, [inside[id(o)] for o in part.operands])
         builder.computation.instructions.append(clone)
         inside[id(original)] = clone
     body = builder.build(inside[id(chain.values)])

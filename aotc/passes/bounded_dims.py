@@ -26,12 +26,12 @@ are planned at the bounds, so NAME_SCRATCH_BYTES covers every call.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import UnsupportedError
 from ..ir import Computation, ComputationBuilder, GatherDims, Instruction, Module, Op
+from ..ir.inline import copy_instruction
 from ..ir.module import Bounds
 from ..ir.ops import PADDED_OPS, Direction
 from ..ir.relayout import relayout
@@ -526,11 +526,7 @@ def _padding_first(module: Module, comparator: Computation) -> Computation:
     for instr in comparator.post_order():
         if instr.op is Op.PARAMETER:
             continue
-        copy = dataclasses.replace(
-            instr,
-            operands=[copies[id(o)] for o in instr.operands],
-            name=module.unique_name(instr.name),
-        )
+        copy = copy_instruction(module, instr, [copies[id(o)] for o in instr.operands])
         b.computation.instructions.append(copy)
         copies[id(instr)] = copy
     assert comparator.root is not None
