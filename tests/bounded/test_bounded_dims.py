@@ -463,18 +463,18 @@ def test_topk_along_a_bounded_dim():
             np.testing.assert_array_equal(have, want)
 
 
-def _nms_model():
-    """NonMaxSuppression of 6 boxes of 2 classes, at most 2 per class, from scores and
-    thresholds given at run time: a count only the data gives."""
+def _nms_model(boxes: int = 6, most: int = 2):
+    """NonMaxSuppression of `boxes` boxes of 2 classes, at most `most` per class, from
+    scores and thresholds given at run time: a count only the data gives."""
     n = helper.make_node
-    per_class = helper.make_tensor("per_class", TensorProto.INT64, [1], [2])
+    per_class = helper.make_tensor("per_class", TensorProto.INT64, [1], [most])
     nodes = [n("NonMaxSuppression", ["boxes", "scores", "per_class", "iou", "floor"], ["chosen"])]
     graph = helper.make_graph(
         nodes,
         "m",
         [
-            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 6, 4]),
-            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 6]),
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, boxes, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, boxes]),
             helper.make_tensor_value_info("iou", TensorProto.FLOAT, [1]),
             helper.make_tensor_value_info("floor", TensorProto.FLOAT, [1]),
         ],
@@ -484,19 +484,21 @@ def _nms_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def test_non_max_suppression_count_at_run_time():
-    """The selected triples come back at their count (bound 1 x 2 x 2), as onnxruntime's."""
-    model = _nms_model()
+@pytest.mark.parametrize("count, most", [(6, 2), (100, 30)])  # unrolled; a while loop
+def test_non_max_suppression_count_at_run_time(count, most):
+    """The selected triples come back at their count (bound 1 x 2 x most), as
+    onnxruntime's."""
+    model = _nms_model(count, most)
     compiled = compile_model(model, CompileOptions())
-    assert compiled.outputs[0].type_text == "s64[<=4,3]"
+    assert compiled.outputs[0].type_text == f"s64[<={2 * most},3]"
     loaded = compiled.load()
     session = ort.InferenceSession(model.SerializeToString())
     rng = np.random.default_rng(13)
-    corners = rng.uniform(0, 1, (1, 6, 2)).astype(np.float32)
-    boxes = np.concatenate([corners, corners + rng.uniform(0.2, 0.6, (1, 6, 2))], -1)
+    corners = rng.uniform(0, 1, (1, count, 2)).astype(np.float32)
+    boxes = np.concatenate([corners, corners + rng.uniform(0.2, 0.6, (1, count, 2))], -1)
     boxes = boxes.astype(np.float32)
     for iou, floor in ((0.5, 0.0), (0.1, 0.3), (0.9, 0.95), (0.5, 2.0)):
-        scores = rng.uniform(0, 1, (1, 2, 6)).astype(np.float32)
+        scores = rng.uniform(0, 1, (1, 2, count)).astype(np.float32)
         feed = [boxes, scores, np.float32([iou]), np.float32([floor])]
         (got,) = loaded.run(feed)
         (want,) = session.run(None, dict(zip(["boxes", "scores", "iou", "floor"], feed)))

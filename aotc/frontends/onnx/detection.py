@@ -15,7 +15,17 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError, UnsupportedError
-from ...ir import Direction, DType, GatherDims, Instruction, Op, Shape, Window, scalar_reducer
+from ...ir import (
+    ComputationBuilder,
+    Direction,
+    DType,
+    GatherDims,
+    Instruction,
+    Op,
+    Shape,
+    Window,
+    scalar_reducer,
+)
 from ...ir.evaluate import evaluate_constant
 from .extents import inside, unbounded
 from .helpers import full, full_like, lowest
@@ -299,10 +309,18 @@ def _rank_order(ctx: NodeContext, scores: Instruction) -> tuple[Instruction, Ins
     return one_hot, reduce_dims(ctx, boxes, Op.ADD, [3])
 
 
+# up to this many boxes the greedy selection is unrolled (one step per rank, each its
+# own few kernels); beyond, a while loop over the ranks (the unrolled form's compile
+# time grows with the boxes: 3000 took minutes)
+UNROLLED_RANKS = 64
+
+
 def _greedy(ctx: NodeContext, candidate, suppressed, limit) -> Instruction:
-    """pred [B, C, n] in rank order: kept boxes, one unrolled step per rank."""
+    """pred [B, C, n] in rank order: kept boxes, one step per rank."""
     b = ctx.b
     batches, classes, n = candidate.shape.dims
+    if n > UNROLLED_RANKS:
+        return _greedy_loop(ctx, candidate, suppressed, limit)
     kept = full(b, False, DType.PRED, [batches, classes, n])
     count = full(b, 0, DType.S64, [batches, classes])
     limit = b.broadcast(limit, [], count.array_shape.dims)
@@ -322,6 +340,48 @@ def _greedy(ctx: NodeContext, candidate, suppressed, limit) -> Instruction:
             Op.OR, kept, b.binary(Op.AND, b.broadcast(ok, [0, 1], kept.array_shape.dims), at_r)
         )
     return kept
+
+
+def _greedy_loop(ctx: NodeContext, candidate, suppressed, limit) -> Instruction:
+    """`_greedy` as a while loop over the ranks: the state (rank, kept, count) with the
+    candidates, the suppression and the limit carried along unchanged."""
+    b, module = ctx.b, ctx.b.module
+    batches, classes, n = candidate.array_shape.dims
+    grid, pairs = [batches, classes, n], [batches, classes]
+    init = b.tuple(
+        [
+            b.scalar(0, DType.S64),
+            full(b, False, DType.PRED, grid),
+            full(b, 0, DType.S64, pairs),
+            candidate,
+            suppressed,
+            b.broadcast(limit, [], pairs),
+        ]
+    )
+    test = ComputationBuilder(module, "nms_ranks_left")
+    rank = test.get_tuple_element(test.parameter(0, init.shape, "state"), 0)
+    condition = test.build(test.compare(rank, test.scalar(n, DType.S64), Direction.LT))
+    step = ComputationBuilder(module, "nms_rank")
+    state = step.parameter(0, init.shape, "state")
+    r, kept, count, here_all, ranked, most = (step.get_tuple_element(state, k) for k in range(6))
+    zero = step.scalar(0, DType.S64)
+    row = step.reshape(
+        step.dynamic_slice(ranked, [zero, zero, r, zero], [batches, classes, 1, n]), grid
+    )
+    either = scalar_reducer(module, Op.OR, DType.PRED)
+    blocked = step.reduce(
+        step.binary(Op.AND, kept, row), step.scalar(False, DType.PRED), [2], either
+    )
+    here = step.reshape(step.dynamic_slice(here_all, [zero, zero, r], [batches, classes, 1]), pairs)
+    ok = step.binary(Op.AND, here, step.unary(Op.NOT, blocked))
+    ok = step.binary(Op.AND, ok, step.compare(count, most, Direction.LT))
+    count = step.binary(Op.ADD, count, step.convert(ok, DType.S64))
+    at_r = step.compare(step.iota(s64_shape(grid), 2), step.broadcast(r, [], grid), Direction.EQ)
+    chosen = step.binary(Op.AND, step.broadcast(ok, [0, 1], grid), at_r)
+    kept = step.binary(Op.OR, kept, chosen)
+    following = step.binary(Op.ADD, r, step.scalar(1, DType.S64))
+    body = step.build(step.tuple([following, kept, count, here_all, ranked, most]))
+    return b.get_tuple_element(b.while_loop(condition, body, init), 1)
 
 
 @onnx_op("NonMaxSuppression", since=10)
