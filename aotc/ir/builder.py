@@ -15,7 +15,7 @@ from .attrs import ConvDims, DotDims, GatherDims, PaddingConfig, ScatterDims, Sl
 from .module import Computation, Instruction, Module
 from .ops import Direction, Op
 from .shapes import infer_shape
-from .types import DType, Shape, cast_array
+from .types import AnyShape, DType, Shape, cast_array
 
 
 class ComputationBuilder:
@@ -44,7 +44,7 @@ class ComputationBuilder:
 
     # -- leaves -----------------------------------------------------------
 
-    def parameter(self, number: int, shape: Shape, name: str | None = None) -> Instruction:
+    def parameter(self, number: int, shape: AnyShape, name: str | None = None) -> Instruction:
         return self.add(Op.PARAMETER, [], shape, name=name or f"p{number}", index=number)
 
     def constant(self, value, dtype: DType | None = None, name=None) -> Instruction:
