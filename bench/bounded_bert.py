@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -132,7 +133,7 @@ def main() -> None:
             "# One BERT build for every batch and sequence up to the bounds",
             "",
             (
-                f"Made by `python bench/bounded_bert.py` (hidden {args.hidden}, layers "
+                f"Made by `python {' '.join(sys.argv)}` (hidden {args.hidden}, layers "
                 f"{args.layers}, heads {args.heads}, intermediate {args.inter}; bounds "
                 f"batch 1..{big[0]}, seq 1..{big[1]}), one thread.  Bounded compile "
                 f"{compile_s:.1f} s, scratch {bounded.plan.scratch_bytes} bytes."

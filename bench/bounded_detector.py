@@ -24,6 +24,7 @@ so the arrays compare element by element).
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -124,7 +125,7 @@ def main() -> None:
     lines = [
         "# Detectors compiled once: outputs that vary with the image",
         "",
-        "Made by `python bench/bounded_detector.py`.",
+        f"Made by `python {' '.join(sys.argv)}`.",
         "",
         "| model | compile s | output bounds | detections per image | equal to ORT |",
         "|---|---:|---|---|---|",
