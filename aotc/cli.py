@@ -296,9 +296,8 @@ def summary(compiled, paths, seconds: float) -> str:
     written = [paths.header, paths.object, *built]
     lines = [f"aotc: {compiled.source} -> {paths.header.parent}/ ({compiled.target})"]
     for kind, specs in (("input ", compiled.inputs), ("output", compiled.outputs)):
-        for spec in specs:
-            dims = ",".join(map(str, spec.dims))
-            lines.append(f"  {kind} {spec.name}: {spec.dtype.text}[{dims}]")
+        for spec in specs:  # a bounded dim as its bound, <=N
+            lines.append(f"  {kind} {spec.name}: {spec.type_text}")
     lines += [
         f"  kernels       {s.kernel_count}",
         (

@@ -619,3 +619,12 @@ def test_a_shape_that_steps_with_the_extent():
         x = np.arange(2 * seq, dtype=np.float32).reshape(2, seq)
         (got,) = loaded.run([x])
         np.testing.assert_array_equal(got, x[:, : seq // 2])
+
+
+def test_the_compile_prints_the_bounds(tmp_path):
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(mlp().SerializeToString())
+    result = run_cli("compile", path, "-o", tmp_path / "build", "--dim", "batch=1..8")
+    assert result.returncode == 0, result.stderr
+    assert "input  x: f32[<=8,32]" in result.stdout
+    assert "output p: f32[<=8,10]" in result.stdout
