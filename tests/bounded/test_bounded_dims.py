@@ -628,3 +628,38 @@ def test_the_compile_prints_the_bounds(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "input  x: f32[<=8,32]" in result.stdout
     assert "output p: f32[<=8,10]" in result.stdout
+
+
+def test_negative_indices_count_from_the_extent():
+    """GatherElements and GatherND into a bounded dim: index -1 is the last element at
+    the run-time extent, not at the bound."""
+    n = helper.make_node
+    nodes = [
+        n("GatherElements", ["x", "last"], ["tail"], axis=1),
+        n("GatherND", ["x", "pairs"], ["picked"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "n"]),
+            helper.make_tensor_value_info("last", TensorProto.INT64, [2, 1]),
+            helper.make_tensor_value_info("pairs", TensorProto.INT64, [3, 2]),
+        ],
+        [
+            helper.make_tensor_value_info("tail", TensorProto.FLOAT, [2, 1]),
+            helper.make_tensor_value_info("picked", TensorProto.FLOAT, [3]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    loaded = compile_model(model, CompileOptions(dim_extents={"n": DimRange(1, 6)})).load()
+    session = ort.InferenceSession(model.SerializeToString())
+    for width in (2, 3, 6):
+        feed = {
+            "x": np.arange(2 * width, dtype=np.float32).reshape(2, width),
+            "last": np.array([[-1], [-2 if width > 1 else -1]], np.int64),
+            "pairs": np.array([[0, -1], [1, 0], [-1, -width]], np.int64),
+        }
+        got = loaded.run(list(feed.values()))
+        for have, want in zip(got, session.run(None, feed)):
+            np.testing.assert_array_equal(have, want)

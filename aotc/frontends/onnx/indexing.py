@@ -51,8 +51,17 @@ def wrap_negative(b: ComputationBuilder, indices: Instruction, sizes: Instructio
     return b.select(negative, b.binary(Op.ADD, indices, sizes), indices)
 
 
-def wrap_along(b: ComputationBuilder, indices: Instruction, size: int) -> Instruction:
-    return wrap_negative(b, indices, full(b, size, INDEX, indices.array_shape.dims))
+def _extent(b: ComputationBuilder, data: Instruction, dim: int) -> Instruction:
+    """Dim `dim` of `data` as an s64 scalar: a bounded dim's run-time extent."""
+    if data.array_shape.is_dynamic(dim):
+        return b.convert(b.get_dimension_size(data, dim), INDEX)
+    return b.scalar(data.array_shape.dims[dim], INDEX)
+
+
+def wrap_along(b: ComputationBuilder, indices: Instruction, data: Instruction, axis: int):
+    """Indices into `data`'s dim `axis`, negative ones counted from its (run-time) end."""
+    size = b.broadcast(_extent(b, data, axis), [], indices.array_shape.dims)
+    return wrap_negative(b, indices, size)
 
 
 def iota(b: ComputationBuilder, dims: Sequence[int], dim: int) -> Instruction:
@@ -79,9 +88,12 @@ def gather_points(b: ComputationBuilder, data: Instruction, coords: list[Instruc
     return b.gather(data, index_vectors(b, coords), gather)
 
 
-def wrap_vectors(b: ComputationBuilder, indices: Instruction, sizes: Sequence[int]):
-    """Index vectors along indices' last dim, component i wrapped by sizes[i]."""
-    limits = b.constant(list(sizes), INDEX)
+def wrap_vectors(b: ComputationBuilder, indices: Instruction, data: Instruction, first: int):
+    """Index vectors along indices' last dim into `data`'s dims from `first` on,
+    component i wrapped by dim first + i's (run-time) extent."""
+    count = indices.array_shape.dims[-1]
+    extents = [b.reshape(_extent(b, data, first + i), [1]) for i in range(count)]
+    limits = b.concatenate(extents, 0) if extents else b.constant(np.zeros(0, np.int64), INDEX)
     dims = indices.array_shape.dims
     return wrap_negative(b, indices, b.broadcast(limits, [len(dims) - 1], dims))
 
@@ -99,7 +111,7 @@ def gather_elements(ctx: NodeContext, data: Instruction, indices: Instruction) -
     if len(dims) != rank:
         raise ShapeError(f"indices have rank {len(dims)}, data has rank {rank}")
     coords = [iota(b, dims, d) for d in range(rank)]
-    coords[axis] = wrap_along(b, indices, data.array_shape.dims[axis])
+    coords[axis] = wrap_along(b, indices, data, axis)
     return gather_points(b, data, coords)
 
 
@@ -117,7 +129,7 @@ def gather_nd(ctx: NodeContext, data: Instruction, indices: Instruction) -> Inst
         )
     if data.array_shape.dims[:batch] != indices.array_shape.dims[:batch]:
         raise ShapeError("data and indices differ in their batch dims")
-    indices = wrap_vectors(b, indices, data.array_shape.dims[batch : batch + k])
+    indices = wrap_vectors(b, indices, data, batch)
     # batch dims join the index vector as iotas: one collapsed gather does it all
     lead = (*indices.array_shape.dims[:-1], 1)
     vector = b.concatenate([iota(b, lead, d) for d in range(batch)] + [indices], q - 1)
@@ -238,7 +250,7 @@ def scatter_elements(ctx: NodeContext, data: Instruction, indices: Instruction, 
             f"do not fit data {list(data.array_shape.dims)}"
         )
     coords = [iota(b, dims, d) for d in range(rank)]
-    coords[axis] = wrap_along(b, indices, data.array_shape.dims[axis])
+    coords[axis] = wrap_along(b, indices, data, axis)
     return scatter_points(ctx, data, coords, updates)
 
 
@@ -261,7 +273,7 @@ def scatter_nd(ctx: NodeContext, data: Instruction, indices: Instruction, update
         index_vector_dim=q - 1,
     )
     update = combiner(b.module, reduction(ctx), data.array_shape.dtype)
-    vectors = wrap_vectors(b, indices, data.array_shape.dims[:k])
+    vectors = wrap_vectors(b, indices, data, 0)
     return b.scatter(data, vectors, updates, dims, update)
 
 
