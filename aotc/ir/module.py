@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from .attrs import (
 from .bounds import Bounds
 from .ops import Direction, Op
 from .types import AnyShape, Shape
+
+if TYPE_CHECKING:
+    from .extents import Extent
 
 
 @dataclass(eq=False)
@@ -60,6 +64,9 @@ class Instruction:
     fusion_kind: FusionKind | None = None
     # where it came from (e.g. the ONNX node), printed as metadata; not semantic
     origin: str | None = None
+    # per dim, the run-time extent beyond which no reader uses the values (None: all
+    # of it), where passes/bounded_dims.py knows one (ir/extents.py); not printed
+    extents: tuple[Extent | None, ...] | None = None
 
     def __repr__(self) -> str:
         return f"<{self.op.text} {self.name}: {self.shape}>"
@@ -95,7 +102,15 @@ class Instruction:
             self.index,
             literal_key,
             self.fusion_kind,
+            self.extents,
         )
+
+
+def _inherit_extents(old: Instruction, new: Instruction) -> None:
+    """A new instruction read nowhere yet that takes `old`'s place computes its values for
+    its readers: what they read of it is what they read of `old` (its extents)."""
+    if new.extents is None and new.shape == old.shape and new.op is not Op.PARAMETER:
+        new.extents = old.extents
 
 
 @dataclass(eq=False)
@@ -123,10 +138,14 @@ class Computation:
         return result
 
     def replace_all_uses(self, old: Instruction, new: Instruction) -> None:
+        fresh = old.extents is not None and self.root is not new
         for instr in self.instructions:
+            fresh = fresh and all(o is not new for o in instr.operands)
             instr.operands = [new if o is old else o for o in instr.operands]
         if self.root is old:
             self.root = new
+        if fresh:
+            _inherit_extents(old, new)
 
     def replace_uses(self, replaced: dict[int, Instruction]) -> None:
         """Read `replaced[id(old)]` wherever `old` was read, in one pass over the computation.
@@ -136,10 +155,18 @@ class Computation:
         """
         if not replaced:
             return
+        read = {id(self.root)} | {id(o) for i in self.instructions for o in i.operands}
+        fresh = [new for new in replaced.values() if id(new) not in read]
         for instr in self.instructions:
             instr.operands = [replaced.get(id(o), o) for o in instr.operands]
         if self.root is not None:
             self.root = replaced.get(id(self.root), self.root)
+        if fresh:
+            olds = {id(replaced[id(i)]): i for i in self.instructions if id(i) in replaced}
+            for new in fresh:
+                old = olds.get(id(new))
+                if old is not None:
+                    _inherit_extents(old, new)
 
     def remove_dead(self) -> bool:
         """Drop instructions the root does not reach (parameters stay)."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from ..errors import UnsupportedError
 from ..ir import Computation, ComputationBuilder, GatherDims, Instruction, Module, Op
+from ..ir.extents import extent_of
 from ..ir.inline import copy_instruction
 from ..ir.module import Bounds
 from ..ir.ops import PADDED_OPS, Direction
@@ -92,6 +93,9 @@ class Sizes:
         self.entry = module.entry
         self.b = InsertingBuilder(module, module.entry)
         self.extents: dict[int, Extents] = {}
+        # per instruction, the bounded dims whose padding a reader uses (a mask's, a
+        # sort key's...): computed whole, whatever their extents
+        self.whole: dict[int, set[int]] = {}
 
     def size(self, instr: Instruction, dim: int, element: int | None = None) -> Instruction:
         """The s32 scalar that holds the extent of `instr`'s bounded dim `dim`."""
@@ -141,6 +145,7 @@ class Sizes:
                 mask(self, instr)
             self.extents[id(instr)] = rule(self, instr)
         outputs = self._output_dims()
+        self._record_extents(dims_param)
         self._make_static()
         for instr in list(self.entry.instructions):
             if instr.op is Op.SET_DIMENSION_SIZE:  # its values are its operand's
@@ -155,6 +160,25 @@ class Sizes:
         output_dims = self._outputs() - 1 if outputs else None
         input_dims = None if dims_param is None else _number(dims_param)
         self.module.bounds = Bounds(tuple(inputs), tuple(outputs), input_dims, output_dims)
+
+    def _record_extents(self, dims_param: Instruction | None) -> None:
+        """`Instruction.extents` for each array whose extents read only input_dims
+        (ir/extents.py), its dims in `whole` left out: what the kernels may clip to."""
+        for instr in self.entry.instructions:
+            extents = self.extents.get(id(instr))
+            if not isinstance(instr.shape, Shape) or not extents:
+                continue
+            whole = self.whole.get(id(instr), set())
+            found = tuple(
+                None if e is None or d in whole else extent_of(e, dims_param)
+                for d, e in enumerate(extents)
+            )
+            if any(e is not None for e in found):
+                instr.extents = found
+
+    def _whole(self, instr: Instruction, dim: int) -> None:
+        """A reader uses `instr`'s padding along `dim`: its kernel computes all of it."""
+        self.whole.setdefault(id(instr), set()).add(dim)
 
     def _relayout(self, instr: Instruction) -> None:
         """A reshape that moves values in the padded layout (a merge of bounded dims,
@@ -223,6 +247,7 @@ class Sizes:
         ]
         self.extents[id(moved)] = extents
         self.extents[id(whole)] = extents
+        self._whole(whole, axis)  # the pieces sit at their bounds' offsets in it
         self.entry.replace_all_uses(instr, moved)
 
     def _sort_padding_last(self, instr: Instruction) -> None:
@@ -247,6 +272,7 @@ class Sizes:
             b.broadcast(b.scalar(1, SIZE), [], shape.dims),
         )
         self.extents[id(padding)] = extents
+        self._whole(padding, dim)  # the sort reads the padding's keys too
         comparator = _padding_first(self.module, instr.called[0])
         sort = b.sort([padding, *instr.operands], dim, comparator, instr.is_stable)
         results = [b.get_tuple_element(sort, k + 1) for k in range(len(instr.operands))]
@@ -269,6 +295,8 @@ class Sizes:
             self.entry.replace_all_uses(instr, extent)
             return
         extents = list(self.extents.get(id(x)) or [None] * x.array_shape.rank)
+        if extents[dim] is not instr.operands[1]:
+            self._whole(x, dim)  # its readers read it to the new extent
         extents[dim] = instr.operands[1]
         self.extents[id(instr)] = extents
 
@@ -319,6 +347,8 @@ class Sizes:
         filled = self.b.broadcast(fill, [], shape.dims)
         masked = self.b.select(keep, x, filled)
         self.extents[id(masked)] = self.extents[id(x)]
+        for dim in dims:  # its reader sums the fill there
+            self._whole(masked, dim)
         return masked
 
 

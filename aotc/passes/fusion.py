@@ -580,7 +580,8 @@ def fusion_instruction(
     kind: FusionKind,
     prefix: str,
 ) -> Instruction:
-    """A fusion calling `body` on `operands`, in `root`'s place (its shape and origin)."""
+    """A fusion calling `body` on `operands`, in `root`'s place (its shape, origin and
+    extents)."""
     return Instruction(
         Op.FUSION,
         root.shape,
@@ -589,6 +590,7 @@ def fusion_instruction(
         called=(body,),
         fusion_kind=kind,
         origin=root.origin,
+        extents=root.extents,
     )
 
 

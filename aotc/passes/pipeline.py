@@ -57,6 +57,7 @@ def make_pipeline(
     from .algsimp import AlgebraicSimplifier
     from .attention_chains import AttentionChains
     from .bounded_dims import BoundedDims
+    from .clip_extents import ClipExtents
     from .conv_bands import ConvBands
     from .conv_frames import ConvFrames
     from .conv_layout import ConvLayoutAssignment
@@ -92,6 +93,7 @@ def make_pipeline(
         passes += [AlgebraicSimplifier(), TransposeFolding(), SeparableWindows()]
         passes += [SquaredDistances()]  # on constants folded above
         passes += [CommonSubexpressionElimination(), DeadCodeElimination()]
+        passes += [ClipExtents()]  # for what the simplifier made anew
     if opt_level >= 2:
         passes += [Fusion(), DeadCodeElimination()]
         if chains:

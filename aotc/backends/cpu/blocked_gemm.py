@@ -41,25 +41,37 @@ def emit_gemm(
     ldc: int,
     workspace: ir.Value,
     epilogue: Epilogue | None = None,
+    rows: ir.Value | None = None,
+    cols: ir.Value | None = None,
 ) -> None:
-    """C = A B, blocked; `epilogue(m0, rows, n0, cols)` runs on each finished sliver."""
+    """C = A B, blocked; `epilogue(m0, rows, n0, cols)` runs on each finished sliver.
+    `rows`, `cols` (i64, at most M and N): only C's first rows and columns are needed."""
     b = ctx.builder
     region_a, region_b = _regions(ctx, blocks, a, b_operand, workspace)
     k_slices = -(-blocks.k // blocks.kc)
+    m = blocks.m if rows is None else rows
+    n = blocks.n if cols is None else cols
 
-    with for_range(b, -(-blocks.m // blocks.mb), "mblock") as mi:
-        m0, mb = block_span(b, mi, blocks.mb, blocks.m)
+    with for_range(b, block_count(b, m, blocks.mb), "mblock") as mi:
+        m0, mb = block_span(b, mi, blocks.mb, m)
         with for_range(b, k_slices, "kslice") as ki:
             k0, kc = block_span(b, ki, blocks.kc, blocks.k)
             packed_a = a.pack(ctx, blocks, region_a, m0, mb, k0, kc, blocks.mr)
-            with for_range(b, -(-blocks.n // blocks.nb), "nblock") as ni:
-                n0, nb = block_span(b, ni, blocks.nb, blocks.n)
+            with for_range(b, block_count(b, n, blocks.nb), "nblock") as ni:
+                n0, nb = block_span(b, ni, blocks.nb, n)
                 packed_b = b_operand.pack(ctx, blocks, region_b, n0, nb, k0, kc, blocks.nr)
                 block = (m0, mb, n0, nb)
                 streams = isinstance(a, PackedPanels)
                 multiply_blocks(
                     ctx, blocks, packed_a, packed_b, c, ldc, block, ki, epilogue, streams
                 )
+
+
+def block_count(b: ir.IRBuilder, total: int | ir.Value, size: int) -> int | ir.Value:
+    """How many blocks of `size` cover `total` (an int, or an i64 at run time)."""
+    if isinstance(total, int):
+        return -(-total // size)
+    return b.udiv(b.add(total, i64(size - 1)), i64(size))
 
 
 def whole_b_bytes(blocks: Blocking) -> int:
@@ -195,12 +207,14 @@ def multiply_blocks(
                 epilogue(b.add(m0, i0), rows, n0, nb)
 
 
-def block_span(b: ir.IRBuilder, index: ir.Value, size: int, total: int):
-    """(start, extent) of block `index` of `size` in `total` (the last one may be short)."""
+def block_span(b: ir.IRBuilder, index: ir.Value, size: int, total: int | ir.Value):
+    """(start, extent) of block `index` of `size` in `total` (the last one may be short;
+    `total` an int, or an i64 at run time)."""
     start = b.mul(index, i64(size))
-    if total <= size:
+    if isinstance(total, int) and total <= size:
         return start, i64(total)
-    return start, smaller(b, i64(size), b.sub(i64(total), start))
+    end = total if isinstance(total, ir.Value) else i64(total)
+    return start, smaller(b, i64(size), b.sub(end, start))
 
 
 def emit_region(ctx: EmitContext, m0, rows, n0, cols, body: Callable) -> None:

@@ -31,9 +31,11 @@ from ...ir.fusion_kinds import CONTRACTION_OPS, output_contractions, widens_byte
 from ..llvm.alias import OutputScope
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import element_pointer, make_generator, memory_generator
+from ..llvm.extents import limits, span
 from ..llvm.lltypes import store_element
 from .blocking import aligned
 from .forms import plan_contraction
+from .gemm import Clipping, GemmClip, GemmPlan
 from .gemm_config import fits_gemm
 from .nbits import nbits_weight
 from .plans import KernelPlan
@@ -130,8 +132,36 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
     last = len(kernel.plans) - 1
     for n, (plan, where) in enumerate(zip(kernel.plans, places)):
         finish = epilogue if n == last else None  # the others are operands of its epilogue
-        plan.emit(ctx, sources[n], where, packing, finish)
+        clip = _clipping(instr, kernel.contractions[n]) if n == last else None
+        if clip is not None and isinstance(plan, GemmPlan):  # other forms compute whole
+            plan.emit(ctx, sources[n], where, packing, finish, clip)
+        else:
+            plan.emit(ctx, sources[n], where, packing, finish)
     return True
+
+
+def _clipping(instr: Instruction, dot: Instruction) -> Clipping | None:
+    """What of the kernel's last contraction, a dot at the kernel's shape, its readers
+    need (its extents: llvm/extents.py), as GemmPlan clips it: the batch dims, then the
+    rows over the lhs free dims and the columns over the rhs free dims that cover them."""
+    if dot.op is not Op.DOT or instr.extents is None:
+        return None
+    d = dot.dot
+    assert d is not None
+    batch = len(d.lhs_batch)
+    rows = dot.operands[0].array_shape.rank - batch - len(d.lhs_contracting)
+    dims = dot.array_shape.dims
+
+    def clip(ctx: EmitContext) -> GemmClip:
+        counts = limits(ctx, instr)
+        assert counts is not None
+        b = ctx.builder
+        m = span(b, counts[batch : batch + rows], dims[batch : batch + rows])
+        n = span(b, counts[batch + rows :], dims[batch + rows :])
+        whole = [isinstance(x, int) for x in (m, n)]
+        return GemmClip(counts[:batch], None if whole[0] else m, None if whole[1] else n)
+
+    return clip
 
 
 def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:

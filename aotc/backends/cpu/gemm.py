@@ -23,6 +23,7 @@ from ..llvm.elemental import linearize
 from ..llvm.lltypes import I8, I64, PTR, i64
 from ..llvm.loops import for_range, if_then, loop_nest
 from .blocked_gemm import (
+    block_count,
     block_span,
     emit_gemm,
     emit_gemm_on_b,
@@ -40,6 +41,20 @@ from .vectors import smaller
 
 # (ctx, sources, batch index) -> the operand for that batch element
 OperandFactory = Callable[[EmitContext, list, list[ir.Value]], Panels]
+
+
+@dataclass
+class GemmClip:
+    """What of a batch of GEMMs its readers need (i64s of the call; None: all): the
+    batch positions per batch dim, C's first rows and first columns."""
+
+    batch: list[ir.Value | None]
+    rows: ir.Value | None
+    cols: ir.Value | None
+
+
+# ctx -> the clip, computed where it is called (a thread's body computes its own)
+Clipping = Callable[[EmitContext], GemmClip]
 
 
 @dataclass
@@ -147,21 +162,34 @@ class GemmPlan(Prepackable):
         base = b.gep(ctx.slice_pointer(where), [offset], source_etype=self.config.element)
         return PackedPanels(base, shape.padded, shape.kc, shape.width)
 
-    def emit(self, ctx: EmitContext, sources: list, c: Slice, workspace: Slice, epilogue):
+    def emit(
+        self,
+        ctx: EmitContext,
+        sources: list,
+        c: Slice,
+        workspace: Slice,
+        epilogue,
+        clip: Clipping | None = None,
+    ):
         """The GEMMs (or gemvs) of the batch into `c`, packing in `workspace`, each then
-        its epilogue; shared out to the threads when big enough."""
+        its epilogue; shared out to the threads when big enough.  With `clip`, only
+        what it says the readers need (GEMMs; gemvs compute whole)."""
+        if self.gemv is not None:
+            clip = None
         split = self.split
-        if split is None:
-            with loop_nest(ctx.builder, self.batch, "batch") as index:
-                self._emit_one(ctx, sources, c, workspace, epilogue, index)
+        if split is not None and split.mode == "batch":
+            self._emit_batch_split(ctx, sources, c, workspace, epilogue, split, clip)
             return
-        if split.mode == "batch":
-            self._emit_batch_split(ctx, sources, c, workspace, epilogue, split)
-            return
-        with loop_nest(ctx.builder, self.batch, "batch") as index:
-            self._emit_split(ctx, sources, c, workspace, epilogue, split, index)
+        turns = list(self.batch)
+        if clip is not None:
+            turns = [d if n is None else n for d, n in zip(self.batch, clip(ctx).batch)]
+        with loop_nest(ctx.builder, turns, "batch") as index:
+            if split is None:
+                self._emit_one(ctx, sources, c, workspace, epilogue, index, clip)
+            else:
+                self._emit_split(ctx, sources, c, workspace, epilogue, split, index, clip)
 
-    def _emit_batch_split(self, ctx, sources, c, workspace, epilogue, split: Split) -> None:
+    def _emit_batch_split(self, ctx, sources, c, workspace, epilogue, split: Split, clip) -> None:
         """Whole GEMMs (gemv pieces) of the batch in parallel, a region per thread."""
         batches = len(self.batch)
 
@@ -172,7 +200,21 @@ class GemmPlan(Prepackable):
             if self.gemv is None:
                 offset = b.mul(slot, i64(split.part_bytes))
                 pointer = b.gep(ctx.slice_pointer(workspace), [offset], source_etype=I8)
-                emit_gemm(ctx, split.blocks, a, b_operand, c_batch, self.ldc, pointer, region)
+                needed = clip(ctx) if clip is not None else None
+                with if_then(b, _inside(b, batch, needed)):
+                    rows, cols = (needed.rows, needed.cols) if needed else (None, None)
+                    emit_gemm(
+                        ctx,
+                        split.blocks,
+                        a,
+                        b_operand,
+                        c_batch,
+                        self.ldc,
+                        pointer,
+                        region,
+                        rows,
+                        cols,
+                    )
                 return
             i0 = b.mul(index[batches], i64(split.per))
             count = smaller(b, i64(split.per), b.sub(i64(max(self.m, self.n)), i0))
@@ -180,38 +222,45 @@ class GemmPlan(Prepackable):
 
         share_out(ctx, split.grid, split.parts, unit)
 
-    def _emit_split(self, ctx, sources, c, workspace, epilogue, split: Split, index) -> None:
+    def _emit_split(
+        self, ctx, sources, c, workspace, epilogue, split: Split, index, clip=None
+    ) -> None:
         """One GEMM, BLIS-style: per K slice the shared operand's block packed once in
         parallel (unless pre-packed), then parts of the other operand's panels in
-        parallel."""
+        parallel (each part computing the rows or columns `clip` leaves)."""
         b = ctx.builder
         blocks = split.blocks
         dst = b.ptrtoint(ctx.slice_pointer(workspace), I64)
         k_slices = -(-blocks.k // blocks.kc)
+        needed = clip(ctx) if clip is not None else None
+        m = blocks.m if needed is None or needed.rows is None else needed.rows
+        n = blocks.n if needed is None or needed.cols is None else needed.cols
         if split.packs_whole_b:
             self._pack_whole_b(ctx, sources, split, index, dst)
-            self._parts_on_whole_b(ctx, sources, c, workspace, epilogue, split, index)
+            self._parts_on_whole_b(ctx, sources, c, workspace, epilogue, split, index, clip)
             return
         if split.mode == "m":
             with for_range(b, k_slices, "kslice") as ki:
                 k0, kc = block_span(b, ki, blocks.kc, blocks.k)
-                with for_range(b, -(-blocks.n // blocks.nb), "nblock") as ni:
-                    n0, nb = block_span(b, ni, blocks.nb, blocks.n)
+                with for_range(b, block_count(b, n, blocks.nb), "nblock") as ni:
+                    n0, nb = block_span(b, ni, blocks.nb, n)
                     if not split.packed[1]:
                         values = [*index, dst, n0, nb, k0, kc]
                         share_packing(
                             ctx, blocks, self._side(1, sources), values, blocks.nr, blocks.nb
                         )
-                    self._parts(ctx, sources, c, workspace, epilogue, split, [*index, n0, nb, ki])
+                    values = [*index, n0, nb, ki]
+                    self._parts(ctx, sources, c, workspace, epilogue, split, values, clip)
             return
-        with for_range(b, -(-blocks.m // blocks.mb), "mblock") as mi:
-            m0, mb = block_span(b, mi, blocks.mb, blocks.m)
+        with for_range(b, block_count(b, m, blocks.mb), "mblock") as mi:
+            m0, mb = block_span(b, mi, blocks.mb, m)
             with for_range(b, k_slices, "kslice") as ki:
                 k0, kc = block_span(b, ki, blocks.kc, blocks.k)
                 if not split.packed[0]:
                     values = [*index, dst, m0, mb, k0, kc]
                     share_packing(ctx, blocks, self._side(0, sources), values, blocks.mr, blocks.mb)
-                self._parts(ctx, sources, c, workspace, epilogue, split, [*index, m0, mb, ki])
+                values = [*index, m0, mb, ki]
+                self._parts(ctx, sources, c, workspace, epilogue, split, values, clip)
 
     def _pack_whole_b(self, ctx, sources, split: Split, index, dst) -> None:
         """B packed whole at `dst` (blocked_gemm.pack_whole_b), (K slice, run of column
@@ -234,7 +283,7 @@ class GemmPlan(Prepackable):
 
         share_out(ctx, grid, min(math.prod(grid), MAX_PARTS), unit, [*index, dst])
 
-    def _parts_on_whole_b(self, ctx, sources, c, workspace, epilogue, split, index) -> None:
+    def _parts_on_whole_b(self, ctx, sources, c, workspace, epilogue, split, index, clip) -> None:
         """Parts of `per` row panels, each over every K slice of the whole packed B
         (`_pack_whole_b`), A's rows packed per slice into the thread's region."""
         blocks = split.blocks
@@ -250,21 +299,23 @@ class GemmPlan(Prepackable):
             offset = b.add(i64(split.shared_bytes), b.mul(slot, i64(split.part_bytes)))
             own_region = b.gep(start, [offset], source_etype=I8)
             p0 = b.mul(position[0], i64(step))
-            count = smaller(b, i64(step), b.sub(i64(blocks.m), p0))
-            operand = self.operand(0, ctx, sources, batch)
-            emit_gemm_on_b(
-                ctx,
-                blocks,
-                operand,
-                start,
-                c_batch,
-                self.ldc,
-                own_region,
-                count,
-                region,
-                m0=p0,
-                streams_a=split.packed[0],
-            )
+            rows = _needed(ctx, clip, "rows", blocks.m)
+            with if_then(b, b.icmp_signed("<", p0, rows)):
+                count = smaller(b, i64(step), b.sub(rows, p0))
+                operand = self.operand(0, ctx, sources, batch)
+                emit_gemm_on_b(
+                    ctx,
+                    blocks,
+                    operand,
+                    start,
+                    c_batch,
+                    self.ldc,
+                    own_region,
+                    count,
+                    region,
+                    m0=p0,
+                    streams_a=split.packed[0],
+                )
 
         share_out(ctx, (split.parts,), split.parts, unit, list(index))
 
@@ -272,7 +323,7 @@ class GemmPlan(Prepackable):
         """(ctx, batch) -> operand `side`, as `share_packing` takes it."""
         return lambda ctx, batch: self.operand(side, ctx, sources, batch)
 
-    def _parts(self, ctx, sources, c, workspace, epilogue, split, values) -> None:
+    def _parts(self, ctx, sources, c, workspace, epilogue, split, values, clip) -> None:
         """Parts of `per` panels of the split dim (all of it), each packed into its
         thread's region then multiplied by the shared block (K slice `ki`).  By rows
         with B pre-packed, a part packs its rows at the first N block only, into a
@@ -305,33 +356,66 @@ class GemmPlan(Prepackable):
             offset = b.add(i64(split.shared_bytes), b.mul(region_index, i64(split.part_bytes)))
             own_region = b.gep(start, [offset], source_etype=I8)
             p0 = b.mul(index[0], i64(step))
-            count = smaller(b, i64(step), b.sub(i64(total), p0))
-            operand = self.operand(own_side, ctx, sources, batch)
-            if packs_once:
-                with if_then(b, b.icmp_unsigned("==", s0, i64(0))):
-                    operand.pack(ctx, blocks, own_region, p0, count, k0, kc, width)
-                own = own_region
-            else:
-                own = operand.pack(ctx, blocks, own_region, p0, count, k0, kc, width)
-            if by_rows:
-                block = (p0, count, s0, extent)
-                multiply_blocks(
-                    ctx, blocks, own, shared, c_batch, self.ldc, block, ki, region, split.packed[0]
-                )
-            else:
-                block = (s0, extent, p0, count)
-                multiply_blocks(
-                    ctx, blocks, shared, own, c_batch, self.ldc, block, ki, region, split.packed[0]
+            needed = _needed(ctx, clip, "rows" if by_rows else "cols", total)
+            with if_then(b, b.icmp_signed("<", p0, needed)):
+                count = smaller(b, i64(step), b.sub(needed, p0))
+                self._part(
+                    ctx,
+                    sources,
+                    own_side,
+                    batch,
+                    blocks,
+                    own_region,
+                    shared,
+                    c_batch,
+                    region,
+                    split,
+                    (p0, count, s0, extent, k0, kc, ki),
+                    packs_once,
                 )
 
         share_out(ctx, (split.parts,), split.parts, unit, values)
 
-    def _emit_one(self, ctx, sources, c: Slice, workspace: Slice, epilogue, index) -> None:
+    def _part(self, ctx, sources, own_side, batch, blocks, own_region, shared, c_batch, region,
+              split, span, packs_once) -> None:  # fmt: skip
+        """One part of `_parts`: its panels of the own side packed, times the shared block."""
+        b = ctx.builder
+        p0, count, s0, extent, k0, kc, ki = span
+        by_rows = own_side == 0
+        width = blocks.mr if by_rows else blocks.nr
+        operand = self.operand(own_side, ctx, sources, batch)
+        if packs_once:
+            with if_then(b, b.icmp_unsigned("==", s0, i64(0))):
+                operand.pack(ctx, blocks, own_region, p0, count, k0, kc, width)
+            own = own_region
+        else:
+            own = operand.pack(ctx, blocks, own_region, p0, count, k0, kc, width)
+        a, b_panels = (own, shared) if by_rows else (shared, own)
+        block = (p0, count, s0, extent) if by_rows else (s0, extent, p0, count)
+        multiply_blocks(
+            ctx, blocks, a, b_panels, c_batch, self.ldc, block, ki, region, split.packed[0]
+        )
+
+    def _emit_one(
+        self, ctx, sources, c: Slice, workspace: Slice, epilogue, index, clip=None
+    ) -> None:
         """The GEMM (or gemv) of batch element `index`, on the calling thread."""
         a, b_operand, c_batch, region = self.batch_operands(ctx, sources, c, epilogue, index)
         if self.gemv is None:
             packing = ctx.slice_pointer(workspace)
-            emit_gemm(ctx, self.blocks, a, b_operand, c_batch, self.ldc, packing, region)
+            needed = clip(ctx) if clip is not None else GemmClip([], None, None)
+            emit_gemm(
+                ctx,
+                self.blocks,
+                a,
+                b_operand,
+                c_batch,
+                self.ldc,
+                packing,
+                region,
+                needed.rows,
+                needed.cols,
+            )
         else:
             self._gemv(ctx, a, b_operand, c_batch, region, i64(0), max(self.m, self.n))
 
@@ -381,3 +465,21 @@ class GemmPlan(Prepackable):
             matrix.k_stride,
         )
         emit_gemv(ctx, self.config, self.gemv, count, self.k, vector, matrix, out)
+
+
+def _needed(ctx: EmitContext, clip: Clipping | None, side: str, whole: int) -> ir.Value:
+    """C's rows or cols ("rows"/"cols") that `clip` needs, else all `whole` of them."""
+    needed = getattr(clip(ctx), side) if clip is not None else None
+    return i64(whole) if needed is None else needed
+
+
+def _inside(b: ir.IRBuilder, index, needed: GemmClip | None) -> ir.Value | None:
+    """Whether batch `index` is one the clip needs (None: every one is)."""
+    if needed is None:
+        return None
+    inside = None
+    for value, count in zip(index, needed.batch):
+        if count is not None:
+            below = b.icmp_signed("<", value, count)
+            inside = below if inside is None else b.and_(inside, below)
+    return inside

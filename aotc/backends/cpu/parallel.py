@@ -23,6 +23,7 @@ from llvmlite import ir
 
 from ..llvm.context import EmitContext
 from ..llvm.elemental import split_index
+from ..llvm.extents import span
 from ..llvm.lltypes import I64, PTR, VOID, i64
 from ..llvm.loops import for_range, loop_nest
 
@@ -39,11 +40,16 @@ PARALLEL_FOR_TYPE = ir.FunctionType(VOID, [I64, PTR, PTR])
 
 @contextmanager
 def parallel_loop_nest(
-    ctx: EmitContext, dims: Sequence[int], name: str = "i", work: int | None = None
+    ctx: EmitContext,
+    dims: Sequence[int],
+    name: str = "i",
+    work: int | None = None,
+    counts: Sequence[ir.Value | None] | None = None,
 ) -> Iterator[list[ir.Value]]:
     """`loop_nest(dims)` whose leading dims are shared out to the threads when the nest
-    does at least MIN_PARALLEL_ELEMENTS elements of `work` (default: its own size)."""
-    with parallel_loop_nest_passing(ctx, dims, (), name, work) as (index, _):
+    does at least MIN_PARALLEL_ELEMENTS elements of `work` (default: its own size);
+    `counts`: per dim, the i64 count of positions to run (None: the whole dim)."""
+    with parallel_loop_nest_passing(ctx, dims, (), name, work, counts) as (index, _):
         yield index
 
 
@@ -54,29 +60,38 @@ def parallel_loop_nest_passing(
     values: Sequence[ir.Value],
     name: str = "i",
     work: int | None = None,
+    counts: Sequence[ir.Value | None] | None = None,
 ) -> Iterator[tuple[list[ir.Value], list[ir.Value]]]:
     """`parallel_loop_nest` that yields (index, `values` as seen in the body): i64s of
-    the kernel that the body uses."""
+    the kernel that the body uses.  With `counts`, the shared-out dims run the
+    row-major positions that cover their counts' box (`extents.span`)."""
     split = _outer_dims(dims)
     outer = math.prod(dims[:split])
+    counts = list(counts) if counts is not None else [None] * len(dims)
     if (work if work is not None else math.prod(dims)) < MIN_PARALLEL_ELEMENTS or outer < 2:
-        with loop_nest(ctx.builder, dims, name) as index:
+        turns = [d if c is None else c for d, c in zip(dims, counts)]
+        with loop_nest(ctx.builder, turns, name) as index:
             yield index, list(values)
         return
-    with parallel_chunks(ctx, outer, name, values) as (begin, end, _, passed):
+    n = span(ctx.builder, counts[:split], dims[:split])
+    inner = [c for c in counts[split:] if c is not None]
+    with parallel_chunks(ctx, n, name, [*values, *inner]) as (begin, end, _, passed):
         b = ctx.builder
+        passed, seen = passed[: len(values)], iter(passed[len(values) :])
+        turns = [d if c is None else next(seen) for d, c in zip(dims[split:], counts[split:])]
         with for_range(b, b.sub(end, begin), f"{name}.chunk") as offset:
             # in range: no wrap of the outer dim, so a flat loop stays one unit-stride loop
             position = split_index(b, b.add(begin, offset, flags=["nuw", "nsw"]), dims[:split])
-            with loop_nest(b, dims[split:], name) as inner:
-                yield [*position, *inner], passed
+            with loop_nest(b, turns, name) as index:
+                yield [*position, *index], passed
 
 
 @contextmanager
 def parallel_chunks(
-    ctx: EmitContext, n: int, name: str = "i", values: Sequence[ir.Value] = ()
+    ctx: EmitContext, n: int | ir.Value, name: str = "i", values: Sequence[ir.Value] = ()
 ) -> Iterator[tuple]:
-    """Code run on chunks [begin, end) of range(n) by the threads: yields (begin, end,
+    """Code run on chunks [begin, end) of range(n) (n: an int or i64) by the threads:
+    yields (begin, end,
     the running thread's slot, `values` as seen there: i64s of the kernel passed
     along) inside a new body function, the context bound to it until the block ends."""
     kernel_builder, kernel_pointers = ctx.builder, ctx.kernel_pointers
@@ -102,7 +117,7 @@ def parallel_chunks(
     if parallel_for is None:  # declared with opaque pointers: tables of any length
         parallel_for = ir.Function(ctx.module, PARALLEL_FOR_TYPE, "aotc_parallel_for")
         parallel_for.attributes.add("nounwind")
-    kb.call(parallel_for, [i64(n), body, slots])
+    kb.call(parallel_for, [n if isinstance(n, ir.Value) else i64(n), body, slots])
 
 
 def _outer_dims(dims: Sequence[int]) -> int:

@@ -43,6 +43,7 @@ from ..llvm.elemental import (
     memory_generator,
     split_index,
 )
+from ..llvm.extents import limits, span
 from ..llvm.kernels import kernel_outputs
 from ..llvm.lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from ..llvm.loops import if_then
@@ -85,6 +86,7 @@ def build_module(
     weights.section = f".rodata.{name}_weights"
     ctx = EmitContext(llmod, plan, name, RULES, target=target or parse_target())
     ctx.value_ranges = integer_ranges(module)
+    ctx.input_dims = _input_dims(module, plan)
     plan.workspace_bytes = largest_workspace(ctx.target, plan, WORKSPACE_SIZERS)
     ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
     arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.scratch_bytes, 1))
@@ -109,6 +111,15 @@ def build_module(
     _emit_run_generic(llmod, name, run_all, arena)
     _emit_set_num_threads(llmod, name)
     return llmod
+
+
+def _input_dims(module: Module, plan: BufferPlan) -> Slice | None:
+    """Where the entry's input_dims are (kernels clip their loops to them), if any."""
+    bounds = module.bounds
+    if bounds is None or bounds.input_dims is None:
+        return None
+    param = next(p for p in module.entry.parameters if p.index == bounds.input_dims)
+    return plan.slice_of(param)
 
 
 def _output_count(module: Module) -> int:
@@ -254,6 +265,7 @@ def _store_loop(
     start = _elementwise_from(instr)
     flat = start == 0 and len(dims) > 1
     inner = start if start and len(dims) - start >= 2 else None  # merged from `inner` on
+    digits: list[tuple[int, ...]] = []
     if flat:
         loop = [math.prod(dims)]
     elif inner is not None:
@@ -261,7 +273,8 @@ def _store_loop(
     else:  # each dim as the digits a reshape at the root splits it into, if one does
         digits = loop_dims(instr) if isinstance(instr.shape, Shape) else [(d,) for d in dims]
         loop = [extent for extents in digits for extent in extents]
-    with parallel_loop_nest(ctx, loop) as index:
+    counts = _loop_counts(ctx, instr, dims, flat, inner, digits)
+    with parallel_loop_nest(ctx, loop, counts=counts) as index:
         if flat:  # one loop over the linear position: row-major index (0, ..., 0, linear)
             index = [i64(0)] * (len(dims) - 1) + index
         elif inner is not None:
@@ -275,6 +288,31 @@ def _store_loop(
         for (shape, where), value in zip(outputs, values):
             pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
             store_element(ctx.builder, shape.dtype, value, pointer)
+
+
+def _loop_counts(ctx: EmitContext, instr: Instruction, dims, flat, inner, digits):
+    """Per loop of `_store_loop`'s nest, the i64 count its output's extents need (None:
+    the whole loop), or None: every loop whole.  A merged loop runs the positions that
+    cover the box; a dim split into digits clips its leading digit."""
+    clipped = limits(ctx, instr)
+    if clipped is None:
+        return None
+    b = ctx.builder
+
+    def whole_or(value):
+        return None if isinstance(value, int) else value
+
+    if flat:
+        return [whole_or(span(b, clipped, dims))]
+    if inner is not None:
+        return [*clipped[:inner], whole_or(span(b, clipped[inner:], dims[inner:]))]
+    counts: list[ir.Value | None] = []
+    for count, extents in zip(clipped, digits):
+        rest = math.prod(extents[1:])
+        if count is not None and rest > 1:  # leading digit: ceil(count / rest)
+            count = b.udiv(b.add(count, i64(rest - 1)), i64(rest))
+        counts += [count] + [None] * (len(extents) - 1)
+    return counts
 
 
 def _operand_slice(ctx: EmitContext, fusion: Instruction, parameter: Instruction) -> Slice:

@@ -82,6 +82,8 @@ class EmitContext:
         # id -> (least, greatest) of integer values known at compile time
         # (ir/value_ranges.py; set by the CPU program): gathers skip clamping them
         self.value_ranges: dict[int, tuple[int, int]] = {}
+        # where the entry's input_dims are (bounded dims, extents.py); None: no such input
+        self.input_dims: Slice | None = None
 
     # -- functions outside the IR ---------------------------------------------
 

@@ -77,9 +77,10 @@ def unrolled_range(
 
 @contextmanager
 def loop_nest(
-    builder: ir.IRBuilder, dims: Sequence[int], name: str = "i", vectorize: bool = False
+    builder: ir.IRBuilder, dims: Sequence[int | ir.Value], name: str = "i", vectorize: bool = False
 ) -> Iterator[list[ir.Value]]:
-    """Nested loops over `dims` (outermost first), yielding one index per dim;
+    """Nested loops over `dims` (outermost first; ints or i64 counts), yielding one index
+    per dim;
     `vectorize`: the innermost is for_range's `vectorize` loop."""
     with ExitStack() as stack:
         index = [

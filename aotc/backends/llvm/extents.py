@@ -1,0 +1,92 @@
+"""How far a kernel computes its output: the run-time extents of its bounded dims.
+
+An instruction's `extents` (ir/extents.py, from passes/bounded_dims.py) say how much of
+each dim the call's readers use; beyond them the values are padding.  A kernel that
+clips a loop computes `limits(...)[d]` positions of dim d (an i64 from the entry's
+`input_dims`, never above the bound) instead of the bound; computing more is never
+wrong, so a kernel clips the loops it can and computes the rest whole.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from llvmlite import ir
+
+from ...buffers import Slice
+from ...ir import Instruction, Shape
+from ...ir.extents import CONSTANT, INPUT, Extent
+from .context import EmitContext
+from .lltypes import I32, I64, i64
+
+# extent op -> how it is computed on two i64s
+_BINARY = {
+    "add": lambda b, x, y: b.add(x, y),
+    "subtract": lambda b, x, y: b.sub(x, y),
+    "multiply": lambda b, x, y: b.mul(x, y),
+    "divide": lambda b, x, y: b.sdiv(x, y),
+    "minimum": lambda b, x, y: b.select(b.icmp_signed("<", x, y), x, y),
+    "maximum": lambda b, x, y: b.select(b.icmp_signed(">", x, y), x, y),
+}
+
+
+def limits(ctx: EmitContext, instr: Instruction) -> list[ir.Value | None] | None:
+    """Per dim of `instr`'s (array) output, the i64 count of positions its readers use,
+    None where that is the whole dim; None when every dim is whole."""
+    where = ctx.input_dims
+    extents = instr.extents
+    if where is None or extents is None or not isinstance(instr.shape, Shape):
+        return None
+    dims = instr.shape.dims
+    if len(extents) != len(dims) or not any(extents):
+        return None
+    return [
+        None if e is None else _clamped(ctx, _value(ctx, e, where), bound)
+        for e, bound in zip(extents, dims)
+    ]
+
+
+def span(b: ir.IRBuilder, counts: Sequence[ir.Value | None], dims: Sequence[int]):
+    """How many row-major positions of `dims` from the first cover the box of `counts`
+    (None: the whole dim): 1 + the last one's linear position, or 0 for an empty box.
+    An int when every count is whole."""
+    if all(c is None for c in counts):
+        return math.prod(dims)
+    total: ir.Value = i64(1)
+    empty = None
+    stride = 1
+    for count, dim in zip(reversed(counts), reversed(dims)):
+        last = b.sub(count, i64(1)) if count is not None else i64(dim - 1)
+        total = b.add(total, b.mul(last, i64(stride)))
+        if count is not None:
+            zero = b.icmp_signed("<=", count, i64(0))
+            empty = zero if empty is None else b.or_(empty, zero)
+        stride *= dim
+    assert empty is not None
+    return b.select(empty, i64(0), total)
+
+
+def _value(ctx: EmitContext, extent: Extent, where: Slice) -> ir.Value:
+    """The i64 value of `extent` for this call (loads of input_dims, arithmetic)."""
+    b = ctx.builder
+    values: dict[int, ir.Value] = {}
+    base = ctx.slice_pointer(where)
+    for node in extent.post_order():
+        if node.op == INPUT:
+            pointer = b.gep(base, [i64(node.value)], source_etype=I32)
+            values[id(node)] = b.sext(b.load(pointer, typ=I32), I64)
+        elif node.op == CONSTANT:
+            values[id(node)] = i64(node.value)
+        else:
+            x, y = (values[id(a)] for a in node.args)
+            values[id(node)] = _BINARY[node.op](b, x, y)
+    return values[id(extent)]
+
+
+def _clamped(ctx: EmitContext, value: ir.Value, bound: int) -> ir.Value:
+    """`value` within [0, bound]: a wrong input_dims entry computes the bound, never
+    outside the buffer."""
+    b = ctx.builder
+    low = b.select(b.icmp_signed("<", value, i64(0)), i64(0), value)
+    return b.select(b.icmp_signed(">", low, i64(bound)), i64(bound), low)
