@@ -36,15 +36,19 @@ class Bounds:
                 limit = f"at most {bound}" if dim in bounded else f"{bound}"
                 raise ValueError(f"input {number} dim {dim} is {extent}, expected {limit}")
 
-    def padded_args(self, shapes: Sequence[tuple[int, ...]], args: Sequence[np.ndarray]):
+    def padded_args(self, shapes: Sequence[tuple[int, ...]], args: Sequence[np.ndarray], fill=0):
         """The entry's arguments for actual `args` (one per model input, `shapes` their
-        dims at the bounds): each padded with zeros to its bounds, then input_dims."""
+        dims at the bounds): each padded with `fill` to its bounds (no value ever reads
+        the padding: NaN there checks that), then input_dims."""
         padded = []
         for number, (bounds, arg) in enumerate(zip(shapes, args)):
             arg = np.asarray(arg)
             self.check_dims(number, bounds, arg.shape)
             widths = [(0, bound - extent) for extent, bound in zip(arg.shape, bounds)]
-            padded.append(np.pad(arg, widths) if any(w for _, w in widths) else arg)
+            value = fill if np.can_cast(np.asarray(fill).dtype, arg.dtype, "same_kind") else 0
+            if any(w for _, w in widths):
+                arg = np.pad(arg, widths, constant_values=np.asarray(value).astype(arg.dtype))
+            padded.append(arg)
         if self.input_dims is not None:
             dims = [np.shape(args[n])[dim] for n, dim, _ in self.inputs]
             padded.append(np.asarray(dims, dtype=np.int32))

@@ -257,10 +257,30 @@ def cached_row_value(instr: Instruction, rank: int, hoisted: list[Instruction]):
         if id(i) in in_rows
         and id(i) in in_output
         and i is not fused.root
-        and i.op not in (Op.PARAMETER, Op.CONSTANT)
+        and i.op not in (Op.PARAMETER, Op.CONSTANT, Op.BROADCAST, Op.IOTA)
         and i.shape == shape
+        and _reads_an_operand(i, dims)
     ]
     return candidates[-1] if candidates else None
+
+
+def _reads_an_operand(instr: Instruction, dims) -> bool:
+    """Whether `instr` is computed, through members of `dims`, from a parameter of
+    `dims`: a value worth keeping (a broadcast constant is not, and keeping it early
+    would overwrite an operand that shares the output's buffer, as an attention
+    kernel's scores do)."""
+    work, seen = [instr], set()
+    while work:
+        member = work.pop()
+        if id(member) in seen or not isinstance(member.shape, Shape):
+            continue
+        seen.add(id(member))
+        if member.shape.dims != dims:
+            continue
+        if member.op is Op.PARAMETER:
+            return True
+        work += member.operands
+    return False
 
 
 def _covers_row(reduced: set[int], dims: tuple[int, ...], rank: int) -> bool:

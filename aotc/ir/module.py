@@ -67,6 +67,9 @@ class Instruction:
     # per dim, the run-time extent beyond which no reader uses the values (None: all
     # of it), where passes/bounded_dims.py knows one (ir/extents.py); not printed
     extents: tuple[Extent | None, ...] | None = None
+    # a reduce's or dot's, per dim of its (first) operand: the extent beyond which it
+    # reads only its reduction's identity there (masked), so it may stop; not printed
+    reduced_extents: tuple[Extent | None, ...] | None = None
 
     def __repr__(self) -> str:
         return f"<{self.op.text} {self.name}: {self.shape}>"
@@ -103,6 +106,7 @@ class Instruction:
             literal_key,
             self.fusion_kind,
             self.extents,
+            self.reduced_extents,
         )
 
 

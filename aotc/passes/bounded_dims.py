@@ -96,6 +96,8 @@ class Sizes:
         # per instruction, the bounded dims whose padding a reader uses (a mask's, a
         # sort key's...): computed whole, whatever their extents
         self.whole: dict[int, set[int]] = {}
+        # per masked reduce or dot: {dim of its first operand: the extent it masked}
+        self.reduced: dict[int, dict[int, Instruction]] = {}
 
     def size(self, instr: Instruction, dim: int, element: int | None = None) -> Instruction:
         """The s32 scalar that holds the extent of `instr`'s bounded dim `dim`."""
@@ -175,6 +177,14 @@ class Sizes:
             )
             if any(e is not None for e in found):
                 instr.extents = found
+        for instr in self.entry.instructions:
+            masked = self.reduced.get(id(instr))
+            if masked:
+                rank = instr.operands[0].array_shape.rank
+                reads = [masked.get(d) for d in range(rank)]
+                found = tuple(None if e is None else extent_of(e, dims_param) for e in reads)
+                if any(e is not None for e in found):
+                    instr.reduced_extents = found
 
     def _whole(self, instr: Instruction, dim: int) -> None:
         """A reader uses `instr`'s padding along `dim`: its kernel computes all of it."""
@@ -361,6 +371,8 @@ def _mask_reduce(sizes: Sizes, instr: Instruction) -> None:
     for k, (x, init) in enumerate(zip(inputs, inits)):
         bounded = [d for d in instr.dimensions if x.array_shape.is_dynamic(d)]
         instr.operands[k] = sizes.masked(x, bounded, init)
+        if k == 0:  # the inputs share their dims
+            sizes.reduced[id(instr)] = {d: sizes.size(x, d) for d in bounded}
 
 
 def _mask_dot(sizes: Sizes, instr: Instruction) -> None:
@@ -374,6 +386,8 @@ def _mask_dot(sizes: Sizes, instr: Instruction) -> None:
         if bounded:
             zero = sizes.b.scalar(0, x.array_shape.dtype)
             instr.operands[k] = sizes.masked(x, bounded, zero)
+            if k == 0:  # the rhs contracting dims pair with these
+                sizes.reduced[id(instr)] = {dim: sizes.size(x, dim) for dim in bounded}
 
 
 # op -> how its operands' padding is masked before it reads them

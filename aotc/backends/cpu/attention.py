@@ -33,11 +33,12 @@ from ...ir.attention_chain import AttentionChain, chain_dot, chain_parts, score_
 from ...ir.fusion_kinds import fusion_kind
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import bind_instructions, element_pointer, linearize, split_index
+from ..llvm.extents import limits, span
 from ..llvm.lltypes import I8, i64, load_element, store_element
-from ..llvm.loops import for_range
+from ..llvm.loops import for_range, if_then
 from .blocked_gemm import emit_gemm_on_b, emit_region, pack_whole_b, whole_b_bytes
 from .blocking import Blocking, aligned, blocking
-from .contraction import Source
+from .contraction import Source, contraction_depth
 from .dot import DotProblem, dot_problem
 from .gemm_split import MAX_PARTS, share_out
 from .panels import Panels, StridedPanels
@@ -150,27 +151,79 @@ def emit_attention(ctx: EmitContext, instr: Instruction, operands: list[Gen]) ->
 
     def unit(index, slot, _):
         b = ctx.builder
-        start = b.mul(slot, i64(attention.part_bytes))
-        part = b.gep(ctx.slice_pointer(workspace), [start], source_etype=I8)
-        block = _Block(ctx, instr, operands, attention, index[:batches], part)
-        block.pack_operands()
-        first = b.mul(index[batches], i64(attention.per_unit))
-        count = smaller(b, i64(attention.per_unit), b.sub(i64(attention.blocks), first))
-        with for_range(b, count, "qblock") as n:
-            block.start(b.add(first, n))
-            block.scores()
-            block.softmax()
-            block.values()
+        needed = _Needed.of(ctx, instr, attention)
+        with if_then(b, needed.inside(b, index[:batches])):
+            start = b.mul(slot, i64(attention.part_bytes))
+            part = b.gep(ctx.slice_pointer(workspace), [start], source_etype=I8)
+            block = _Block(ctx, instr, operands, attention, index[:batches], part, needed)
+            block.pack_operands()
+            first = b.mul(index[batches], i64(attention.per_unit))
+            blocks = needed.blocks(b, attention)
+            count = smaller(b, i64(attention.per_unit), b.sub(blocks, first))
+            with for_range(b, _at_least_zero(b, count), "qblock") as n:
+                block.start(b.add(first, n))
+                block.scores()
+                block.softmax()
+                block.values()
 
     share_out(ctx, attention.grid, attention.parts, unit)
     return True
 
 
+@dataclass
+class _Needed:
+    """What of the chain its readers need (llvm/extents.py; None: all): batch positions
+    per batch dim, the query rows (covering the query dims' extents), the keys (the
+    score kernel's last dim: the row fusion masks the rest of each row)."""
+
+    batch: list[ir.Value | None]
+    rows: ir.Value | None
+    keys: ir.Value | None
+    depth: ir.Value | None  # of P V: the keys past which P and V hold masked zeros
+
+    @staticmethod
+    def of(ctx: EmitContext, instr: Instruction, attention: AttentionPlan) -> _Needed:
+        batches = len(attention.scores.batch)
+        counts = limits(ctx, instr)
+        keys = limits(ctx, attention.chain.scores)
+        key_count = None if keys is None else keys[-1]
+        depth = contraction_depth(ctx, chain_dot(attention.chain.values))
+        if counts is None:
+            return _Needed([None] * batches, None, key_count, depth)
+        q_dims = attention.chain.rows.array_shape.dims[batches:-1]
+        q_counts = counts[batches : batches + len(q_dims)]
+        rows = span(ctx.builder, q_counts, q_dims)
+        rows = None if isinstance(rows, int) else rows
+        return _Needed(counts[:batches], rows, key_count, depth)
+
+    def inside(self, b: ir.IRBuilder, batch) -> ir.Value | None:
+        inside = None
+        for value, count in zip(batch, self.batch):
+            if count is not None:
+                below = b.icmp_signed("<", value, count)
+                inside = below if inside is None else b.and_(inside, below)
+        return inside
+
+    def blocks(self, b: ir.IRBuilder, attention: AttentionPlan) -> ir.Value:
+        """Blocks of query rows per batch element that hold needed rows."""
+        if self.rows is None:
+            return i64(attention.blocks)
+        return b.udiv(b.add(self.rows, i64(attention.rows - 1)), i64(attention.rows))
+
+    def query_rows(self, attention: AttentionPlan) -> ir.Value:
+        return i64(attention.scores.m) if self.rows is None else self.rows
+
+
+def _at_least_zero(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", value, i64(0)), i64(0), value)
+
+
 class _Block:
     """The blocks of query rows of one unit, emitted step by step (`start` moves on)."""
 
-    def __init__(self, ctx, instr, operands, attention: AttentionPlan, batch, part):
+    def __init__(self, ctx, instr, operands, attention: AttentionPlan, batch, part, needed):
         self.ctx, self.instr, self.attention, self.batch = ctx, instr, attention, batch
+        self.needed: _Needed = needed
         self.chain = attention.chain
         offsets = itertools.accumulate(attention.layout, initial=0)
         self.k_packed, self.v_packed, self.s_block, self.o_block, self.packing = (
@@ -185,7 +238,8 @@ class _Block:
         """Move on to block `number` of the batch element."""
         b, rows = self.ctx.builder, self.attention.rows
         self.q0 = b.mul(number, i64(rows))
-        self.count = smaller(b, i64(rows), b.sub(i64(self.attention.scores.m), self.q0))
+        total = self.needed.query_rows(self.attention)
+        self.count = smaller(b, i64(rows), b.sub(total, self.q0))
 
     def pack_operands(self) -> None:
         """K^T and V packed whole, for all the unit's blocks."""
@@ -196,7 +250,11 @@ class _Block:
         ):
             dot = chain_dot(part)
             sources = self._sources(part, dot, self._bind(part, {}))
-            pack_whole_b(ctx, blocks, problem.rhs.factory()(ctx, sources, self.batch), dst)
+            operand = problem.rhs.factory()(ctx, sources, self.batch)
+            if part is self.chain.scores:  # K^T: the keys are its columns
+                pack_whole_b(ctx, blocks, operand, dst, cols=self.needed.keys)
+            else:  # V: its rows
+                pack_whole_b(ctx, blocks, operand, dst, depth=self.needed.depth)
 
     # -- S's block --------------------------------------------------------------------
 
@@ -235,7 +293,7 @@ class _Block:
 
         emit_gemm_on_b(
             ctx, self.attention.first, a, self.k_packed, self.s_block, problem.n,
-            self.packing, self.count, epilogue,
+            self.packing, self.count, epilogue, cols=self.needed.keys,
         )  # fmt: skip
 
     # -- the rows ---------------------------------------------------------------------
@@ -295,7 +353,7 @@ class _Block:
 
         emit_gemm_on_b(
             ctx, self.attention.second, a, self.v_packed, c, problem.n, self.packing,
-            self.count, epilogue,
+            self.count, epilogue, depth=self.needed.depth,
         )  # fmt: skip
 
     # -- helpers ----------------------------------------------------------------------

@@ -43,19 +43,21 @@ def emit_gemm(
     epilogue: Epilogue | None = None,
     rows: ir.Value | None = None,
     cols: ir.Value | None = None,
+    depth: ir.Value | None = None,
 ) -> None:
     """C = A B, blocked; `epilogue(m0, rows, n0, cols)` runs on each finished sliver.
-    `rows`, `cols` (i64, at most M and N): only C's first rows and columns are needed."""
+    `rows`, `cols` (i64, at most M and N): only C's first rows and columns are needed;
+    `depth` (an i64 from 1 to K): A's columns and B's rows past it are zeros."""
     b = ctx.builder
     region_a, region_b = _regions(ctx, blocks, a, b_operand, workspace)
-    k_slices = -(-blocks.k // blocks.kc)
+    k = blocks.k if depth is None else depth
     m = blocks.m if rows is None else rows
     n = blocks.n if cols is None else cols
 
     with for_range(b, block_count(b, m, blocks.mb), "mblock") as mi:
         m0, mb = block_span(b, mi, blocks.mb, m)
-        with for_range(b, k_slices, "kslice") as ki:
-            k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+        with for_range(b, block_count(b, k, blocks.kc), "kslice") as ki:
+            k0, kc = block_span(b, ki, blocks.kc, k)
             packed_a = a.pack(ctx, blocks, region_a, m0, mb, k0, kc, blocks.mr)
             with for_range(b, block_count(b, n, blocks.nb), "nblock") as ni:
                 n0, nb = block_span(b, ni, blocks.nb, n)
@@ -63,7 +65,7 @@ def emit_gemm(
                 block = (m0, mb, n0, nb)
                 streams = isinstance(a, PackedPanels)
                 multiply_blocks(
-                    ctx, blocks, packed_a, packed_b, c, ldc, block, ki, epilogue, streams
+                    ctx, blocks, packed_a, packed_b, c, ldc, block, ki, epilogue, streams, depth
                 )
 
 
@@ -79,23 +81,41 @@ def whole_b_bytes(blocks: Blocking) -> int:
     return aligned(round_up(blocks.n, blocks.nr) * blocks.k * blocks.config.itemsize)
 
 
-def pack_whole_b(ctx: EmitContext, blocks: Blocking, b_operand: Panels, dst: ir.Value) -> None:
+def pack_whole_b(
+    ctx: EmitContext,
+    blocks: Blocking,
+    b_operand: Panels,
+    dst: ir.Value,
+    cols: ir.Value | None = None,
+    depth: ir.Value | None = None,
+) -> None:
     """Pack all of B into `dst`, K slice after K slice, for `emit_gemm_on_b` to reuse:
-    the attention kernel multiplies K^T and V by many blocks of rows."""
+    the attention kernel multiplies K^T and V by many blocks of rows.  With `cols` and
+    `depth` (i64s), only B's first columns and rows (as `emit_gemm_on_b` reads them)."""
     b = ctx.builder
     assert b is not None
-    with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
-        pack_whole_b_part(ctx, blocks, b_operand, dst, ki, i64(0), i64(blocks.n))
+    k = blocks.k if depth is None else depth
+    count = i64(blocks.n) if cols is None else cols
+    with for_range(b, block_count(b, k, blocks.kc), "kslice") as ki:
+        pack_whole_b_part(ctx, blocks, b_operand, dst, ki, i64(0), count, depth)
 
 
 def pack_whole_b_part(
-    ctx: EmitContext, blocks: Blocking, b_operand: Panels, dst: ir.Value, ki, first, count
+    ctx: EmitContext,
+    blocks: Blocking,
+    b_operand: Panels,
+    dst: ir.Value,
+    ki,
+    first,
+    count,
+    depth: ir.Value | None = None,
 ) -> None:
-    """Columns [first, first + count) (whole panels from `first`) of B's K slice `ki`,
-    packed where `pack_whole_b` puts them: threads may pack the parts apart."""
+    """Columns [first, first + count) (whole panels from `first`) of B's K slice `ki`
+    (of `depth` rows, an i64, when given), packed where `pack_whole_b` puts them:
+    threads may pack the parts apart."""
     b = ctx.builder
     assert b is not None
-    k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+    k0, kc = block_span(b, ki, blocks.kc, blocks.k if depth is None else depth)
     out = b.gep(
         _whole_b_slice(ctx, blocks, dst, k0), [b.mul(first, kc)], source_etype=blocks.config.element
     )
@@ -122,19 +142,25 @@ def emit_gemm_on_b(
     epilogue: Epilogue | None = None,
     m0: ir.Value | None = None,
     streams_a: bool = False,
+    cols: ir.Value | None = None,
+    depth: ir.Value | None = None,
 ) -> None:
     """C = A B for `rows` rows of A from row `m0` (0 when not given), B packed whole by
     `pack_whole_b`; `region_a` holds a K slice of those rows of A (unless pre-packed:
-    `streams_a`)."""
+    `streams_a`); `cols` (an i64): only C's first columns are needed; `depth` (an i64
+    from 1 to K): A's columns and B's rows past it are zeros."""
     b = ctx.builder
     assert b is not None
     m0 = m0 if m0 is not None else i64(0)
-    with for_range(b, -(-blocks.k // blocks.kc), "kslice") as ki:
-        k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+    k = blocks.k if depth is None else depth
+    with for_range(b, block_count(b, k, blocks.kc), "kslice") as ki:
+        k0, kc = block_span(b, ki, blocks.kc, k)
         packed_a = a.pack(ctx, blocks, region_a, m0, rows, k0, kc, blocks.mr)
         slice_b = _whole_b_slice(ctx, blocks, packed_b, k0)
-        block = (m0, rows, i64(0), i64(blocks.n))
-        multiply_blocks(ctx, blocks, packed_a, slice_b, c, ldc, block, ki, epilogue, streams_a)
+        block = (m0, rows, i64(0), i64(blocks.n) if cols is None else cols)
+        multiply_blocks(
+            ctx, blocks, packed_a, slice_b, c, ldc, block, ki, epilogue, streams_a, depth
+        )
 
 
 def _regions(ctx, blocks: Blocking, a, b_operand, workspace):
@@ -146,17 +172,29 @@ def _regions(ctx, blocks: Blocking, a, b_operand, workspace):
 
 
 def multiply_blocks(
-    ctx, blocks: Blocking, packed_a, packed_b, c, ldc, block, ki, epilogue, streams_a: bool
+    ctx,
+    blocks: Blocking,
+    packed_a,
+    packed_b,
+    c,
+    ldc,
+    block,
+    ki,
+    epilogue,
+    streams_a: bool,
+    depth: ir.Value | None = None,
 ) -> None:
     """The packed A block times the packed B block of K slice `ki` into C's `block`
-    (m0, rows, n0, cols), tile by tile; the epilogue on each sliver after the last slice.
-    `streams_a`: A is pre-packed (`micro_kernel` prefetches it)."""
+    (m0, rows, n0, cols), tile by tile; the epilogue on each sliver after the last slice
+    (of `depth`, an i64, where only the first rows of B count).  `streams_a`: A is
+    pre-packed (`micro_kernel` prefetches it)."""
     b = ctx.builder
     ty = blocks.config.element
     kernel = micro_kernel(ctx, blocks.config, blocks.mr, blocks.nr, streams_a=streams_a)
-    k_slices = -(-blocks.k // blocks.kc)
+    k = blocks.k if depth is None else depth
+    k_slices = block_count(b, k, blocks.kc)
     m0, mb, n0, nb = block
-    _, kc = block_span(b, ki, blocks.kc, blocks.k)
+    _, kc = block_span(b, ki, blocks.kc, k)
     accumulate = b.icmp_unsigned("!=", ki, i64(0))
     row_panels = b.udiv(b.add(mb, i64(blocks.mr - 1)), i64(blocks.mr))
     edge = blocks.edge  # then the last block's columns past whole panels go to the edge kernel
@@ -202,7 +240,8 @@ def multiply_blocks(
                     with otherwise:
                         alone()
         if epilogue is not None:
-            last = b.icmp_unsigned("==", ki, i64(k_slices - 1))
+            final = i64(k_slices - 1) if isinstance(k_slices, int) else b.sub(k_slices, i64(1))
+            last = b.icmp_unsigned("==", ki, final)
             with if_then(b, last):
                 epilogue(b.add(m0, i0), rows, n0, nb)
 

@@ -46,11 +46,13 @@ OperandFactory = Callable[[EmitContext, list, list[ir.Value]], Panels]
 @dataclass
 class GemmClip:
     """What of a batch of GEMMs its readers need (i64s of the call; None: all): the
-    batch positions per batch dim, C's first rows and first columns."""
+    batch positions per batch dim, C's first rows and first columns; and how deep K
+    goes (from 1: past it, the operands hold masked zeros)."""
 
     batch: list[ir.Value | None]
     rows: ir.Value | None
     cols: ir.Value | None
+    depth: ir.Value | None = None
 
 
 # ctx -> the clip, computed where it is called (a thread's body computes its own)
@@ -202,7 +204,7 @@ class GemmPlan(Prepackable):
                 pointer = b.gep(ctx.slice_pointer(workspace), [offset], source_etype=I8)
                 needed = clip(ctx) if clip is not None else None
                 with if_then(b, _inside(b, batch, needed)):
-                    rows, cols = (needed.rows, needed.cols) if needed else (None, None)
+                    clipped = needed or GemmClip([], None, None)
                     emit_gemm(
                         ctx,
                         split.blocks,
@@ -212,8 +214,9 @@ class GemmPlan(Prepackable):
                         self.ldc,
                         pointer,
                         region,
-                        rows,
-                        cols,
+                        clipped.rows,
+                        clipped.cols,
+                        clipped.depth,
                     )
                 return
             i0 = b.mul(index[batches], i64(split.per))
@@ -231,17 +234,18 @@ class GemmPlan(Prepackable):
         b = ctx.builder
         blocks = split.blocks
         dst = b.ptrtoint(ctx.slice_pointer(workspace), I64)
-        k_slices = -(-blocks.k // blocks.kc)
-        needed = clip(ctx) if clip is not None else None
-        m = blocks.m if needed is None or needed.rows is None else needed.rows
-        n = blocks.n if needed is None or needed.cols is None else needed.cols
+        needed = clip(ctx) if clip is not None else GemmClip([], None, None)
+        m = blocks.m if needed.rows is None else needed.rows
+        n = blocks.n if needed.cols is None else needed.cols
+        k = blocks.k if needed.depth is None else needed.depth
+        k_slices = block_count(b, k, blocks.kc)
         if split.packs_whole_b:
             self._pack_whole_b(ctx, sources, split, index, dst)
             self._parts_on_whole_b(ctx, sources, c, workspace, epilogue, split, index, clip)
             return
         if split.mode == "m":
             with for_range(b, k_slices, "kslice") as ki:
-                k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+                k0, kc = block_span(b, ki, blocks.kc, k)
                 with for_range(b, block_count(b, n, blocks.nb), "nblock") as ni:
                     n0, nb = block_span(b, ni, blocks.nb, n)
                     if not split.packed[1]:
@@ -255,7 +259,7 @@ class GemmPlan(Prepackable):
         with for_range(b, block_count(b, m, blocks.mb), "mblock") as mi:
             m0, mb = block_span(b, mi, blocks.mb, m)
             with for_range(b, k_slices, "kslice") as ki:
-                k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+                k0, kc = block_span(b, ki, blocks.kc, k)
                 if not split.packed[0]:
                     values = [*index, dst, m0, mb, k0, kc]
                     share_packing(ctx, blocks, self._side(0, sources), values, blocks.mr, blocks.mb)
@@ -300,6 +304,7 @@ class GemmPlan(Prepackable):
             own_region = b.gep(start, [offset], source_etype=I8)
             p0 = b.mul(position[0], i64(step))
             rows = _needed(ctx, clip, "rows", blocks.m)
+            depth = clip(ctx).depth if clip is not None else None
             with if_then(b, b.icmp_signed("<", p0, rows)):
                 count = smaller(b, i64(step), b.sub(rows, p0))
                 operand = self.operand(0, ctx, sources, batch)
@@ -315,6 +320,7 @@ class GemmPlan(Prepackable):
                     region,
                     m0=p0,
                     streams_a=split.packed[0],
+                    depth=depth,
                 )
 
         share_out(ctx, (split.parts,), split.parts, unit, list(index))
@@ -343,7 +349,8 @@ class GemmPlan(Prepackable):
             b = ctx.builder
             batch, (s0, extent, ki) = passed[:batches], passed[batches:]
             _, _, c_batch, region = self.batch_operands(ctx, sources, c, epilogue, batch)
-            k0, kc = block_span(b, ki, blocks.kc, blocks.k)
+            depth = clip(ctx).depth if clip is not None else None
+            k0, kc = block_span(b, ki, blocks.kc, blocks.k if depth is None else depth)
             start = ctx.slice_pointer(workspace)
             shared = start
             if split.packed[shared_side]:
@@ -370,7 +377,7 @@ class GemmPlan(Prepackable):
                     c_batch,
                     region,
                     split,
-                    (p0, count, s0, extent, k0, kc, ki),
+                    (p0, count, s0, extent, k0, kc, ki, depth),
                     packs_once,
                 )
 
@@ -380,7 +387,7 @@ class GemmPlan(Prepackable):
               split, span, packs_once) -> None:  # fmt: skip
         """One part of `_parts`: its panels of the own side packed, times the shared block."""
         b = ctx.builder
-        p0, count, s0, extent, k0, kc, ki = span
+        p0, count, s0, extent, k0, kc, ki, depth = span
         by_rows = own_side == 0
         width = blocks.mr if by_rows else blocks.nr
         operand = self.operand(own_side, ctx, sources, batch)
@@ -393,7 +400,7 @@ class GemmPlan(Prepackable):
         a, b_panels = (own, shared) if by_rows else (shared, own)
         block = (p0, count, s0, extent) if by_rows else (s0, extent, p0, count)
         multiply_blocks(
-            ctx, blocks, a, b_panels, c_batch, self.ldc, block, ki, region, split.packed[0]
+            ctx, blocks, a, b_panels, c_batch, self.ldc, block, ki, region, split.packed[0], depth
         )
 
     def _emit_one(
@@ -415,6 +422,7 @@ class GemmPlan(Prepackable):
                 region,
                 needed.rows,
                 needed.cols,
+                needed.depth,
             )
         else:
             self._gemv(ctx, a, b_operand, c_batch, region, i64(0), max(self.m, self.n))

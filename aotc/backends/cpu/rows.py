@@ -26,6 +26,7 @@ from ...ir import Instruction, Op
 from ...ir.index_maps import cached_row_value, dims_of, row_dims, row_values
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import bind_instructions, element_pointer, make_generator
+from ..llvm.extents import limits
 from ..llvm.lltypes import constant, i64, load_element, store_element
 from ..llvm.loops import VECTOR_TURNS, loop_nest
 from ..llvm.scalar import RECIPROCAL_DTYPES
@@ -49,7 +50,9 @@ def emit_row_fusion(ctx: EmitContext, instr: Instruction, params: list[Gen]) -> 
         return element_pointer(ctx, ctx.slice_pointer(where), shape, index)
 
     emit_row = row_emitter(ctx, instr, params, placement)
-    with parallel_loop_nest(ctx, shape.dims[:rank], "row", work=shape.size) as outer:
+    counts = limits(ctx, instr)
+    rows = None if counts is None else counts[:rank]
+    with parallel_loop_nest(ctx, shape.dims[:rank], "row", shape.size, rows) as outer:
         emit_row(outer)
     return True
 
@@ -131,7 +134,13 @@ def row_emitter(
                     reciprocals[divide_id] = b.fdiv(one, computed[id(value)])
         columns = shape.dims[rank:]
         vectorize = bool(columns) and columns[-1] in VECTOR_TURNS
-        with loop_nest(b, columns, "col", vectorize) as inner:
+        counts = limits(ctx, instr)  # the columns the readers need
+        turns = (
+            columns
+            if counts is None
+            else [d if c is None else c for c, d in zip(counts[rank:], columns)]
+        )
+        with loop_nest(b, turns, "col", vectorize) as inner:
             index = [*outer, *inner]
             store_element(b, shape.dtype, gens[id(fused.root)](index), placement(index))
 

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ...buffers import Slice
 from ...ir import Instruction, Shape
 from ...ir.extents import CONSTANT, INPUT, Extent
 from .context import EmitContext
@@ -34,15 +33,31 @@ _BINARY = {
 def limits(ctx: EmitContext, instr: Instruction) -> list[ir.Value | None] | None:
     """Per dim of `instr`'s (array) output, the i64 count of positions its readers use,
     None where that is the whole dim; None when every dim is whole."""
-    where = ctx.input_dims
     extents = instr.extents
-    if where is None or extents is None or not isinstance(instr.shape, Shape):
+    if extents is None or not isinstance(instr.shape, Shape):
         return None
-    dims = instr.shape.dims
-    if len(extents) != len(dims) or not any(extents):
+    return _counts(ctx, extents, instr.shape.dims)
+
+
+def reduced_limits(ctx: EmitContext, instr: Instruction) -> list[ir.Value | None] | None:
+    """Per dim of a reduce's or dot's first operand, the i64 count of positions it reads
+    more than its identity from (`Instruction.reduced_extents`), None where all; None
+    when it reads all of every dim."""
+    extents = instr.reduced_extents
+    if extents is None or not instr.operands:
         return None
+    return _counts(ctx, extents, instr.operands[0].array_shape.dims)
+
+
+def _counts(ctx: EmitContext, extents, dims) -> list[ir.Value | None] | None:
+    """The i64 count of each dim's extent (None: whole), or None when all are whole:
+    a few loads of input_dims where they are asked for (before a kernel's loops, or
+    once per row)."""
+    if ctx.input_dims is None or len(extents) != len(dims) or not any(extents):
+        return None
+    base = ctx.slice_pointer(ctx.input_dims)
     return [
-        None if e is None else _clamped(ctx, _value(ctx, e, where), bound)
+        None if e is None else _clamped(ctx, _value(ctx, e, base), bound)
         for e, bound in zip(extents, dims)
     ]
 
@@ -67,11 +82,11 @@ def span(b: ir.IRBuilder, counts: Sequence[ir.Value | None], dims: Sequence[int]
     return b.select(empty, i64(0), total)
 
 
-def _value(ctx: EmitContext, extent: Extent, where: Slice) -> ir.Value:
-    """The i64 value of `extent` for this call (loads of input_dims, arithmetic)."""
+def _value(ctx: EmitContext, extent: Extent, base: ir.Value) -> ir.Value:
+    """The i64 value of `extent` for this call (loads of input_dims at `base`, and
+    arithmetic)."""
     b = ctx.builder
     values: dict[int, ir.Value] = {}
-    base = ctx.slice_pointer(where)
     for node in extent.post_order():
         if node.op == INPUT:
             pointer = b.gep(base, [i64(node.value)], source_etype=I32)

@@ -14,6 +14,7 @@ from ...ir import Computation, DType, Instruction, Op
 from . import scalar
 from .context import EmitContext, Gen, Rule
 from .elemental import call_computation
+from .extents import reduced_limits
 from .extremum import CHEAP_COMPARE, cheap_extremum
 from .lltypes import HALF_DTYPES, register_type, round_to
 from .loops import VECTOR_TURNS, branch_value, loop_nest
@@ -96,12 +97,19 @@ def reduce_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Ge
     # a row reduction over the contiguous last dim is the vectorizer's
     contiguous = reduced[-1] == len(in_dims) - 1 and in_dims[-1] in VECTOR_TURNS
 
-    dims = [in_dims[d] for d in reduced]
+    whole = [in_dims[d] for d in reduced]
     # a maximum or minimum along rows takes the cheap form (extremum.py)
     simple = _simple_op(instr.called[0], [o.array_shape.dtype for o in instr.operands[:count]])
     cheap = simple[0] if simple and reduced[-1] == len(in_dims) - 1 else None
 
     def gen(index):
+        # beyond its reduced extents, the operand holds the masked identity (bounded dims);
+        # computed here, in the function the element is emitted in
+        clipped = reduced_limits(ctx, instr)
+        dims = whole
+        if clipped is not None:
+            dims = [whole[k] if clipped[d] is None else clipped[d] for k, d in enumerate(reduced)]
+
         def position(inner):
             full = [None] * len(in_dims)
             for d, value in zip(kept, index):
