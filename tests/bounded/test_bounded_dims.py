@@ -212,6 +212,9 @@ def test_encoder_layer_compiled_once_for_batch_and_sequence():
     model = encoder_layer()
     ranges = {"batch": DimRange(1, 3), "seq": DimRange(1, 16)}
     compiled = compile_model(model, CompileOptions(dim_extents=ranges))
+    forms = compiled.kernel_forms()
+    gemms = [kind for kind in forms.values() if kind.startswith("gemm")]
+    assert gemms and all(kind == "gemm, to extents" for kind in gemms), forms
     shapes = [(1, 1, 64), (1, 7, 64), (3, 16, 64), (2, 5, 64)]
     _check_against_onnxruntime(model, compiled.load(), shapes)
 
@@ -222,7 +225,7 @@ def test_attention_chain_clipped_to_the_extents():
     model = encoder_layer(hidden=32)
     ranges = {"batch": DimRange(1, 2), "seq": DimRange(1, 512)}
     compiled = compile_model(model, CompileOptions(dim_extents=ranges))
-    assert "attention" in compiled.kernel_forms().values()
+    assert "attention, to extents" in compiled.kernel_forms().values()
     shapes = [(1, 1, 32), (1, 77, 32), (2, 300, 32), (2, 512, 32)]
     _check_against_onnxruntime(model, compiled.load(), shapes)
 

@@ -17,6 +17,7 @@ from ...errors import AotcError, one_line
 from ...ir import Module
 from ...ir.ops import NO_CODE_OPS
 from ..base import Backend, CompiledCode
+from ..llvm.extents import clips
 from .attention import attention_kind
 from .codegen import emit_object
 from .contraction import contraction_kind
@@ -90,11 +91,15 @@ class CpuBackend(Backend[CpuTarget]):
         )
 
     def kernel_forms(self, target: CpuTarget, plan: BufferPlan) -> dict[str, str]:
-        """How each dot or convolution kernel is emitted ("gemm", "winograd", "depthwise"...)."""
+        """How each dot or convolution kernel is emitted ("gemm", "winograd", "depthwise"...),
+        and ", to extents" for those clipped to a call's bounded extents."""
         kinds = {
             i.name: contraction_kind(target, plan, i) or attention_kind(target, plan, i)
             for i in plan.schedule
         }
+        for i in plan.schedule:
+            if plan.needs_code(i) and clips(i):
+                kinds[i.name] = ", ".join(filter(None, (kinds[i.name], "to extents")))
         return {name: kind for name, kind in kinds.items() if kind}
 
     def describe_targets(self) -> str:

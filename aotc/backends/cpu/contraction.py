@@ -21,7 +21,7 @@ broadcast or reshaped): `Source.view` gives the strides.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
@@ -134,9 +134,8 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
         finish = epilogue if n == last else None  # the others are operands of its epilogue
         clip = _clipping(instr, kernel.contractions[n]) if n == last else None
         if clip is not None and isinstance(plan, GemmPlan):  # other forms compute whole
-            plan.emit(ctx, sources[n], where, packing, finish, clip)
-        else:
-            plan.emit(ctx, sources[n], where, packing, finish)
+            plan = replace(plan, clip=clip)
+        plan.emit(ctx, sources[n], where, packing, finish)
     return True
 
 
@@ -154,6 +153,7 @@ def _clipping(instr: Instruction, dot: Instruction) -> Clipping | None:
 
     def clip(ctx: EmitContext) -> GemmClip:
         b = ctx.builder
+        assert b is not None
         counts = limits(ctx, instr) or [None] * len(dims)
         m = span(b, counts[batch : batch + rows], dims[batch : batch + rows])
         n = span(b, counts[batch + rows :], dims[batch + rows :])
@@ -174,6 +174,7 @@ def contraction_depth(ctx: EmitContext, dot: Instruction) -> ir.Value | None:
         return None
     lhs = dot.operands[0].array_shape.dims
     b = ctx.builder
+    assert b is not None
     depth = span(b, [counts[i] for i in d.lhs_contracting], [lhs[i] for i in d.lhs_contracting])
     assert not isinstance(depth, int)
     return b.select(b.icmp_signed("<", depth, i64(1)), i64(1), depth)

@@ -88,6 +88,9 @@ class GemmPlan(Prepackable):
     paired_k: int = 0  # integer GEMM: the K values that its k pairs hold (pairs.py)
     # integer GEMM: the element types of A and B in memory (8-bit ones widen as packed)
     sources: tuple[DType, DType] | None = None
+    # what of the GEMMs their readers need in a call (bounded dims; contraction.py sets
+    # it), None: all; gemvs compute whole
+    clip: Clipping | None = None
 
     def source(self, side: int) -> DType:
         return self.config.source if self.sources is None else self.sources[side]
@@ -164,20 +167,11 @@ class GemmPlan(Prepackable):
         base = b.gep(ctx.slice_pointer(where), [offset], source_etype=self.config.element)
         return PackedPanels(base, shape.padded, shape.kc, shape.width)
 
-    def emit(
-        self,
-        ctx: EmitContext,
-        sources: list,
-        c: Slice,
-        workspace: Slice,
-        epilogue,
-        clip: Clipping | None = None,
-    ):
+    def emit(self, ctx: EmitContext, sources: list, c: Slice, workspace: Slice, epilogue):
         """The GEMMs (or gemvs) of the batch into `c`, packing in `workspace`, each then
         its epilogue; shared out to the threads when big enough.  With `clip`, only
-        what it says the readers need (GEMMs; gemvs compute whole)."""
-        if self.gemv is not None:
-            clip = None
+        what it says the readers need."""
+        clip = self.clip if self.gemv is None else None
         split = self.split
         if split is not None and split.mode == "batch":
             self._emit_batch_split(ctx, sources, c, workspace, epilogue, split, clip)

@@ -116,7 +116,7 @@ def build_module(
 def _input_dims(module: Module, plan: BufferPlan) -> Slice | None:
     """Where the entry's input_dims are (kernels clip their loops to them), if any."""
     bounds = module.bounds
-    if bounds is None or bounds.input_dims is None:
+    if bounds is None or bounds.input_dims is None or module.entry is None:
         return None
     param = next(p for p in module.entry.parameters if p.index == bounds.input_dims)
     return plan.slice_of(param)
@@ -298,6 +298,7 @@ def _loop_counts(ctx: EmitContext, instr: Instruction, dims, flat, inner, digits
     if clipped is None:
         return None
     b = ctx.builder
+    assert b is not None
 
     def whole_or(value):
         return None if isinstance(value, int) else value

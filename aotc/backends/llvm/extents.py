@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ...ir import Instruction, Shape
+from ...ir import Instruction, Op, Shape
 from ...ir.extents import CONSTANT, INPUT, Extent
 from .context import EmitContext
 from .lltypes import I32, I64, i64
@@ -28,6 +28,18 @@ _BINARY = {
     "minimum": lambda b, x, y: b.select(b.icmp_signed("<", x, y), x, y),
     "maximum": lambda b, x, y: b.select(b.icmp_signed(">", x, y), x, y),
 }
+
+
+def clips(instr: Instruction) -> bool:
+    """Whether `instr`'s kernel computes less than its bounds for some calls: it has
+    extents, or it (or a fusion it holds: an attention kernel's parts) reduces to
+    reduced extents."""
+    if instr.extents is not None or instr.reduced_extents is not None:
+        return True
+    if instr.op is not Op.FUSION:
+        return False
+    members = instr.called[0].instructions
+    return any(m.reduced_extents is not None or (m.op is Op.FUSION and clips(m)) for m in members)
 
 
 def limits(ctx: EmitContext, instr: Instruction) -> list[ir.Value | None] | None:
@@ -55,6 +67,7 @@ def _counts(ctx: EmitContext, extents, dims) -> list[ir.Value | None] | None:
     once per row)."""
     if ctx.input_dims is None or len(extents) != len(dims) or not any(extents):
         return None
+    assert ctx.slice_pointer is not None
     base = ctx.slice_pointer(ctx.input_dims)
     return [
         None if e is None else _clamped(ctx, _value(ctx, e, base), bound)
@@ -86,6 +99,7 @@ def _value(ctx: EmitContext, extent: Extent, base: ir.Value) -> ir.Value:
     """The i64 value of `extent` for this call (loads of input_dims at `base`, and
     arithmetic)."""
     b = ctx.builder
+    assert b is not None
     values: dict[int, ir.Value] = {}
     for node in extent.post_order():
         if node.op == INPUT:
@@ -103,5 +117,6 @@ def _clamped(ctx: EmitContext, value: ir.Value, bound: int) -> ir.Value:
     """`value` within [0, bound]: a wrong input_dims entry computes the bound, never
     outside the buffer."""
     b = ctx.builder
+    assert b is not None
     low = b.select(b.icmp_signed("<", value, i64(0)), i64(0), value)
     return b.select(b.icmp_signed(">", low, i64(bound)), i64(bound), low)
