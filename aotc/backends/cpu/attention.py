@@ -33,7 +33,7 @@ from ...ir.attention_chain import AttentionChain, chain_dot, chain_parts, score_
 from ...ir.fusion_kinds import fusion_kind
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import bind_instructions, element_pointer, linearize, split_index
-from ..llvm.extents import limits, span
+from ..llvm.extents import inside, limits, span
 from ..llvm.lltypes import I8, i64, load_element, store_element
 from ..llvm.loops import for_range, if_then
 from .blocked_gemm import emit_gemm_on_b, emit_region, pack_whole_b, whole_b_bytes
@@ -152,7 +152,7 @@ def emit_attention(ctx: EmitContext, instr: Instruction, operands: list[Gen]) ->
     def unit(index, slot, _):
         b = ctx.builder
         needed = _Needed.of(ctx, instr, attention)
-        with if_then(b, needed.inside(b, index[:batches])):
+        with if_then(b, inside(b, index[:batches], needed.batch)):
             start = b.mul(slot, i64(attention.part_bytes))
             part = b.gep(ctx.slice_pointer(workspace), [start], source_etype=I8)
             block = _Block(ctx, instr, operands, attention, index[:batches], part, needed)
@@ -195,14 +195,6 @@ class _Needed:
         rows = span(ctx.builder, q_counts, q_dims)
         rows = None if isinstance(rows, int) else rows
         return _Needed(counts[:batches], rows, key_count, depth)
-
-    def inside(self, b: ir.IRBuilder, batch) -> ir.Value | None:
-        inside = None
-        for value, count in zip(batch, self.batch):
-            if count is not None:
-                below = b.icmp_signed("<", value, count)
-                inside = below if inside is None else b.and_(inside, below)
-        return inside
 
     def blocks(self, b: ir.IRBuilder, attention: AttentionPlan) -> ir.Value:
         """Blocks of query rows per batch element that hold needed rows."""

@@ -20,6 +20,7 @@ from ...buffers import Slice
 from ...ir import DType
 from ..llvm.context import EmitContext
 from ..llvm.elemental import linearize
+from ..llvm.extents import inside
 from ..llvm.lltypes import I8, I64, PTR, i64
 from ..llvm.loops import for_range, if_then, loop_nest
 from .blocked_gemm import (
@@ -197,7 +198,7 @@ class GemmPlan(Prepackable):
                 offset = b.mul(slot, i64(split.part_bytes))
                 pointer = b.gep(ctx.slice_pointer(workspace), [offset], source_etype=I8)
                 needed = clip(ctx) if clip is not None else None
-                with if_then(b, _inside(b, batch, needed)):
+                with if_then(b, inside(b, batch, needed.batch) if needed else None):
                     clipped = needed or GemmClip([], None, None)
                     emit_gemm(
                         ctx,
@@ -473,15 +474,3 @@ def _needed(ctx: EmitContext, clip: Clipping | None, side: str, whole: int) -> i
     """C's rows or cols ("rows"/"cols") that `clip` needs, else all `whole` of them."""
     needed = getattr(clip(ctx), side) if clip is not None else None
     return i64(whole) if needed is None else needed
-
-
-def _inside(b: ir.IRBuilder, index, needed: GemmClip | None) -> ir.Value | None:
-    """Whether batch `index` is one the clip needs (None: every one is)."""
-    if needed is None:
-        return None
-    inside = None
-    for value, count in zip(index, needed.batch):
-        if count is not None:
-            below = b.icmp_signed("<", value, count)
-            inside = below if inside is None else b.and_(inside, below)
-    return inside

@@ -75,6 +75,17 @@ def _counts(ctx: EmitContext, extents, dims) -> list[ir.Value | None] | None:
     ]
 
 
+def inside(b: ir.IRBuilder, index, counts: Sequence[ir.Value | None]) -> ir.Value | None:
+    """Whether `index` lies in the box of `counts` (None: a whole dim), as an i1; None
+    when every dim is whole."""
+    found = None
+    for value, count in zip(index, counts):
+        if count is not None:
+            below = b.icmp_signed("<", value, count)
+            found = below if found is None else b.and_(found, below)
+    return found
+
+
 def span(b: ir.IRBuilder, counts: Sequence[ir.Value | None], dims: Sequence[int]):
     """How many row-major positions of `dims` from the first cover the box of `counts`
     (None: the whole dim): 1 + the last one's linear position, or 0 for an empty box.
