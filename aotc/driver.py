@@ -233,7 +233,7 @@ def _tensor_specs(module: Module):
     output_names = module.output_names or [e.name for e in elements]
     outputs = [_spec(n, e.shape) for n, e in zip(output_names, elements)]
     if module.bounds is not None:
-        inputs = _bounded_specs(inputs, module.bounds.inputs)
+        inputs = _bounded_specs(inputs, module.bounds.inputs, module.bounds.lows)
         outputs = _bounded_specs(outputs, module.bounds.outputs)
         # the header's NAME_run_bounded takes input_dims and output_dims as the last ones
         assert module.bounds.input_dims in (None, len(inputs) - 1)
@@ -241,12 +241,18 @@ def _tensor_specs(module: Module):
     return inputs, outputs
 
 
-def _bounded_specs(specs, bounded) -> list[artifacts.TensorSpec]:
-    """`specs` with the bounded dims of Bounds' (number, dim, bound) entries marked."""
+def _bounded_specs(specs, bounded, lows=()) -> list[artifacts.TensorSpec]:
+    """`specs` with the bounded dims of Bounds' (number, dim, bound) entries marked, and
+    their least extents (`lows`, one per entry) where above 0."""
     flags = [[False] * spec.rank for spec in specs]
-    for number, dim, _ in bounded:
+    least = [[0] * spec.rank for spec in specs]
+    for k, (number, dim, _) in enumerate(bounded):
         flags[number][dim] = True
-    return [replace(spec, bounded=tuple(f) if any(f) else ()) for spec, f in zip(specs, flags)]
+        least[number][dim] = lows[k] if k < len(lows) else 0
+    return [
+        replace(spec, bounded=tuple(f) if any(f) else (), lows=tuple(low) if any(low) else ())
+        for spec, f, low in zip(specs, flags, least)
+    ]
 
 
 def _spec(name: str, shape: Shape) -> artifacts.TensorSpec:

@@ -7,9 +7,10 @@ aotc without `--const` (their counts are run-time extents, bounded: NonZero, Top
 NonMaxSuppression, If on the detections' count):
 
 - `ssdlite`: torchvision's ssdlite320_mobilenet_v3_large with random weights (10
-  classes; seed 0).  Its random backbone gives nearly the same scores for every image,
-  so every image returns the 300 detections it keeps at most; the check is that boxes,
-  scores and labels equal onnxruntime's.
+  classes, seed 0, score threshold 0.3), its batch norms calibrated on 8 noise images
+  (their running statistics set to those images' own: untrained, the activations
+  vanish to 1e-14 by the heads, every score is 0.1 and every image returns the same
+  300 detections), so that the number of detections varies from image to image.
 - `tiny`: a small detector written here: per-anchor class scores and boxes from two
   convolutions of the image, then torchvision's postprocessing ops (a score threshold,
   top-k, batched NMS, at most 50 detections), so that the number of detections varies
@@ -42,8 +43,22 @@ def export_ssdlite(path: Path) -> None:
 
     torch.manual_seed(0)
     model = torchvision.models.detection.ssdlite320_mobilenet_v3_large(
-        weights=None, weights_backbone=None, num_classes=10
-    ).eval()
+        weights=None, weights_backbone=None, num_classes=10, score_thresh=0.3
+    )
+    for module in model.modules():  # running statistics: the plain average of a pass
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.reset_running_stats()
+            module.momentum = None
+    rng = np.random.default_rng(1)  # not the images measured
+    calibration = [
+        torch.from_numpy((rng.uniform(0, 1, (3, 320, 320)) ** (0.5 + k)).astype(np.float32))
+        for k in range(8)
+    ]
+    model.train()
+    with torch.no_grad():
+        batch = model.transform(calibration)[0].tensors
+        model.head(list(model.backbone(batch).values()))
+    model.eval()
     image = torch.rand(3, 320, 320)
     torch.onnx.export(
         model,

@@ -53,6 +53,8 @@ class TensorSpec:
     # per dim, whether it is bounded (any extent up to dims[d] at run time, with
     # NAME_run_bounded); () for a static tensor
     bounded: tuple[bool, ...] = ()
+    # per dim, a bounded dim's least extent (its range's low end); () for all 0
+    lows: tuple[int, ...] = ()
 
     @classmethod
     def make(cls, name: str, dtype: DType, dims: Sequence[int], bounded=()) -> TensorSpec:
@@ -67,9 +69,10 @@ class TensorSpec:
 
     @property
     def low(self) -> tuple[int, ...]:
-        """The least extent of each dim at run time: 0 for a bounded one."""
+        """The least extent of each dim at run time: a bounded one's range's low end."""
         flags = self.bounded or (False,) * self.rank
-        return tuple(0 if b else d for d, b in zip(self.dims, flags))
+        lows = self.lows or (0,) * self.rank
+        return tuple(low if b else d for d, b, low in zip(self.dims, flags, lows))
 
     @property
     def shape(self) -> Shape:

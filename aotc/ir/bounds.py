@@ -23,6 +23,15 @@ class Bounds:
     outputs: tuple[tuple[int, int, int], ...]  # (output number, dim, bound)
     input_dims: int | None  # the parameter number of input_dims; None: no bounded input
     output_dims: int | None  # the output number of output_dims; None: no bounded output
+    # the least extent of each of `inputs` (its range's low end); () or 0: none
+    lows: tuple[int, ...] = ()
+
+    def low(self, number: int, dim: int) -> int:
+        """The least extent input `number`'s bounded `dim` takes."""
+        for k, (n, d, _) in enumerate(self.inputs):
+            if (n, d) == (number, dim):
+                return self.lows[k] if k < len(self.lows) else 0
+        return 0
 
     def check_dims(self, number: int, bounds: Sequence[int], dims: Sequence[int]) -> None:
         """Refuse actual `dims` for input `number` (whose shape at the bounds is
@@ -31,10 +40,13 @@ class Bounds:
         if len(dims) != len(bounds):
             raise ValueError(f"input {number} has rank {len(dims)}, expected {len(bounds)}")
         for dim, (extent, bound) in enumerate(zip(dims, bounds)):
-            allowed = extent <= bound if dim in bounded else extent == bound
-            if not allowed:
-                limit = f"at most {bound}" if dim in bounded else f"{bound}"
-                raise ValueError(f"input {number} dim {dim} is {extent}, expected {limit}")
+            low = self.low(number, dim) if dim in bounded else bound
+            if low <= extent <= bound:
+                continue
+            limit = f"{low}..{bound}" if low else f"at most {bound}"
+            raise ValueError(
+                f"input {number} dim {dim} is {extent}, expected {bound if low == bound else limit}"
+            )
 
     def padded_args(self, shapes: Sequence[tuple[int, ...]], args: Sequence[np.ndarray], fill=0):
         """The entry's arguments for actual `args` (one per model input, `shapes` their

@@ -241,6 +241,9 @@ class Module:
     output_names: list[str] = field(default_factory=list)
     # the padded signature, where the inputs had bounded dims (Bounds)
     bounds: Bounds | None = None
+    # (parameter number, dim) -> the least extent a bounded input dim takes, where
+    # above 0 (the frontend's ranges; passes/bounded_dims.py puts them in `bounds`)
+    input_lows: dict[tuple[int, int], int] = field(default_factory=dict)
     _used_names: set[str] = field(default_factory=set, repr=False)
     _counter: itertools.count = field(default_factory=lambda: itertools.count(1), repr=False)
 

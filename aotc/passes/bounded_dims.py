@@ -161,7 +161,10 @@ class Sizes:
             return  # the extents stay inside: the signature is static
         output_dims = self._outputs() - 1 if outputs else None
         input_dims = None if dims_param is None else _number(dims_param)
-        self.module.bounds = Bounds(tuple(inputs), tuple(outputs), input_dims, output_dims)
+        lows = tuple(self.module.input_lows.get((n, d), 0) for n, d, _ in inputs)
+        self.module.bounds = Bounds(
+            tuple(inputs), tuple(outputs), input_dims, output_dims, lows if any(lows) else ()
+        )
 
     def _record_extents(self, dims_param: Instruction | None) -> None:
         """`Instruction.extents` for each array whose extents read only input_dims

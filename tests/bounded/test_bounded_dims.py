@@ -245,8 +245,10 @@ def test_input_ranges_given_per_input():
     options = CompileOptions(input_shapes={"x": (DimRange(2, 4), 32)})
     loaded = compile_model(model, options).load()
     _check_against_onnxruntime(model, loaded, [(2, 32), (4, 32)])
-    with pytest.raises(AotcError, match="input 0 dim 0 is 5, expected at most 4"):
-        loaded.run([np.zeros((5, 32), np.float32)])
+    for batch in (1, 5):  # outside the range, on either side
+        with pytest.raises(AotcError, match=f"input 0 dim 0 is {batch}, expected 2..4"):
+            loaded.run([np.zeros((batch, 32), np.float32)])
+    assert loaded.model_inputs[0].low == (2, 32)
     with pytest.raises(AotcError, match="input 0 dim 1 is 31, expected 32"):
         loaded.run([np.zeros((2, 31), np.float32)])
 

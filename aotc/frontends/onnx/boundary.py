@@ -91,6 +91,10 @@ class ModelBoundary:
                     continue
                 given = self.input_shapes.get(name)
                 shape = input_shape(name, kind.tensor, given, dim_extents=self.dim_extents)
+                dims = input_dims(name, kind.tensor, given, dim_extents=self.dim_extents)
+                for d, dim in enumerate(dims):  # the least extents of bounded dims
+                    if isinstance(dim, DimRange) and shape.is_dynamic(d) and dim.low:
+                        b.module.input_lows[(len(parameters), d)] = dim.low
                 param = b.parameter(len(parameters), shape, name=name)
                 self.top.input_names[id(param)] = name
                 parameters.append(name)
@@ -218,6 +222,19 @@ def input_shape(
     else its symbolic ones from `dim_extents` (--dim).  A dim given as a DimRange is
     bounded by its high end (Shape.dynamic), unless the range holds one extent."""
     dtype = to_dtype(tensor.elem_type, f"input '{name}'")
+    return _addressable(
+        name, _bounded_shape(dtype, input_dims(name, tensor, given, flag, dim_extents))
+    )
+
+
+def input_dims(
+    name: str,
+    tensor: onnx.TypeProto.Tensor,
+    given: Sequence | None,
+    flag: str = "--input",
+    dim_extents: Mapping[str, int | DimRange] | None = None,
+) -> list[int | DimRange]:
+    """A graph input's dims as `input_shape` reads them: extents and DimRanges."""
     model_dims = declared_dims(tensor)
     if given is not None:
         given = list(given)
@@ -231,7 +248,7 @@ def input_shape(
         for i, (g, m) in enumerate(zip(given, model_dims or given)):
             if isinstance(m, int) and g != m:
                 raise ModelError(f"{flag} {name}: dim {i} is {g}, the model says {m}")
-        return _addressable(name, _bounded_shape(dtype, given))
+        return given
     if model_dims is None:
         raise ModelError(
             f"input '{name}' has no shape in the model; give one with --input {name}=DIMS"
@@ -249,7 +266,7 @@ def input_shape(
                 f"--input {name}={example}{hint}"
             )
         dims.append(m)
-    return _addressable(name, _bounded_shape(dtype, dims))
+    return dims
 
 
 def _low(dim: int | DimRange) -> int:
