@@ -49,10 +49,13 @@ class AotcRep(BackendRep):
         self._symbols = _named_dims(self._inputs)  # input -> {dim: its dim_param}
         # the bounded build: (bounds by dim name, the loaded model); False once refused
         self._bounded: tuple[dict[str, int], object] | bool | None = None
+        self.ran_bounded = False  # whether the last run ran the bounded build
 
     def run(self, inputs, **kwargs):
         flat, structure = _flatten_inputs(self._inputs, self._by_name(inputs))
-        loaded = self._bounded_for(flat, structure) or self._compiled_for(flat, structure)
+        loaded = self._bounded_for(flat, structure)
+        self.ran_bounded = loaded is not None
+        loaded = loaded or self._compiled_for(flat, structure)
         outputs = loaded.run([flat[spec.name] for spec in loaded.model_inputs])
         named = dict(zip((spec.name for spec in loaded.model_outputs), outputs))
         return self._outputs_type(*_regroup_outputs(self._model.graph.output, named))

@@ -331,7 +331,7 @@ def dropout(ctx: NodeContext, x: Instruction, ratio=None, training=None) -> list
     b = ctx.b
     rate = _training_ratio(ctx, ratio, training)
     if not rate:
-        mask = full(b, True, DType.PRED, x.array_shape.dims) if ctx.output_used(1) else None
+        mask = full_like(b, True, x, DType.PRED) if ctx.output_used(1) else None
         return [x, mask]
     if not 0 < rate <= 1:
         raise ModelError(f"ratio {rate} is not in [0, 1]")

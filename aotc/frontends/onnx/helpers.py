@@ -49,8 +49,14 @@ def full(b: ComputationBuilder, value, dtype: DType, dims: Sequence[int]) -> Ins
     return b.broadcast(b.scalar(value, dtype), [], dims)
 
 
-def full_like(b: ComputationBuilder, value, x: Instruction) -> Instruction:
-    return full(b, value, x.array_shape.dtype, x.array_shape.dims)
+def full_like(b: ComputationBuilder, value, x: Instruction, dtype: DType | None = None):
+    """An array of `x`'s dims (its bounded ones too, at x's extents) filled with `value`,
+    of x's element type or `dtype`."""
+    shape = x.array_shape
+    filled = full(b, value, dtype or shape.dtype, shape.dims)
+    for d in shape.bounded_dims:
+        filled = b.set_dimension_size(filled, b.get_dimension_size(x, d), d)
+    return filled
 
 
 def lowest(dtype: DType):

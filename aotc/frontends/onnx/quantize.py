@@ -277,7 +277,9 @@ def _raw_product(ctx: NodeContext, a, a_zp, bm, b_zp) -> Instruction | None:
         product = b.binary(Op.SUBTRACT, product, term)
     if za is not None and zb is not None:  # + K za[m] zb[n]
         both = b.binary(Op.MULTIPLY, spread(za, -2), spread(zb, -1))
-        count = b.broadcast(b.scalar(k, DType.S32), [], dims)
+        depth = a.array_shape.rank - 1  # a bounded K counts its run-time extent
+        size = b.get_dimension_size(a, depth) if a.array_shape.is_dynamic(depth) else None
+        count = b.broadcast(size or b.scalar(k, DType.S32), [], dims)
         product = b.binary(Op.ADD, product, b.binary(Op.MULTIPLY, both, count))
     return product
 
