@@ -24,6 +24,7 @@ from ...ir import (
     scalar_reducer,
 )
 from ...ir.evaluate import evaluate_constant
+from . import extents
 from .extents import shape_value
 from .helpers import full, normalize_axis
 from .indexing import INDEX, cumulative, iota
@@ -123,10 +124,20 @@ def top_k(ctx: NodeContext, x: Instruction, k: Instruction | None = None):
 
 @onnx_op("NonZero", since=9)
 def non_zero(ctx: NodeContext, x: Instruction) -> Instruction:
+    """The coordinates of x's non-zero entries in row-major order; of a bounded x, of
+    those within its extents (the padded grid's coordinates are the actual ones, in the
+    same order), their count known at run time."""
     b = ctx.b
     dims, rank = x.array_shape.dims, x.array_shape.rank
-    flat = b.reshape(x, (x.array_shape.size,))
-    mask = b.compare(flat, full(b, 0, x.array_shape.dtype, flat.array_shape.dims), Direction.NE)
+    inside = None
+    for d in x.array_shape.bounded_dims:
+        within = extents.inside(ctx, x, d, dims, d)
+        inside = within if inside is None else b.binary(Op.AND, inside, within)
+    x = extents.unbounded(ctx, x)
+    found = b.compare(x, full(b, 0, x.array_shape.dtype, dims), Direction.NE)
+    if inside is not None:
+        found = b.binary(Op.AND, found, inside)
+    mask = b.reshape(found, (x.array_shape.size,))
     count = count_true(ctx, mask)
     if isinstance(count, int) and (rank == 0 or count == 0):
         return b.constant(np.zeros((rank, count), np.int64))
