@@ -49,7 +49,9 @@ def full(b: ComputationBuilder, value, dtype: DType, dims: Sequence[int]) -> Ins
     return b.broadcast(b.scalar(value, dtype), [], dims)
 
 
-def full_like(b: ComputationBuilder, value, x: Instruction, dtype: DType | None = None):
+def full_like(
+    b: ComputationBuilder, value, x: Instruction, dtype: DType | None = None
+) -> Instruction:
     """An array of `x`'s dims (its bounded ones too, at x's extents) filled with `value`,
     of x's element type or `dtype`."""
     shape = x.array_shape
