@@ -480,6 +480,66 @@ def test_counts_the_data_gives_come_back_at_their_extents(tmp_path):
     assert "m_run_bounded" in header and "#define M_POINTS_DIM0_BOUNDED 1" in header
 
 
+def _unique_model(attrs):
+    """x [6, 2] (int64) -> Unique(x, **attrs): its four outputs, their count the data's."""
+    node = helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.INT64, [6, 2])],
+        [helper.make_tensor_value_info(n, TensorProto.INT64, None) for n in node.output],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize(
+    "attrs", [{}, {"sorted": 0}, {"axis": 0}, {"axis": 0, "sorted": 0}], ids=str
+)
+def test_unique_counts_at_run_time(attrs):
+    """Unique of data, compiled once without --const: as many groups as each input has."""
+    model = _unique_model(attrs)
+    loaded = compile_model(model).load()
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(0)
+    counts = set()
+    for values in (1, 2, 3, 12):
+        x = rng.integers(0, values, (6, 2)).astype(np.int64)
+        want = session.run(None, {"x": x})
+        counts.add(len(want[3]))
+        for got in (loaded.run([x]), _run_on_garbage(loaded, [x])):
+            for have, expected in zip(got, want):
+                np.testing.assert_array_equal(have, expected)
+    assert len(counts) > 2  # the inputs make different numbers of groups
+
+
+def test_topk_whose_k_is_data():
+    """TopK by a k given as an input, compiled once: as many results as each k asks."""
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("TopK", ["scores", "k"], ["top", "at"], largest=0)],
+        "m",
+        [
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [3, 10]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("top", TensorProto.FLOAT, [3, None]),
+            helper.make_tensor_value_info("at", TensorProto.INT64, [3, None]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    loaded = compile_model(model).load()
+    assert [t.type_text for t in loaded.model_outputs] == ["f32[3,<=10]", "s64[3,<=10]"]
+    session = ort.InferenceSession(model.SerializeToString())
+    x = np.random.default_rng(0).standard_normal((3, 10)).astype(np.float32)
+    for k in (0, 1, 7, 10):
+        feed = [x, np.array([k], np.int64)]
+        want = session.run(None, {"scores": feed[0], "k": feed[1]})
+        for got in (loaded.run(feed), _run_on_garbage(loaded, feed)):
+            for have, expected in zip(got, want):
+                np.testing.assert_array_equal(have, expected)
+
+
 def _top_model():
     """scores [n] -> the k = min(n, 4) largest and their indices, k from Shape(scores):
     a TopK along the bounded dim, by a k that varies with it."""

@@ -23,7 +23,7 @@ from ...ir import (
     comparator,
     scalar_reducer,
 )
-from ...ir.evaluate import evaluate_constant
+from ...ir.evaluate import evaluate_constant, evaluate_extents
 from . import extents
 from .extents import shape_value
 from .helpers import full, normalize_axis
@@ -96,16 +96,22 @@ def true_positions(b: ComputationBuilder, mask: Instruction, count: int | Instru
 
 @onnx_op("TopK", since=1)
 def top_k(ctx: NodeContext, x: Instruction, k: Instruction | None = None):
+    """The k largest (smallest) along the axis, sorted, and their indices; k a constant,
+    a value computed from bounded extents, or data (then the results are bounded by the
+    axis, k clamped to it)."""
     b = ctx.b
-    k_value = None if ctx.opset < 10 else shape_value(ctx, 1)
-    if k_value is None:
+    dims = x.array_shape.dims
+    axis = normalize_axis(ctx.attr("axis", -1), x.array_shape.rank)
+    data_k = _data_k(ctx, k, dims[axis]) if ctx.opset >= 10 and k is not None else None
+    k_value = None if ctx.opset < 10 or data_k is not None else shape_value(ctx, 1)
+    if data_k is not None:
+        count = dims[axis]
+    elif k_value is None:
         count = ctx.required_attr("k")
     else:  # k may vary with a bounded dim's extent (min(k, rows) in detectors)
         if len(k_value.bounds) != 1:
             raise ShapeError(f"k must hold one value, got {k_value.bounds}")
         count = k_value.bounds[0]
-    dims = x.array_shape.dims
-    axis = normalize_axis(ctx.attr("axis", -1), x.array_shape.rank)
     if not 0 <= count <= dims[axis]:
         raise ShapeError(f"k={count} is out of range for an axis of size {dims[axis]}")
     # stable: equal values keep the lower index first, as ONNX asks ('sorted' may be ignored)
@@ -116,7 +122,22 @@ def top_k(ctx: NodeContext, x: Instruction, k: Instruction | None = None):
     if k_value is not None and not k_value.is_constant:  # k at run time, at most its bound
         k = k_value.extent(ctx, 0)
         results = [b.set_dimension_size(r, k, axis) for r in results]
+    if data_k is not None:
+        results = [b.set_dimension_size(r, data_k, axis) for r in results]
     return results
+
+
+def _data_k(ctx: NodeContext, k: Instruction, n: int) -> Instruction | None:
+    """TopK's k as an s32 scalar within [0, n] where it is data (neither a constant nor
+    computed from extents), else None."""
+    if k.array_shape.size != 1 or evaluate_constant(k) is not None:
+        return None
+    if evaluate_extents(k, lambda bound: bound) is not None:
+        return None
+    b = ctx.b
+    value = b.convert(b.reshape(k, []), DType.S32)
+    low, high = b.scalar(0, DType.S32), b.scalar(n, DType.S32)
+    return b.binary(Op.MINIMUM, b.binary(Op.MAXIMUM, value, low), high)
 
 
 # -- value-dependent shapes ------------------------------------------------------------
@@ -172,6 +193,26 @@ def compress(ctx: NodeContext, x: Instruction, condition: Instruction) -> Instru
     return take(b, x, true_positions(b, mask, count), axis)
 
 
+def _group_ends(ctx: NodeContext, starts: Instruction, count, n: int) -> Instruction:
+    """Where each group of sorted items ends: the next group's start, n for the last."""
+    b = ctx.b
+    end = b.constant(np.array([n], np.int64))
+    if isinstance(count, int):
+        return b.concatenate([b.slice(starts, [1], [count]), end], 0)
+    # at the bound n: the starts moved one place up, n where the last group ends
+    whole = extents.unbounded(ctx, starts)
+    shifted = b.concatenate([b.slice(whole, [1], [n]), end], 0)
+    last = b.broadcast(b.binary(Op.SUBTRACT, b.convert(count, INDEX), b.scalar(1, INDEX)), [], (n,))
+    before = b.compare(iota(b, (n,), 0), last, Direction.LT)
+    ends = b.select(before, shifted, full(b, n, INDEX, (n,)))
+    return b.set_dimension_size(ends, count, 0)
+
+
+def _counted(ctx: NodeContext, n: int, count: Instruction) -> Instruction:
+    """0, 1, ..., count - 1 (s64), bounded by n."""
+    return ctx.b.set_dimension_size(iota(ctx.b, (n,), 0), count, 0)
+
+
 def _differs(b: ComputationBuilder, x: Instruction, y: Instruction) -> Instruction:
     """x != y, NaNs equal to each other (numpy.unique folds them into one)."""
     unequal = b.compare(x, y, Direction.NE)
@@ -183,6 +224,9 @@ def _differs(b: ComputationBuilder, x: Instruction, y: Instruction) -> Instructi
 
 @onnx_op("Unique", since=11)
 def unique(ctx: NodeContext, x: Instruction) -> list[Instruction]:
+    """The distinct items along the axis (sorted, or in order of first occurrence), their
+    first positions, each item's group and the groups' sizes; the number of groups may
+    be known only at run time (then the outputs are bounded by the number of items)."""
     b = ctx.b
     axis = ctx.attr("axis")
     if axis is None:
@@ -212,18 +256,15 @@ def unique(ctx: NodeContext, x: Instruction) -> list[Instruction]:
             change = b.binary(Op.OR, change, other)
         first = b.concatenate([first, change], 0)
     count = count_true(ctx, first)
-    if not isinstance(count, int):  # not yet with a run-time count: ask for the values
-        count = int(ctx.value(count, "Unique's number of distinct values"))
     starts = true_positions(b, first, count)
-    ends = b.concatenate([b.slice(starts, [1], [count]), b.constant(np.array([n], np.int64))], 0)
-    counts = b.binary(Op.SUBTRACT, ends, starts)
+    counts = b.binary(Op.SUBTRACT, _group_ends(ctx, starts, count, n), starts)
     firsts = take(b, order, starts, 0)  # the stable sort put each first occurrence first
     group = cumulative(b, b.convert(first, INDEX), 0, Op.ADD, exclusive=False, reverse=False)
     group = b.binary(Op.SUBTRACT, group, full(b, 1, INDEX, (n,)))
     _, inverse = sort_along(b, order, [group], 0)  # back to the items' own order
     if not ctx.attr("sorted", 1):
         # groups in order of first occurrence; inverse indices follow the renumbering
-        positions = iota(b, (count,), 0)
+        positions = iota(b, (count,), 0) if isinstance(count, int) else _counted(ctx, n, count)
         firsts, by_occurrence = sort_along(b, firsts, [positions], 0)
         counts = take(b, counts, by_occurrence, 0)
         _, renumbered = sort_along(b, by_occurrence, [positions], 0)
