@@ -292,6 +292,33 @@ def test_nonzero_of_a_bounded_input():
             np.testing.assert_array_equal(got[0], want[0])
 
 
+@pytest.mark.parametrize("axis", [0, None], ids=["axis0", "flat"])
+def test_compress_of_bounded_inputs(axis):
+    """Compress(x [batch, 3], condition [batch]): the rows (or entries) selected within
+    the extents."""
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("Compress", ["x", "keep"], ["y"], **({} if axis is None else {"axis": axis}))],
+        "m",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3]),
+            helper.make_tensor_value_info("keep", TensorProto.BOOL, ["batch"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    compiled = compile_model(model, CompileOptions(dim_extents={"batch": DimRange(1, 8)}))
+    loaded = compiled.load()
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(0)
+    for batch in (1, 3, 8):
+        x = rng.standard_normal((batch, 3)).astype(np.float32)
+        keep = rng.random(batch) < 0.5
+        want = session.run(None, {"x": x, "keep": keep})
+        for got in (loaded.run([x, keep]), _run_on_garbage(loaded, [x, keep])):
+            np.testing.assert_array_equal(got[0], want[0])
+
+
 def _mean_model():
     """x [batch, 4] -> its mean over the batch: a divisor only the run knows."""
     nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[0], keepdims=0)]

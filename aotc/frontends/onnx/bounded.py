@@ -39,7 +39,7 @@ GlobalAveragePool BatchNormalization
 _REDUCTIONS = """
 ArgMax ArgMin ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean
 ReduceMin ReduceProd ReduceSum ReduceSumSquare Softmax LogSoftmax LayerNormalization
-RMSNormalization TopK NonMaxSuppression NonZero
+RMSNormalization TopK NonMaxSuppression NonZero Compress
 """
 _MICROSOFT = """
 FastGelu BiasGelu Gelu QuickGelu SkipLayerNormalization SkipSimplifiedLayerNormalization

@@ -175,6 +175,9 @@ def non_zero(ctx: NodeContext, x: Instruction) -> Instruction:
 
 @onnx_op("Compress", since=9)
 def compress(ctx: NodeContext, x: Instruction, condition: Instruction) -> Instruction:
+    """The slices of x along the axis where the condition holds; of bounded operands,
+    among the entries within both extents (numpy.compress: a short condition selects
+    among the first entries only), their count known at run time."""
     b = ctx.b
     axis = ctx.attr("axis")
     if axis is None:
@@ -183,9 +186,11 @@ def compress(ctx: NodeContext, x: Instruction, condition: Instruction) -> Instru
     n = x.array_shape.dims[axis]
     if condition.array_shape.rank != 1:
         raise ShapeError(f"condition must be 1-D, got {list(condition.array_shape.dims)}")
-    # as numpy.compress: a short condition selects among the first entries only
     length = min(condition.array_shape.dims[0], n)
-    mask = b.convert(b.slice(condition, [0], [length]), DType.PRED)
+    mask = b.convert(extents.unbounded(ctx, b.slice(condition, [0], [length])), DType.PRED)
+    for value, dim in ((condition, 0), (x, axis)):
+        if value.array_shape.is_dynamic(dim):
+            mask = b.binary(Op.AND, mask, extents.inside(ctx, value, dim, (length,), 0))
     count = count_true(ctx, mask)
     if isinstance(count, int) and count == 0:
         dims = [0 if d == axis else s for d, s in enumerate(x.array_shape.dims)]
