@@ -159,18 +159,17 @@ class Computation:
         """
         if not replaced:
             return
-        read = {id(self.root)} | {id(o) for i in self.instructions for o in i.operands}
-        fresh = [new for new in replaced.values() if id(new) not in read]
+        # replacements read nowhere yet take the extents of what they replace
+        olds = [i for i in self.instructions if id(i) in replaced and i.extents is not None]
+        if olds:
+            read = {id(self.root)} | {id(o) for i in self.instructions for o in i.operands}
+            olds = [old for old in olds if id(replaced[id(old)]) not in read]
         for instr in self.instructions:
             instr.operands = [replaced.get(id(o), o) for o in instr.operands]
         if self.root is not None:
             self.root = replaced.get(id(self.root), self.root)
-        if fresh:
-            olds = {id(replaced[id(i)]): i for i in self.instructions if id(i) in replaced}
-            for new in fresh:
-                old = olds.get(id(new))
-                if old is not None:
-                    _inherit_extents(old, new)
+        for old in olds:
+            _inherit_extents(old, replaced[id(old)])
 
     def remove_dead(self) -> bool:
         """Drop instructions the root does not reach (parameters stay)."""

@@ -132,22 +132,23 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
     last = len(kernel.plans) - 1
     for n, (plan, where) in enumerate(zip(kernel.plans, places)):
         finish = epilogue if n == last else None  # the others are operands of its epilogue
-        clip = _clipping(instr, kernel.contractions[n]) if n == last else None
-        if clip is not None and isinstance(plan, GemmPlan):  # other forms compute whole
-            plan = replace(plan, clip=clip)
+        if n == last and isinstance(plan, GemmPlan):  # other forms compute whole
+            clip = _clipping(instr, kernel.contractions[n], len(plan.batch))
+            plan = replace(plan, clip=clip) if clip is not None else plan
         plan.emit(ctx, sources[n], where, packing, finish)
     return True
 
 
-def _clipping(instr: Instruction, dot: Instruction) -> Clipping | None:
+def _clipping(instr: Instruction, dot: Instruction, batch: int) -> Clipping | None:
     """What of the kernel's last contraction, a dot at the kernel's shape, its readers
-    need (its extents: llvm/extents.py), as GemmPlan clips it: the batch dims, then the
-    rows over the lhs free dims and the columns over the rhs free dims that cover them."""
+    need (its extents: llvm/extents.py), as GemmPlan clips it: the `batch` leading dims
+    (the dot's batch dims, then the lhs free dims its plan runs as batch dims), then the
+    rows over the other lhs free dims and the columns over the rhs free dims that cover
+    them."""
     if dot.op is not Op.DOT or (instr.extents is None and dot.reduced_extents is None):
         return None
     d = dot.dot
     assert d is not None
-    batch = len(d.lhs_batch)
     rows = dot.operands[0].array_shape.rank - batch - len(d.lhs_contracting)
     dims = dot.array_shape.dims
 

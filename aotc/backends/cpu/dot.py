@@ -77,23 +77,48 @@ class _Side:
             )
             for dims, values in groups:
                 for d, value in zip(dims, values):
-                    operand_index[d] = value
+                    if d != ABSENT:  # a batch dim of the other operand only
+                        operand_index[d] = value
             return gen(operand_index)
 
         return GeneratedPanels(element)
 
 
+# a batch dim of the GEMM that one operand does not have (stride 0 in it)
+ABSENT = -1
+
+
+def moved_free_dims(dot: Instruction) -> int:
+    """How many leading lhs free dims of a float `dot` run as GEMM batch dims: those
+    before the last one its extents clip, where an earlier one is clipped too ([batch,
+    seq] rows clipped to [b, s]: b GEMMs of s rows, not the rows that cover them)."""
+    d = dot.dot
+    if dot.extents is None or d is None:
+        return 0
+    start = len(d.lhs_batch)
+    free = dot.operands[0].array_shape.rank - start - len(d.lhs_contracting)
+    clipped = [k for k in range(free) if dot.extents[start + k] is not None]
+    return clipped[-1] if len(clipped) > 1 else 0
+
+
 def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
     """The problem the forms plan `dot` from (`views`: its operands' memory views, or
-    None), or None: no form takes it (no GEMM blocking for its types, nothing to do)."""
+    None), or None: no form takes it (no GEMM blocking for its types, nothing to do).
+    A float dot's leading lhs free dims run as batch dims where `moved_free_dims` says."""
     config = gemm_config(target, dot.array_shape.dtype, dot.operands[0].array_shape.dtype)
     if config is None:
         return None
     dims = dot.dot
+    moved = 0 if config.paired or any(_is_nbits(v) for v in views) else moved_free_dims(dot)
+    lhs_free = [
+        i
+        for i in range(dot.operands[0].array_shape.rank)
+        if i not in dims.lhs_batch + dims.lhs_contracting
+    ]
     sides, layouts, weights = [], [], []
     for operand, batch, contracting in (
-        (0, dims.lhs_batch, dims.lhs_contracting),
-        (1, dims.rhs_batch, dims.rhs_contracting),
+        (0, (*dims.lhs_batch, *lhs_free[:moved]), dims.lhs_contracting),
+        (1, (*dims.rhs_batch, *[ABSENT] * moved), dims.rhs_contracting),
     ):
         shape = dot.operands[operand].shape
         free = tuple(d for d in range(shape.rank) if d not in batch + contracting)
@@ -109,7 +134,7 @@ def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
             )
             if panel is not None and depth is not None:
                 strides = (panel, depth)
-                batch_strides = tuple(view.strides[d] for d in batch)
+                batch_strides = tuple(0 if d == ABSENT else view.strides[d] for d in batch)
                 source = view.dtype  # 8-bit integers an integer GEMM widens as it packs
         narrow = byte_values(dot.operands[operand]) if strides is None else source
         side = _Side(operand, batch, free, contracting, shape.dims, strides, batch_strides, source)
@@ -126,6 +151,10 @@ def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
         return None
     batch = tuple(lhs.dims[d] for d in lhs.batch)
     return DotProblem(config, batch, m, n, k, lhs, rhs, tuple(layouts), tuple(weights))
+
+
+def _is_nbits(view) -> bool:
+    return isinstance(view, NBitsWeight)
 
 
 @dataclass(frozen=True)

@@ -265,6 +265,11 @@ def _store_loop(
     start = _elementwise_from(instr)
     flat = start == 0 and len(dims) > 1
     inner = start if start and len(dims) - start >= 2 else None  # merged from `inner` on
+    clipped = _last_clipped(instr)
+    if clipped and (flat or (inner is not None and inner < clipped)):
+        # merged from the last dim clipped to an extent on: the merged loop covers just
+        # the box (merged over an earlier clipped dim, it would cover the rows between)
+        flat, inner = False, clipped if len(dims) - clipped >= 2 else None
     digits: list[tuple[int, ...]] = []
     if flat:
         loop = [math.prod(dims)]
@@ -288,6 +293,12 @@ def _store_loop(
         for (shape, where), value in zip(outputs, values):
             pointer = element_pointer(ctx, ctx.slice_pointer(where), shape, index)
             store_element(ctx.builder, shape.dtype, value, pointer)
+
+
+def _last_clipped(instr: Instruction) -> int:
+    """The last dim of `instr`'s output that its extents clip (0: none, or the first)."""
+    extents = instr.extents if isinstance(instr.shape, Shape) else None
+    return max((d for d, e in enumerate(extents or ()) if e is not None), default=0)
 
 
 def _loop_counts(ctx: EmitContext, instr: Instruction, dims, flat, inner, digits):
