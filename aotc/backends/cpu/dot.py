@@ -109,6 +109,7 @@ def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
     if config is None:
         return None
     dims = dot.dot
+    assert dims is not None
     moved = 0 if config.paired or any(_is_nbits(v) for v in views) else moved_free_dims(dot)
     lhs_free = [
         i
