@@ -43,7 +43,7 @@ from ..llvm.elemental import (
     memory_generator,
     split_index,
 )
-from ..llvm.extents import limits, span
+from ..llvm.extents import input_dims_slice, limits, span
 from ..llvm.kernels import kernel_outputs
 from ..llvm.lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from ..llvm.loops import if_then
@@ -86,7 +86,7 @@ def build_module(
     weights.section = f".rodata.{name}_weights"
     ctx = EmitContext(llmod, plan, name, RULES, target=target or parse_target())
     ctx.value_ranges = integer_ranges(module)
-    ctx.input_dims = _input_dims(module, plan)
+    ctx.input_dims = input_dims_slice(module, plan)
     plan.workspace_bytes = largest_workspace(ctx.target, plan, WORKSPACE_SIZERS)
     ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
     arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.scratch_bytes, 1))
@@ -111,15 +111,6 @@ def build_module(
     _emit_run_generic(llmod, name, run_all, arena)
     _emit_set_num_threads(llmod, name)
     return llmod
-
-
-def _input_dims(module: Module, plan: BufferPlan) -> Slice | None:
-    """Where the entry's input_dims are (kernels clip their loops to them), if any."""
-    bounds = module.bounds
-    if bounds is None or bounds.input_dims is None or module.entry is None:
-        return None
-    param = next(p for p in module.entry.parameters if p.index == bounds.input_dims)
-    return plan.slice_of(param)
 
 
 def _output_count(module: Module) -> int:

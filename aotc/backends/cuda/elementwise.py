@@ -23,6 +23,8 @@ from ...buffers import Slice
 from ...ir import Instruction, Op, Shape
 from ..llvm.context import Gen
 from ..llvm.elemental import bind_instructions, element_pointer, make_generator
+from ..llvm.extents import inside as extent_inside
+from ..llvm.extents import limits
 from ..llvm.lltypes import I64, store_element
 from ..llvm.loops import if_then
 from .context import GpuContext
@@ -56,7 +58,21 @@ def emit_elementwise(
         dims = outputs[0][0].dims
         kernel = _begin(ctx, instr, name, dims)
         gen = make_generator(ctx, instr, operand_generators(ctx, instr))
-        compute_and_store(ctx, grid_elements(ctx, dims, elements_per_thread(dims)), gen, outputs)
+        positions = grid_elements(ctx, dims, elements_per_thread(dims))
+        counts = limits(ctx, instr)
+        if counts is None:
+            compute_and_store(ctx, positions, gen, outputs)
+        else:  # positions past the extents the readers need compute nothing
+            for position in positions:
+                inside = extent_inside(ctx.builder, position.index, counts)
+                if position.inside is not None:
+                    inside = (
+                        position.inside
+                        if inside is None
+                        else ctx.builder.and_(inside, position.inside)
+                    )
+                with if_then(ctx.builder, inside):
+                    store_outputs(ctx, gen(position.index), outputs, position.index)
         return [finish_kernel(ctx, instr, kernel)]
     launches = []
     for k, output in enumerate(outputs):

@@ -26,6 +26,7 @@ from ...errors import UnsupportedError
 from ...ir import Instruction, Module, Op
 from ...names import check_c_identifier
 from ..llvm.elemental import ELEMENTWISE_EMITTERS, make_elementwise_rule
+from ..llvm.extents import input_dims_slice
 from ..llvm.lltypes import F32, F64
 from ..llvm.rules import KERNELS, RULES
 from .context import GpuContext
@@ -91,6 +92,7 @@ def build_program(
     outputs = len(root.operands) if root.op is Op.TUPLE else 1
     ctx.inputs, ctx.outputs = inputs, outputs
     ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
+    ctx.input_dims = input_dims_slice(module, plan)  # elementwise kernels clip to extents
     launches: list[KernelLaunch] = []
     for instr in plan.schedule:
         if not plan.needs_code(instr):

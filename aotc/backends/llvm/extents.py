@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ...ir import Instruction, Op, Shape
+from ...buffers import BufferPlan, Slice
+from ...ir import Instruction, Module, Op, Shape
 from ...ir.extents import CONSTANT, INPUT, Extent
 from .context import EmitContext
 from .lltypes import I32, I64, i64
@@ -28,6 +29,15 @@ _BINARY = {
     "minimum": lambda b, x, y: b.select(b.icmp_signed("<", x, y), x, y),
     "maximum": lambda b, x, y: b.select(b.icmp_signed(">", x, y), x, y),
 }
+
+
+def input_dims_slice(module: Module, plan: BufferPlan) -> Slice | None:
+    """Where the entry's input_dims are (`EmitContext.input_dims`), if it has them."""
+    bounds = module.bounds
+    if bounds is None or bounds.input_dims is None or module.entry is None:
+        return None
+    param = next(p for p in module.entry.parameters if p.index == bounds.input_dims)
+    return plan.slice_of(param)
 
 
 def clips(instr: Instruction) -> bool:
