@@ -63,15 +63,13 @@ def emit_elementwise(
         if counts is None:
             compute_and_store(ctx, positions, gen, outputs)
         else:  # positions past the extents the readers need compute nothing
+            b = ctx.builder
+            assert b is not None
             for position in positions:
-                inside = extent_inside(ctx.builder, position.index, counts)
+                inside = extent_inside(b, position.index, counts)
                 if position.inside is not None:
-                    inside = (
-                        position.inside
-                        if inside is None
-                        else ctx.builder.and_(inside, position.inside)
-                    )
-                with if_then(ctx.builder, inside):
+                    inside = position.inside if inside is None else b.and_(inside, position.inside)
+                with if_then(b, inside):
                     store_outputs(ctx, gen(position.index), outputs, position.index)
         return [finish_kernel(ctx, instr, kernel)]
     launches = []
