@@ -50,6 +50,32 @@ size_t aotc_bounded_scratch_bytes(size_t model_scratch_bytes, int n_inputs,
                                   const aotc_bounded_tensor *inputs_desc, int n_outputs,
                                   const aotc_bounded_tensor *outputs_desc);
 
+/* Of those, the padded buffers' and the extents' (after the model's own scratch). */
+size_t aotc_bounded_padded_bytes(int n_inputs, const aotc_bounded_tensor *inputs_desc,
+                                 int n_outputs, const aotc_bounded_tensor *outputs_desc);
+
+/* aotc_bounded_run's code for an extent outside its input's range (or a fixed dim's
+ * other than its own). */
+#define AOTC_BOUNDED_OUT_OF_RANGE (-100)
+
+/* The memory a bounded run moves data in, by address (the host's, or a device's); each
+ * returns 0 or an error code. */
+typedef struct {
+    int (*copy)(void *user, uintptr_t dst, uintptr_t src, size_t bytes); /* within it */
+    int (*put)(void *user, uintptr_t dst, const void *src, size_t bytes); /* from the host */
+    int (*get)(void *user, void *dst, uintptr_t src, size_t bytes); /* to the host, after run */
+    int (*run)(void *user, const uintptr_t *inputs, const uintptr_t *outputs); /* the model */
+} aotc_bounded_memory;
+
+/* aotc_run_bounded in any memory: the padded buffers and extents laid out from `padded`
+ * (aotc_bounded_padded_bytes of it) instead of after a scratch; returns 0,
+ * AOTC_BOUNDED_OUT_OF_RANGE, or the first nonzero code of `mem`'s functions. */
+int aotc_bounded_run(const aotc_bounded_memory *mem, void *user, uintptr_t padded,
+                     int n_inputs, const aotc_bounded_tensor *inputs_desc,
+                     const uintptr_t *inputs, const int64_t *input_dims, int n_outputs,
+                     const aotc_bounded_tensor *outputs_desc, const uintptr_t *outputs,
+                     int64_t *output_dims, int has_output_dims);
+
 #ifdef __cplusplus
 }
 #endif

@@ -103,8 +103,9 @@ const char *aotc_cuda_error_string(int code) {
         "the CUDA driver (libcuda.so.1) is missing or too old: install the NVIDIA driver",
         "no kernel image of the model runs on this GPU: recompile for its architecture",
         "invalid model context (NULL, or its init failed)",
+        "an extent outside its bounded dim's range",
     };
-    if (code <= 0 && code >= AOTC_CUDA_ERROR_INVALID)
+    if (code <= 0 && code >= AOTC_CUDA_ERROR_EXTENT)
         return ours[-code];
     if (code < 0 || driver.error_string == NULL)
         return "unknown error";
@@ -293,4 +294,63 @@ int aotc_cuda_download(void *dst, aotc_cuda_ptr src, size_t bytes) {
 int aotc_cuda_synchronize(aotc_cuda_stream stream) {
     int status = driver_ready();
     return status != 0 ? status : driver.synchronize(stream);
+}
+
+/* -- bounded dims: compact device buffers in and out (aotc_bounded.c) ---------------- */
+
+typedef struct {
+    aotc_cuda_model *model;
+    aotc_cuda_run_fn run;
+    void *ctx;
+    aotc_cuda_stream stream;
+} bounded_call;
+
+static int device_copy(void *user, uintptr_t dst, uintptr_t src, size_t bytes) {
+    bounded_call *call = (bounded_call *)user;
+    CUresult status = driver.dtod_async(dst, src, bytes, call->stream);
+    return status == 0 ? 0 : fail(call->model, status, "cuMemcpyDtoDAsync (bounded copy)");
+}
+
+static int device_put(void *user, uintptr_t dst, const void *src, size_t bytes) {
+    bounded_call *call = (bounded_call *)user;
+    CUresult status = bytes ? driver.htod(dst, src, bytes) : 0;
+    return status == 0 ? 0 : fail(call->model, status, "cuMemcpyHtoD (input_dims)");
+}
+
+static int device_get(void *user, void *dst, uintptr_t src, size_t bytes) {
+    bounded_call *call = (bounded_call *)user;
+    CUresult status = driver.synchronize(call->stream);
+    if (status == 0 && bytes)
+        status = driver.dtoh(dst, src, bytes);
+    return status == 0 ? 0 : fail(call->model, status, "cuMemcpyDtoH (output_dims)");
+}
+
+static int device_run(void *user, const uintptr_t *inputs, const uintptr_t *outputs) {
+    bounded_call *call = (bounded_call *)user;
+    return call->run(call->ctx, (const aotc_cuda_ptr *)inputs, (const aotc_cuda_ptr *)outputs,
+                     call->stream);
+}
+
+int aotc_cuda_run_bounded(aotc_cuda_model *m, aotc_cuda_run_fn run, void *ctx,
+                          aotc_cuda_ptr scratch, int n_inputs,
+                          const aotc_bounded_tensor *inputs_desc, const aotc_cuda_ptr *inputs,
+                          const int64_t *input_dims, int n_outputs,
+                          const aotc_bounded_tensor *outputs_desc, const aotc_cuda_ptr *outputs,
+                          int64_t *output_dims, int has_output_dims, aotc_cuda_stream stream) {
+    static const aotc_bounded_memory device = {device_copy, device_put, device_get, device_run};
+    int status = aotc_cuda_enter(m);
+    if (status != 0)
+        return status;
+    if (scratch == 0 || scratch % 64u != 0)
+        return fail(m, AOTC_CUDA_ERROR_INVALID, "bounded run: scratch NULL or not aligned");
+    bounded_call call = {m, run, ctx, stream};
+    uintptr_t in[n_inputs + 1], out[n_outputs + 1];
+    for (int i = 0; i < n_inputs; ++i) in[i] = (uintptr_t)inputs[i];
+    for (int i = 0; i < n_outputs; ++i) out[i] = (uintptr_t)outputs[i];
+    status = aotc_bounded_run(&device, &call, (uintptr_t)scratch, n_inputs, inputs_desc, in,
+                              input_dims, n_outputs, outputs_desc, out, output_dims,
+                              has_output_dims);
+    if (status == AOTC_BOUNDED_OUT_OF_RANGE)
+        return fail(m, AOTC_CUDA_ERROR_EXTENT, "bounded run: an extent outside its range");
+    return status;
 }

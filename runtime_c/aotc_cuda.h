@@ -19,6 +19,8 @@
 
 #include <stddef.h>
 
+#include "aotc_bounded.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,6 +35,7 @@ typedef struct CUstream_st *aotc_cuda_stream; /* CUstream; NULL is the default s
 #define AOTC_CUDA_ERROR_NO_DRIVER (-1) /* libcuda.so.1 missing, or too old */
 #define AOTC_CUDA_ERROR_NO_IMAGE (-2) /* no cubin or PTX in the model runs on the device */
 #define AOTC_CUDA_ERROR_INVALID (-3) /* a NULL context, or one whose init failed */
+#define AOTC_CUDA_ERROR_EXTENT (-4) /* a bounded run's extent outside its range */
 
 /* The state of one model loaded on a device (part of each NAME_cuda_ctx). */
 typedef struct aotc_cuda_model {
@@ -73,6 +76,20 @@ int aotc_cuda_copy(aotc_cuda_model *m, aotc_cuda_ptr dst, aotc_cuda_ptr src, siz
                    aotc_cuda_stream stream);
 /* Frees what load allocated; keeps `error`.  Safe after a failed load, and twice. */
 void aotc_cuda_unload(aotc_cuda_model *m);
+
+/* NAME_cuda_run_generic: (its context, inputs, outputs, stream) -> status. */
+typedef int (*aotc_cuda_run_fn)(void *ctx, const aotc_cuda_ptr *inputs,
+                                const aotc_cuda_ptr *outputs, aotc_cuda_stream stream);
+/* A model with bounded dims on compact device buffers (aotc_bounded.h's aotc_run_bounded
+ * on the device): the padded buffers in `scratch`, device memory of
+ * aotc_bounded_padded_bytes aligned to 64; it synchronizes `stream` to read the outputs'
+ * extents.  Returns 0 or an error code (AOTC_CUDA_ERROR_EXTENT for a bad extent). */
+int aotc_cuda_run_bounded(aotc_cuda_model *m, aotc_cuda_run_fn run, void *ctx,
+                          aotc_cuda_ptr scratch, int n_inputs,
+                          const aotc_bounded_tensor *inputs_desc, const aotc_cuda_ptr *inputs,
+                          const int64_t *input_dims, int n_outputs,
+                          const aotc_bounded_tensor *outputs_desc, const aotc_cuda_ptr *outputs,
+                          int64_t *output_dims, int has_output_dims, aotc_cuda_stream stream);
 
 /* ---- for programs without the CUDA SDK (after a NAME_cuda_init on this thread) ---- */
 

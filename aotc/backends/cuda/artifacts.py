@@ -21,12 +21,15 @@ from pathlib import Path
 
 from ... import artifacts
 from ...artifacts import ArtifactPaths, MemoryStats, TensorSpec
+from ...artifacts.render import bounded_api
 from ...buffers import BufferKind, Slice
 from ...ir import DType
 from ...resources import resource_dir
 
 RUNTIME_SOURCE = "aotc_cuda.c"
 RUNTIME_HEADER = "aotc_cuda.h"
+# the bounded runs' layout (aotc_cuda.h includes it): compiled into the library too
+BOUNDED_SOURCE, BOUNDED_HEADER = "aotc_bounded.c", "aotc_bounded.h"
 LINK_LIBS = ("-lm", "-lpthread", "-ldl")
 
 
@@ -66,6 +69,8 @@ def _template_values(name: str, inputs, outputs, program, stats: MemoryStats, so
         "width": max((len(t.c_name) for t in tensors), default=0),
         "type_width": max((len(t.type_text) for t in tensors), default=0),
         "has_16bit_floats": any(t.dtype in (DType.F16, DType.BF16) for t in tensors),
+        # NAME_cuda_run_bounded's padded buffers: the scratch the caller allocates
+        "bounded": bounded_api(inputs, outputs, 0),
     }
 
 
@@ -126,11 +131,12 @@ def write_cuda_artifacts(
     runtime = resource_dir("runtime_c")
     out_dir = Path(out_dir)
     library = f"lib{name}.a"
-    files = [f"{name}.h", RUNTIME_HEADER, f"{name}.o", library]
+    files = [f"{name}.h", RUNTIME_HEADER, f"{name}.o", library, BOUNDED_HEADER]
     cflags = [*artifacts.RUNTIME_CFLAGS, f"-I{runtime}"]
     with artifacts.staged_write(out_dir) as stage:
         (stage / files[0]).write_text(header, encoding="utf-8")
         shutil.copyfile(runtime / RUNTIME_HEADER, stage / RUNTIME_HEADER)
+        shutil.copyfile(runtime / BOUNDED_HEADER, stage / BOUNDED_HEADER)
         (stage / f"{name}_cuda.c").write_text(launcher, encoding="utf-8")
         (stage / f"{name}_blobs.o").write_bytes(program.host_object)
         steps = [
@@ -154,7 +160,14 @@ def write_cuda_artifacts(
                 [*compiler, *cflags, "-c", str(runtime / RUNTIME_SOURCE), "-o", "aotc_cuda.o"],
                 f"compiling runtime_c/{RUNTIME_SOURCE}",
             ),
-            ([*archiver, "rcsD", library, files[2], "aotc_cuda.o"], f"archiving {library}"),
+            (
+                [*compiler, *cflags, "-c", str(runtime / BOUNDED_SOURCE), "-o", "aotc_bounded.o"],
+                f"compiling runtime_c/{BOUNDED_SOURCE}",
+            ),
+            (
+                [*archiver, "rcsD", library, files[2], "aotc_cuda.o", "aotc_bounded.o"],
+                f"archiving {library}",
+            ),
         ]
         for argv, what in steps:
             artifacts.run_tool(argv, what, stage)
