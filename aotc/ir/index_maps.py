@@ -259,24 +259,21 @@ def cached_row_value(instr: Instruction, rank: int, hoisted: list[Instruction]):
         and i is not fused.root
         and i.op not in (Op.PARAMETER, Op.CONSTANT, Op.BROADCAST, Op.IOTA)
         and i.shape == shape
-        and _reads_an_operand(i, dims)
+        and _reads_an_operand(i)
     ]
     return candidates[-1] if candidates else None
 
 
-def _reads_an_operand(instr: Instruction, dims) -> bool:
-    """Whether `instr` is computed, through members of `dims`, from a parameter of
-    `dims`: a value worth keeping (a broadcast constant is not, and keeping it early
-    would overwrite an operand that shares the output's buffer, as an attention
-    kernel's scores do)."""
+def _reads_an_operand(instr: Instruction) -> bool:
+    """Whether `instr` is computed from a parameter: a value worth keeping (a broadcast
+    constant is not, and keeping it early would overwrite an operand that shares the
+    output's buffer before the output loop reads it, as an attention kernel's scores)."""
     work, seen = [instr], set()
     while work:
         member = work.pop()
-        if id(member) in seen or not isinstance(member.shape, Shape):
+        if id(member) in seen:
             continue
         seen.add(id(member))
-        if member.shape.dims != dims:
-            continue
         if member.op is Op.PARAMETER:
             return True
         work += member.operands
