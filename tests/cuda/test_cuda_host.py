@@ -66,6 +66,7 @@ def _symbols(path) -> dict[str, str]:
 def test_artifacts(mnist):
     compiled, build, _ = mnist
     assert sorted(p.name for p in build.iterdir() if not p.name.startswith("driver")) == [
+        "aotc_bounded.h",
         "aotc_cuda.h",
         "libmnist.a",
         "mnist.h",
@@ -74,7 +75,7 @@ def test_artifacts(mnist):
     members = subprocess.run(
         ["ar", "t", str(build / "libmnist.a")], capture_output=True, text=True, check=True
     ).stdout.split()
-    assert members == ["mnist.o", "aotc_cuda.o"]
+    assert members == ["mnist.o", "aotc_cuda.o", "aotc_bounded.o"]
     symbols = _symbols(build / "mnist.o")
     for name in (
         "mnist_cuda_init",
@@ -101,7 +102,7 @@ def test_artifacts(mnist):
 def test_the_same_compile_gives_the_same_files(mnist, tmp_path):
     compiled, build, _ = mnist
     compiled.write(tmp_path)
-    for name in ("mnist.h", "mnist.o", "libmnist.a", "aotc_cuda.h"):
+    for name in ("mnist.h", "mnist.o", "libmnist.a", "aotc_cuda.h", "aotc_bounded.h"):
         assert (tmp_path / name).read_bytes() == (build / name).read_bytes(), name
 
 

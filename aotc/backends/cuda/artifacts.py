@@ -122,8 +122,9 @@ def write_cuda_artifacts(
     source: str,
     cc: str | Sequence[str] | None = None,
 ) -> ArtifactPaths:
-    """Write NAME.h, aotc_cuda.h, NAME.o and libNAME.a for `program` (a CudaProgram);
-    all or nothing, as artifacts.write_artifacts."""
+    """Write NAME.h, aotc_cuda.h (with the aotc_bounded.h it includes), NAME.o and
+    libNAME.a for `program` (a CudaProgram); all or nothing, as
+    artifacts.write_artifacts."""
     header = render_cuda_header(name, inputs, outputs, program, stats, source)
     launcher = render_cuda_launcher(name, inputs, outputs, program, stats)
     compiler = artifacts.find_compiler(cc)
