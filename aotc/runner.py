@@ -113,7 +113,8 @@ class LoadedModel:
         arrays its outputs are written to."""
         inputs = self._positional(inputs, self.inputs)
         raw_inputs = [self._to_raw(spec, value) for spec, value in zip(self.inputs, inputs)]
-        raw_outputs = [np.zeros(spec.dims, spec.dtype.storage) for spec in self.outputs]
+        # every element a call needs is written (a bounded output's padding is cut away)
+        raw_outputs = [np.empty(spec.dims, spec.dtype.storage) for spec in self.outputs]
         ffi = self._ffi
         in_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in raw_inputs] or [ffi.NULL])
         out_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in raw_outputs] or [ffi.NULL])

@@ -302,7 +302,8 @@ class _Block:
         b = self.ctx.builder
         with for_range(b, self.count, "qrow") as r:
             q = split_index(b, b.add(self.q0, r), self.q_dims)
-            emit_row([*self.batch, *q])
+            # P V reads P's columns to its depth only (the keys past it are masked)
+            emit_row([*self.batch, *q], self.needed.depth)
 
     # -- O's rows ---------------------------------------------------------------------
 

@@ -34,8 +34,9 @@ from .parallel import parallel_loop_nest
 
 # (output index) -> where the kernel stores that element of its output
 Placement = Callable[[list[ir.Value]], ir.Value]
-# emits one row of the output, given the row's index (the leading output dims)
-RowEmitter = Callable[[list[ir.Value]], None]
+# emits one row of the output, given the row's index (the leading output dims) and, where
+# its reader reads less, the count of the last dim's positions to store (an i64)
+RowEmitter = Callable[..., None]
 
 
 def emit_row_fusion(ctx: EmitContext, instr: Instruction, params: list[Gen]) -> bool:
@@ -122,7 +123,7 @@ def row_emitter(
         for v in hoisted
     }
 
-    def emit_row(outer: list[ir.Value]) -> None:
+    def emit_row(outer: list[ir.Value], last: ir.Value | None = None) -> None:
         b = ctx.builder
         assert b is not None
         row_index[:] = outer
@@ -136,10 +137,12 @@ def row_emitter(
         vectorize = bool(columns) and columns[-1] in VECTOR_TURNS
         counts = limits(ctx, instr)  # the columns the readers need
         turns = (
-            columns
+            list(columns)
             if counts is None
             else [d if c is None else c for c, d in zip(counts[rank:], columns)]
         )
+        if last is not None and turns:
+            turns[-1] = last
         with loop_nest(b, turns, "col", vectorize) as inner:
             index = [*outer, *inner]
             store_element(b, shape.dtype, gens[id(fused.root)](index), placement(index))
