@@ -16,7 +16,7 @@ indexed by the first p loop dims only, so a kernel may compute it once per
 
 from __future__ import annotations
 
-from .module import Computation, Instruction
+from .module import Computation, Instruction, reached
 from .ops import Op, Trait
 from .types import DType, Shape
 
@@ -268,16 +268,7 @@ def _reads_an_operand(instr: Instruction) -> bool:
     """Whether `instr` is computed from a parameter: a value worth keeping (a broadcast
     constant is not, and keeping it early would overwrite an operand that shares the
     output's buffer before the output loop reads it, as an attention kernel's scores)."""
-    work, seen = [instr], set()
-    while work:
-        member = work.pop()
-        if id(member) in seen:
-            continue
-        seen.add(id(member))
-        if member.op is Op.PARAMETER:
-            return True
-        work += member.operands
-    return False
+    return any(member.op is Op.PARAMETER for member in reached([instr]))
 
 
 def _covers_row(reduced: set[int], dims: tuple[int, ...], rank: int) -> bool:

@@ -110,6 +110,20 @@ class Instruction:
         )
 
 
+def reached(roots) -> list[Instruction]:
+    """`roots` and everything they read, transitively, each once (no recursion)."""
+    seen: set[int] = set()
+    found: list[Instruction] = []
+    pending = list(roots)
+    while pending:
+        value = pending.pop()
+        if id(value) not in seen:
+            seen.add(id(value))
+            found.append(value)
+            pending.extend(value.operands)
+    return found
+
+
 def _inherit_extents(old: Instruction, new: Instruction) -> None:
     """A new instruction read nowhere yet that takes `old`'s place computes its values for
     its readers: what they read of it is what they read of `old` (its extents)."""

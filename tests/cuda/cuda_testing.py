@@ -119,6 +119,14 @@ int main(int argc, char **argv) {{
 """
 
 
+def link_program(source: Path, build: Path, name: str, program: Path) -> Path:
+    """A C program `source` using model `name`'s CUDA artifacts in `build`, linked."""
+    argv = [c_compiler(), "-std=c11", str(source), f"-I{build}", str(build / f"lib{name}.a")]
+    argv += ["-lm", "-lpthread", "-ldl", "-o", str(program)]
+    subprocess.run(argv, check=True, capture_output=True, text=True)
+    return program
+
+
 def build_driver(compiled, build: Path, out: Path, runs: int = 1) -> Path:
     """The C driver of a CUDA model written to `build`, linked as a user would."""
     source = out.with_suffix(".c")

@@ -17,6 +17,7 @@ from cuda_testing import (
     c_compiler,
     fake_driver,
     fake_environment,
+    link_program,
     require_ptxas,
 )
 
@@ -115,7 +116,7 @@ def test_run_bounded_on_compact_device_buffers(tmp_path):
     """mlp_cuda_run_bounded (the header's) pads compact device buffers, runs, and cuts the
     outputs back, emulated under the stand-in driver."""
     require_ptxas()
-    cc = c_compiler()
+    c_compiler()
     model = mlp()
     options = CompileOptions(target="cuda:sm_80", name="mlp", dim_extents={"batch": DimRange(1, 8)})
     compiled = compile_model(model, options)
@@ -123,24 +124,7 @@ def test_run_bounded_on_compact_device_buffers(tmp_path):
     compiled.write(build)
     source = tmp_path / "main.c"
     source.write_text(BOUNDED_PROGRAM)
-    program = tmp_path / "main"
-    subprocess.run(
-        [
-            cc,
-            "-std=c11",
-            str(source),
-            f"-I{build}",
-            str(build / "libmlp.a"),
-            "-lm",
-            "-lpthread",
-            "-ldl",
-            "-o",
-            str(program),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    program = link_program(source, build, "mlp", tmp_path / "main")
     library, _ = build_emulation(compiled, tmp_path / "emulation")
     env = fake_environment(fake_driver(tmp_path / "fake"), library)
     session = ort.InferenceSession(model.SerializeToString())

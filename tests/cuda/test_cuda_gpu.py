@@ -15,6 +15,7 @@ from cuda_testing import (
     c_compiler,
     conformance_cases,
     has_gpu,
+    link_program,
     require_ptxas,
     run_conformance_case,
     run_driver,
@@ -123,21 +124,6 @@ def test_a_missing_device_is_an_error_with_the_drivers_message(tmp_path):
     )
     import subprocess
 
-    program = tmp_path / "bad"
-    build = tmp_path / "build"
-    subprocess.run(
-        [
-            c_compiler(),
-            str(source),
-            f"-I{build}",
-            str(build / "libmnist.a"),
-            "-lm",
-            "-lpthread",
-            "-ldl",
-            "-o",
-            str(program),
-        ],
-        check=True,
-    )
+    program = link_program(source, tmp_path / "build", "mnist", tmp_path / "bad")
     result = subprocess.run([str(program)], capture_output=True, text=True, timeout=60, check=False)
     assert result.stdout.startswith("101 mnist: cuDeviceGet: CUDA_ERROR_INVALID_DEVICE")

@@ -30,6 +30,7 @@ from llvmlite import ir
 
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...ir import Instruction, Module, Op, Shape
+from ...ir.module import reached
 from ...ir.value_ranges import integer_ranges
 from ...names import check_c_identifier
 from ..llvm.context import EmitContext, Gen
@@ -351,7 +352,9 @@ def _elementwise_from(instr: Instruction) -> int | None:
         return None
     members = instr.called[0].instructions if instr.op is Op.FUSION else [instr]
     # what a broadcast reads is indexed by the dims it keeps alone: any computation
-    below_broadcasts = _feeding(m.operands[0] for m in members if m.op is Op.BROADCAST)
+    below_broadcasts = {
+        id(i) for i in reached(m.operands[0] for m in members if m.op is Op.BROADCAST)
+    }
     # an operand reshaped to the output's dims is read at the output's own index
     reshaped = {id(r) for r in _operand_reshapes(instr) if r.array_shape.dims == dims}
     start = 0
@@ -375,18 +378,6 @@ def _elementwise_from(instr: Instruction) -> int | None:
         ):
             return None
     return start
-
-
-def _feeding(roots) -> set[int]:
-    """The ids of `roots` and of everything they read, transitively."""
-    seen: set[int] = set()
-    pending = list(roots)
-    while pending:
-        value = pending.pop()
-        if id(value) not in seen:
-            seen.add(id(value))
-            pending.extend(value.operands)
-    return seen
 
 
 def _bind_buffers(ctx: EmitContext, b: ir.IRBuilder, function, weights) -> None:

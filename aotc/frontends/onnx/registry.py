@@ -22,6 +22,7 @@ from onnx import AttributeProto, helper
 from ...errors import InputValuesRequired, ModelError, ShapeError
 from ...ir import ComputationBuilder, Instruction, Op
 from ...ir.evaluate import evaluate_constant
+from ...ir.module import reached
 
 # The newest opset whose changes were reviewed: from 24 on they are mostly new
 # low-precision types (float8/float4/int4/int2, refused by dtype), plus Range-27's
@@ -282,13 +283,5 @@ class NodeContext:
 
     def _depends_on(self, instr: Instruction) -> list[str]:
         """The model inputs whose values `instr` depends on, in parameter order."""
-        stack, seen, params = [instr], set(), []
-        while stack:
-            cur = stack.pop()
-            if id(cur) in seen:
-                continue
-            seen.add(id(cur))
-            if cur.op is Op.PARAMETER:
-                params.append(cur)
-            stack.extend(cur.operands)
+        params = [i for i in reached([instr]) if i.op is Op.PARAMETER]
         return [self.input_names.get(id(p), p.name) for p in sorted(params, key=lambda p: p.index)]
