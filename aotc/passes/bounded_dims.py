@@ -168,12 +168,18 @@ class Sizes:
 
     def _record_extents(self, dims_param: Instruction | None) -> None:
         """`Instruction.extents` for each array whose extents read only input_dims
-        (ir/extents.py), its dims in `whole` left out: what the kernels may clip to."""
+        (ir/extents.py), its dims in `whole` left out: what the kernels may clip to; and
+        for each sort of several arrays, their common extents (`_sort_extents`)."""
+        users = self.entry.users()
         for instr in self.entry.instructions:
             extents = self.extents.get(id(instr))
-            if not isinstance(instr.shape, Shape) or not extents:
-                continue
             whole = self.whole.get(id(instr), set())
+            if instr.op is Op.SORT and isinstance(instr.shape, TupleShape) and extents:
+                extents, whole = self._sort_extents(instr, users.get(id(instr), []))
+            elif not isinstance(instr.shape, Shape):
+                continue
+            if not extents:
+                continue
             found = tuple(
                 None if e is None or d in whole else extent_of(e, dims_param)
                 for d, e in enumerate(extents)
@@ -188,6 +194,17 @@ class Sizes:
                 found = tuple(None if e is None else extent_of(e, dims_param) for e in reads)
                 if any(e is not None for e in found):
                     instr.reduced_extents = found
+
+    def _sort_extents(self, sort: Instruction, users: list[Instruction]):
+        """(extents, whole dims) of a sort of several arrays, which share their dims and
+        extents: whole where a reader uses the padding of one of them; none (None) when
+        something else than its elements' reads takes the tuple."""
+        if not all(u.op is Op.GET_TUPLE_ELEMENT for u in users):
+            return None, set()
+        whole = set(self.whole.get(id(sort), set()))
+        for user in users:
+            whole |= self.whole.get(id(user), set())
+        return self.extents[id(sort)][0], whole
 
     def _whole(self, instr: Instruction, dim: int) -> None:
         """A reader uses `instr`'s padding along `dim`: its kernel computes all of it."""

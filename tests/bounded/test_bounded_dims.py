@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 from aotc_testing import build_c, run_cli
 from bounded_models import encoder_layer, mlp, shape_driven
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from aotc.driver import CompileOptions, compile_model
 from aotc.errors import AotcError, ShapeError
@@ -265,19 +265,6 @@ def _nonzero_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def _cumsum_model():
-    """x [batch, 4] -> CumSum(x) along the batch."""
-    nodes = [helper.make_node("CumSum", ["x", "axis"], ["s"])]
-    graph = helper.make_graph(
-        nodes,
-        "m",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("s", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor("axis", TensorProto.INT64, [], [0])],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-
-
 def test_nonzero_of_a_bounded_input():
     """The non-zero entries within the extents (NaN padding is non-zero), in order."""
     model = _nonzero_model()
@@ -319,14 +306,71 @@ def test_compress_of_bounded_inputs(axis):
             np.testing.assert_array_equal(got[0], want[0])
 
 
-def _mean_model():
-    """x [batch, 4] -> its mean over the batch: a divisor only the run knows."""
-    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[0], keepdims=0)]
+def _means_and_running_sums():
+    """x [b, seq, 4] and img [b, 3, h, h] -> means over bounded dims (divisors only the
+    run knows: ReduceMean, GlobalAveragePool, InstanceNormalization,
+    MeanVarianceNormalization) and running sums and products along them (from the
+    start, from the end, exclusive)."""
+    n = helper.make_node
+    inits = [
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.linspace(0.5, 1.5, 3).astype(np.float32), "scale"),
+        numpy_helper.from_array(np.linspace(-1, 1, 3).astype(np.float32), "bias"),
+    ]
+    nodes = [
+        n("ReduceMean", ["x"], ["mean_seq"], axes=[1], keepdims=0),
+        n("ReduceMean", ["x"], ["mean_all"], keepdims=1),
+        n("GlobalAveragePool", ["img"], ["pooled"]),
+        n("InstanceNormalization", ["img", "scale", "bias"], ["instance"]),
+        n("MeanVarianceNormalization", ["img"], ["mvn"]),
+        n("CumSum", ["x", "one"], ["forward"]),
+        n("CumSum", ["x", "one"], ["backward"], reverse=1),
+        n("CumSum", ["x", "one"], ["backward_exclusive"], reverse=1, exclusive=1),
+        n("CumSum", ["x", "zero"], ["over_batch"], exclusive=1),
+    ]
+    outputs = [o for node in nodes for o in node.output]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "seq", 4]),
+            helper.make_tensor_value_info("img", TensorProto.FLOAT, ["b", 3, "h", "h"]),
+        ],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_means_and_running_sums_over_bounded_dims():
+    """Compiled once for b 1..3, seq 1..9, h 2..8: divisors from the extents, running
+    sums from the end that skip the padding (rtol 1e-5, atol 1e-6)."""
+    model = _means_and_running_sums()
+    ranges = {"b": DimRange(1, 3), "seq": DimRange(1, 9), "h": DimRange(2, 8)}
+    loaded = compile_model(model, CompileOptions(dim_extents=ranges)).load()
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(8)
+    for b, seq, h in ((1, 1, 2), (2, 5, 3), (3, 9, 8)):
+        feed = [
+            rng.standard_normal((b, seq, 4)).astype(np.float32),
+            rng.standard_normal((b, 3, h, h)).astype(np.float32),
+        ]
+        want = session.run(None, {"x": feed[0], "img": feed[1]})
+        for got in (loaded.run(feed), _run_on_garbage(loaded, feed)):
+            for have, expected in zip(got, want):
+                assert have.shape == expected.shape
+                np.testing.assert_allclose(have, expected, rtol=1e-5, atol=1e-6)
+
+
+def _hardmax_model():
+    """x [batch, 4] -> Hardmax(x) along the batch."""
+    nodes = [helper.make_node("Hardmax", ["x"], ["y"], axis=0)]
     graph = helper.make_graph(
         nodes,
         "m",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("m", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
@@ -334,8 +378,7 @@ def _mean_model():
 @pytest.mark.parametrize(
     "model, message",
     [
-        (_cumsum_model, "CumSum does not take yet"),
-        (_mean_model, "averages over bounded dim 0"),
+        (_hardmax_model, "Hardmax does not take yet"),
     ],
 )
 def test_what_cannot_be_bounded_is_refused_by_node(model, message, tmp_path):
@@ -539,6 +582,47 @@ def test_unique_counts_at_run_time(attrs):
     assert len(counts) > 2  # the inputs make different numbers of groups
 
 
+def _bounded_unique_model(dims, attrs):
+    """x of `dims` (int64, symbolic names bounded) -> Unique(x, **attrs)."""
+    node = helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.INT64, dims)],
+        [helper.make_tensor_value_info(n, TensorProto.INT64, None) for n in node.output],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize(
+    "dims, attrs",
+    [
+        (["n"], {}),
+        (["n", 2], {"axis": 0}),
+        (["n", 2], {"axis": 0, "sorted": 0}),
+        ([3, "n"], {"axis": 0}),  # the items' own elements are bounded
+        ([3, "n"], {"axis": 1, "sorted": 0}),
+        (["n", 2], {}),  # flattened
+    ],
+    ids=str,
+)
+def test_unique_of_a_bounded_input(dims, attrs):
+    """Unique of the items within the extents, compiled once for n 1..6: the groups
+    counted among them, compared by their elements within the extents."""
+    model = _bounded_unique_model(dims, attrs)
+    loaded = compile_model(model, CompileOptions(dim_extents={"n": DimRange(1, 6)})).load()
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 4, 6):
+        shape = [n if d == "n" else d for d in dims]
+        x = rng.integers(0, 2, shape).astype(np.int64)
+        want = session.run(None, {"x": x})
+        for got in (loaded.run([x]), _run_on_garbage(loaded, [x])):
+            for have, expected in zip(got, want):
+                assert have.shape == expected.shape
+                np.testing.assert_array_equal(have, expected)
+
+
 def test_topk_whose_k_is_data():
     """TopK by a k given as an input, compiled once: as many results as each k asks."""
     n = helper.make_node
@@ -602,6 +686,34 @@ def test_topk_along_a_bounded_dim():
         for have, want in zip(got, session.run(None, {"scores": scores})):
             assert have.shape == want.shape
             np.testing.assert_array_equal(have, want)
+
+
+def test_topk_along_a_bounded_dim_by_a_k_that_is_data():
+    """scores [2, n] (n 1..10) and k an input: k of each row's n, both known at run time."""
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("TopK", ["scores", "k"], ["top", "at"])],
+        "m",
+        [
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [2, "n"]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("top", TensorProto.FLOAT, [2, None]),
+            helper.make_tensor_value_info("at", TensorProto.INT64, [2, None]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    loaded = compile_model(model, CompileOptions(dim_extents={"n": DimRange(1, 10)})).load()
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(5)
+    for extent, k in ((1, 1), (4, 0), (4, 3), (10, 10), (7, 2)):
+        feed = [rng.standard_normal((2, extent)).astype(np.float32), np.array([k], np.int64)]
+        want = session.run(None, {"scores": feed[0], "k": feed[1]})
+        for got in (loaded.run(feed), _run_on_garbage(loaded, feed)):
+            for have, expected in zip(got, want):
+                assert have.shape == expected.shape
+                np.testing.assert_array_equal(have, expected)
 
 
 def _nms_model(boxes: int = 6, most: int = 2):

@@ -7,6 +7,11 @@
  * barrier between blocks so that shared memory is reused safely.  Other kernels run their
  * GPU threads one after the other on the calling thread.  The kernels reach the grid
  * through the aotc_emu_* functions below (thread-local state).
+ *
+ * With AOTC_FAKE_CUDA_COUNTS set to a path, the process writes there at exit, per kernel
+ * of the table, how many times its threads synchronized (barriers, warp shuffles) over
+ * every launch: a measure of the work cooperative kernels did (a GEMM's steps, a
+ * reduction's rounds).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -43,20 +48,40 @@ typedef struct {
     void **params;
     unsigned grid;
     int tid;
+    unsigned long *syncs;
 } thread_args;
 
 static __thread int emu_tid, emu_ctaid;
 static __thread block_state *emu_block;
+static __thread unsigned long *emu_syncs; /* the running kernel's count */
+
+/* the kernel table (table.c, generated) and each kernel's count of synchronizations */
+extern const aotc_emu_kernel aotc_emu_kernels[];
+#define MAX_KERNELS 4096
+static unsigned long sync_counts[MAX_KERNELS];
+
+__attribute__((destructor)) static void write_counts(void) {
+    const char *path = getenv("AOTC_FAKE_CUDA_COUNTS");
+    FILE *out = path ? fopen(path, "w") : NULL;
+    if (!out) return;
+    for (int k = 0; k < MAX_KERNELS && aotc_emu_kernels[k].name; k++)
+        fprintf(out, "%s %lu\n", aotc_emu_kernels[k].name, sync_counts[k]);
+    fclose(out);
+}
 
 int aotc_emu_tid(void) { return emu_tid; }
 int aotc_emu_ctaid(void) { return emu_ctaid; }
 void *aotc_emu_shared(void) { return emu_block->shared; }
 
-void aotc_emu_barrier(void) { pthread_barrier_wait(&emu_block->all); }
+void aotc_emu_barrier(void) {
+    __atomic_fetch_add(emu_syncs, 1, __ATOMIC_RELAXED);
+    pthread_barrier_wait(&emu_block->all);
+}
 
 int aotc_emu_shfl_xor(int value, int lane_mask) {
     block_state *b = emu_block;
     int warp = emu_tid / WARP, lane = emu_tid % WARP;
+    __atomic_fetch_add(emu_syncs, 1, __ATOMIC_RELAXED);
     b->slots[emu_tid] = value;
     pthread_barrier_wait(&b->warps[warp]);
     int other = b->slots[warp * WARP + (lane ^ lane_mask)];
@@ -141,6 +166,7 @@ unsigned aotc_emu_tf32(float x) {
 static void *run_thread(void *p) {
     thread_args *a = p;
     emu_block = a->block;
+    emu_syncs = a->syncs;
     emu_tid = a->tid;
     for (unsigned g = 0; g < a->grid; g++) {
         emu_ctaid = (int)g;
@@ -179,7 +205,8 @@ int aotc_emu_launch(const aotc_emu_kernel *kernel, unsigned grid, unsigned block
     thread_args *args = calloc(block, sizeof *args);
     int failed = 0;
     for (unsigned t = 0; t < block; t++) {
-        args[t] = (thread_args){state, kernel->fn, params, grid, (int)t};
+        unsigned long *count = &sync_counts[(kernel - aotc_emu_kernels) % MAX_KERNELS];
+        args[t] = (thread_args){state, kernel->fn, params, grid, (int)t, count};
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setstacksize(&attr, 1 << 20);

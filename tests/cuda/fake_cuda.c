@@ -158,7 +158,10 @@ CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
     void *memory = aligned_alloc(256, (bytes + 255) / 256 * 256);
     if (memory == NULL)
         return OUT_OF_MEMORY;
-    memset(memory, 0xA5, (bytes + 255) / 256 * 256); /* garbage, as fresh device memory */
+    /* garbage, as fresh device memory: AOTC_FAKE_CUDA_FILL's byte (hex), 0xff making
+     * every float NaN, so that a kernel reading what no kernel wrote shows */
+    const char *fill = getenv("AOTC_FAKE_CUDA_FILL");
+    memset(memory, fill ? (int)strtol(fill, NULL, 16) : 0xA5, (bytes + 255) / 256 * 256);
     *ptr = (CUdeviceptr)(uintptr_t)memory;
     return SUCCESS;
 }

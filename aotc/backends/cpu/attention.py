@@ -33,12 +33,12 @@ from ...ir.attention_chain import AttentionChain, chain_dot, chain_parts, score_
 from ...ir.fusion_kinds import fusion_kind
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import bind_instructions, element_pointer, linearize, split_index
-from ..llvm.extents import inside, limits, span
+from ..llvm.extents import contraction_depth, inside, limits, span
 from ..llvm.lltypes import I8, i64, load_element, store_element
 from ..llvm.loops import for_range, if_then
 from .blocked_gemm import emit_gemm_on_b, emit_region, pack_whole_b, whole_b_bytes
 from .blocking import Blocking, aligned, blocking
-from .contraction import Source, contraction_depth
+from .contraction import Source
 from .dot import DotProblem, dot_problem
 from .gemm_split import MAX_PARTS, share_out
 from .panels import Panels, StridedPanels

@@ -31,11 +31,11 @@ from ...ir.fusion_kinds import CONTRACTION_OPS, output_contractions, widens_byte
 from ..llvm.alias import OutputScope
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import element_pointer, make_generator, memory_generator
-from ..llvm.extents import limits, reduced_limits, span
-from ..llvm.lltypes import i64, store_element
+from ..llvm.extents import clips_dot, dot_clip
+from ..llvm.lltypes import store_element
 from .blocking import aligned
 from .forms import plan_contraction
-from .gemm import Clipping, GemmClip, GemmPlan
+from .gemm import Clipping, GemmPlan
 from .gemm_config import fits_gemm
 from .nbits import nbits_weight
 from .plans import KernelPlan
@@ -140,45 +140,11 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
 
 
 def _clipping(instr: Instruction, dot: Instruction, batch: int) -> Clipping | None:
-    """What of the kernel's last contraction, a dot at the kernel's shape, its readers
-    need (its extents: llvm/extents.py), as GemmPlan clips it: the `batch` leading dims
-    (the dot's batch dims, then the lhs free dims its plan runs as batch dims), then the
-    rows over the other lhs free dims and the columns over the rhs free dims that cover
-    them."""
-    if dot.op is not Op.DOT or (instr.extents is None and dot.reduced_extents is None):
+    """What of the kernel's last contraction its readers need (llvm/extents.dot_clip),
+    as GemmPlan clips it: `batch` leading dims run as GEMM batch dims."""
+    if not clips_dot(instr, dot):
         return None
-    d = dot.dot
-    assert d is not None
-    rows = dot.operands[0].array_shape.rank - batch - len(d.lhs_contracting)
-    dims = dot.array_shape.dims
-
-    def clip(ctx: EmitContext) -> GemmClip:
-        b = ctx.builder
-        assert b is not None
-        counts = limits(ctx, instr) or [None] * len(dims)
-        m = span(b, counts[batch : batch + rows], dims[batch : batch + rows])
-        n = span(b, counts[batch + rows :], dims[batch + rows :])
-        depth = contraction_depth(ctx, dot)
-        whole = [isinstance(x, int) for x in (m, n)]
-        return GemmClip(counts[:batch], None if whole[0] else m, None if whole[1] else n, depth)
-
-    return clip
-
-
-def contraction_depth(ctx: EmitContext, dot: Instruction) -> ir.Value | None:
-    """How deep the dot's K goes past its masked zeros (`reduced_extents`, from 1: an
-    empty extent still runs one slice, which stores C), or None: all of K."""
-    counts = reduced_limits(ctx, dot)
-    d = dot.dot
-    assert d is not None
-    if counts is None or all(counts[i] is None for i in d.lhs_contracting):
-        return None
-    lhs = dot.operands[0].array_shape.dims
-    b = ctx.builder
-    assert b is not None
-    depth = span(b, [counts[i] for i in d.lhs_contracting], [lhs[i] for i in d.lhs_contracting])
-    assert not isinstance(depth, int)
-    return b.select(b.icmp_signed("<", depth, i64(1)), i64(1), depth)
+    return lambda ctx: dot_clip(ctx, instr, dot, batch)
 
 
 def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from ...ir import DType, Instruction
 from ...ir.fusion_kinds import BYTE_TYPES, byte_values
 from ..llvm.elemental import delinearize, linearize, split_index
+from ..llvm.extents import moved_free_dims
 from ..llvm.lltypes import i64
 from .amx import AmxPlan, tiled
 from .gemm import GemmPlan
@@ -86,19 +87,6 @@ class _Side:
 
 # a batch dim of the GEMM that one operand does not have (stride 0 in it)
 ABSENT = -1
-
-
-def moved_free_dims(dot: Instruction) -> int:
-    """How many leading lhs free dims of a float `dot` run as GEMM batch dims: those
-    before the last one its extents clip, where an earlier one is clipped too ([batch,
-    seq] rows clipped to [b, s]: b GEMMs of s rows, not the rows that cover them)."""
-    d = dot.dot
-    if dot.extents is None or d is None:
-        return 0
-    start = len(d.lhs_batch)
-    free = dot.operands[0].array_shape.rank - start - len(d.lhs_contracting)
-    clipped = [k for k in range(free) if dot.extents[start + k] is not None]
-    return clipped[-1] if len(clipped) > 1 else 0
 
 
 def dot_problem(target, dot: Instruction, views) -> DotProblem | None:

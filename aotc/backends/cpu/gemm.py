@@ -20,7 +20,7 @@ from ...buffers import Slice
 from ...ir import DType
 from ..llvm.context import EmitContext
 from ..llvm.elemental import linearize
-from ..llvm.extents import inside
+from ..llvm.extents import GemmClip, inside
 from ..llvm.lltypes import I8, I64, PTR, i64
 from ..llvm.loops import for_range, if_then, loop_nest
 from .blocked_gemm import (
@@ -42,18 +42,6 @@ from .vectors import smaller
 
 # (ctx, sources, batch index) -> the operand for that batch element
 OperandFactory = Callable[[EmitContext, list, list[ir.Value]], Panels]
-
-
-@dataclass
-class GemmClip:
-    """What of a batch of GEMMs its readers need (i64s of the call; None: all): the
-    batch positions per batch dim, C's first rows and first columns; and how deep K
-    goes (from 1: past it, the operands hold masked zeros)."""
-
-    batch: list[ir.Value | None]
-    rows: ir.Value | None
-    cols: ir.Value | None
-    depth: ir.Value | None = None
 
 
 # ctx -> the clip, computed where it is called (a thread's body computes its own)

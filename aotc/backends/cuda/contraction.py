@@ -124,7 +124,7 @@ def _choose(target, instr: Instruction) -> _Choice | None:
     contraction = contraction_of(instr)
     if contraction is None:
         return None
-    plan = gemm_plan(contraction)
+    plan = gemm_plan(contraction, instr)
     if plan is None:
         return None
     sizes, make_gemm = plan
@@ -228,14 +228,15 @@ def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):
         )
     launches = [finish_kernel(ctx, instr, kernel)]
     if partials is not None:
-        launches.append(partials.emit_sum(instr, f"{name}_sum", store))
+        launches.append(partials.emit_sum(instr, f"{name}_sum", gemm, store))
     return launches
 
 
 class _Partials:
     """Split-K's partial sums in the workspace, [slices, batch, m, n] in the accumulator's
     type, and the kernel that adds them up in slice order (the same sums every run) and
-    finishes each element as the unsplit kernel would (epilogue, store)."""
+    finishes each element as the unsplit kernel would (epilogue, store); of C only what
+    the call needs (`Gemm.needed`): the tiles' kernel wrote no partials of the rest."""
 
     def __init__(self, ctx: GpuContext, choice: _Choice):
         self.ctx, self.choice = ctx, choice
@@ -249,7 +250,7 @@ class _Partials:
         pointer = element_pointer(ctx, ctx.slice_pointer(ctx.workspace), self.shape, index)
         store_element(ctx.builder, self.shape.dtype, value, pointer)
 
-    def emit_sum(self, instr: Instruction, name: str, store) -> KernelLaunch:
+    def emit_sum(self, instr: Instruction, name: str, gemm: Gemm, store) -> KernelLaunch:
         ctx, sizes, slices = self.ctx, self.choice.sizes, self.choice.slices
         dims = (sizes.batch, sizes.m, sizes.n)
         per_thread = elementwise.elements_per_thread(dims)
@@ -265,17 +266,29 @@ class _Partials:
         b = ctx.builder
         partial = memory_generator(ctx, ctx.workspace, self.shape)
         positions = elementwise.grid_elements(ctx, dims, per_thread)
-        sums = []
-        for position in positions:
-            g, m, n = position.index
+        needed = gemm.needed(ctx) if gemm.needed is not None else None
+
+        def total_at(index):
+            g, m, n = index
             total = partial([g, m, n])
             for s in range(1, slices):
                 g_s = b.add(g, ir.Constant(I64, s * sizes.batch))
                 total = scalar.binary(ctx, Op.ADD, self.shape.dtype, total, partial([g_s, m, n]))
-            sums.append(total)
-        for position, total in zip(positions, sums):
-            with if_then(b, position.inside):
-                store(*(b.trunc(v, I32) for v in position.index), total)
+            return total
+
+        if needed is None:  # every position's loads first, in flight together
+            sums = [total_at(position.index) for position in positions]
+            for position, total in zip(positions, sums):
+                with if_then(b, position.inside):
+                    store(*(b.trunc(v, I32) for v in position.index), total)
+        else:  # only the elements the call needs
+            for position in positions:
+                at = [b.trunc(v, I32) for v in position.index]
+                inside = needed.holds(ctx, *at)
+                if position.inside is not None:
+                    inside = position.inside if inside is None else b.and_(inside, position.inside)
+                with if_then(b, inside):
+                    store(*at, total_at(position.index))
         launch = finish_kernel(ctx, instr, kernel)
         element_bytes = self.shape.dtype.itemsize
         count = math.prod(dims)

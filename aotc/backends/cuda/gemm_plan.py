@@ -1,25 +1,29 @@
 """Contractions seen as batched GEMMs, for the GPU's GEMM kernels.
 
-`gemm_plan(dot or convolution)` views it as C[g, m, n] = sum_k A[g, m, k] * B[g, k, n]
+`gemm_plan(dot or convolution, its kernel)` views it as C[g, m, n] = sum_k A[g, m, k] * B[g, k, n]
 (`Gemm`): a dot's batch dims, free dims and contracting dims; a convolution as an
 implicit GEMM per feature group (weights [Cout_g, Cin_g * taps] times image columns
 [Cin_g * taps, pixels], the columns read straight from the image, padding and dilation
 holes as zeros).  Operands are read through their element generators, so producers
 fused into the contraction (transposes, converts, scaled weights) need no buffers.
+Where bounded dims leave part of C unread in a call, `Gemm.needed` says which part
+(`Needed`), and the kernels skip the rest: blocks of unneeded tiles return at once, the
+depth loop stops where the operands' masked zeros start.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
 from ...ir import Instruction, Op
 from ...ir.fusion_kinds import output_contractions
 from ..llvm.context import Gen
-from ..llvm.lltypes import I64, i32
+from ..llvm.extents import clips_dot, dot_clip, inside, limits, moved_free_dims, span
+from ..llvm.lltypes import I32, I64, i32
 from ..llvm.scalar import zero_like
 from ..llvm.window import all_of, tap_position
 from .context import GpuContext
@@ -27,6 +31,37 @@ from .elementwise import split_position
 
 # (ctx, batch, row, col) -> element; batch/row/col are i32 values
 Element = Callable[[GpuContext, ir.Value, ir.Value, ir.Value], ir.Value]
+
+
+@dataclass
+class Needed:
+    """What of a Gemm's C the call's readers need (bounded dims: llvm/extents.py), read
+    at the kernel's start: per batch dim (of extents `batch_dims`) the positions needed
+    (i64; None: all), C's first `m` rows and `n` columns, and how deep `k` goes past
+    the operands' masked zeros (i32s; None: all)."""
+
+    batch: list[ir.Value | None]
+    batch_dims: list[int]
+    m: ir.Value | None
+    n: ir.Value | None
+    k: ir.Value | None
+
+    def holds(self, ctx: GpuContext, g: ir.Value, m: ir.Value, n: ir.Value) -> ir.Value | None:
+        """Whether C[g, m, n] (i32s) is needed, as an i1 (None: every element is); of a
+        tile's first element, whether the tile holds any needed one."""
+        b = ctx.builder
+        conditions = [
+            b.icmp_unsigned("<", at, count)
+            for at, count in ((m, self.m), (n, self.n))
+            if count is not None
+        ]
+        if any(c is not None for c in self.batch):
+            conditions.append(inside(b, split_position(ctx, g, self.batch_dims), self.batch))
+        return all_of(b, conditions)
+
+
+# ctx -> what of the GEMM the call needs, computed where it is called (a kernel's start)
+Needing = Callable[[GpuContext], Needed]
 
 
 @dataclass
@@ -43,10 +78,13 @@ class Gemm:
     b_n_fast: bool  # consecutive n are adjacent in B's memory (else consecutive k)
     out_index: Callable[[GpuContext, ir.Value, ir.Value, ir.Value], list]  # (g, m, n)
     operands: tuple[int, int]  # the contraction's operands that A and B read
+    needed: Needing | None = None  # None: all of C, every call
 
 
 def transposed(gemm: Gemm) -> Gemm:
     """The same contraction as C^T = B^T A^T: m and n swap roles."""
+    needed = gemm.needed
+    swapped = None if needed is None else lambda ctx: _swapped(needed(ctx))
     return Gemm(
         gemm.batch,
         gemm.n,
@@ -58,7 +96,16 @@ def transposed(gemm: Gemm) -> Gemm:
         not gemm.a_k_fast,
         lambda ctx, g, n, m: gemm.out_index(ctx, g, m, n),
         gemm.operands[::-1],
+        swapped,
     )
+
+
+def _swapped(needed: Needed) -> Needed:
+    return replace(needed, m=needed.n, n=needed.m)
+
+
+def _as_i32(ctx: GpuContext, value: ir.Value | None) -> ir.Value | None:
+    return None if value is None else ctx.builder.trunc(value, I32)
 
 
 def contraction_of(instr: Instruction) -> Instruction | None:
@@ -71,11 +118,12 @@ def contraction_of(instr: Instruction) -> Instruction | None:
 # -- contractions as GEMMs ---------------------------------------------------------------
 
 
-def gemm_plan(contraction: Instruction):
-    """(shape-only Gemm for sizing, factory(lhs gen, rhs gen) -> Gemm), or None."""
+def gemm_plan(contraction: Instruction, kernel: Instruction):
+    """(shape-only Gemm for sizing, factory(lhs gen, rhs gen) -> Gemm), or None, for the
+    contraction that `kernel` (itself, or an output fusion of it) computes."""
     if contraction.op is Op.DOT:
-        return _dot_plan(contraction)
-    return _conv_plan(contraction)
+        return _dot_plan(contraction, kernel)
+    return _conv_plan(contraction, kernel)
 
 
 def _innermost(dims: tuple[int, ...]) -> int | None:
@@ -83,12 +131,18 @@ def _innermost(dims: tuple[int, ...]) -> int | None:
     return live[-1] if live else None
 
 
-def _dot_plan(dot: Instruction):
+def _dot_plan(dot: Instruction, kernel: Instruction):
+    """The dot's batch dims as the GEMM's, and where its extents clip two or more lhs
+    free dims the leading ones too (`moved_free_dims`: b GEMMs of s rows, not the b x S
+    rows that cover them)."""
     d = dot.dot
     lhs_dims, rhs_dims = dot.operands[0].array_shape.dims, dot.operands[1].array_shape.dims
     lhs_free = [i for i in range(len(lhs_dims)) if i not in d.lhs_batch + d.lhs_contracting]
     rhs_free = [i for i in range(len(rhs_dims)) if i not in d.rhs_batch + d.rhs_contracting]
-    batch_ext = [lhs_dims[i] for i in d.lhs_batch]
+    clipped = clips_dot(kernel, dot)
+    moved = moved_free_dims(dot) if clipped else 0
+    lhs_batch, lhs_free = [*d.lhs_batch, *lhs_free[:moved]], lhs_free[moved:]
+    batch_ext = [lhs_dims[i] for i in lhs_batch]
     m_ext = [lhs_dims[i] for i in lhs_free]
     n_ext = [rhs_dims[i] for i in rhs_free]
     k_ext = [lhs_dims[i] for i in d.lhs_contracting]
@@ -103,18 +157,23 @@ def _dot_plan(dot: Instruction):
                 index[dim] = value
         return index
 
+    def needed(ctx: GpuContext) -> Needed:
+        clip = dot_clip(ctx, kernel, dot, len(lhs_batch))
+        rows, cols, depth = (_as_i32(ctx, v) for v in (clip.rows, clip.cols, clip.depth))
+        return Needed(clip.batch, batch_ext, rows, cols, depth)
+
     def make(lhs: Gen, rhs: Gen) -> Gemm:
         def a(ctx, g, m, k):
             groups = [
-                (d.lhs_batch, split_position(ctx, g, batch_ext)),
+                (lhs_batch, split_position(ctx, g, batch_ext)),
                 (lhs_free, split_position(ctx, m, m_ext)),
                 (d.lhs_contracting, split_position(ctx, k, k_ext)),
             ]
             return lhs(place(len(lhs_dims), groups))
 
-        def b(ctx, g, k, n):
+        def b(ctx, g, k, n):  # B has no dims of the moved lhs free ones
             groups = [
-                (d.rhs_batch, split_position(ctx, g, batch_ext)),
+                (d.rhs_batch, split_position(ctx, g, batch_ext)[: len(d.rhs_batch)]),
                 (rhs_free, split_position(ctx, n, n_ext)),
                 (d.rhs_contracting, split_position(ctx, k, k_ext)),
             ]
@@ -127,13 +186,16 @@ def _dot_plan(dot: Instruction):
                 *split_position(ctx, n, n_ext),
             ]
 
-        return Gemm(*sizes, a, b, a_k_fast, b_n_fast, out_index, (0, 1))
+        return Gemm(
+            *sizes, a, b, a_k_fast, b_n_fast, out_index, (0, 1), needed if clipped else None
+        )
 
     return Gemm(*sizes, None, None, a_k_fast, b_n_fast, None, (0, 1)), make
 
 
-def _conv_plan(conv: Instruction):
-    """Per feature group: weights [Cout_g, Cin_g*taps] x columns [Cin_g*taps, pixels]."""
+def _conv_plan(conv: Instruction, kernel: Instruction):
+    """Per feature group: weights [Cout_g, Cin_g*taps] x columns [Cin_g*taps, pixels];
+    bounded dims clip the pixels (batch and spatial positions) to those needed."""
     if conv.batch_group_count != 1:
         return None
     dims, window = conv.conv, conv.window
@@ -151,6 +213,16 @@ def _conv_plan(conv: Instruction):
     sizes = (groups, cout_g, math.prod(pixels), math.prod(k_ext))
     a_k_fast = _innermost(rhs_dims) != dims.kernel_output_feature
     b_n_fast = _innermost(lhs_dims) in dims.input_spatial
+
+    pixel_dims = [dims.output_batch, *dims.output_spatial]
+
+    def pixels_needed(ctx: GpuContext) -> Needed:
+        counts = limits(ctx, kernel) or [None] * len(out_dims)
+        needed = span(ctx.builder, [counts[d] for d in pixel_dims], pixels)
+        n = None if isinstance(needed, int) else _as_i32(ctx, needed)
+        return Needed([], [], None, n, None)
+
+    needed = pixels_needed if kernel.extents is not None else None
 
     def depth(ctx, k):
         parts = split_position(ctx, k, k_ext)
@@ -202,6 +274,6 @@ def _conv_plan(conv: Instruction):
                 index[d] = value
             return index
 
-        return Gemm(*sizes, a, b_, a_k_fast, b_n_fast, out_index, (1, 0))
+        return Gemm(*sizes, a, b_, a_k_fast, b_n_fast, out_index, (1, 0), needed)
 
     return Gemm(*sizes, None, None, a_k_fast, b_n_fast, None, (1, 0)), make

@@ -8,6 +8,10 @@ loads are mapped so that consecutive threads read along the operand's innermost 
 memory (coalesced), and a step's global loads are issued before the previous step's
 arithmetic (register prefetch), which hides their latency.  How a staged element is
 laid out in shared memory is the kernel's choice (`TileLoader.stage`'s `put`).
+
+Where the call needs only part of C (`Gemm.needed`, bounded dims), `needed_tile` makes a
+block whose tile holds none of it return at once, and `depth_steps` stops at the needed
+depth (past it the padder's masks left zeros: the steps' last tile reads them).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from ..llvm.loops import if_then
 from ..llvm.scalar import zero_like
 from ..llvm.window import all_of
 from .context import GpuContext
-from .gemm_plan import Element, Gemm
+from .gemm_plan import Element, Gemm, Needed
+from .kernel import exit_unless
 
 
 def tile_origin(ctx: GpuContext, gemm: Gemm, bm: int, bn: int, slices: int = 1):
@@ -42,19 +47,43 @@ def tile_origin(ctx: GpuContext, gemm: Gemm, bm: int, bn: int, slices: int = 1):
     return g, m0, n0, depth_slice
 
 
-def depth_steps(ctx: GpuContext, gemm: Gemm, bk: int, slices: int, depth_slice: ir.Value):
-    """(first k (i32), count of BK steps: int, or i64 where slices differ) of the depth
-    that this block sums: all of it, or its slice's whole steps (split_steps)."""
+def needed_tile(ctx: GpuContext, needed: Needed | None, g, m0, n0) -> None:
+    """Return from the kernel where the block's tile at (g, m0, n0) holds nothing of C
+    that the call needs."""
+    if needed is not None:
+        exit_unless(ctx, needed.holds(ctx, g, m0, n0))
+
+
+def depth_steps(
+    ctx: GpuContext,
+    gemm: Gemm,
+    bk: int,
+    slices: int,
+    depth_slice: ir.Value,
+    needed: Needed | None = None,
+):
+    """(first k (i32), count of BK steps: int, or i64 where slices differ or the call
+    needs less depth) of the depth that this block sums: all of it, or its slice's
+    whole steps (split_steps), up to the needed depth (a slice past it sums nothing)."""
     steps = -(-gemm.k // bk)
-    if slices == 1:
-        return i32(0), steps
     b = ctx.builder
+    needed_steps = None
+    if needed is not None and needed.k is not None:
+        needed_steps = b.udiv(b.add(needed.k, i32(bk - 1)), i32(bk))
+    if slices == 1:
+        return i32(0), steps if needed_steps is None else b.zext(needed_steps, I64)
     per = split_steps(gemm.k, bk, slices)
     first = b.mul(depth_slice, i32(per))
     count = steps - per * (slices - 1)  # the last slice's
     if count != per:
         last = b.icmp_unsigned("==", depth_slice, i32(slices - 1))
         count = b.select(last, i32(count), i32(per))
+    if needed_steps is not None:
+        count = i32(count) if isinstance(count, int) else count
+        left = b.sub(needed_steps, first)
+        left = b.select(b.icmp_signed("<", left, i32(0)), i32(0), left)
+        count = b.select(b.icmp_signed("<", left, count), left, count)
+    if not isinstance(count, int):
         count = b.zext(count, I64)
     return b.mul(first, i32(bk)), count
 

@@ -11,18 +11,21 @@ accumulating every row of C (at most MAX_ROWS) per thread in f32:
 - B's k adjacent (x @ W^T, Gemm transB=1): a warp per column, its lanes reading 32
   adjacent k (coalesced), summed by warp shuffles.
 
-A contraction with few columns instead runs transposed (C^T = B^T A^T).
+A contraction with few columns instead runs transposed (C^T = B^T A^T).  Where the
+call needs only part of C (`Gemm.needed`), blocks of unneeded columns return at once,
+the depth loop stops at the needed depth, and rows past the needed ones are not summed.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ..llvm.lltypes import F32, I32, i32
+from ..llvm.lltypes import F32, I32, I64, i32
 from ..llvm.loops import for_range, if_then
 from .context import GpuContext
 from .device import WARP
 from .gemm_plan import Gemm
+from .kernel import exit_unless
 from .reduction import shuffle_value
 
 MAX_ROWS = 8
@@ -52,6 +55,11 @@ def emit_gemv(ctx: GpuContext, kernel, gemm: Gemm, store) -> None:
     block = ctx.device.block_index(ctx)
     g = b.udiv(block, i32(tiles))
     n0 = b.mul(b.urem(block, i32(tiles)), i32(per_block))
+    needed = gemm.needed(ctx) if gemm.needed is not None else None
+    depth: int | ir.Value = gemm.k  # the depth summed: the call's, where it says
+    if needed is not None:
+        exit_unless(ctx, needed.holds(ctx, g, i32(0), n0))
+        depth = gemm.k if needed.k is None else needed.k
     # a block's threads split (column, depth) as (lane, warp) or (warp, lane)
     column, first, stride = (lane, warp, WARPS) if gemm.b_n_fast else (warp, lane, WARP)
     n = b.add(n0, column)
@@ -62,13 +70,21 @@ def emit_gemv(ctx: GpuContext, kernel, gemm: Gemm, store) -> None:
         b.store(ir.Constant(F32, 0.0), slot)
     zero = ir.Constant(F32, 0.0)
     fma = ctx.declare("llvm.fma.f32", F32, [zero, zero, zero], pure=True)
-    with for_range(b, -(-gemm.k // stride), "depth") as step:
+    if isinstance(depth, int):
+        steps, last = -(-depth // stride), i32(depth) if depth % stride else None
+    else:
+        steps = b.zext(b.udiv(b.add(depth, i32(stride - 1)), i32(stride)), I64)
+        last = depth
+    with for_range(b, steps, "depth") as step:
         k = b.add(b.mul(b.trunc(step, I32), i32(stride)), first)
-        with if_then(b, b.icmp_unsigned("<", k, i32(gemm.k)) if gemm.k % stride else None):
+        with if_then(b, b.icmp_unsigned("<", k, last) if last is not None else None):
             column_value = gemm.b(ctx, g, k, n_read)
+            rows = needed.m if needed is not None else None
             for m, slot in enumerate(acc):
-                row_value = gemm.a(ctx, g, i32(m), k)
-                b.store(b.call(fma, [row_value, column_value, b.load(slot)]), slot)
+                past = rows is not None and m > 0  # row 0 is always summed
+                with if_then(b, b.icmp_unsigned("<", i32(m), rows) if past else None):
+                    row_value = gemm.a(ctx, g, i32(m), k)
+                    b.store(b.call(fma, [row_value, column_value, b.load(slot)]), slot)
     if gemm.b_n_fast:  # the warps' partials through shared memory, summed by warp 0
         partials = kernel.shared(ctx, WARPS * gemm.m * WARP * 4)
 

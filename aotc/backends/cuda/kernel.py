@@ -81,6 +81,21 @@ def begin_kernel(
     return kernel
 
 
+def exit_unless(ctx: GpuContext, condition: ir.Value | None) -> None:
+    """Return from the kernel where `condition` (an i1 the same for every thread of the
+    block, so that no barrier waits for a thread that left) is false: a block with
+    nothing the call needs; the emission goes on where it is true (None: always)."""
+    if condition is None:
+        return
+    b = ctx.builder
+    go = b.append_basic_block("needed")
+    leave = b.append_basic_block("unneeded")
+    b.cbranch(condition, go, leave)
+    b.position_at_end(leave)
+    b.ret_void()
+    b.position_at_end(go)
+
+
 def finish_kernel(ctx: GpuContext, instr: Instruction, kernel: Kernel) -> KernelLaunch:
     ctx.builder.ret_void()
     bytes_moved, flops = cost(ctx.plan, instr)

@@ -33,6 +33,7 @@ from .device import WARP
 from .gemm_plan import Gemm
 from .gemm_tiles import (
     depth_steps,
+    needed_tile,
     operand_loaders,
     store_inside,
     stored_batch,
@@ -111,6 +112,8 @@ def emit_tiles(
     b = ctx.builder
     tid = ctx.device.thread_index(ctx)
     g, m0, n0, depth_slice = tile_origin(ctx, gemm, t.bm, t.bn, slices)
+    needed = gemm.needed(ctx) if gemm.needed is not None else None
+    needed_tile(ctx, needed, g, m0, n0)
     warp, lane = b.udiv(tid, i32(WARP)), b.urem(tid, i32(WARP))
     warp_m0 = b.mul(b.udiv(warp, i32(t.warps_n)), i32(16 * t.fm))
     warp_n0 = b.mul(b.urem(warp, i32(t.warps_n)), i32(8 * t.fn))
@@ -142,7 +145,7 @@ def emit_tiles(
         position = b.add(b.mul(row, i32(row_words)), b.add(thread, i32(column)))
         return b.load(b.gep(array, [position], source_etype=I32), typ=I32)
 
-    k0, steps = depth_steps(ctx, gemm, bk, slices, depth_slice)
+    k0, steps = depth_steps(ctx, gemm, bk, slices, depth_slice, needed)
     out_g = stored_batch(ctx, gemm, g, depth_slice, slices)
     fetch(k0)
     with for_range(b, steps, "kstep") as step:

@@ -16,6 +16,10 @@ shared memory; every thread of the group ends with the same result.
   reductions and stores share index values, so what the stores need is not recomputed
   (`_held_indexes`); other loops are unrolled by UNROLL.
 
+Where bounded dims leave part of the work unneeded in a call (llvm/extents.py), groups
+of outputs (or rows) the readers do not use return at once, and reductions stop at their
+reduced extents (positions past them are the identity, or padding never written).
+
 Partials start from the init value, so this needs inits that are identities of their
 reducers (0 for add, -inf for max...): other reductions keep the serial forms.
 f16/bf16 sums and products accumulate in f32, rounded once at the end (as on the CPU).
@@ -33,13 +37,21 @@ from ...ir.fusion_kinds import fusion_kind
 from ...ir.index_maps import dims_of, row_dims, row_values
 from ..llvm.context import Gen
 from ..llvm.elemental import bind_instructions, make_generator
+from ..llvm.extents import inside, limits, reduced_limits, span
 from ..llvm.lltypes import F32, F64, I1, I8, I32, I64
 from ..llvm.loops import if_then, unrolled_range
 from ..llvm.reduce import Accumulators
 from .context import GpuContext
 from .device import WARP
 from .elementwise import Position, compute_and_store, split_position, store_outputs
-from .kernel import Kernel, KernelLaunch, begin_kernel, finish_kernel, operand_generators
+from .kernel import (
+    Kernel,
+    KernelLaunch,
+    begin_kernel,
+    exit_unless,
+    finish_kernel,
+    operand_generators,
+)
 
 BLOCK = 256
 WARPS_PER_BLOCK = BLOCK // WARP
@@ -73,11 +85,14 @@ class Group:
         operands: Sequence[Gen],
         out_index: list,
         indexes: list[list] | None = None,
+        clip: list | None = None,
     ):
         """`reduce` at output `out_index` (i64 values of its kept dims), computed by the
         group; every thread of it gets the value (a tuple for variadic reductions).
         `indexes`: the caller's operand indexes of this thread's positions of the
-        reduction (lane, lane + size, ...), all inside it, read in straight-line code."""
+        reduction (lane, lane + size, ...), all inside it, read in straight-line code.
+        `clip`: per operand dim, the i64 count of positions read (None: all), as
+        llvm/extents.reduced_limits gives it."""
         ctx, b = self.ctx, self.ctx.builder
         count = len(operands) // 2
         inputs, inits = operands[:count], operands[count:]
@@ -94,15 +109,27 @@ class Group:
             return partial.result()
         itype = ir.IntType(32) if length < 2**31 else I64
         lane = self.lane if itype == I32 else b.zext(self.lane, I64)
+        counts = [clip[d] for d in reduced] if clip is not None else [None] * len(reduced)
+        # up to the last position read (past the reduced extents the padder's masks left
+        # the identity: a span's positions past one are read, harmlessly)
+        read = span(b, counts, extents)
+        if isinstance(read, int):
+            steps, last = -(-length // self.size), length if length % self.size else None
+        else:
+            steps = b.udiv(
+                b.add(read, ir.Constant(I64, self.size - 1)), ir.Constant(I64, self.size)
+            )
+            last = read if itype == I64 else b.trunc(read, itype)
         # steps unrolled: each thread's loads of several steps are in flight together
-        with unrolled_range(b, -(-length // self.size), "r", UNROLL) as steps:
-            for step in steps:
+        with unrolled_range(b, steps, "r", UNROLL) as step_values:
+            for step in step_values:
                 step = b.trunc(step, itype) if itype == I32 else step
                 position = b.add(b.mul(step, ir.Constant(itype, self.size)), lane)
-                inside = None
-                if length % self.size:
-                    inside = b.icmp_unsigned("<", position, ir.Constant(itype, length))
-                with if_then(b, inside):
+                where = None
+                if last is not None:
+                    at_most = last if isinstance(last, ir.Value) else ir.Constant(itype, last)
+                    where = b.icmp_unsigned("<", position, at_most)
+                with if_then(b, where):
                     full = [None] * len(in_dims)
                     for d, value in zip(kept, out_index):
                         full[d] = value
@@ -275,9 +302,13 @@ def emit_reduce(
             active = b.icmp_unsigned("<", output, ir.Constant(I32, count))
     with if_then(b, active):  # uniform per warp
         out_index = split_position(ctx, output, out_dims)
-        value = group.reduce(reduce, operands, out_index)
-        with if_then(b, b.icmp_unsigned("==", group.lane, ir.Constant(I32, 0))):
-            store_outputs(ctx, value, outputs, out_index)
+        counts = limits(ctx, instr)
+        needed = inside(b, out_index, counts) if counts is not None else None
+        with if_then(b, needed):  # uniform per group: outputs the readers use
+            clip = reduced_limits(ctx, reduce)
+            value = group.reduce(reduce, operands, out_index, clip=clip)
+            with if_then(b, b.icmp_unsigned("==", group.lane, ir.Constant(I32, 0))):
+                store_outputs(ctx, value, outputs, out_index)
     kernel.cooperative = True
     return [finish_kernel(ctx, instr, kernel)]
 
@@ -318,7 +349,12 @@ def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> list[K
 
     gens = bind_instructions(ctx, fused, params, {id(v): row_value(v) for v in hoisted})
     group = Group(ctx, kernel, size, ctx.device.thread_index(ctx))
-    held = _held_indexes(ctx, group, row_index, shape.dims, rank)
+    counts = limits(ctx, instr) or [None] * len(shape.dims)
+    exit_unless(ctx, inside(b, row_index, counts[:rank]))  # a row the readers do not use
+    clips = {id(v): reduced_limits(ctx, v) for v in reduces}
+    columns_needed = span(b, counts[rank:], shape.dims[rank:])
+    whole = isinstance(columns_needed, int) and not any(clips.values())
+    held = _held_indexes(ctx, group, row_index, shape.dims, rank) if whole else None
     for value in hoisted:  # in computation order: later values read earlier ones
         if value.op is Op.PARAMETER:
             computed[id(value)] = params[value.index](at_row(value))
@@ -326,7 +362,9 @@ def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> list[K
         operands = [gens[id(o)] for o in value.operands]
         if value.op is Op.REDUCE:
             indexes = held if held and _reduces_columns(value, shape.dims, rank) else None
-            computed[id(value)] = group.reduce(value, operands, at_row(value), indexes)
+            computed[id(value)] = group.reduce(
+                value, operands, at_row(value), indexes, clips[id(value)]
+            )
         else:
             computed[id(value)] = make_generator(ctx, value, operands)(at_row(value))
     root = gens[id(fused.root)]
@@ -335,16 +373,21 @@ def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> list[K
         kernel.cooperative = True
         return [finish_kernel(ctx, instr, kernel)]
     itype = ir.IntType(32)
-    with unrolled_range(b, -(-columns // size), "col", UNROLL) as steps:
+    if isinstance(columns_needed, int):
+        steps, last = -(-columns // size), ir.Constant(itype, columns) if columns % size else None
+    else:  # the columns up to the last one the readers use
+        steps = b.udiv(b.add(columns_needed, ir.Constant(I64, size - 1)), ir.Constant(I64, size))
+        last = b.trunc(columns_needed, itype)
+    with unrolled_range(b, steps, "col", UNROLL) as step_values:
         positions = []
-        for step in steps:
+        for step in step_values:
             column = b.add(b.mul(b.trunc(step, itype), ir.Constant(itype, size)), group.lane)
-            inside = None
-            if columns % size:
-                inside = b.icmp_unsigned("<", column, ir.Constant(itype, columns))
-                column = b.select(inside, column, ir.Constant(itype, columns - 1))
+            where = None
+            if last is not None:
+                where = b.icmp_unsigned("<", column, last)
+                column = b.select(where, column, ir.Constant(itype, columns - 1))
             index = [*row_index, *split_position(ctx, column, shape.dims[rank:])]
-            positions.append(Position(index, inside))
+            positions.append(Position(index, where))
         compute_and_store(ctx, positions, root, outputs)
     kernel.cooperative = True
     return [finish_kernel(ctx, instr, kernel)]

@@ -34,6 +34,7 @@ from .context import GpuContext
 from .gemm_plan import Gemm
 from .gemm_tiles import (
     depth_steps,
+    needed_tile,
     operand_loaders,
     store_inside,
     stored_batch,
@@ -140,6 +141,8 @@ def emit_tiles(
     assert left == 0, "a step stages whole words"
     tid = ctx.device.thread_index(ctx)
     g, m0, n0, depth_slice = tile_origin(ctx, gemm, t.bm, t.bn, slices)
+    needed = gemm.needed(ctx) if gemm.needed is not None else None
+    needed_tile(ctx, needed, g, m0, n0)
     columns = t.bn // t.tn
     tx = b.urem(tid, i32(columns))
     ty = b.udiv(tid, i32(columns))
@@ -167,7 +170,7 @@ def emit_tiles(
 
     rows = [_owned(b, ty, i, t.tm, t.bm // t.tm) for i in range(t.tm)]
     cols = [_owned(b, tx, j, t.tn, columns) for j in range(t.tn)]
-    k0, steps = depth_steps(ctx, gemm, t.bk, slices, depth_slice)
+    k0, steps = depth_steps(ctx, gemm, t.bk, slices, depth_slice, needed)
     out_g = stored_batch(ctx, gemm, g, depth_slice, slices)
     fetch(k0)
     with for_range(b, steps, "kstep") as step:

@@ -9,7 +9,9 @@ the CPU's kernel gives, and any sort's semantics allow); padding positions sort
 after every element.
 
 Rows whose elements do not fit in a block's shared memory keep the serial kernel
-(serial.py).
+(serial.py).  Blocks of rows that the readers do not use in a call (bounded dims,
+llvm/extents.py) return at once; the sorted dim itself is sorted whole (the padder
+keeps a sort's keys whole: its padding sorts last).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from llvmlite import ir
 
 from ...ir import Instruction, Op
 from ..llvm.elemental import call_computation
+from ..llvm.extents import inside, limits
 from ..llvm.kernels import output_pointer
 from ..llvm.lltypes import I32, I64, from_storage, i32, storage_type, to_storage
 from ..llvm.loops import for_range, if_then
 from .context import GpuContext
 from .elementwise import split_position
-from .kernel import KernelLaunch, begin_kernel, finish_kernel, operand_generators
+from .kernel import KernelLaunch, begin_kernel, exit_unless, finish_kernel, operand_generators
 
 MAX_SHARED = 48 * 1024  # static shared memory of a block on every GPU we compile for
 MAX_THREADS = 1024
@@ -51,6 +54,9 @@ def emit_sort(ctx: GpuContext, instr: Instruction, name: str, outputs) -> Kernel
     b = ctx.builder
     tid = ctx.device.thread_index(ctx)
     row = split_position(ctx, ctx.device.block_index(ctx), rows)
+    counts = limits(ctx, instr)
+    if counts is not None:
+        exit_unless(ctx, inside(b, row, [c for d, c in enumerate(counts) if d != axis]))
     arrays = [kernel.shared(ctx, width * size) for size in sizes]
     order = kernel.shared(ctx, width * 4)  # where each element started
     types = [storage_type(dtype) for dtype in dtypes]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from llvmlite import ir
 
@@ -53,12 +54,18 @@ def clips(instr: Instruction) -> bool:
 
 
 def limits(ctx: EmitContext, instr: Instruction) -> list[ir.Value | None] | None:
-    """Per dim of `instr`'s (array) output, the i64 count of positions its readers use,
-    None where that is the whole dim; None when every dim is whole."""
+    """Per dim of `instr`'s output (an array, or arrays of one dims: a sort's), the i64
+    count of positions its readers use, None where that is the whole dim; None when
+    every dim is whole."""
     extents = instr.extents
-    if extents is None or not isinstance(instr.shape, Shape):
+    if extents is None:
         return None
-    return _counts(ctx, extents, instr.shape.dims)
+    shape = instr.shape
+    elements = [shape] if isinstance(shape, Shape) else list(shape.elements)
+    dims = {e.dims for e in elements if isinstance(e, Shape)}
+    if len(dims) != 1 or not all(isinstance(e, Shape) for e in elements):
+        return None
+    return _counts(ctx, extents, dims.pop())
 
 
 def reduced_limits(ctx: EmitContext, instr: Instruction) -> list[ir.Value | None] | None:
@@ -83,6 +90,72 @@ def _counts(ctx: EmitContext, extents, dims) -> list[ir.Value | None] | None:
         None if e is None else _clamped(ctx, _value(ctx, e, base), bound)
         for e, bound in zip(extents, dims)
     ]
+
+
+@dataclass
+class GemmClip:
+    """What of a batch of GEMMs its readers need (i64s of the call; None: all): the
+    batch positions per batch dim, C's first rows and first columns; and how deep K
+    goes (from 1: past it, the operands hold masked zeros)."""
+
+    batch: list[ir.Value | None]
+    rows: ir.Value | None
+    cols: ir.Value | None
+    depth: ir.Value | None = None
+
+
+def moved_free_dims(dot: Instruction) -> int:
+    """How many leading lhs free dims of a float `dot` run as GEMM batch dims: those
+    before the last one its extents clip, where an earlier one is clipped too ([batch,
+    seq] rows clipped to [b, s]: b GEMMs of s rows, not the rows that cover them)."""
+    d = dot.dot
+    if dot.extents is None or d is None:
+        return 0
+    start = len(d.lhs_batch)
+    free = dot.operands[0].array_shape.rank - start - len(d.lhs_contracting)
+    clipped = [k for k in range(free) if dot.extents[start + k] is not None]
+    return clipped[-1] if len(clipped) > 1 else 0
+
+
+def clips_dot(instr: Instruction, dot: Instruction) -> bool:
+    """Whether the kernel `instr` computing `dot` (itself, or an output fusion of it)
+    computes less of it than its bounds for some calls (`dot_clip`)."""
+    return dot.op is Op.DOT and (instr.extents is not None or dot.reduced_extents is not None)
+
+
+def dot_clip(ctx: EmitContext, instr: Instruction, dot: Instruction, batch: int) -> GemmClip:
+    """What of `dot`, computed by the kernel `instr` at the dot's shape, its readers need
+    (`clips_dot`) as a batch of GEMMs: the `batch` leading dims (the dot's batch dims,
+    then the lhs free dims run as batch dims), then the rows over the other lhs free
+    dims and the columns over the rhs free dims that cover them, and the depth."""
+    d = dot.dot
+    assert d is not None
+    b = ctx.builder
+    assert b is not None
+    rows = dot.operands[0].array_shape.rank - batch - len(d.lhs_contracting)
+    dims = dot.array_shape.dims
+    counts = limits(ctx, instr) or [None] * len(dims)
+    m = span(b, counts[batch : batch + rows], dims[batch : batch + rows])
+    n = span(b, counts[batch + rows :], dims[batch + rows :])
+    depth = contraction_depth(ctx, dot)
+    whole = [isinstance(x, int) for x in (m, n)]
+    return GemmClip(counts[:batch], None if whole[0] else m, None if whole[1] else n, depth)
+
+
+def contraction_depth(ctx: EmitContext, dot: Instruction) -> ir.Value | None:
+    """How deep the dot's K goes past its masked zeros (`reduced_extents`, from 1: an
+    empty extent still runs one slice, which stores C), or None: all of K."""
+    counts = reduced_limits(ctx, dot)
+    d = dot.dot
+    assert d is not None
+    if counts is None or all(counts[i] is None for i in d.lhs_contracting):
+        return None
+    lhs = dot.operands[0].array_shape.dims
+    b = ctx.builder
+    assert b is not None
+    depth = span(b, [counts[i] for i in d.lhs_contracting], [lhs[i] for i in d.lhs_contracting])
+    assert not isinstance(depth, int)
+    return b.select(b.icmp_signed("<", depth, i64(1)), i64(1), depth)
 
 
 def inside(b: ir.IRBuilder, index, counts: Sequence[ir.Value | None]) -> ir.Value | None:

@@ -64,13 +64,20 @@ def _loop_id(module: ir.Module, *properties: str) -> ir.MDValue:
 
 @contextmanager
 def unrolled_range(
-    builder: ir.IRBuilder, count: int, name: str = "i", most: int = 4
+    builder: ir.IRBuilder, count: int | ir.Value, name: str = "i", most: int = 4
 ) -> Iterator[list[ir.Value]]:
     """`for (i = 0; i < count; ++i)` with the body emitted for several consecutive i per
     turn (the most of `most`, ..., 2, 1 that divides count): yields those i (i64), for a
-    body whose copies are independent enough to overlap (GPU loads in flight together)."""
-    unroll = next(u for u in range(most, 0, -1) if count % u == 0)
-    with for_range(builder, count // unroll, name) as turn:
+    body whose copies are independent enough to overlap (GPU loads in flight together).
+    A run-time count (i64) takes `most` per turn, the last turn's i past it too: there
+    the body checks i < count."""
+    if isinstance(count, int):
+        unroll = next(u for u in range(most, 0, -1) if count % u == 0)
+        turns: int | ir.Value = count // unroll
+    else:
+        unroll = most
+        turns = builder.udiv(builder.add(count, i64(most - 1)), i64(most))
+    with for_range(builder, turns, name) as turn:
         first = builder.mul(turn, i64(unroll), flags=["nuw", "nsw"])
         yield [builder.add(first, i64(u), flags=["nuw", "nsw"]) for u in range(unroll)]
 

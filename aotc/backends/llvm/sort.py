@@ -37,6 +37,7 @@ from ...buffers import Slice
 from ...ir import Instruction, Op
 from ...ir.read_prefix import read_prefix
 from .context import EmitContext, Gen
+from .extents import limits
 from .kernels import Kernel, Output, copy_into, output_pointer
 from .lltypes import i64, store_element
 from .loops import for_range, if_then, loop_nest
@@ -132,13 +133,16 @@ def sort_kernel(
     keep, n = _keep(instr, ctx.plan.schedule)
     strategy = sort_strategy(instr, ctx.plan.schedule, scratch is not None)
     copied = strategy.copied(keep, n)
-    copy_into(ctx, operands, outputs, [copied if d == axis else e for d, e in enumerate(dims)])
+    # rows the readers use (bounded dims, extents.py); the sorted dim is sorted whole
+    counts = limits(ctx, instr) or [None] * len(dims)
+    clipped = [e if c is None or d == axis else c for d, (e, c) in enumerate(zip(dims, counts))]
+    copy_into(ctx, operands, outputs, [copied if d == axis else e for d, e in enumerate(clipped)])
     if keep == 0 or n < 2 or 0 in dims:
         return
     dtypes = [shape.dtype for shape, _ in outputs]
     sorter = SortRow(ctx, instr.called[0], dtypes)
     spare = None if scratch is None else scratch_place(ctx, scratch, dtypes, n)
-    rows = [extent for d, extent in enumerate(dims) if d != axis]
+    rows = [extent for d, extent in enumerate(clipped) if d != axis]
     with loop_nest(b, rows, "row") as row:
 
         def at(position: ir.Value) -> list[ir.Value]:

@@ -6,7 +6,7 @@ a bounded dim's extent as a number: the ops listed here build only elementwise m
 broadcasts, reshapes, transposes, dots, convolutions, reductions and gathers, whose
 shape rules refuse the index maps that would read an extent (ir/shapes.py) and whose
 reductions the padder masks; the means among them divide by `helpers.element_count`,
-which refuses a bounded axis; Shape and Size give the run-time extents, and the ops
+the product of the extents at run time; Shape and Size give the run-time extents, and the ops
 that take a shape as data read it through extents.py.  Any other op with a bounded
 input is refused by name (NonZero, TopK... would compute at the bound where the extent
 is meant).
@@ -39,7 +39,8 @@ GlobalAveragePool BatchNormalization
 _REDUCTIONS = """
 ArgMax ArgMin ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean
 ReduceMin ReduceProd ReduceSum ReduceSumSquare Softmax LogSoftmax LayerNormalization
-RMSNormalization TopK NonMaxSuppression NonZero Compress
+RMSNormalization MeanVarianceNormalization InstanceNormalization TopK NonMaxSuppression
+NonZero Compress Unique CumSum CumProd
 """
 _MICROSOFT = """
 FastGelu BiasGelu Gelu QuickGelu SkipLayerNormalization SkipSimplifiedLayerNormalization

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ...errors import ModelError, ShapeError, UnsupportedError
-from ...ir import ComputationBuilder, Direction, DType, Instruction, Op, Shape, scalar_reducer
+from ...errors import ModelError, ShapeError
+from ...ir import ComputationBuilder, Direction, DType, Instruction, Op, scalar_reducer
 
 
 def broadcast_dims(*shapes: Sequence[int]) -> tuple[int, ...]:
@@ -52,10 +52,16 @@ def full(b: ComputationBuilder, value, dtype: DType, dims: Sequence[int]) -> Ins
 def full_like(
     b: ComputationBuilder, value, x: Instruction, dtype: DType | None = None
 ) -> Instruction:
-    """An array of `x`'s dims (its bounded ones too, at x's extents) filled with `value`,
-    of x's element type or `dtype`."""
+    """An array of `x`'s dims (its bounded ones too, at x's extents) filled with `value`
+    (a number, or a scalar instruction of that type), of x's element type or `dtype`."""
     shape = x.array_shape
-    filled = full(b, value, dtype or shape.dtype, shape.dims)
+    if isinstance(value, Instruction):
+        wanted = dtype or shape.dtype
+        if value.array_shape.dtype is not wanted:
+            value = b.convert(value, wanted)
+        filled = b.broadcast(value, [], shape.dims)
+    else:
+        filled = full(b, value, dtype or shape.dtype, shape.dims)
     for d in shape.bounded_dims:
         filled = b.set_dimension_size(filled, b.get_dimension_size(x, d), d)
     return filled
@@ -111,15 +117,20 @@ def keep_dims(
     return b.reshape(x, [1 if i in axes else d for i, d in enumerate(dims)])
 
 
-def element_count(shape: Shape, axes: Sequence[int]) -> int:
-    """The number of elements a reduction over `axes` of `shape` takes (a mean's
-    divisor); refused where one of the axes is bounded, whose extent only the run knows."""
+def element_count(b: ComputationBuilder, x: Instruction, axes: Sequence[int]) -> int | Instruction:
+    """The number of elements a reduction over `axes` of `x` takes (a mean's divisor):
+    an int, or where an axis is bounded a scalar of x's element type computed from the
+    extents at run time."""
+    shape = x.array_shape
+    count = int(np.prod([shape.dims[a] for a in axes if not shape.is_dynamic(a)], dtype=np.int64))
     bounded = [a for a in axes if shape.is_dynamic(a)]
-    if bounded:
-        raise UnsupportedError(
-            f"averages over bounded dim {bounded[0]} (its extent is known only at run time)"
-        )
-    return int(np.prod([shape.dims[a] for a in axes], dtype=np.int64))
+    if not bounded:
+        return count
+    total = b.scalar(count, DType.S64)
+    for a in bounded:
+        extent = b.convert(b.get_dimension_size(x, a), DType.S64)
+        total = b.binary(Op.MULTIPLY, total, extent)
+    return b.convert(total, shape.dtype)
 
 
 def softmax(
@@ -147,7 +158,11 @@ class Formula:
         return full_like(self.b, value, self.like)
 
     def _lift(self, v: Instruction | float) -> Instruction:
-        return v if isinstance(v, Instruction) else self.k(v)
+        """A number, or a scalar instruction (a run-time count), as `like`'s dims."""
+        if isinstance(v, Instruction):
+            scalar = v.array_shape.rank == 0 and self.like.array_shape.rank > 0
+            return full_like(self.b, v, self.like) if scalar else v
+        return self.k(v)
 
     def add(self, x, y) -> Instruction:
         return self.b.binary(Op.ADD, self._lift(x), self._lift(y))

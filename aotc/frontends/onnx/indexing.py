@@ -32,6 +32,7 @@ from ...ir import (
     replacer,
     scalar_reducer,
 )
+from . import extents
 from .dtypes import to_dtype
 from .helpers import REDUCE_INIT, full, full_like, normalize_axis
 from .registry import NodeContext, onnx_op
@@ -375,6 +376,26 @@ def cumulative(
     return b.reduce_window(x, identity, window, scalar_reducer(b.module, op, dtype))
 
 
+def running(
+    ctx: NodeContext, x: Instruction, axis: int, op: Op, exclusive: bool, reverse: bool
+) -> Instruction:
+    """`cumulative`, of a value with bounded dims too: computed at the bounds, the
+    padding along `axis` made the identity where it would run into the values (from
+    the end), the result bounded as x."""
+    shape = x.array_shape
+    if shape.is_static:
+        return cumulative(ctx.b, x, axis, op, exclusive, reverse)
+    b = ctx.b
+    whole = extents.unbounded(ctx, x)
+    if reverse and shape.is_dynamic(axis):
+        identity = full(b, REDUCE_INIT[op](shape.dtype), shape.dtype, shape.dims)
+        whole = b.select(extents.inside(ctx, x, axis, shape.dims, axis), whole, identity)
+    out = cumulative(b, whole, axis, op, exclusive, reverse)
+    for d in shape.bounded_dims:
+        out = b.set_dimension_size(out, b.get_dimension_size(x, d), d)
+    return out
+
+
 @onnx_op("CumProd", since=26)
 def cumprod(ctx: NodeContext, x: Instruction, axis: Instruction) -> Instruction:
     axis_values = ctx.const(1).reshape(-1)
@@ -382,4 +403,4 @@ def cumprod(ctx: NodeContext, x: Instruction, axis: Instruction) -> Instruction:
         raise ShapeError("axis must be a scalar")
     dim = normalize_axis(int(axis_values[0]), x.array_shape.rank)
     exclusive, reverse = bool(ctx.attr("exclusive")), bool(ctx.attr("reverse"))
-    return cumulative(ctx.b, x, dim, Op.MULTIPLY, exclusive, reverse)
+    return running(ctx, x, dim, Op.MULTIPLY, exclusive, reverse)

@@ -289,7 +289,7 @@ def _global_pool(ctx: NodeContext, x: Instruction, op: Op) -> Instruction:
     axes = list(range(2, 2 + _spatial_rank(x)))
     out = reduce(b, x, op, axes, keepdims=True)
     if op is Op.ADD:
-        count = element_count(x.array_shape, axes)
+        count = element_count(b, x, axes)
         out = b.binary(Op.DIVIDE, out, full_like(b, count, out))
     return out
 

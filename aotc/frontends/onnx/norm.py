@@ -62,7 +62,7 @@ def _batch_norm_training(ctx: NodeContext, x, scale, bias, mean, var) -> list[In
         raise ShapeError("input must be N x C x ...")
     scale, bias, mean, var = (_channel_vector(b, v, x) for v in (scale, bias, mean, var))
     axes = [0, *range(2, x.shape.rank)]
-    count = element_count(x.array_shape, axes)
+    count = element_count(b, x, axes)
     f = Formula(b, x)
     batch_mean = reduce(b, x, Op.ADD, axes, keepdims=False)
     batch_mean = Formula(b, batch_mean).div(batch_mean, count)
@@ -82,7 +82,7 @@ def _normalize(
     b: ComputationBuilder, x: Instruction, axes: list[int], epsilon: float
 ) -> tuple[Instruction, Instruction, Instruction]:
     """(x - mean) / sqrt(var + eps) over `axes`, with mean and 1/std (dims kept)."""
-    count = element_count(x.array_shape, axes)
+    count = element_count(b, x, axes)
     mean = reduce(b, x, Op.ADD, axes, keepdims=True)
     mean = b.binary(Op.DIVIDE, mean, full_like(b, count, mean))
     centered = b.binary(Op.SUBTRACT, x, b.broadcast_to(mean, x.array_shape.dims))
@@ -199,7 +199,7 @@ def rms_norm_of(
     f = Formula(b, wide)
     mean_square = reduce(b, f.mul(wide, wide), Op.ADD, axes, keepdims=True)
     g = Formula(b, mean_square)
-    count = element_count(x.array_shape, axes)
+    count = element_count(b, x, axes)
     inv_rms = g.f(Op.RSQRT, g.add(g.div(mean_square, count), epsilon))
     normalized = b.binary(Op.MULTIPLY, wide, b.broadcast_to(inv_rms, x.array_shape.dims))
     y = b.convert(normalized, scale.array_shape.dtype)
@@ -218,7 +218,7 @@ def mean_variance_norm(ctx: NodeContext, x: Instruction) -> Instruction:
     """(x - mean) / (std + 1e-9) over `axes`, as the spec's function body."""
     b = ctx.b
     axes = normalize_axes(ctx.attr("axes"), x.array_shape.rank)
-    count = element_count(x.array_shape, axes)
+    count = element_count(b, x, axes)
     f = Formula(b, x)
     mean = reduce(b, x, Op.ADD, axes, keepdims=True)
     mean = b.broadcast_to(Formula(b, mean).div(mean, count), x.array_shape.dims)

@@ -21,7 +21,7 @@ from ...ir import ComputationBuilder, Direction, DType, Instruction, Op
 from ...ir.random_bits import normal, uniform
 from .dtypes import to_dtype
 from .helpers import Formula, full_like, reduce
-from .reduce import running_sum
+from .indexing import cumulative
 from .registry import NodeContext, onnx_op
 
 
@@ -105,7 +105,7 @@ def multinomial(ctx: NodeContext, logits: Instruction) -> Instruction:
     peak = b.broadcast_to(
         reduce(b, logits, Op.MAXIMUM, [1], keepdims=True), logits.array_shape.dims
     )
-    cdf = running_sum(b, f.f(Op.EXP, f.sub(logits, peak)), 1, reverse=False)
+    cdf = cumulative(b, f.f(Op.EXP, f.sub(logits, peak)), 1, Op.ADD, exclusive=False, reverse=False)
     total = b.slice(cdf, [0, classes - 1], [batch, classes])  # (batch, 1)
     draws = uniform(b, generator_key(ctx), logits.array_shape.dtype, (batch, samples))
     threshold = b.binary(

@@ -15,8 +15,6 @@ from ...ir import (
     Module,
     Op,
     Shape,
-    Window,
-    scalar_reducer,
 )
 from .helpers import (
     REDUCE_INIT,
@@ -28,6 +26,7 @@ from .helpers import (
     reduce,
     softmax,
 )
+from .indexing import running
 from .registry import NodeContext, onnx_op
 
 Map = Callable[[Formula, Instruction], Instruction]
@@ -79,7 +78,7 @@ def make_reduction(reduction: Reduction, axes_from_input: bool):
         axes = normalize_axes(axes, x.array_shape.rank)
         out = reduce(b, mapped, reduction.combine, axes, bool(ctx.attr("keepdims", 1)))
         if reduction.mean:
-            out = Formula(b, out).div(out, element_count(x.array_shape, axes))
+            out = Formula(b, out).div(out, element_count(b, x, axes))
         if reduction.finish:
             out = reduction.finish(Formula(b, out), out)
         return out
@@ -153,27 +152,10 @@ for _name, _log in (("Softmax", False), ("LogSoftmax", True)):
     onnx_op(_name, since=13)(make_softmax(_log, coerced_2d=False))
 
 
-def running_sum(b: ComputationBuilder, x: Instruction, dim: int, reverse: bool) -> Instruction:
-    """The inclusive running sum of `x` along `dim` (from its end with `reverse`)."""
-    rank = x.array_shape.rank
-    n = x.array_shape.dims[dim]
-    # a window as long as the axis, hanging off its start (or its end, reversed)
-    before = 0 if reverse else n - 1
-    window = Window.make(
-        [n if i == dim else 1 for i in range(rank)],
-        None,
-        [before if i == dim else 0 for i in range(rank)],
-        [n - 1 - before if i == dim else 0 for i in range(rank)],
-    )
-    dtype = x.array_shape.dtype
-    init = b.scalar(0, dtype)
-    return b.reduce_window(x, init, window, scalar_reducer(b.module, Op.ADD, dtype))
-
-
 @onnx_op("CumSum", since=11)
 def cumsum(ctx: NodeContext, x: Instruction, axis: Instruction) -> Instruction:
     dim = normalize_axis(int(ctx.const(1).reshape(())), x.array_shape.rank)
-    out = running_sum(ctx.b, x, dim, bool(ctx.attr("reverse")))
+    out = running(ctx, x, dim, Op.ADD, exclusive=False, reverse=bool(ctx.attr("reverse")))
     if ctx.attr("exclusive"):
         out = ctx.b.binary(Op.SUBTRACT, out, x)
     return out

@@ -198,18 +198,22 @@ def compress(ctx: NodeContext, x: Instruction, condition: Instruction) -> Instru
     return take(b, x, true_positions(b, mask, count), axis)
 
 
-def _group_ends(ctx: NodeContext, starts: Instruction, count, n: int) -> Instruction:
-    """Where each group of sorted items ends: the next group's start, n for the last."""
+def _group_ends(
+    ctx: NodeContext, starts: Instruction, count, n: int, items: Instruction | None = None
+) -> Instruction:
+    """Where each group of sorted items ends: the next group's start, the number of
+    items for the last (n, or the s64 scalar `items` of a bounded axis)."""
     b = ctx.b
     end = b.constant(np.array([n], np.int64))
     if isinstance(count, int):
         return b.concatenate([b.slice(starts, [1], [count]), end], 0)
-    # at the bound n: the starts moved one place up, n where the last group ends
+    # at the bound n: the starts moved one place up, the items' end where the last ends
     whole = extents.unbounded(ctx, starts)
     shifted = b.concatenate([b.slice(whole, [1], [n]), end], 0)
     last = b.broadcast(b.binary(Op.SUBTRACT, b.convert(count, INDEX), b.scalar(1, INDEX)), [], (n,))
     before = b.compare(iota(b, (n,), 0), last, Direction.LT)
-    ends = b.select(before, shifted, full(b, n, INDEX, (n,)))
+    final = full(b, n, INDEX, (n,)) if items is None else b.broadcast(items, [], (n,))
+    ends = b.select(before, shifted, final)
     return b.set_dimension_size(ends, count, 0)
 
 
@@ -231,7 +235,9 @@ def _differs(b: ComputationBuilder, x: Instruction, y: Instruction) -> Instructi
 def unique(ctx: NodeContext, x: Instruction) -> list[Instruction]:
     """The distinct items along the axis (sorted, or in order of first occurrence), their
     first positions, each item's group and the groups' sizes; the number of groups may
-    be known only at run time (then the outputs are bounded by the number of items)."""
+    be known only at run time (then the outputs are bounded by the number of items).
+    Of a bounded x, the items within the axis's extent, compared by their elements
+    within the other dims' extents (the padding's columns are zeros in every item)."""
     b = ctx.b
     axis = ctx.attr("axis")
     if axis is None:
@@ -240,8 +246,9 @@ def unique(ctx: NodeContext, x: Instruction) -> list[Instruction]:
     n = x.array_shape.dims[axis]
     if n == 0:
         raise ShapeError("Unique of an empty axis")
+    keys, items, valid = _unique_keys(ctx, x, axis)
     # the items are the slices along axis; their columns are the sort keys
-    moved = b.transpose(x, [axis] + [d for d in range(x.array_shape.rank) if d != axis])
+    moved = b.transpose(keys, [axis] + [d for d in range(x.array_shape.rank) if d != axis])
     table = b.reshape(moved, (n, moved.array_shape.size // n))
     columns = [
         b.reshape(b.slice(table, [0, c], [n, c + 1]), (n,))
@@ -251,6 +258,9 @@ def unique(ctx: NodeContext, x: Instruction) -> list[Instruction]:
     order = iota(b, (n,), 0)
     for column in reversed(columns):
         _, order = sort_along(b, take(b, column, order, 0), [order], 0)
+    if valid is not None:  # the items past the axis's extent last
+        padding = b.select(valid, full(b, 0, DType.S32, (n,)), full(b, 1, DType.S32, (n,)))
+        _, order = sort_along(b, take(b, padding, order, 0), [order], 0)
     ranked = [take(b, column, order, 0) for column in columns]
     # an item opens a group where it differs from the item sorted before it
     first = b.constant(np.ones(1, bool))
@@ -260,13 +270,17 @@ def unique(ctx: NodeContext, x: Instruction) -> list[Instruction]:
         for other in changes[1:]:
             change = b.binary(Op.OR, change, other)
         first = b.concatenate([first, change], 0)
+    if valid is not None:  # sorted first, the items within the extent open groups
+        first = b.binary(Op.AND, first, valid)
     count = count_true(ctx, first)
     starts = true_positions(b, first, count)
-    counts = b.binary(Op.SUBTRACT, _group_ends(ctx, starts, count, n), starts)
+    counts = b.binary(Op.SUBTRACT, _group_ends(ctx, starts, count, n, items), starts)
     firsts = take(b, order, starts, 0)  # the stable sort put each first occurrence first
     group = cumulative(b, b.convert(first, INDEX), 0, Op.ADD, exclusive=False, reverse=False)
     group = b.binary(Op.SUBTRACT, group, full(b, 1, INDEX, (n,)))
     _, inverse = sort_along(b, order, [group], 0)  # back to the items' own order
+    if items is not None:
+        inverse = b.set_dimension_size(inverse, b.get_dimension_size(x, axis), 0)
     if not ctx.attr("sorted", 1):
         # groups in order of first occurrence; inverse indices follow the renumbering
         positions = iota(b, (count,), 0) if isinstance(count, int) else _counted(ctx, n, count)
@@ -274,4 +288,28 @@ def unique(ctx: NodeContext, x: Instruction) -> list[Instruction]:
         counts = take(b, counts, by_occurrence, 0)
         _, renumbered = sort_along(b, by_occurrence, [positions], 0)
         inverse = take(b, renumbered, inverse, 0)
-    return [take(b, x, firsts, axis), firsts, inverse, counts]
+    distinct = take(b, keys, firsts, axis)
+    for d in x.array_shape.bounded_dims:  # the other dims keep their extents
+        if d != axis:
+            distinct = b.set_dimension_size(distinct, b.get_dimension_size(x, d), d)
+    return [distinct, firsts, inverse, counts]
+
+
+def _unique_keys(ctx: NodeContext, x: Instruction, axis: int):
+    """(x at its bounds with zeros in the padding of the dims besides `axis`, the
+    axis's extent as an s64 scalar, whether each position along it lies within it: pred
+    [n]), the last two None where the axis is static."""
+    b = ctx.b
+    shape = x.array_shape
+    if shape.is_static:
+        return x, None, None
+    keys = extents.unbounded(ctx, x)
+    for d in shape.bounded_dims:
+        if d != axis:
+            within = extents.inside(ctx, x, d, shape.dims, d)
+            keys = b.select(within, keys, full(b, 0, shape.dtype, shape.dims))
+    if not shape.is_dynamic(axis):
+        return keys, None, None
+    n = shape.dims[axis]
+    items = b.convert(b.get_dimension_size(x, axis), INDEX)
+    return keys, items, extents.inside(ctx, x, axis, (n,), 0)
