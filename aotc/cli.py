@@ -81,6 +81,14 @@ def parse_values(spec: str) -> tuple[str, np.ndarray]:
     return name, np.array(values)
 
 
+def parse_count(spec: str) -> tuple[str, int]:
+    """`boxes=300` -> ("boxes", 300): the most results output NAME's node keeps."""
+    name, sep, text = spec.partition("=")
+    if not sep or not name or not text.isdigit():
+        raise AotcError(f"--count '{spec}': expected NAME=N, e.g. selected=300")
+    return name, int(text)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="aotc", description="Ahead-of-time neural network compiler.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
@@ -107,6 +115,16 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="NAME=RANGE",
         help="extent of the model's symbolic dim NAME in every input that uses it: N, or "
         "LOW..HIGH for any extent in that range at run time, e.g. batch=1..8 (repeatable)",
+    )
+    compile_cmd.add_argument(
+        "--count",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="the most results of a count the data gives (NonZero, NonMaxSuppression, "
+        "Compress, TopK by a k that is data) whose node outputs NAME: buffers sized for N "
+        "instead of the model's bound, and a call whose data gives more keeps the first N "
+        "(repeatable)",
     )
     compile_cmd.add_argument(
         "--const",
@@ -225,6 +243,7 @@ def _options(args):
         name=getattr(args, "name", None),
         input_shapes=shapes,
         dim_extents=dict(parse_dim(spec) for spec in getattr(args, "dim", [])),
+        count_caps=dict(parse_count(spec) for spec in getattr(args, "count", [])),
         input_values=values,
         target=args.target,
         opt_level=args.opt_level,

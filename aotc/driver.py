@@ -35,6 +35,8 @@ class CompileOptions:
     input_shapes: dict[str, tuple[int | DimRange, ...]] = field(default_factory=dict)
     # the model's symbolic dim names -> their extent or DimRange, in every input
     dim_extents: dict[str, int | DimRange] = field(default_factory=dict)
+    # outputs of nodes whose counts the data gives -> the most results kept (--count)
+    count_caps: dict[str, int] = field(default_factory=dict)
     # inputs fixed to values (they become constants): shape-determining inputs
     input_values: dict[str, np.ndarray] = field(default_factory=dict)
     # ONNX sequence inputs: name -> length; their tensors are the inputs "NAME.0",
@@ -176,6 +178,8 @@ def _import(model, options: CompileOptions, byte_dot_signs: str) -> tuple[Module
 
             if options.input_values:
                 raise AotcError(f"{path}: --const does not apply to HLO text")
+            if options.count_caps:
+                raise AotcError(f"{path}: --count does not apply to HLO text")
             if options.dim_extents or _has_ranges(options.input_shapes):
                 raise AotcError(
                     f"{path}: --dim and dim ranges do not apply to HLO text (write bounded "
@@ -192,6 +196,7 @@ def _import(model, options: CompileOptions, byte_dot_signs: str) -> tuple[Module
         options.input_shapes,
         input_values=options.input_values,
         dim_extents=options.dim_extents,
+        count_caps=options.count_caps,
         input_structure=options.input_structure,
         byte_dot_signs=byte_dot_signs,
     )

@@ -623,8 +623,8 @@ def test_unique_of_a_bounded_input(dims, attrs):
                 np.testing.assert_array_equal(have, expected)
 
 
-def test_topk_whose_k_is_data():
-    """TopK by a k given as an input, compiled once: as many results as each k asks."""
+def _topk_data_model():
+    """scores [3, 10] and k an input -> the k smallest of each row and their indices."""
     n = helper.make_node
     graph = helper.make_graph(
         [n("TopK", ["scores", "k"], ["top", "at"], largest=0)],
@@ -638,7 +638,12 @@ def test_topk_whose_k_is_data():
             helper.make_tensor_value_info("at", TensorProto.INT64, [3, None]),
         ],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_topk_whose_k_is_data():
+    """TopK by a k given as an input, compiled once: as many results as each k asks."""
+    model = _topk_data_model()
     loaded = compile_model(model).load()
     assert [t.type_text for t in loaded.model_outputs] == ["f32[3,<=10]", "s64[3,<=10]"]
     session = ort.InferenceSession(model.SerializeToString())
@@ -756,6 +761,83 @@ def test_non_max_suppression_count_at_run_time(count, most):
         (got,) = loaded.run(feed)
         (want,) = session.run(None, dict(zip(["boxes", "scores", "iou", "floor"], feed)))
         np.testing.assert_array_equal(got, want)
+
+
+def test_counts_capped_by_the_user_keep_the_first_results():
+    """--count chosen=5 on a NonMaxSuppression of bound 60: buffers for 5, and each call
+    the first 5 of what onnxruntime selects (all of them where it selects fewer);
+    NonZero's and Compress's counts capped the same way."""
+    model = _nms_model(100, 30)
+    compiled = compile_model(model, CompileOptions(count_caps={"chosen": 5}))
+    assert compiled.outputs[0].type_text == "s64[<=5,3]"
+    loaded = compiled.load()
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(14)
+    corners = rng.uniform(0, 1, (1, 100, 2)).astype(np.float32)
+    boxes = np.concatenate([corners, corners + rng.uniform(0.2, 0.6, (1, 100, 2))], -1)
+    counts = set()
+    for iou, floor in ((0.5, 0.0), (0.5, 0.97), (0.5, 2.0)):
+        scores = rng.uniform(0, 1, (1, 2, 100)).astype(np.float32)
+        feed = [boxes.astype(np.float32), scores, np.float32([iou]), np.float32([floor])]
+        (got,) = loaded.run(feed)
+        (want,) = session.run(None, dict(zip(["boxes", "scores", "iou", "floor"], feed)))
+        counts.add(len(want))
+        np.testing.assert_array_equal(got, want[:5])
+    assert min(counts) < 5 < max(counts)
+    model = _selection_model()
+    caps = {"where": 4, "kept": 2}
+    compiled = compile_model(model, CompileOptions(count_caps=caps))
+    assert [t.type_text for t in compiled.outputs[:2]] == ["s64[<=4,2]", "f32[<=2]"]
+    x = np.random.default_rng(15).standard_normal((3, 5)).astype(np.float32)
+    got = compiled.load().run([x])
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0][:4])
+    np.testing.assert_array_equal(got[1], want[1][:2])
+    model = _topk_data_model()
+    compiled = compile_model(model, CompileOptions(count_caps={"top": 4}))
+    assert [t.type_text for t in compiled.outputs[:2]] == ["f32[3,<=4]", "s64[3,<=4]"]
+    loaded = compiled.load()
+    scores = np.random.default_rng(16).standard_normal((3, 10)).astype(np.float32)
+    for k in (2, 7):
+        feed = [scores, np.array([k], np.int64)]
+        want = ort.InferenceSession(model.SerializeToString()).run(
+            None, {"scores": feed[0], "k": feed[1]}
+        )
+        for have, expected in zip(loaded.run(feed), want):
+            np.testing.assert_array_equal(have, expected[:, :4])
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--count=chosen", "--count 'chosen': expected NAME=N"),
+        ("--count=nothing=3", "--count names no node output of the model: nothing"),
+    ],
+)
+def test_bad_counts_are_refused_in_one_line(flag, message, tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_nms_model().SerializeToString())
+    result = run_cli("compile", path, "-o", tmp_path / "build", flag)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not (tmp_path / "build").exists()
+
+
+@pytest.mark.parametrize(
+    "model, flags, message",
+    [
+        (lambda: _unique_model({}), ["--count=counts=2"], "its inverse indices need every"),
+        (_hardmax_model, ["--dim=batch=3", "--count=y=2"], "--count applies to the outputs"),
+    ],
+)
+def test_counts_that_cannot_be_capped_are_refused(model, flags, message, tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model().SerializeToString())
+    result = run_cli("compile", path, "-o", tmp_path / "build", *flags)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
 
 
 def test_concatenation_along_bounded_dims():

@@ -432,6 +432,7 @@ def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=Non
     per_class = ctx.const_ints(2) if fixed else None
     most = n if not per_class else max(0, min(n, per_class[0]))
     total = int(np.asarray(known)) if known is not None else batches * classes * most
+    total = ctx.count_bound(total)
     if total == 0:
         return b.constant(np.zeros((0, 3), dtype=np.int64))
     # the selected (batch, class, box) triples in (batch, class, rank) order
@@ -455,4 +456,5 @@ def non_max_suppression(ctx: NodeContext, boxes, scores, max_boxes=None, iou=Non
     result = b.gather(triples, position, dims)
     if known is not None:
         return result
-    return b.set_dimension_size(result, b.convert(selected, DType.S32), 0)
+    count = b.binary(Op.MINIMUM, b.convert(selected, DType.S32), b.scalar(total, DType.S32))
+    return b.set_dimension_size(result, count, 0)

@@ -135,6 +135,7 @@ def import_onnx(
     input_structure: InputStructure | None = None,
     byte_dot_signs: str = "mixed",
     dim_extents: Mapping[str, int | DimRange] | None = None,
+    count_caps: Mapping[str, int] | None = None,
 ) -> Module:
     """Lower an ONNX model (or a path to one) to an IR module.
 
@@ -146,6 +147,8 @@ def import_onnx(
     bounded (Shape.dynamic), any extent in it taken at run time.
     `byte_dot_signs` is what the target's byte dot products take, "mixed" (one u8 and
     one s8 operand) or "same" (two s8 or two u8): quantized products get those types.
+    `count_caps` caps the counts the data gives (NonZero's, NonMaxSuppression's...) of
+    the nodes with those outputs: at most that many results (`NodeContext.count_bound`).
     """
     if byte_dot_signs not in BYTE_DOT_SIGNS:
         raise ValueError(f"byte_dot_signs {byte_dot_signs!r} is not one of {BYTE_DOT_SIGNS}")
@@ -156,13 +159,36 @@ def import_onnx(
     b = ComputationBuilder(module, "main")
     top = GraphLowering(b, model.graph, opsets, _used_names(model.graph))
     top.byte_dot_signs = byte_dot_signs
+    top.count_caps = dict(count_caps or {})
     boundary = ModelBoundary(top, input_shapes, input_values, input_structure, dim_extents)
     module.input_names = boundary.bind_inputs()
     top.lower_nodes()
+    _check_count_caps(model.graph, top.count_caps)
     b.origin = None
     outputs, module.output_names = boundary.flat_outputs()
     b.build(b.tuple(outputs), entry=True)
     return module
+
+
+def _node_cap(node: onnx.NodeProto, caps: Mapping[str, int]) -> int | None:
+    """The smallest --count given for an output of `node`, or None."""
+    found = [caps[name] for name in node.output if name in caps]
+    return min(found) if found else None
+
+
+def _check_count_caps(graph: onnx.GraphProto, caps: Mapping[str, int]) -> None:
+    """Refuse a --count naming no node output of the model (its subgraphs' included)."""
+    named: set[str] = set()
+    pending = [graph]
+    while pending:
+        g = pending.pop()
+        for node in g.node:
+            named.update(node.output)
+            pending += [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+            pending += [sub for a in node.attribute for sub in a.graphs]
+    unknown = sorted(set(caps) - named)
+    if unknown:
+        raise UnsupportedError(f"--count names no node output of the model: {', '.join(unknown)}")
 
 
 def load_model(source: onnx.ModelProto | str | Path) -> onnx.ModelProto:
@@ -327,6 +353,8 @@ class GraphLowering:
         self.input_names = {} if input_names is None else input_names
         # the operand types quantized products get (import_onnx), as the enclosing graph's
         self.byte_dot_signs: str = "mixed" if parent is None else parent.byte_dot_signs
+        # output name -> the most results its node's data-given count keeps (import_onnx)
+        self.count_caps: dict[str, int] = {} if parent is None else parent.count_caps
 
     def lower_nodes(self) -> None:
         for index, node in enumerate(self.graph.node):
@@ -379,8 +407,14 @@ class GraphLowering:
                 self.input_names,
                 self.lower_graph,
                 self.byte_dot_signs,
+                _node_cap(node, self.count_caps),
             )
             result = lowering.fn(ctx, *inputs)
+            if ctx.count_cap is not None and not ctx.count_cap_taken:
+                raise UnsupportedError(
+                    "--count applies to the outputs of nodes whose counts the data gives "
+                    "(NonZero, NonMaxSuppression, Compress, TopK by a k that is data)"
+                )
         except AotcError as e:
             raise e.with_context(label) from e
         except (ValueError, TypeError, IndexError, KeyError) as e:

@@ -213,6 +213,17 @@ class NodeContext:
     # the 8-bit operand types the target's byte dot products take (import_onnx): "mixed"
     # (one u8 and one s8) or "same" (two s8 or two u8); quantize.py makes them so
     byte_dot_signs: str = "mixed"
+    # the most results the node's count the data gives may keep (--count on one of its
+    # outputs), None: the bound the model gives; `count_bound` takes it
+    count_cap: int | None = None
+    count_cap_taken: bool = False
+
+    def count_bound(self, bound: int) -> int:
+        """The bound of the node's count the data gives: `bound` (the model's, as the
+        input's size), or the --count given for an output of the node where smaller (a
+        call whose data gives more keeps the first ones)."""
+        self.count_cap_taken = True
+        return bound if self.count_cap is None else min(bound, self.count_cap)
 
     def attr(self, name: str, default: Any = None) -> Any:
         """Attribute `name` (schema default applied), else `default`."""

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ...errors import ShapeError
+from ...errors import ShapeError, UnsupportedError
 from ...ir import (
     ComputationBuilder,
     Direction,
@@ -80,14 +80,21 @@ def count_true(ctx: NodeContext, mask: Instruction) -> int | Instruction:
     return b.convert(total, DType.S32)
 
 
-def true_positions(b: ComputationBuilder, mask: Instruction, count: int | Instruction):
+def true_positions(
+    b: ComputationBuilder, mask: Instruction, count: int | Instruction, most: int | None = None
+):
     """s64[count]: the positions of the true entries of the 1-D `mask`, ascending; for a
-    count known only at run time, bounded by the mask's length."""
+    count known only at run time, bounded by the mask's length; the first `most` of
+    them at most (NodeContext.count_bound)."""
     n = mask.array_shape.dims[0]
+    most = n if most is None else min(most, n)
     keys = b.select(mask, full(b, 0, DType.S32, (n,)), full(b, 1, DType.S32, (n,)))
     _, positions = sort_along(b, keys, [iota(b, (n,), 0)], 0)
     if isinstance(count, int):
-        return b.slice(positions, [0], [count])
+        return b.slice(positions, [0], [min(count, most)])
+    if most < n:
+        positions = b.slice(positions, [0], [most])
+        count = b.binary(Op.MINIMUM, count, b.scalar(most, DType.S32))
     return b.set_dimension_size(positions, count, 0)
 
 
@@ -105,7 +112,8 @@ def top_k(ctx: NodeContext, x: Instruction, k: Instruction | None = None):
     data_k = _data_k(ctx, k, dims[axis]) if ctx.opset >= 10 and k is not None else None
     k_value = None if ctx.opset < 10 or data_k is not None else shape_value(ctx, 1)
     if data_k is not None:
-        count = dims[axis]
+        count = ctx.count_bound(dims[axis])
+        data_k = b.binary(Op.MINIMUM, data_k, b.scalar(count, DType.S32))
     elif k_value is None:
         count = ctx.required_attr("k")
     else:  # k may vary with a bounded dim's extent (min(k, rows) in detectors)
@@ -160,9 +168,10 @@ def non_zero(ctx: NodeContext, x: Instruction) -> Instruction:
         found = b.binary(Op.AND, found, inside)
     mask = b.reshape(found, (x.array_shape.size,))
     count = count_true(ctx, mask)
+    most = ctx.count_bound(mask.array_shape.dims[0])
     if isinstance(count, int) and (rank == 0 or count == 0):
         return b.constant(np.zeros((rank, count), np.int64))
-    positions = true_positions(b, mask, count)
+    positions = true_positions(b, mask, count, most)
     found = positions.array_shape.dims[0]  # the count, or its bound
     rows = []
     for d in range(rank):
@@ -192,10 +201,11 @@ def compress(ctx: NodeContext, x: Instruction, condition: Instruction) -> Instru
         if value.array_shape.is_dynamic(dim):
             mask = b.binary(Op.AND, mask, extents.inside(ctx, value, dim, (length,), 0))
     count = count_true(ctx, mask)
+    most = ctx.count_bound(length)
     if isinstance(count, int) and count == 0:
         dims = [0 if d == axis else s for d, s in enumerate(x.array_shape.dims)]
         return b.constant(np.zeros(dims, x.array_shape.dtype.numpy), x.array_shape.dtype)
-    return take(b, x, true_positions(b, mask, count), axis)
+    return take(b, x, true_positions(b, mask, count, most), axis)
 
 
 def _group_ends(
@@ -246,6 +256,10 @@ def unique(ctx: NodeContext, x: Instruction) -> list[Instruction]:
     n = x.array_shape.dims[axis]
     if n == 0:
         raise ShapeError("Unique of an empty axis")
+    if ctx.count_cap is not None:
+        raise UnsupportedError(
+            "Unique's count cannot be capped by --count: its inverse indices need every group"
+        )
     keys, items, valid = _unique_keys(ctx, x, axis)
     # the items are the slices along axis; their columns are the sort keys
     moved = b.transpose(keys, [axis] + [d for d in range(x.array_shape.rank) if d != axis])
