@@ -375,41 +375,6 @@ def _hardmax_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-@pytest.mark.parametrize(
-    "model, message",
-    [
-        (_hardmax_model, "Hardmax does not take yet"),
-    ],
-)
-def test_what_cannot_be_bounded_is_refused_by_node(model, message, tmp_path):
-    path = tmp_path / "m.onnx"
-    path.write_bytes(model().SerializeToString())
-    result = run_cli("compile", path, "-o", tmp_path / "build", "--dim", "batch=1..8")
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], result.stderr
-    assert not (tmp_path / "build").exists()
-
-
-@pytest.mark.parametrize(
-    "flag, message",
-    [
-        ("--dim=batch=8..1", "expected NAME=N or NAME=LOW..HIGH"),
-        ("--dim=size=1..8", "--dim names no symbolic dim of the inputs: size (they are: batch)"),
-        ("--input=x=1..zx32", "dims must be non-negative integers or ranges"),
-        ("--input=x=1..8x1..4", "dim 1 is 1..4, the model says 32"),
-    ],
-)
-def test_bad_ranges_are_refused_in_one_line(flag, message, tmp_path):
-    path = tmp_path / "mlp.onnx"
-    path.write_bytes(mlp().SerializeToString())
-    result = run_cli("compile", path, "-o", tmp_path / "build", flag)
-    assert result.returncode == 2
-    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
-
-
-# -- the C API -------------------------------------------------------------------------
-
 DRIVER = r"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -807,37 +772,33 @@ def test_counts_capped_by_the_user_keep_the_first_results():
             np.testing.assert_array_equal(have, expected[:, :4])
 
 
-@pytest.mark.parametrize(
-    "flag, message",
-    [
-        ("--count=chosen", "--count 'chosen': expected NAME=N"),
-        ("--count=nothing=3", "--count names no node output of the model: nothing"),
-    ],
-)
-def test_bad_counts_are_refused_in_one_line(flag, message, tmp_path):
-    path = tmp_path / "m.onnx"
-    path.write_bytes(_nms_model().SerializeToString())
-    result = run_cli("compile", path, "-o", tmp_path / "build", flag)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], result.stderr
-    assert not (tmp_path / "build").exists()
+# (model, compile flags, what the one line of the refusal says)
+REFUSED_COMPILES = [
+    (_hardmax_model, ["--dim=batch=1..8"], "Hardmax does not take yet"),
+    (mlp, ["--dim=batch=8..1"], "expected NAME=N or NAME=LOW..HIGH"),
+    (mlp, ["--dim=size=1..8"], "--dim names no symbolic dim of the inputs: size (they are: batch)"),
+    (mlp, ["--input=x=1..zx32"], "dims must be non-negative integers or ranges"),
+    (mlp, ["--input=x=1..8x1..4"], "dim 1 is 1..4, the model says 32"),
+    (_nms_model, ["--count=chosen"], "--count 'chosen': expected NAME=N"),
+    (_nms_model, ["--count=nothing=3"], "--count names no node output of the model: nothing"),
+    (lambda: _unique_model({}), ["--count=counts=2"], "its inverse indices need every group"),
+    (_hardmax_model, ["--dim=batch=3", "--count=y=2"], "--count applies to the outputs"),
+]
 
 
 @pytest.mark.parametrize(
-    "model, flags, message",
-    [
-        (lambda: _unique_model({}), ["--count=counts=2"], "its inverse indices need every"),
-        (_hardmax_model, ["--dim=batch=3", "--count=y=2"], "--count applies to the outputs"),
-    ],
+    "model, flags, message", REFUSED_COMPILES, ids=[" ".join(r[1]) for r in REFUSED_COMPILES]
 )
-def test_counts_that_cannot_be_capped_are_refused(model, flags, message, tmp_path):
+def test_refused_in_one_line(model, flags, message, tmp_path):
+    """What cannot be bounded or capped, and bad ranges and counts: exit 2, one line
+    saying what and where, no artifacts."""
     path = tmp_path / "m.onnx"
     path.write_bytes(model().SerializeToString())
     result = run_cli("compile", path, "-o", tmp_path / "build", *flags)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not (tmp_path / "build").exists()
 
 
 def test_concatenation_along_bounded_dims():

@@ -264,6 +264,7 @@ class _Partials:
             "elementwise",
         )
         b = ctx.builder
+        assert b is not None
         partial = memory_generator(ctx, ctx.workspace, self.shape)
         positions = elementwise.grid_elements(ctx, dims, per_thread)
         needed = gemm.needed(ctx) if gemm.needed is not None else None

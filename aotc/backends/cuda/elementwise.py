@@ -113,6 +113,7 @@ def store_outputs(ctx: GpuContext, values, outputs: Sequence[Output], index) -> 
 def global_thread(ctx: GpuContext, block: int, itype: ir.IntType) -> ir.Value:
     """block index * block + thread index, in `itype`."""
     b = ctx.builder
+    assert b is not None
     block_index = _widen(b, ctx.device.block_index(ctx), itype)
     thread = _widen(b, ctx.device.thread_index(ctx), itype)
     return b.add(
@@ -127,6 +128,7 @@ def grid_elements(ctx: GpuContext, dims: Sequence[int], per_thread: int = 1) -> 
     size = math.prod(dims)
     itype = index_type(size + BLOCK * per_thread)
     b = ctx.builder
+    assert b is not None
     first = global_thread(ctx, BLOCK * per_thread, itype)
     last = ir.Constant(itype, size - 1)
     positions = []
@@ -153,6 +155,7 @@ def split_position(ctx: GpuContext, linear: ir.Value, dims: Sequence[int]) -> li
     """Row-major multi-index (i64 values) of a linear position, divided in its own width
     (32-bit division is much cheaper on GPUs)."""
     b = ctx.builder
+    assert b is not None
     index = []
     for extent in reversed(dims):
         if extent == 1:

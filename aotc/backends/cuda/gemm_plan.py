@@ -50,6 +50,7 @@ class Needed:
         """Whether C[g, m, n] (i32s) is needed, as an i1 (None: every element is); of a
         tile's first element, whether the tile holds any needed one."""
         b = ctx.builder
+        assert b is not None
         conditions = [
             b.icmp_unsigned("<", at, count)
             for at, count in ((m, self.m), (n, self.n))
@@ -105,7 +106,9 @@ def _swapped(needed: Needed) -> Needed:
 
 
 def _as_i32(ctx: GpuContext, value: ir.Value | None) -> ir.Value | None:
-    return None if value is None else ctx.builder.trunc(value, I32)
+    b = ctx.builder
+    assert b is not None
+    return None if value is None else b.trunc(value, I32)
 
 
 def contraction_of(instr: Instruction) -> Instruction | None:
@@ -199,6 +202,7 @@ def _conv_plan(conv: Instruction, kernel: Instruction):
     if conv.batch_group_count != 1:
         return None
     dims, window = conv.conv, conv.window
+    assert dims is not None and window is not None  # the verifier requires them
     lhs_dims, rhs_dims = conv.operands[0].array_shape.dims, conv.operands[1].array_shape.dims
     out_dims = conv.array_shape.dims
     groups = conv.feature_group_count
@@ -231,6 +235,7 @@ def _conv_plan(conv: Instruction, kernel: Instruction):
     def make(lhs: Gen, rhs: Gen) -> Gemm:
         def a(ctx, g, m, k):  # the kernel: [g*Cout_g + m, ci, taps]
             b = ctx.builder
+            assert b is not None
             channel, tap = depth(ctx, k)
             index = [None] * len(rhs_dims)
             out_feature = b.add(b.mul(g, i32(cout_g)), m) if groups > 1 else m
@@ -242,6 +247,7 @@ def _conv_plan(conv: Instruction, kernel: Instruction):
 
         def b_(ctx, g, k, n):  # the image: [batch, g*Cin_g + ci, position of the tap]
             b = ctx.builder
+            assert b is not None
             channel, tap = depth(ctx, k)
             batch, *out = split_position(ctx, n, pixels)
             index = [None] * len(lhs_dims)
@@ -265,6 +271,7 @@ def _conv_plan(conv: Instruction, kernel: Instruction):
 
         def out_index(ctx, g, m, n):
             b = ctx.builder
+            assert b is not None
             batch, *out = split_position(ctx, n, pixels)
             index = [None] * len(out_dims)
             index[dims.output_batch] = batch

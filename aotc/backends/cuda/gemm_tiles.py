@@ -33,6 +33,7 @@ def tile_origin(ctx: GpuContext, gemm: Gemm, bm: int, bn: int, slices: int = 1):
     """(g, m0, n0, slice) of the tile this block computes and the slice of the depth it
     sums (split-K: `slices` > 1): blocks run over n, then m, then g, then slices."""
     b = ctx.builder
+    assert b is not None
     tiles_m, tiles_n = -(-gemm.m // bm), -(-gemm.n // bn)
     block = ctx.device.block_index(ctx)
     depth_slice = i32(0)
@@ -67,6 +68,7 @@ def depth_steps(
     whole steps (split_steps), up to the needed depth (a slice past it sums nothing)."""
     steps = -(-gemm.k // bk)
     b = ctx.builder
+    assert b is not None
     needed_steps = None
     if needed is not None and needed.k is not None:
         needed_steps = b.udiv(b.add(needed.k, i32(bk - 1)), i32(bk))
@@ -108,6 +110,7 @@ def masked(ctx: GpuContext, element: Element, g, row: tuple, depth: tuple) -> ir
     runs past the extent.  Depths are clamped always, since the prefetch after the last
     step reads one tile past the end (and never uses it)."""
     b = ctx.builder
+    assert b is not None
     (row, rows, row_tile), (depth, depths, depth_tile) = row, depth
     conditions = []
     if rows % row_tile:
@@ -154,6 +157,7 @@ class TileLoader:
     def place(self, r: int) -> tuple[ir.Value, ir.Value]:
         """(row, k) within the tile of the r-th element this thread stages."""
         b = self.ctx.builder
+        assert b is not None
         e = b.add(self.tid, i32(r * self.threads))
         if self.rows_fast:
             return b.urem(e, i32(self.rows)), b.udiv(e, i32(self.rows))
@@ -162,6 +166,7 @@ class TileLoader:
     def fetch(self, g: ir.Value, row0: ir.Value, k0: ir.Value) -> None:
         """Global loads of the tile at (row0, k0) into this thread's registers."""
         b = self.ctx.builder
+        assert b is not None
         for r, slot in enumerate(self.registers):
             row, k = self.place(r)
             rows = (b.add(row0, row), self.extents[0], self.rows)
@@ -199,6 +204,7 @@ def operand_loaders(
 def store_inside(ctx: GpuContext, gemm: Gemm, tiles: tuple[int, int], g, m, n, store) -> None:
     """store(g, m, n) where (m, n) lies inside C (checked only where tiles can run past)."""
     b = ctx.builder
+    assert b is not None
     bm, bn = tiles
     inside = all_of(
         b,

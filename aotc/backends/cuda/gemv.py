@@ -47,6 +47,7 @@ def _columns(gemm: Gemm) -> int:
 def emit_gemv(ctx: GpuContext, kernel, gemm: Gemm, store) -> None:
     """The kernel's body: store(g, m, n, value) for each element of C."""
     b = ctx.builder
+    assert b is not None
     kernel.cooperative = True  # barriers or warp shuffles
     tid = ctx.device.thread_index(ctx)
     lane, warp = b.urem(tid, i32(WARP)), b.udiv(tid, i32(WARP))

@@ -88,6 +88,7 @@ def exit_unless(ctx: GpuContext, condition: ir.Value | None) -> None:
     if condition is None:
         return
     b = ctx.builder
+    assert b is not None
     go = b.append_basic_block("needed")
     leave = b.append_basic_block("unneeded")
     b.cbranch(condition, go, leave)

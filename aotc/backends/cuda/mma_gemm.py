@@ -110,6 +110,7 @@ def emit_tiles(
     """The kernel's body: store(g, m, n, value) for each element of C, or with `slices`
     > 1 (split-K) for each partial sum (g: gemm_tiles.stored_batch)."""
     b = ctx.builder
+    assert b is not None
     tid = ctx.device.thread_index(ctx)
     g, m0, n0, depth_slice = tile_origin(ctx, gemm, t.bm, t.bn, slices)
     needed = gemm.needed(ctx) if gemm.needed is not None else None

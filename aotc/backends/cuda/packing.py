@@ -197,6 +197,7 @@ def packed_generator(ctx: GpuContext, where: Slice, shape: Shape) -> Gen:
 
     def gen(index):
         b = ctx.builder
+        assert b is not None
         down = b.ashr if dtype.is_signed_int else b.lshr
         linear = linearize(b, index, shape.dims)
         byte = b.lshr(linear, i64(per_byte.bit_length() - 1))

@@ -94,6 +94,7 @@ class Group:
         `clip`: per operand dim, the i64 count of positions read (None: all), as
         llvm/extents.reduced_limits gives it."""
         ctx, b = self.ctx, self.ctx.builder
+        assert b is not None
         count = len(operands) // 2
         inputs, inits = operands[:count], operands[count:]
         in_dims = reduce.operands[0].array_shape.dims
@@ -141,6 +142,7 @@ class Group:
 
     def _combine(self, partial: Accumulators) -> None:
         ctx, b = self.ctx, self.ctx.builder
+        assert b is not None
         mask = WARP // 2
         while mask >= 1:
             partial.update([shuffle_value(ctx, v, mask) for v in partial.values()])
@@ -173,6 +175,7 @@ class Group:
 def shuffle_value(ctx: GpuContext, value: ir.Value, mask: int) -> ir.Value:
     """`value` of lane ^ mask, for any register type (moved as 32-bit pieces)."""
     b = ctx.builder
+    assert b is not None
     ty = value.type
     if ty == F32:
         return b.bitcast(ctx.device.shuffle_xor(ctx, b.bitcast(value, I32), mask), F32)
@@ -268,11 +271,13 @@ def emit_reduce(
     if fusion is not None and fusion_kind(fusion.called[0]) is not FusionKind.INPUT:
         return None
     reduce = fusion.called[0].root if fusion is not None else instr
+    assert reduce is not None  # a built computation has its root
     if reduce.op is not Op.REDUCE or not _innermost_reduced(reduce):
         return None
     if not has_identity_inits(reduce, fusion):
         return None
-    length = math.prod(reduce.operands[0].shape.dims[d] for d in reduce.dimensions)
+    assert reduce.dimensions is not None  # the verifier requires a reduce's
+    length = math.prod(reduce.operands[0].array_shape.dims[d] for d in reduce.dimensions)
     if length < MIN_PARALLEL:
         return None
     out_dims = outputs[0][0].dims
@@ -281,6 +286,7 @@ def emit_reduce(
     grid = -(-count // per_block)
     kernel = begin_kernel(ctx, instr, name, BLOCK, grid, "reduction")
     b = ctx.builder
+    assert b is not None
     params = operand_generators(ctx, instr)
     if fusion is not None:
         gens = bind_instructions(ctx, fusion.called[0], params)
@@ -333,6 +339,7 @@ def emit_rows(ctx: GpuContext, instr: Instruction, name: str, outputs) -> list[K
     size = WARP if longest <= WARP_ROW else BLOCK
     kernel = begin_kernel(ctx, instr, name, size, rows, "row")
     b = ctx.builder
+    assert b is not None
     fused = instr.called[0]
     params = operand_generators(ctx, instr)
     live_rows = row_dims(shape.dims, rank)
@@ -405,6 +412,7 @@ def _held_indexes(ctx: GpuContext, group: Group, row_index: list, dims, rank: in
     if columns % group.size or columns // group.size > HELD_STEPS:
         return None
     b = ctx.builder
+    assert b is not None
     return [
         [
             *row_index,

@@ -96,6 +96,7 @@ def _fma(ctx: GpuContext, a: ir.Value, b: ir.Value, acc: ir.Value) -> ir.Value:
 
 def _multiply_add(ctx: GpuContext, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
     b: ir.IRBuilder = ctx.builder
+    assert b is not None
     return b.add(b.mul(x, y), acc)
 
 
@@ -137,6 +138,7 @@ def emit_tiles(
     > 1 (split-K) for each partial sum (g: gemm_tiles.stored_batch); `t` as
     `staged_tiling` gives it, the operands' values of `in_dtype`."""
     b = ctx.builder
+    assert b is not None
     words, left = divmod(t.bk, arithmetic.per_word)
     assert left == 0, "a step stages whole words"
     tid = ctx.device.thread_index(ctx)

@@ -52,6 +52,7 @@ def emit_sort(ctx: GpuContext, instr: Instruction, name: str, outputs) -> Kernel
     threads = min(width // 2, MAX_THREADS)
     kernel = begin_kernel(ctx, instr, name, threads, math.prod(rows), "sort")
     b = ctx.builder
+    assert b is not None
     tid = ctx.device.thread_index(ctx)
     row = split_position(ctx, ctx.device.block_index(ctx), rows)
     counts = limits(ctx, instr)
