@@ -9,6 +9,7 @@ AOTC_TRACEBACK=1 (read here only) shows its traceback instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import progress
 from .errors import AotcError, one_line
 from .ir.bounds import DimRange
 
@@ -89,8 +91,23 @@ def parse_count(spec: str) -> tuple[str, int]:
     return name, int(text)
 
 
+class _PrintCMakeDir(argparse.Action):
+    """`aotc --cmake-dir`: where aotcConfig.cmake is (cmake -Daotc_DIR=...), then exit 0.
+    An action, as argparse's --version is, so that no subcommand is needed."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(Path(__file__).resolve().parent / "cmake")
+        parser.exit(0)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="aotc", description="Ahead-of-time neural network compiler.")
+    parser.add_argument(
+        "--cmake-dir",
+        action=_PrintCMakeDir,
+        nargs=0,
+        help="print the directory of aotc's CMake package (aotcConfig.cmake) and exit",
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
 
     compile_cmd = commands.add_parser(
@@ -259,8 +276,11 @@ def _compile(args) -> None:
     from .driver import compile_model
 
     started = time.perf_counter()
-    compiled = compile_model(args.model, _options(args))
-    paths = compiled.write(args.output)
+    # a progress line on a terminal, for compiles long enough to wonder about
+    shown = sys.stderr.isatty() and not args.quiet
+    with progress.reporting(sys.stderr) if shown else contextlib.nullcontext():
+        compiled = compile_model(args.model, _options(args))
+        paths = compiled.write(args.output)
     if paths.library is None:  # no C compiler for the target: the object is still useful
         library = f"lib{compiled.name}.a"
         print(
@@ -331,6 +351,9 @@ def summary(compiled, paths, seconds: float) -> str:
         f"  wrote         {', '.join(p.name for p in written)}",
         f"  time          {seconds:.2f} s",
     ]
+    lines += [f"  note          {note}" for note in compiled.module.notes]
+    if paths.link:
+        lines.append(f"  link with     {paths.link}")
     return "\n".join(lines)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import artifacts, memory_limits
+from . import artifacts, memory_limits, progress
 from .backends import BACKENDS, Backend, backend_for
 from .buffers import BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
@@ -110,6 +110,7 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     started = time.perf_counter()
     backend = backend_for(options.target)
     target = backend.parse_target(options.target, options.opt_level)
+    progress.stage("import")
     module, source = _import(model, options, backend.byte_dot_signs(target))
     limit = options.max_memory or memory_limits.machine_memory()
     memory_limits.check_tensors(module, limit)
@@ -120,6 +121,7 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     )
     pipeline.run(module)
     memory_limits.check_tensors(module, limit)
+    progress.stage("memory plan")
     plan = assign_buffers(module)
     code = backend.compile(module, plan, name, target, options.threads, options.profile)
     memory_limits.check_plan(plan.arena_bytes, plan.workspace_bytes, plan.weight_bytes, limit)
@@ -173,8 +175,10 @@ def _import(model, options: CompileOptions, byte_dot_signs: str) -> tuple[Module
         path = Path(model)
         if not path.is_file():
             raise ModelError(f"{path}: no such file")
-        if _is_hlo_text(path):
+        stablehlo = _is_stablehlo(path)
+        if stablehlo or _is_hlo_text(path):
             from .frontends.hlo import import_hlo
+            from .frontends.stablehlo import import_stablehlo
 
             if options.input_values:
                 raise AotcError(f"{path}: --const does not apply to HLO text")
@@ -185,7 +189,8 @@ def _import(model, options: CompileOptions, byte_dot_signs: str) -> tuple[Module
                     f"{path}: --dim and dim ranges do not apply to HLO text (write bounded "
                     "dims in its shapes, f32[<=8,128])"
                 )
-            return import_hlo(path, options.input_shapes), str(path)
+            importer = import_stablehlo if stablehlo else import_hlo
+            return importer(path, options.input_shapes), str(path)
         source = str(path)
     else:
         source = getattr(getattr(model, "graph", None), "name", None) or "model"
@@ -218,6 +223,19 @@ def _is_hlo_text(path: Path) -> bool:
         raise ModelError(f"{path}: cannot read: {error.strerror or error}") from None
 
 
+def _is_stablehlo(path: Path) -> bool:
+    """A `.mlir` or `.jaxexport` file, or text starting `module` / `func.func`."""
+    from .frontends.stablehlo import JAX_EXPORT_SUFFIX, is_stablehlo_text
+
+    if path.suffix in (".mlir", JAX_EXPORT_SUFFIX):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return is_stablehlo_text(f.read(4096))
+    except OSError as error:
+        raise ModelError(f"{path}: cannot read: {error.strerror or error}") from None
+
+
 def _model_name(requested: str | None, source: str, module: Module) -> str:
     """The symbol prefix: --name, else the file's stem made into a C identifier."""
     if requested is not None:
@@ -232,11 +250,17 @@ def _tensor_specs(module: Module):
     entry = module.entry
     params = entry.parameters
     input_names = module.input_names or [p.name for p in params]
-    inputs = [_spec(n, p.shape) for n, p in zip(input_names, params)]
+    inputs = [
+        replace(_spec(n, p.shape), labels=module.labels.get(n, ()))
+        for n, p in zip(input_names, params)
+    ]
     root = entry.root
     elements = root.operands if root.op is Op.TUPLE else [root]
     output_names = module.output_names or [e.name for e in elements]
-    outputs = [_spec(n, e.shape) for n, e in zip(output_names, elements)]
+    outputs = [
+        replace(_spec(n, e.shape), labels=module.labels.get(n, ()))
+        for n, e in zip(output_names, elements)
+    ]
     if module.bounds is not None:
         inputs = _bounded_specs(inputs, module.bounds.inputs, module.bounds.lows)
         outputs = _bounded_specs(outputs, module.bounds.outputs)

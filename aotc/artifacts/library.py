@@ -10,12 +10,26 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import progress
 from ..errors import ToolError
 from .render import render_header
-from .runtime import compile_runtime, finish_command, missing_compiler_message, runtime_files
+from .runtime import (
+    LINK_LIBS,
+    compile_runtime,
+    finish_command,
+    missing_compiler_message,
+    runtime_files,
+)
 from .specs import ArtifactPaths, MemoryStats, Target, TensorSpec
 from .staging import install, staged_write
-from .tools import cross_compiler_name, find_archiver, run_tool, runtime_compiler, target_arch
+from .tools import (
+    cross_compiler_name,
+    find_archiver,
+    link_command,
+    run_tool,
+    runtime_compiler,
+    target_arch,
+)
 
 
 def write_artifacts(
@@ -55,6 +69,7 @@ def write_artifacts(
         (stage / files[0]).write_text(header, encoding="utf-8")
         (stage / files[1]).write_bytes(object_bytes)
         if compiler is not None:
+            progress.stage("runtime and archive")
             runtime = compile_runtime(stage / "runtime", compiler)
             _check_same_machine(object_bytes, runtime, compiler, target)
             members = [files[1], *(str(p.relative_to(stage)) for p in runtime)]
@@ -66,7 +81,8 @@ def write_artifacts(
                 shutil.copyfile(path, stage / path.name)
             install(stage, out_dir, files, remove=[library])
     if compiler is not None:
-        return ArtifactPaths(out_dir / files[0], out_dir / files[1], out_dir / library)
+        link = link_command(out_dir / library, target, LINK_LIBS)
+        return ArtifactPaths(out_dir / files[0], out_dir / files[1], out_dir / library, link=link)
     arch = target_arch(target)
     return ArtifactPaths(
         out_dir / files[0],

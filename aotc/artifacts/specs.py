@@ -55,6 +55,9 @@ class TensorSpec:
     bounded: tuple[bool, ...] = ()
     # per dim, a bounded dim's least extent (its range's low end); () for all 0
     lows: tuple[int, ...] = ()
+    # what each entry of the last dim stands for (a ZipMap output's classes, a map
+    # input's keys); () for none
+    labels: tuple[int | str, ...] = ()
 
     @classmethod
     def make(cls, name: str, dtype: DType, dims: Sequence[int], bounded=()) -> TensorSpec:
@@ -97,6 +100,21 @@ class TensorSpec:
     @property
     def type_text(self) -> str:
         return Shape(self.dtype, self.dims, self.bounded).text(layout=False)
+
+    def label_macros(self, word: str) -> list[tuple[str, int]]:
+        """(macro suffix, column) per label: <word>_<label as an upper-case identifier>,
+        `_2`, `_3`... where two labels spell the same."""
+        taken: set[str] = set()
+        found = []
+        for column, label in enumerate(self.labels):
+            text = f"NEG{-label}" if isinstance(label, int) and label < 0 else str(label)
+            base = f"{word}_" + (re.sub(r"[^A-Z0-9]+", "_", text.upper()).strip("_") or "X")
+            suffix, n = base, 2
+            while suffix in taken:
+                suffix, n = f"{base}_{n}", n + 1
+            taken.add(suffix)
+            found.append((suffix, column))
+        return found
 
 
 @dataclass(frozen=True)
@@ -144,6 +162,7 @@ class ArtifactPaths:
     runtime_sources: tuple[Path, ...] = ()
     finish: str = ""
     missing: str = ""
+    link: str = ""  # the command that links an application app.c with the library
 
 
 def c_identifier(name: str) -> str:

@@ -65,6 +65,15 @@ def cross_compiler_name(arch: str) -> str:
     return f"{arch}-linux-gnu-gcc"
 
 
+def link_command(library: Path, target: Target | str, libs: Sequence[str]) -> str:
+    """The one line that links app.c with `library` for `target`: cc for this machine's
+    architecture, its cross compiler for another."""
+    arch = target_arch(target)
+    compiler = "cc" if arch == host_arch() else cross_compiler_name(arch)
+    directory = library.parent
+    return shlex.join([compiler, "app.c", f"-I{directory}", str(library), *libs])
+
+
 def runtime_compiler(
     target: Target | str, cc: str | Sequence[str] | None = None
 ) -> list[str] | None:

@@ -257,6 +257,11 @@ class Module:
     # (parameter number, dim) -> the least extent a bounded input dim takes, where
     # above 0 (the frontend's ranges; passes/bounded_dims.py puts them in `bounds`)
     input_lows: dict[tuple[int, int], int] = field(default_factory=dict)
+    # input or output name -> what each entry of its last dim stands for, which the header
+    # lists: a ZipMap output's classes, a map input's keys (frontends/onnx/ml_maps.py)
+    labels: dict[str, tuple[int | str, ...]] = field(default_factory=dict)
+    # what the frontend made of the model that a user should hear (the compile prints them)
+    notes: list[str] = field(default_factory=list)
     _used_names: set[str] = field(default_factory=set, repr=False)
     _counter: itertools.count = field(default_factory=lambda: itertools.count(1), repr=False)
 

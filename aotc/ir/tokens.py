@@ -108,26 +108,26 @@ def _unquote(token: str) -> str:
     return out.decode("utf-8", errors="replace")
 
 
-class TokenStream:
-    """A cursor over the tokens of one text: look ahead, consume, fail quoting a line."""
+class TokenCursor:
+    """Looking ahead in `tokens` from `pos` and consuming them, the last token (eof)
+    never passed; `at` matches punctuation and the kinds in WORDS by their text.
+    Subclasses give `tokens`, `pos`, `describe` and `error`."""
 
-    def __init__(self, text: str):
-        self.lines = text.split("\n")
-        self.newlines = [m.start() for m in re.finditer("\n", text)]
-        self.tokens = tokenize(text)
-        self.pos = 0
+    WORDS: tuple[str, ...] = ("name",)
+    tokens: list
+    pos: int
 
-    def peek(self, ahead: int = 0) -> Token:
+    def peek(self, ahead: int = 0):
         return self.tokens[min(self.pos + ahead, len(self.tokens) - 1)]
 
-    def advance(self) -> Token:
+    def advance(self):
         token = self.peek()
         self.pos = min(self.pos + 1, len(self.tokens) - 1)
         return token
 
     def at(self, text: str, ahead: int = 0) -> bool:
         token = self.peek(ahead)
-        return token.text == text and token.kind in ("punct", "name")
+        return token.text == text and (token.kind == "punct" or token.kind in self.WORDS)
 
     def accept(self, text: str) -> bool:
         if self.at(text):
@@ -135,10 +135,26 @@ class TokenStream:
             return True
         return False
 
-    def expect(self, text: str) -> Token:
+    def expect(self, text: str):
         if not self.at(text):
             raise self.error(f"expected '{text}', found {self.describe(self.peek())}")
         return self.advance()
+
+    def describe(self, token) -> str:
+        raise NotImplementedError
+
+    def error(self, message: str, token=None, kind: type = ModelError) -> Exception:
+        raise NotImplementedError
+
+
+class TokenStream(TokenCursor):
+    """A cursor over the tokens of one text: look ahead, consume, fail quoting a line."""
+
+    def __init__(self, text: str):
+        self.lines = text.split("\n")
+        self.newlines = [m.start() for m in re.finditer("\n", text)]
+        self.tokens = tokenize(text)
+        self.pos = 0
 
     def line(self, token: Token) -> int:
         return bisect.bisect_left(self.newlines, token.pos) + 1
@@ -152,8 +168,7 @@ class TokenStream:
             source = source[:_QUOTED_LINE_CHARS] + " ..."
         return kind(f"HLO text line {line}: {message}" + (f": {source}" if source else ""))
 
-    @staticmethod
-    def describe(token: Token) -> str:
+    def describe(self, token: Token) -> str:
         return "end of text" if token.kind == "eof" else f"'{token.text}'"
 
     def name(self) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .. import progress
 from ..ir import Module
 
 
@@ -35,6 +36,7 @@ class Pipeline:
         changed = False
         self._dump(module, 0, "input", print_module)
         for number, p in enumerate(self.passes, start=1):
+            progress.stage(f"pass {number}/{len(self.passes)} {p.name}")
             changed |= p.run(module)
             if self.verify:
                 verify(module)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import llvmlite.binding as llvm
 
+from ... import progress
 from ...buffers import BufferPlan
 from ...ir import Module
 from ..llvm.elf import patch_section
@@ -29,6 +30,7 @@ def optimized_module(
     llmod = build_module(module, plan, name, target, threads, profile)
     llmod.triple = target.triple
     llmod.data_layout = str(machine.target_data)
+    progress.stage("LLVM: parse and optimize")
     parsed = llvm.parse_assembly(str(llmod))
     parsed.verify()
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -50,6 +52,7 @@ def emit_object(
     final = prepack(target, plan)
     parsed, machine = optimized_module(module, final, name, target, threads, profile)
     plan.workspace_bytes, plan.object_weight_bytes = final.workspace_bytes, len(final.weights)
+    progress.stage("LLVM: machine code")
     obj = machine.emit_object(parsed)
     weights = final.weights or b"\0"  # the placeholder is never empty
     return patch_section(obj, f".rodata.{name}_weights", weights)

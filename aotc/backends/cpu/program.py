@@ -28,6 +28,7 @@ import math
 
 from llvmlite import ir
 
+from ... import progress
 from ...buffers import BufferKind, BufferPlan, Slice
 from ...ir import Instruction, Module, Op, Shape
 from ...ir.module import reached
@@ -131,7 +132,12 @@ def emit_computation(
     conditional runs is emitted once per instruction running it, each with its plan.
     """
     outer, ctx.plan = ctx.plan, plan
-    kernels = [_emit_kernel(ctx, weights, instr, scope) for instr in kernel_instructions(plan)]
+    instructions = kernel_instructions(plan)
+    kernels = []
+    for number, instr in enumerate(instructions, start=1):
+        if not scope:  # the entry's (a called computation's run inside one of them)
+            progress.step("kernels", number, len(instructions))
+        kernels.append(_emit_kernel(ctx, weights, instr, scope))
     ctx.plan = outer
     return kernels
 

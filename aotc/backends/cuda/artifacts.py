@@ -173,4 +173,5 @@ def write_cuda_artifacts(
         for argv, what in steps:
             artifacts.run_tool(argv, what, stage)
         artifacts.install(stage, out_dir, files)
-    return ArtifactPaths(out_dir / files[0], out_dir / files[2], out_dir / library)
+    link = artifacts.link_command(out_dir / library, "host", LINK_LIBS)
+    return ArtifactPaths(out_dir / files[0], out_dir / files[2], out_dir / library, link=link)

@@ -21,6 +21,7 @@ from ...ir import Instruction, Shape
 from ...ir.bounds import DimRange
 from ...memory_limits import check_size
 from .dtypes import to_dtype
+from .map_inputs import map_keys
 from .sequence import NO_VALUE, SequenceValue
 
 if TYPE_CHECKING:
@@ -83,6 +84,11 @@ class ModelBoundary:
             if names is None:
                 values[info.name] = NO_VALUE
                 continue
+            if info.type.HasField("map_type"):  # a tensor of its values in key order
+                param = self._map_parameter(info, len(parameters))
+                parameters.append(info.name)
+                values[info.name] = param
+                continue
             kind = value_type(info.type, f"input '{info.name}'")
             tensors = []
             for name in names:
@@ -123,8 +129,28 @@ class ModelBoundary:
                 names.extend(elements)
         return tensors, names
 
+    def _map_parameter(self, info: onnx.ValueInfoProto, number: int) -> Instruction:
+        """A map input whose readers fix its keys (`map_inputs.map_keys`) as the
+        parameter of its values in their keys' order, the keys on the module (the header
+        lists them)."""
+        keys, elem_type = map_keys(self.top.graph, info)
+        if info.name in self.input_shapes or info.name in self.input_values:
+            raise ModelError(f"input '{info.name}' is a map: its shape is its keys'")
+        shape = Shape(to_dtype(elem_type, f"input '{info.name}' values"), (len(keys),))
+        b = self.top.b
+        param = b.parameter(number, shape, name=info.name)
+        self.top.input_names[id(param)] = info.name
+        b.module.labels[info.name] = keys
+        b.module.notes.append(
+            f"input '{info.name}' is a map: give its values in the order of its "
+            f"{len(keys)} keys, which the header lists (0 for a key it lacks)"
+        )
+        return param
+
     def _flat_inputs(self, info: onnx.ValueInfoProto) -> list[str] | None:
         """The tensors standing for graph input `info` (None: an optional with no value)."""
+        if info.type.HasField("map_type"):
+            return [info.name]
         kind = value_type(info.type, f"input '{info.name}'")
         if info.name not in self.structure:
             if kind.sequence:
@@ -157,7 +183,8 @@ class ModelBoundary:
         symbols = {
             d
             for info in self.inputs
-            if value_type(info.type, f"input '{info.name}'").tensor.HasField("shape")
+            if not info.type.HasField("map_type")
+            and value_type(info.type, f"input '{info.name}'").tensor.HasField("shape")
             for d in declared_dims(value_type(info.type, "").tensor) or ()
             if isinstance(d, str)
         }
