@@ -123,6 +123,11 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     memory_limits.check_tensors(module, limit)
     progress.stage("memory plan")
     plan = assign_buffers(module)
+    # the kernels' temporaries (packing panels, split-K partials) as buffers of the plan,
+    # live while their kernel runs: sized on a first plan, then packed with the rest
+    temporaries = backend.temporaries(target, plan)
+    if temporaries:
+        plan = assign_buffers(module, temporaries)
     code = backend.compile(module, plan, name, target, options.threads, options.profile)
     memory_limits.check_plan(plan.arena_bytes, plan.workspace_bytes, plan.weight_bytes, limit)
     inputs, outputs = _tensor_specs(module)

@@ -53,6 +53,13 @@ class Backend(Protocol[T]):
         make them so, which leaves the exact sums unchanged."""
         ...
 
+    def temporaries(self, target: T, plan: BufferPlan) -> dict[int, int]:
+        """id(instruction) -> the scratch bytes its kernel needs while it runs (packing
+        panels, split-K partials...), over `plan` and its nested plans: the driver plans
+        them into the arena (`assign_buffers`), and `compile` finds them there with
+        `BufferPlan.temporary` (a kernel needing more takes the workspace after it)."""
+        ...
+
     def compile(
         self,
         module: Module,

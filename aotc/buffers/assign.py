@@ -16,6 +16,7 @@ slices (`BufferPlan.mapped`), recursively up to the entry.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import UnsupportedError
@@ -25,7 +26,7 @@ from .concat import concat_placements, nest, resolve
 from .heap import Interval, align_up, pack, peak_live_bytes
 from .inplace import BufferSets, reads_at_output_index
 from .liveness import LEAVES, BufferDefinitions, array_indices, is_defining, live_ranges
-from .plan import BufferKind, BufferPlan, NestedPlan, PlannedBuffer, Slice
+from .plan import TEMPORARY, BufferKind, BufferPlan, NestedPlan, PlannedBuffer, Slice
 from .schedule import candidate_schedules
 
 ALIGNMENT = 64
@@ -40,11 +41,14 @@ class _Role(enum.Enum):
     CONDITION = "condition"  # nowhere: the while reads the pred where it was computed
 
 
-def assign_buffers(module: Module) -> BufferPlan:
-    """Plan the storage of every value of the entry computation.
+def assign_buffers(module: Module, temporaries: Mapping[int, int] | None = None) -> BufferPlan:
+    """Plan the storage of every value of the entry computation, and of the kernels'
+    `temporaries` (id(instruction) -> the scratch bytes its kernel needs while it runs:
+    packing panels, split-K partials...), each live only while its instruction runs,
+    packed with everything else (`BufferPlan.temporary`).
 
     Two schedules are tried (depth-first from the root, and the computation's
-    own order); the one with the lower peak of live bytes is kept.
+    own order); the one with the lower peak of live bytes, temporaries included, is kept.
     """
     for computation in module.program_computations():
         if any(i.op is Op.CALL for i in computation.instructions):
@@ -52,7 +56,7 @@ def assign_buffers(module: Module) -> BufferPlan:
                 f"%{computation.name} has a call: run the call inliner "
                 "(aotc.ir.inline.inline_calls) before buffer assignment"
             )
-    context = _Context.of(module)
+    context = _Context.of(module, temporaries or {})
     plans = [_plan(module, order, context) for order in candidate_schedules(module.entry)]
     return min(plans, key=lambda p: (p.lower_bound, p.arena_bytes))
 
@@ -63,14 +67,15 @@ class _Context:
 
     constants: dict  # (id(constant), ()) -> its slice of `weights`
     weights: bytes
+    temporaries: Mapping[int, int]  # id(instruction) -> its kernel's scratch bytes
     # id(while or conditional) -> plans of its computations (in frames of their own, so
     # the same whatever order the parent is scheduled in)
     called: dict[int, list[BufferPlan]] = field(default_factory=dict)
 
     @staticmethod
-    def of(module: Module) -> _Context:
+    def of(module: Module, temporaries: Mapping[int, int] | None = None) -> _Context:
         constants: dict = {}
-        return _Context(constants, _place_constants(module, constants))
+        return _Context(constants, _place_constants(module, constants), temporaries or {})
 
 
 def _plan(module: Module, order: list[Instruction], context: _Context | None = None):
@@ -116,8 +121,16 @@ def _plan_frame(
 
     controls = [i for i in order if i.op in (Op.WHILE, Op.CONDITIONAL)]
     frames = {id(i): _plan_called(i, context) for i in controls}
-    blocks, peaks = [], []  # the nested computations' bytes, for packing and the lower bound
+    # the nested computations' bytes and the kernels' temporaries, each live while its
+    # instruction runs: for packing, and for the lower bound
+    blocks, peaks = [], []
     for time, instr in enumerate(order):
+        scratch = context.temporaries.get(id(instr), 0)
+        if scratch:
+            key = (TEMPORARY, id(instr))
+            blocks.append(Interval(key, time, time, scratch))
+            peaks.append(Interval(key, time, time, scratch))
+            names[key] = (f"{instr.name}.temporary", ())
         plans = frames.get(id(instr), ())
         size = max((p.arena_bytes for p in plans), default=0)
         if size:
@@ -158,6 +171,7 @@ def _plan_frame(
         lower_bound=peak_live_bytes(intervals + peaks, ALIGNMENT),
         naive_total=_naive_total(order, defs, returned)
         + sum(align_up(item.size, ALIGNMENT) for item in staging)
+        + sum(align_up(context.temporaries.get(id(i), 0), ALIGNMENT) for i in order)
         + sum(p.naive_total for plans in frames.values() for p in plans),
         weights=context.weights,
         output_copies=[

@@ -60,9 +60,14 @@ class PlannedBuffer:
     slice: Slice
 
 
+# the slices' key of a kernel's temporary: (TEMPORARY, id(instruction))
+TEMPORARY = "temporary"
+
+
 @dataclass
 class BufferPlan:
-    """Schedule plus a slice for every (instruction, shape_index) of the entry."""
+    """Schedule plus a slice for every (instruction, shape_index) of the entry, and for
+    the temporaries of the kernels that asked for one (`temporary`)."""
 
     schedule: list[Instruction]  # entry instructions in execution order
     slices: dict[tuple[int, tuple[int, ...]], Slice]  # (id(instr), shape_index) -> slice
@@ -78,8 +83,9 @@ class BufferPlan:
     buffers: list[PlannedBuffer] = field(default_factory=list)  # arena buffers, by offset
     # while/conditional instruction name -> the plans of the computations it runs
     nested: dict[str, NestedPlan] = field(default_factory=dict)
-    # scratch the kernels need besides the arena (GEMM packing buffers), placed after
-    # it; the backend sets it before emitting code
+    # scratch the kernels need besides the arena and their temporaries (what a kernel
+    # needs beyond the temporary planned for it), placed after the arena; the backend
+    # sets it before emitting code
     workspace_bytes: int = 0
     # the weights in the backend's object when it lays them out anew (constant GEMM
     # operands pre-packed); the backend sets it when it emits code
@@ -98,6 +104,30 @@ class BufferPlan:
 
     def slice_of(self, instr: Instruction, shape_index: tuple[int, ...] = ()) -> Slice:
         return self.slices[(id(instr), shape_index)]
+
+    def temporary(self, instr: Instruction) -> Slice | None:
+        """The arena bytes planned for `instr`'s kernel while it runs, if it asked."""
+        return self.slices.get((TEMPORARY, id(instr)))  # type: ignore[arg-type]
+
+    def beyond_temporaries(self, needs: dict[int, int]) -> int:
+        """The workspace after the arena: the most a kernel of this plan (or of its
+        nested plans) needs beyond the temporary planned for it (`needs`: id(instr) ->
+        bytes), 0 when each has one that fits."""
+        most = 0
+        for instr in self.schedule:
+            need, planned = needs.get(id(instr), 0), self.temporary(instr)
+            if need and (planned is None or planned.size < need):
+                most = max(most, need)
+        for nested in self.nested.values():
+            for inner in nested.plans:
+                most = max(most, inner.beyond_temporaries(needs))
+        return most
+
+    def workspace_of(self, instr: Instruction, need: int, after_arena: Slice) -> Slice:
+        """Where `instr`'s kernel finds the `need` bytes of workspace it needs: its
+        temporary where that fits, else the workspace after the arena."""
+        planned = self.temporary(instr)
+        return planned if planned is not None and planned.size >= need else after_arena
 
     def needs_code(self, instr: Instruction) -> bool:
         """Whether a backend computes `instr`: leaves, tuples and views that alias their

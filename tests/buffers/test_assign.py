@@ -48,6 +48,34 @@ def test_live_buffers_never_share_bytes(seed):
     assert plan.lower_bound <= plan.arena_bytes <= plan.naive_total
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_temporaries_live_while_their_kernel_runs(seed):
+    """A kernel's temporary is a buffer of the plan at its own step only: it never
+    shares bytes with what is live then, and the lower bound counts it."""
+    module = random_module(seed)
+    scheduled = assign_buffers(module).schedule  # the instructions that run
+    kernels = [i for i in scheduled if i.op not in (Op.PARAMETER, Op.CONSTANT, Op.TUPLE)]
+    sizes = {id(i): 100 + 64 * k for k, i in enumerate(kernels) if k % 2 == 0}
+    plan = assign_buffers(module, sizes)
+    steps = {id(i): t for t, i in enumerate(plan.schedule)}
+    found = [b for b in plan.buffers if b.name.endswith(".temporary")]
+    assert len(found) == len(sizes)
+    for instr in kernels:
+        planned = plan.temporary(instr)
+        if id(instr) not in sizes:
+            assert planned is None
+            continue
+        assert planned.kind is BufferKind.ARENA and planned.size == sizes[id(instr)]
+        (buffer,) = [b for b in found if b.slice == planned]
+        assert buffer.start == buffer.end == steps[id(instr)]
+    for i, a in enumerate(plan.buffers):  # temporaries included
+        for b in plan.buffers[i + 1 :]:
+            if a.start <= b.end and b.start <= a.end:
+                assert not a.slice.overlaps(b.slice), (a, b)
+    assert max(sizes.values(), default=0) <= plan.lower_bound <= plan.arena_bytes
+    assert plan.arena_bytes <= plan.naive_total
+
+
 def test_disjoint_lifetimes_share_space():
     module = Module("chain")
     b = ComputationBuilder(module, "main")

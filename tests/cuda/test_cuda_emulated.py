@@ -227,7 +227,8 @@ def test_gemms_with_partial_tiles(large, tmp_path, small_gemms, monkeypatch):
 def test_deep_gemms_split_their_depth(tmp_path, small_gemms):
     """GEMMs of few tiles and a deep k split it (split-K): a MatMul with a bias and ReLU
     (k = 1000: 63 steps of 16, the last partial, in slices of 5 and a last one of 3) and
-    a batched MatMul; each takes the tiled kernel and a kernel adding up the slices."""
+    a batched MatMul; each takes the tiled kernel and a kernel adding up the slices, the
+    partial sums in a temporary of the plan."""
     rng = np.random.default_rng(5)
     nodes = [
         helper.make_node("MatMul", ["x", "w"], ["mm"]),
@@ -251,6 +252,10 @@ def test_deep_gemms_split_their_depth(tmp_path, small_gemms):
     compiled = _check(model, "split", feeds, tmp_path, rtol=1e-4, atol=1e-4, kinds=kinds)
     sizes = {k.name: k.grid for k in compiled.program.launches if k.kind == "gemm"}
     assert sorted(sizes.values()) == [13, 3 * 8]  # 63 steps: slices of 5; 32: of 4
+    # the partial sums are temporaries of the plan, in the arena while their GEMM runs
+    plan = compiled.plan
+    assert plan.workspace_bytes == 0
+    assert len([b for b in plan.buffers if b.name.endswith(".temporary")]) == 2
 
 
 def test_convolutions(tmp_path, small_gemms):

@@ -22,8 +22,10 @@ from .attention import attention_kind
 from .codegen import emit_object
 from .contraction import contraction_kind
 from .peak import peak_gflops
-from .program import kernel_instructions
+from .prepack import prepack
+from .program import WORKSPACE_SIZERS, kernel_instructions
 from .target import NOTABLE_TARGETS, CpuTarget, parse_target
+from .workspace import kernel_workspaces
 
 _TABLE_HEADINGS = ("TARGET", "TRIPLE", "CPU", "VECTORS", "FMA", "RUNTIME C COMPILER", "FOR")
 
@@ -42,6 +44,11 @@ class CpuBackend(Backend[CpuTarget]):
         # AArch64 with dotprod but not i8mm: sdot and udot; elsewhere u8 x s8 (vpdpbusd,
         # usdot), which the 16-bit pairs of targets without byte dots take as well
         return "same" if target.byte_dot_signs == "same" else "mixed"
+
+    def temporaries(self, target: CpuTarget, plan: BufferPlan) -> dict[int, int]:
+        # what the kernels need with the weights laid out as the object will have them
+        # (pre-packed constant operands need no packing panel)
+        return kernel_workspaces(target, prepack(target, plan), WORKSPACE_SIZERS)
 
     def compile(
         self,

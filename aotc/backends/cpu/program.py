@@ -64,7 +64,7 @@ from .rows import emit_row_fusion
 from .sort import emit_sort, sort_workspace
 from .target import CpuTarget, parse_target
 from .transpose import emit_transpose
-from .workspace import largest_workspace
+from .workspace import kernel_workspaces
 
 ARENA_ALIGNMENT = 64
 KERNEL_ARGS = ("inputs", "outputs", "arena")
@@ -89,8 +89,13 @@ def build_module(
     ctx = EmitContext(llmod, plan, name, RULES, target=target or parse_target())
     ctx.value_ranges = integer_ranges(module)
     ctx.input_dims = input_dims_slice(module, plan)
-    plan.workspace_bytes = largest_workspace(ctx.target, plan, WORKSPACE_SIZERS)
-    ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
+    needs = kernel_workspaces(ctx.target, plan, WORKSPACE_SIZERS)
+    plan.workspace_bytes = plan.beyond_temporaries(needs)
+    after_arena = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
+    ctx.workspace = after_arena
+    ctx.workspace_of = lambda frame, instr: frame.workspace_of(
+        instr, needs.get(id(instr), 0), after_arena
+    )
     arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.scratch_bytes, 1))
 
     kernels = emit_computation(ctx, weights, plan)
@@ -173,6 +178,8 @@ def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instructio
     kernels, or one whose body the first of EMITTERS that takes `instr` emits."""
     if instr.op in CONTROL_KERNELS:
         return _emit_control(ctx, weights, instr, scope)
+    if ctx.workspace_of is not None:
+        ctx.workspace = ctx.workspace_of(ctx.plan, instr)
     kernel = _function(
         ctx.module, f"{ctx.prefix}.{scope}{instr.name}", VOID, KERNEL_ARGS, internal=True
     )

@@ -2,8 +2,10 @@
 
 Each kind of kernel that needs scratch (contractions' packing, sorts' merge rows,
 attention blocks) has a sizer: the bytes one instruction of a plan needs, 0 for the
-others.  The workspace is the largest over every instruction of the plan and of its
-nested (while, conditional) plans.
+others.  The driver plans each kernel's need into the arena as its temporary, live only
+while it runs (`BufferPlan.temporary`); what a kernel needs beyond its temporary (none,
+unless the plan changed since) comes from the workspace after the arena, sized for the
+largest such need.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ from ...ir import Instruction
 Sizer = Callable[[object, BufferPlan, Instruction], int]
 
 
-def largest_workspace(target, plan: BufferPlan, sizers: Sequence[Sizer]) -> int:
-    """The most workspace any kernel of `plan` (or of its nested plans) needs."""
-    sizes = [sizer(target, plan, instr) for instr in plan.schedule for sizer in sizers]
+def kernel_workspaces(target, plan: BufferPlan, sizers: Sequence[Sizer]) -> dict[int, int]:
+    """id(instruction) -> the workspace its kernel needs, for each kernel of `plan` (and
+    of its nested plans) that needs some."""
+    found = {}
+    for instr in plan.schedule:
+        size = max((sizer(target, plan, instr) for sizer in sizers), default=0)
+        if size:
+            found[id(instr)] = size
     for nested in plan.nested.values():
-        sizes += [largest_workspace(target, p, sizers) for p in nested.plans]
-    return max(sizes, default=0)
+        for inner in nested.plans:
+            found.update(kernel_workspaces(target, inner, sizers))
+    return found

@@ -15,6 +15,7 @@ from ...ir import Module
 from ..base import Backend, CompiledCode
 from .artifacts import write_cuda_artifacts
 from .codegen import CudaProgram, compile_cuda
+from .contraction import partial_sums
 from .target import PREFIX, CudaTarget, arch_number, known_archs, parse_cuda_target
 from .tools import find_ptxas, ptxas_version
 
@@ -30,6 +31,9 @@ class CudaBackend(Backend[CudaTarget]):
 
     def byte_dot_signs(self, target: CudaTarget) -> str:
         return "mixed"  # dp4a takes any signs: the products stay u8 x s8 as MLAS makes them
+
+    def temporaries(self, target: CudaTarget, plan: BufferPlan) -> dict[int, int]:
+        return partial_sums(target, plan)
 
     def compile(
         self,

@@ -162,15 +162,16 @@ def depth_slices(sizes: Gemm, tiling, bk: int) -> int:
     return -(-steps // split_steps(sizes.k, bk, slices))  # no slice left empty
 
 
-def workspace_bytes(target, plan: BufferPlan) -> int:
-    """The workspace the kernels of `plan` need: the largest split-K partial sums."""
-    sizes = [0]
+def partial_sums(target, plan: BufferPlan) -> dict[int, int]:
+    """id(instruction) -> the bytes of its split-K partial sums, for each kernel of
+    `plan` that splits its depth (the driver plans them into the arena)."""
+    found = {}
     for instr in plan.schedule:
         if plan.needs_code(instr) and instr.op is not Op.PARAMETER:
             choice = _choose(target, instr)
-            if choice is not None:
-                sizes.append(choice.partial_bytes)
-    return max(sizes)
+            if choice is not None and choice.partial_bytes:
+                found[id(instr)] = choice.partial_bytes
+    return found
 
 
 def emit_contraction(ctx: GpuContext, instr: Instruction, name: str, outputs):

@@ -30,7 +30,7 @@ from ..llvm.extents import input_dims_slice
 from ..llvm.lltypes import F32, F64
 from ..llvm.rules import KERNELS, RULES
 from .context import GpuContext
-from .contraction import emit_contraction, workspace_bytes
+from .contraction import emit_contraction, partial_sums
 from .device import Device, NvptxDevice
 from .elementwise import emit_elementwise
 from .kernel import KernelLaunch, output_slices
@@ -82,7 +82,8 @@ def build_program(
     device = device or NvptxDevice()
     llmod = ir.Module(name=name)
     llmod.triple = device.triple
-    plan.workspace_bytes = workspace_bytes(target, plan)
+    needs = partial_sums(target, plan)
+    plan.workspace_bytes = plan.beyond_temporaries(needs)
     packed = pack_constants(plan)
     plan = packed.plan
     ctx = GpuContext(llmod, plan, name, kernel_rules(), device, target)
@@ -91,7 +92,7 @@ def build_program(
     root = module.entry.root
     outputs = len(root.operands) if root.op is Op.TUPLE else 1
     ctx.inputs, ctx.outputs = inputs, outputs
-    ctx.workspace = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
+    after_arena = Slice(BufferKind.ARENA, 0, plan.workspace_offset, plan.workspace_bytes)
     ctx.input_dims = input_dims_slice(module, plan)  # elementwise kernels clip to extents
     launches: list[KernelLaunch] = []
     for instr in plan.schedule:
@@ -102,6 +103,7 @@ def build_program(
                 f"{instr.name}: the CUDA backend does not run {instr.op.text} yet "
                 "(compile this model for the CPU)"
             )
+        ctx.workspace = plan.workspace_of(instr, needs.get(id(instr), 0), after_arena)
         launches += emit_instruction(ctx, instr, f"{name}_k{len(launches)}_{_c_name(instr)}")
     return KernelProgram(llmod, launches, list(plan.output_copies), inputs, outputs, plan.weights)
 

@@ -73,9 +73,10 @@ class EmitContext:
         # context at another function's builder and pointers (parallel loop bodies)
         self.kernel_pointers: Sequence[ir.Value] = ()
         self.bind: Callable[[ir.IRBuilder, Sequence[ir.Value]], None] | None = None
-        # kernel scratch after the arena (GEMM packing), shared by all kernels; set
-        # by program.build_module from the entry plan
+        # the kernel being emitted's scratch (GEMM packing...): its temporary in the
+        # arena, or the workspace after it; the program sets it for each kernel
         self.workspace: Slice | None = None
+        self.workspace_of: Callable[[BufferPlan, Instruction], Slice] | None = None
         # index values a loop composed of digits (elemental.compose_index): id ->
         # (value, digits, their extents), so that splitting one again reads the digits
         self.composed: dict[int, tuple[ir.Value, list[ir.Value], tuple[int, ...]]] = {}
