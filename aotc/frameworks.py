@@ -96,10 +96,11 @@ def compile_jax(
     jax = _need("jax", "jax")
     lowered = jax.jit(fn, keep_unused=True).lower(*example_args)
     text = lowered.as_text(dialect="hlo")
+    name = name or _c_name(fn) or "jax_fn"
     with tempfile.TemporaryDirectory(prefix="aotc-jax-") as folder:
-        path = Path(folder) / f"{name or getattr(fn, '__name__', 'jax_fn')}.hlo"
+        path = Path(folder) / f"{name}.hlo"
         path.write_text(text)
-        options = CompileOptions(name=name or _c_name(fn), target=target, opt_level=opt_level)
+        options = CompileOptions(name=name, target=target, opt_level=opt_level)
         return compile_model(path, options)
 
 

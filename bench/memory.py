@@ -6,12 +6,17 @@ For each benchmark model: kernels after fusion (default -O2) and at -O0, the scr
 a caller provides (NAME_SCRATCH_BYTES: the arena, which holds the kernels'
 temporaries too, and any workspace after it), the largest kernel temporary, the lower
 bound of the schedule used (intermediates and temporaries live at once) and of the
-plain topological order, the naive total, scratch / lower bound, and the largest
+plain topological order, the naive total, scratch / lower bound, onnxruntime's heap
+peak during a run at one thread (bench/ort_heap_peak.py: every allocation counted by
+bench/heap_peak.c, its memory pattern on, outputs excluded) and the largest
 difference from onnxruntime's output.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +39,32 @@ MODELS = {
 }
 
 
+HERE = Path(__file__).parent
+
+
+@functools.cache
+def heap_counter() -> Path:
+    """bench/heap_peak.c built as a library to preload."""
+    out = Path(tempfile.mkdtemp(prefix="aotc-heap-")) / "libheap_peak.so"
+    subprocess.run(
+        ["cc", "-O2", "-shared", "-fPIC", str(HERE / "heap_peak.c"), "-o", str(out)], check=True
+    )
+    return out
+
+
+def ort_heap_peak(path: Path) -> int:
+    """onnxruntime's heap peak during a run of the model at `path` (ort_heap_peak.py)."""
+    env = {**os.environ, "LD_PRELOAD": str(heap_counter())}
+    result = subprocess.run(
+        [sys.executable, str(HERE / "ort_heap_peak.py"), str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(result.stdout.split()[-1])
+
+
 def measure(name: str) -> dict:
     import onnxruntime as ort
 
@@ -48,6 +79,7 @@ def measure(name: str) -> dict:
         feeds = model_inputs(model)
         got = compiled.load()(*feeds.values())
         want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+        ort_peak = ort_heap_peak(path)
     plan = compiled.plan
     temporaries = {
         id(i): plan.temporary(i).size for i in plan.schedule if plan.temporary(i) is not None
@@ -66,6 +98,7 @@ def measure(name: str) -> dict:
         "topo_lower": topo.lower_bound,
         "naive": plan.naive_total,
         "ratio": plan.scratch_bytes / max(plan.lower_bound, 1),
+        "ort": ort_peak,
         "rel_err": error / max(scale, 1e-30),
         "seconds": seconds,
     }
@@ -76,15 +109,16 @@ def table(rows: list[dict]) -> str:
         (
             "| model | kernels -O0 | kernels -O2 | scratch B | largest temporary B "
             "| lower bound B | topo-order lower B | naive B | scratch/lower "
-            "| max rel err vs ORT | compile s |"
+            "| ORT heap peak B | scratch/ORT | max rel err vs ORT | compile s |"
         ),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['kernels_O0']} | {r['kernels']} | {r['scratch']:,} "
             f"| {r['temporary']:,} | {r['lower']:,} "
-            f"| {r['topo_lower']:,} | {r['naive']:,} | {r['ratio']:.3f} | {r['rel_err']:.1e} "
+            f"| {r['topo_lower']:,} | {r['naive']:,} | {r['ratio']:.3f} | {r['ort']:,} "
+            f"| {r['scratch'] / max(r['ort'], 1):.2f} | {r['rel_err']:.1e} "
             f"| {r['seconds']:.1f} |"
         )
     return "\n".join(lines) + "\n"
