@@ -12,8 +12,9 @@ blocks of BM x BN tiles of C (gemm_tiles.py), on one of two kernels:
 
 and float matrix-vector products (a few rows or columns of C, a deep k) split the depth
 across threads instead (gemv.py).  A tiled GEMM of too few blocks to fill the GPU
-splits its depth into slices (split-K, `depth_slices`): their partial sums go to the
-workspace after the arena, and a second kernel adds them up in slice order and
+splits its depth into slices (split-K, `depth_slices`): their partial sums go to a
+temporary of the plan (`partial_sums`: the driver plans them into the arena, live while
+the instruction runs), and a second kernel adds them up in slice order and
 finishes each element.
 
 Finished elements go through the fusion's epilogue (bias, residual, activation, a

@@ -104,11 +104,16 @@ def _atan(site: OpSite, args):
     return site.b.binary(Op.ATAN2, x, full(site.b, 1.0, x.array_shape.dtype, x.array_shape.dims))
 
 
+def _one_and_root(b, x):
+    """1 and sqrt(1 - x^2), of x's shape: the parts of XLA's asin and acos."""
+    one = full(b, 1.0, x.array_shape.dtype, x.array_shape.dims)
+    return one, b.unary(Op.SQRT, b.binary(Op.SUBTRACT, one, b.binary(Op.MULTIPLY, x, x)))
+
+
 def _asin(site: OpSite, args):
     """2 atan2(x, 1 + sqrt(1 - x^2)), as XLA."""
     b, (x,) = site.b, args
-    one = full(b, 1.0, x.array_shape.dtype, x.array_shape.dims)
-    root = b.unary(Op.SQRT, b.binary(Op.SUBTRACT, one, b.binary(Op.MULTIPLY, x, x)))
+    one, root = _one_and_root(b, x)
     half = b.binary(Op.ATAN2, x, b.binary(Op.ADD, one, root))
     return b.binary(Op.ADD, half, half)
 
@@ -116,8 +121,7 @@ def _asin(site: OpSite, args):
 def _acos(site: OpSite, args):
     """2 atan2(sqrt(1 - x^2), 1 + x), as XLA (x = -1: pi)."""
     b, (x,) = site.b, args
-    one = full(b, 1.0, x.array_shape.dtype, x.array_shape.dims)
-    root = b.unary(Op.SQRT, b.binary(Op.SUBTRACT, one, b.binary(Op.MULTIPLY, x, x)))
+    one, root = _one_and_root(b, x)
     half = b.binary(Op.ATAN2, root, b.binary(Op.ADD, one, x))
     return b.binary(Op.ADD, half, half)
 
