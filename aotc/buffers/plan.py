@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from ..ir import Instruction, Op, Trait
 from .concat import contiguous_parts
@@ -108,6 +109,27 @@ class BufferPlan:
     def temporary(self, instr: Instruction) -> Slice | None:
         """The arena bytes planned for `instr`'s kernel while it runs, if it asked."""
         return self.slices.get((TEMPORARY, id(instr)))  # type: ignore[arg-type]
+
+    def headroom(self, instr: Instruction) -> int:
+        """The arena bytes not live while `instr` runs, below the plan's lower bound: what
+        a temporary of its kernel may take there without raising the peak (0 for an
+        instruction not in the schedule)."""
+        return self._headroom.get(id(instr), 0)
+
+    @cached_property
+    def _headroom(self) -> dict[int, int]:
+        steps = len(self.schedule)
+        change = [0] * (steps + 1)  # live bytes at step t: the sum of change[:t + 1]
+        for buffer in self.buffers:
+            if buffer.start < steps:
+                size = align_up(buffer.slice.size, self.alignment)
+                change[buffer.start] += size
+                change[min(buffer.end, steps - 1) + 1] -= size
+        room, live = {}, 0
+        for instr, step in zip(self.schedule, change):
+            live += step
+            room[id(instr)] = max(self.lower_bound - live, 0)
+        return room
 
     def beyond_temporaries(self, needs: dict[int, int]) -> int:
         """The workspace after the arena: the most a kernel of this plan (or of its

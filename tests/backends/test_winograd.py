@@ -9,6 +9,8 @@ F2, 2e-6 for F4).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -184,3 +186,59 @@ def test_below_O2_convolutions_sum_directly(level, forms):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     compiled = compile_model(model, CompileOptions(opt_level=level))
     assert set(compiled.kernel_forms().values()) - {""} == forms
+
+
+def _winograd_plan(compiled):
+    """The plan of the one Winograd convolution of `compiled`."""
+    from aotc.backends.cpu.contraction import contraction_plans
+
+    plan = compiled.plan
+    (found,) = [
+        p
+        for i in plan.schedule
+        for p in (contraction_plans(HOST, plan, i) or ((), ()))[1]
+        if p.kind == "winograd"
+    ]
+    return found
+
+
+@pytest.mark.parametrize(
+    "x_dims, cout", [((2, 5, 19, 23), 6), ((1, 16, 33, 17), 8), ((1, 3, 8, 40), 4)]
+)
+def test_bands_of_one_tile_row(compile_module, monkeypatch, x_dims, cout):
+    """No arena bytes free while the convolution runs (a lone convolution): the plan
+    takes its shortest bands, here one tile row each (the last of several images and of
+    a band count that pads), and the values are those of the convolution."""
+    monkeypatch.setattr(winograd, "MIN_BAND_TILES", 1)
+    rng = np.random.default_rng(7)
+    w = rng.uniform(-1, 1, (cout, x_dims[1], 3, 3)).astype(np.float32)
+    module = _module(x_dims, w)
+    compiled = compile_module(module)
+    planned = _winograd_plan(compiled)
+    assert planned.band_rows == 1 < planned.geometry.tile_rows
+    x = rng.uniform(-2, 2, x_dims).astype(np.float32)
+    (got,) = compiled.run(x)
+    _close(got, np.asarray(evaluate(module, [x])))
+
+
+def test_the_band_is_the_tallest_that_fits(compile_module, monkeypatch):
+    monkeypatch.setattr(winograd, "MIN_BAND_TILES", 1)
+    w = np.ones((8, 8, 3, 3), np.float32)
+    whole = replace(_winograd_plan(compile_module(_module((1, 8, 40, 40), w))), band_rows=0)
+    rows = whole.geometry.tile_rows
+    assert whole.banded(None) is whole
+    assert whole.banded(whole.workspace_bytes).band_rows == rows
+    smallest = whole.banded(0)
+    assert smallest.workspace_bytes == min(
+        replace(whole, band_rows=h).workspace_bytes for h in range(1, rows + 1)
+    )
+    for budget in (smallest.workspace_bytes, whole.workspace_bytes // 2, whole.workspace_bytes - 1):
+        chosen = whole.banded(budget)
+        assert chosen.workspace_bytes <= budget
+        # taller balanced bands do not fit; the kernel sized by its temporary chooses alike
+        assert all(
+            replace(whole, band_rows=-(-rows // n)).workspace_bytes > budget
+            for n in range(1, rows + 1)
+            if -(-rows // n) > chosen.band_rows
+        )
+        assert whole.banded(chosen.workspace_bytes).band_rows == chosen.band_rows

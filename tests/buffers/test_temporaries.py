@@ -4,8 +4,13 @@ bound counts them, and the memory-plan drawing shows them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+import onnx
 from aotc_testing import EXAMPLES
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from aotc import artifacts
 from aotc.buffers import assign_buffers
@@ -42,3 +47,64 @@ def test_kernels_run_in_their_temporaries():
     (got,) = loaded.run([x])
     (want,) = evaluate(compiled.module, [x])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _chain_of_convolutions() -> onnx.ModelProto:
+    """1x1 16 -> 64, 1x1 64 -> 16, then a 3x3 16 -> 16 (Winograd) at 32x32: the peak is
+    the 1x1s' outputs together, and while the 3x3 runs only its input is live."""
+    rng = np.random.default_rng(3)
+    weights = [
+        numpy_helper.from_array(rng.uniform(-0.3, 0.3, shape).astype(np.float32), name)
+        for name, shape in (("w1", (64, 16, 1, 1)), ("w2", (16, 64, 1, 1)), ("w3", (16, 16, 3, 3)))
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"]),
+        helper.make_node("Conv", ["a", "w2"], ["b"]),
+        helper.make_node("Conv", ["b", "w3"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 32, 32])],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_a_banded_kernel_takes_what_is_free_while_it_runs():
+    """The Winograd convolution's whole-image transforms would not fit in the bytes free
+    at its step; in bands they do, so the temporaries leave the peak where it was."""
+    from aotc.backends.cpu.contraction import contraction_plans
+
+    model = _chain_of_convolutions()
+    compiled = compile_model(model, CompileOptions())
+    plan = compiled.plan
+    first = assign_buffers(compiled.module)  # the plan the kernels were sized in
+    [(instr, wino)] = [
+        (i, p)
+        for i in plan.schedule
+        for p in (contraction_plans(compiled.target, plan, i) or ((), ()))[1]
+        if p.kind == "winograd"
+    ]
+    room = first.headroom(instr)
+    assert room > 0
+    assert replace(wino, band_rows=0).workspace_bytes > room  # whole, it would raise the peak
+    assert plan.temporary(instr).size <= room
+    x = np.random.default_rng(4).standard_normal((1, 16, 32, 32)).astype(np.float32)
+    (got,) = compiled.load()(x)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.max(np.abs(want)))
+
+
+def test_headroom_is_what_is_not_live_below_the_peak():
+    compiled = compile_model(_chain_of_convolutions(), CompileOptions(opt_level=0))
+    plan = compiled.plan
+    for step, instr in enumerate(plan.schedule):
+        live = sum(
+            -(-b.slice.size // plan.alignment) * plan.alignment
+            for b in plan.buffers
+            if b.start <= step <= b.end
+        )
+        assert plan.headroom(instr) == max(plan.lower_bound - live, 0)
+    assert min(plan.headroom(i) for i in plan.schedule) == 0  # at the peak

@@ -41,6 +41,7 @@ from .nbits import nbits_weight
 from .plans import KernelPlan
 from .prepackable import use_packed
 from .views import View, fused_view, memory_view
+from .workspace import temporary_budget
 
 
 @dataclass
@@ -151,6 +152,9 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
     contractions = output_contractions(instr)
     if not contractions:
         return None
+    in_place = _can_compute_in_place(plan, instr, contractions[-1])
+    values = sum(_Kernel(contractions, [], in_place).value_bytes)
+    budget = max(temporary_budget(plan, instr) - values, 0)
     plans = []
     for contraction in contractions:
         operand_types = [o.array_shape.dtype for o in contraction.operands]
@@ -160,11 +164,10 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
             views = [memory_view(plan, o) for o in instr.operands]
         else:
             views = [operand_view(plan, instr, o) for o in contraction.operands]
-        planned = plan_contraction(target, contraction, views)
+        planned = plan_contraction(target, contraction, views, budget)
         if planned is None:
             return None
         plans.append(use_packed(planned, plan.slices, instr, len(plans)))  # see prepack.py
-    in_place = _can_compute_in_place(plan, instr, contractions[-1])
     return _Kernel(contractions, plans, in_place)
 
 

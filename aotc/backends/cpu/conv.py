@@ -47,13 +47,16 @@ from .views import View, affine, merged_stride
 # -- the problem -------------------------------------------------------------------
 
 
-def conv_problem(target: CpuTarget, conv: Instruction, views) -> ConvProblem | None:
+def conv_problem(
+    target: CpuTarget, conv: Instruction, views, budget: int | None = None
+) -> ConvProblem | None:
     """The problem the forms plan `conv` from (`views`: its operands' memory views, or
-    None), or None: no form takes it (no GEMM blocking for its types, batch groups)."""
+    None; `budget`: the workspace bytes it may take, None: any), or None: no form takes
+    it (no GEMM blocking for its types, batch groups)."""
     config = gemm_config(target, conv.array_shape.dtype, conv.operands[0].array_shape.dtype)
     if config is None or conv.batch_group_count != 1:
         return None
-    return ConvProblem(target, conv, tuple(views), config, ConvGeometry(conv))
+    return ConvProblem(target, conv, tuple(views), config, ConvGeometry(conv), budget)
 
 
 @dataclass
@@ -65,6 +68,9 @@ class ConvProblem:
     views: tuple[View | None, View | None]  # the image's and the kernel's, as found
     config: GemmConfig
     geometry: ConvGeometry
+    # the workspace bytes the kernel may take without raising the memory plan's peak
+    # (the forms that work in bands size theirs to it), None: any
+    budget: int | None = None
 
     @property
     def float_nchw(self) -> bool:

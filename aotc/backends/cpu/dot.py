@@ -89,9 +89,10 @@ class _Side:
 ABSENT = -1
 
 
-def dot_problem(target, dot: Instruction, views) -> DotProblem | None:
+def dot_problem(target, dot: Instruction, views, budget: int | None = None) -> DotProblem | None:
     """The problem the forms plan `dot` from (`views`: its operands' memory views, or
     None), or None: no form takes it (no GEMM blocking for its types, nothing to do).
+    `budget` (conv_problem's) is not used: a GEMM's packing is its cache blocks.
     A float dot's leading lhs free dims run as batch dims where `moved_free_dims` says."""
     config = gemm_config(target, dot.array_shape.dtype, dot.operands[0].array_shape.dtype)
     if config is None:

@@ -48,18 +48,22 @@ DOT_FORMS: Forms = (
     ("gemm", dot.plan_gemm),
 )
 
-# opcode -> (its problem maker(target, instruction, views) -> problem | None, its forms)
+# opcode -> (its problem maker(target, instruction, views, budget) -> problem | None, its
+# forms)
 CONTRACTION_FORMS: dict[Op, tuple[Callable[..., Any], Forms]] = {
     Op.DOT: (dot.dot_problem, DOT_FORMS),
     Op.CONVOLUTION: (conv.conv_problem, CONV_FORMS),
 }
 
 
-def plan_contraction(target, contraction: Instruction, views) -> KernelPlan | None:
+def plan_contraction(
+    target, contraction: Instruction, views, budget: int | None = None
+) -> KernelPlan | None:
     """The plan of the first form that takes `contraction` (`views`: its operands' memory
-    views, or None), or None: the element rules compute it."""
+    views, or None; `budget`: the workspace bytes it may take, None: any), or None: the
+    element rules compute it."""
     make_problem, forms = CONTRACTION_FORMS[contraction.op]
-    problem = make_problem(target, contraction, views)
+    problem = make_problem(target, contraction, views, budget)
     if problem is None:
         return None
     for _, planner in forms:

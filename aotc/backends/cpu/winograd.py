@@ -13,7 +13,13 @@ its GEMMs:
   U = G g G^T computed and packed at compile time (`pack_constant`, via prepack.py);
 - Y = A^T M A: per output channel and tile row, the m x m output phases from P
   vectors of M, interleaved into the convolution's m output rows, then the
-  epilogue on the finished plane.
+  epilogue on the rows just finished.
+
+The three steps run per band of tile rows, V and M holding one band's tiles: the
+kernel's temporary is then about (P / m^2) x (Cin + Cout) x the band's output rows
+instead of the whole image's.  The plan takes the tallest band whose temporary fits
+the bytes the memory plan has free while the kernel runs (`banded`), so that a
+Winograd convolution does not raise the plan's peak where a band fits.
 
 Only constant kernels qualify (U is computed when compiling).  The transforms
 reassociate the sums; F2's matrices hold 0, +-1 and 1/2, so its f32 rounding stays
@@ -62,6 +68,9 @@ MIN_OUTPUT_SIZE = 8
 # at 28x28 (49) 0.87-0.90, 256 at 14x14 (16, a quarter of them padding) 1.37-1.5;
 # VGG-19 0.62-0.70, ResNet-50 0.955-0.97.
 MIN_F4_TILES = 36
+# a band's tiles are the GEMMs' N: at least this many (or the whole image's) keep the
+# GEMMs on full register tiles
+MIN_BAND_TILES = 32
 
 # U's place until prepack.py packs it (the GEMMs are sized for a pre-packed A throughout)
 NOT_YET_PACKED = Slice(BufferKind.CONSTANT, -1, 0, 0)
@@ -178,7 +187,8 @@ def plan_winograd(problem: ConvProblem) -> WinogradPlan | None:
         strides,
         transform,
     )
-    return WinogradPlan(problem.config, geometry, g.output_index, layouts=(weights_layout, None))
+    whole = WinogradPlan(problem.config, geometry, g.output_index, layouts=(weights_layout, None))
+    return whole.banded(problem.budget)
 
 
 def eligible(g: ConvGeometry, image_view, weights_layout) -> bool:
@@ -228,7 +238,35 @@ class WinogradPlan(Prepackable):
     layouts: tuple[StridedLayout | None, None] = (None, None)
     packed: tuple[Slice | None, None] = (None, None)
     operands: tuple[int, int] = (1, 0)
+    band_rows: int = 0  # tile rows per band (`banded`); 0: all of them
     kind = "winograd"
+
+    @property
+    def _band_rows(self) -> int:
+        return self.band_rows or self.geometry.tile_rows
+
+    @property
+    def band_tiles(self) -> int:
+        """Tiles per band: the GEMMs' N, and the columns of V and M."""
+        return self._band_rows * self.geometry.tile_columns
+
+    def banded(self, budget: int | None) -> WinogradPlan:
+        """This plan in the tallest band (of balanced heights: the last band pads fewer
+        rows than there are bands) whose workspace fits `budget` bytes, else in the band
+        of the smallest workspace; None: the whole image.  The choice is the same again
+        when `budget` is the workspace it chose, as the emitted kernel's temporary is."""
+        if budget is None:
+            return self
+        g = self.geometry
+        rows = g.tile_rows
+        shortest = min(rows, -(-MIN_BAND_TILES // g.tile_columns))
+        heights = sorted({-(-rows // n) for n in range(1, rows + 1)} - set(range(shortest)))
+        plans = [replace(self, band_rows=h) for h in reversed(heights)]
+        sizes = [p.workspace_bytes for p in plans]
+        fitting = [p for p, size in zip(plans, sizes) if size <= budget]
+        if fitting:
+            return fitting[0]
+        return plans[sizes.index(min(sizes))]
 
     def can_pack(self, side: int) -> bool:
         return side == 0 and super().can_pack(side)
@@ -250,12 +288,12 @@ class WinogradPlan(Prepackable):
     @property
     def _v_bytes(self) -> int:
         g = self.geometry
-        return aligned(g.transform.phases * g.cin * g.tiles * self.config.itemsize)
+        return aligned(g.transform.phases * g.cin * self.band_tiles * self.config.itemsize)
 
     @property
     def _m_bytes(self) -> int:
         g = self.geometry
-        return aligned(g.transform.phases * g.cout * g.tiles * self.config.itemsize)
+        return aligned(g.transform.phases * g.cout * self.band_tiles * self.config.itemsize)
 
     @property
     def workspace_bytes(self) -> int:
@@ -268,31 +306,31 @@ class WinogradPlan(Prepackable):
         return StridedLayout(self.layouts[0].where, ((0, g.cout * g.cin),), g.cin, 1)
 
     def _gemm(self, v: Slice | None = None) -> GemmPlan:
-        """M[p] = U[p] V[p] for the P phases p, V read from the slice `v`: [P][Cin][tiles],
-        packed block by block as any strided B (V written as packed panels in place took
-        longer: its stores scatter)."""
-        g = self.geometry
+        """M[p] = U[p] V[p] for the P phases p, V read from the slice `v`: [P][Cin][band
+        tiles], packed block by block as any strided B (V written as packed panels in
+        place took longer: its stores scatter)."""
+        g, tiles = self.geometry, self.band_tiles
 
         def unpacked(ctx, sources, index):
             raise AssertionError("U is always pre-packed")
 
         def columns(ctx, sources, index):
             b = ctx.builder
-            offset = b.mul(index[0], i64(g.cin * g.tiles))
+            offset = b.mul(index[0], i64(g.cin * tiles))
             base = b.gep(ctx.slice_pointer(v), [offset], source_etype=self.config.element)
-            return StridedPanels(base, 1, g.tiles)
+            return StridedPanels(base, 1, tiles)
 
         def c_offset(ctx, index):
-            return ctx.builder.mul(index[0], i64(g.cout * g.tiles))
+            return ctx.builder.mul(index[0], i64(g.cout * tiles))
 
         phases = (g.transform.phases,)
         return GemmPlan(
             self.config,
             phases,
             g.cout,
-            g.tiles,
+            tiles,
             g.cin,
-            g.tiles,
+            tiles,
             unpacked,
             columns,
             c_offset,
@@ -302,7 +340,7 @@ class WinogradPlan(Prepackable):
         )
 
     def emit(self, ctx: EmitContext, sources, c: Slice, workspace: Slice, epilogue) -> None:
-        """Per image: V, the GEMMs into M, then the output and its epilogue."""
+        """Per image and band: V, the GEMMs into M, then the output and its epilogue."""
         assert self.packed[0] not in (None, NOT_YET_PACKED), "U is pre-packed by prepack.py"
         g = self.geometry
         v = Slice(BufferKind.ARENA, 0, workspace.offset, self._v_bytes)
@@ -310,23 +348,30 @@ class WinogradPlan(Prepackable):
         rest = m.offset + m.size
         packing = Slice(BufferKind.ARENA, 0, rest, workspace.offset + workspace.size - rest)
         gemm = self._gemm(v)
-        image = sources[0].view
-        with for_range(ctx.builder, g.batch, "image") as n:
-            self._input_transform(ctx, image, n, v)
+        image, b = sources[0].view, ctx.builder
+        bands = -(-g.tile_rows // self._band_rows)
+        with for_range(b, g.batch, "image") as n, for_range(b, bands, "band") as band:
+            first = b.mul(band, i64(self._band_rows))
+            self._input_transform(ctx, image, n, first, v)
             gemm.emit(ctx, sources, m, packing, None)
-            self._output_transform(ctx, m, c, n, epilogue)
+            self._output_transform(ctx, m, c, n, first, epilogue)
 
     # -- V = B^T d B --------------------------------------------------------------
 
-    def _input_transform(self, ctx: EmitContext, image, number, v: Slice) -> None:
-        """V of image `number`, over (channel, tile row)."""
+    def _input_transform(self, ctx: EmitContext, image, number, first_row, v: Slice) -> None:
+        """V of the band of image `number` from tile row `first_row`, over (channel, tile
+        row); rows past the image's read zeros."""
         g, cfg = self.geometry, self.config
-        t = g.transform
+        t, tiles = g.transform, self.band_tiles
         blocks = -(-g.tile_columns // cfg.lanes)
-        work = g.cin * g.tiles * t.phases * 4
-        dims = [g.cin, g.tile_rows]
-        with parallel_loop_nest_passing(ctx, dims, [number], "vin", work) as ((channel, row), (n,)):
+        work = g.cin * tiles * t.phases * 4
+        dims = [g.cin, self._band_rows]
+        with parallel_loop_nest_passing(ctx, dims, [number, first_row], "vin", work) as (
+            (channel, in_band),
+            (n, first),
+        ):
             b = ctx.builder
+            row = b.add(first, in_band)
             batch_stride, channel_stride, row_stride = g.image_strides
             offset = b.add(b.mul(n, i64(batch_stride)), b.mul(channel, i64(channel_stride)))
             plane = image.pointer(ctx, offset)
@@ -338,8 +383,8 @@ class WinogradPlan(Prepackable):
                 )
                 line = b.gep(plane, [b.mul(at, i64(row_stride))], source_etype=cfg.element)
                 lines.append((line, inside))
-            tiles = b.add(b.mul(channel, i64(g.tiles)), b.mul(row, i64(g.tile_columns)))
-            out = b.gep(ctx.slice_pointer(v), [tiles], source_etype=cfg.element)
+            at_tile = b.add(b.mul(channel, i64(tiles)), b.mul(in_band, i64(g.tile_columns)))
+            out = b.gep(ctx.slice_pointer(v), [at_tile], source_etype=cfg.element)
             with for_range(b, blocks, "vblock") as block:
                 first = b.mul(block, i64(cfg.lanes))
                 count = b.sub(i64(g.tile_columns), first)
@@ -347,7 +392,7 @@ class WinogradPlan(Prepackable):
                 d = [self._tile_columns(ctx, line, inside, column) for line, inside in lines]
                 for a, by_column in enumerate(self._apply(ctx, t.b_t, d)):  # B^T d: [a][s]
                     for s, value in enumerate(self._apply(ctx, t.b_t, by_column)):
-                        phase = (t.alpha * a + s) * g.cin * g.tiles
+                        phase = (t.alpha * a + s) * g.cin * tiles
                         at = b.gep(out, [b.add(first, i64(phase))], source_etype=cfg.element)
                         masked_store(ctx, b, cfg, value, at, 0, count, False)
 
@@ -379,30 +424,37 @@ class WinogradPlan(Prepackable):
 
     # -- Y = A^T M A ----------------------------------------------------------------
 
-    def _output_transform(self, ctx: EmitContext, m: Slice, c: Slice, number, epilogue) -> None:
-        """Y of image `number` and its epilogue, over output channels."""
+    def _output_transform(
+        self, ctx: EmitContext, m: Slice, c: Slice, number, first_row, epilogue
+    ) -> None:
+        """Y of the band of image `number` from tile row `first_row`, and the epilogue on
+        its rows, over output channels."""
         g, cfg = self.geometry, self.config
-        t = g.transform
+        t, tiles = g.transform, self.band_tiles
         lanes = cfg.lanes
         blocks = -(-g.tile_columns // lanes)
         pixels = g.out_height * g.out_width
-        work = g.cout * g.tiles * t.phases * 4
-        with parallel_loop_nest_passing(ctx, [g.cout], [number], "vout", work) as (
+        work = g.cout * tiles * t.phases * 4
+        with parallel_loop_nest_passing(ctx, [g.cout], [number, first_row], "vout", work) as (
             (channel,),
-            (n,),
+            (n, first_tile_row),
         ):
             b = ctx.builder
             ty = cfg.element
-            phases = b.gep(ctx.slice_pointer(m), [b.mul(channel, i64(g.tiles))], source_etype=ty)
+            phases = b.gep(ctx.slice_pointer(m), [b.mul(channel, i64(tiles))], source_etype=ty)
             plane_index = b.add(b.mul(n, i64(g.cout)), channel)
             plane = b.gep(ctx.slice_pointer(c), [b.mul(plane_index, i64(pixels))], source_etype=ty)
-            with for_range(b, g.tile_rows, "yrow") as row, for_range(b, blocks, "yblock") as block:
+            with (
+                for_range(b, self._band_rows, "yrow") as in_band,
+                for_range(b, blocks, "yblock") as block,
+            ):
+                row = b.add(first_tile_row, in_band)
                 first = b.mul(block, i64(lanes))
                 count = b.sub(i64(g.tile_columns), first)
-                tile = b.add(b.mul(row, i64(g.tile_columns)), first)
+                tile = b.add(b.mul(in_band, i64(g.tile_columns)), first)
                 values = []
                 for p in range(t.phases):
-                    at = b.gep(phases, [b.add(i64(p * g.cout * g.tiles), tile)], source_etype=ty)
+                    at = b.gep(phases, [b.add(i64(p * g.cout * tiles), tile)], source_etype=ty)
                     values.append(self._load(ctx, at, count))
                 rows = [values[t.alpha * a : t.alpha * (a + 1)] for a in range(t.alpha)]
                 for i, by_column in enumerate(self._apply(ctx, t.a_t, rows)):
@@ -411,12 +463,15 @@ class WinogradPlan(Prepackable):
                         line = b.gep(plane, [b.mul(out_row, i64(g.out_width))], source_etype=ty)
                         outputs = self._apply(ctx, t.a_t, by_column)
                         self._store_interleaved(ctx, line, b.mul(first, i64(t.m)), outputs)
-            if epilogue is not None:  # on the plane just computed
+            if epilogue is not None:  # on the band's rows of the plane just computed
+                start = b.mul(first_tile_row, i64(t.m * g.out_width))
+                end = b.add(start, i64(self._band_rows * t.m * g.out_width))
+                end = b.select(b.icmp_signed("<", end, i64(pixels)), end, i64(pixels))
 
                 def element(row, pixel):
                     epilogue(self.output_index(ctx.builder, n, row, pixel))
 
-                emit_region(ctx, channel, 1, i64(0), pixels, element)
+                emit_region(ctx, channel, 1, start, b.sub(end, start), element)
 
     def _load(self, ctx, pointer, count) -> ir.Value:
         """`lanes` values from `pointer`, only the first `count` of them (the rest zero)."""

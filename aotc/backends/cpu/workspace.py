@@ -6,6 +6,10 @@ others.  The driver plans each kernel's need into the arena as its temporary, li
 while it runs (`BufferPlan.temporary`); what a kernel needs beyond its temporary (none,
 unless the plan changed since) comes from the workspace after the arena, sized for the
 largest such need.
+
+Kernels that can work in blocks (Winograd convolutions in bands of tile rows) size
+their temporary to `temporary_budget`: the bytes the plan has free while they run, so
+that the temporary does not raise the plan's peak where a block fits.
 """
 
 from __future__ import annotations
@@ -31,3 +35,11 @@ def kernel_workspaces(target, plan: BufferPlan, sizers: Sequence[Sizer]) -> dict
         for inner in nested.plans:
             found.update(kernel_workspaces(target, inner, sizers))
     return found
+
+
+def temporary_budget(plan: BufferPlan, instr: Instruction) -> int:
+    """The workspace bytes `instr`'s kernel may take: its temporary where the plan has
+    one (the kernel then sizes itself as when it asked for it), else the arena bytes
+    free while it runs below the plan's peak."""
+    planned = plan.temporary(instr)
+    return planned.size if planned is not None else plan.headroom(instr)
