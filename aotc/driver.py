@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import artifacts, memory_limits, progress
+from .artifacts.runtime import MAX_THREADS
 from .backends import BACKENDS, Backend, backend_for
 from .buffers import BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
@@ -107,6 +108,11 @@ class CompiledModel:
 def compile_model(model, options: CompileOptions | None = None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or an HLO text file."""
     options = options or CompileOptions()
+    if options.threads > MAX_THREADS:
+        raise AotcError(
+            f"--threads {options.threads}: the runtime's thread pool holds at most "
+            f"{MAX_THREADS} threads"
+        )
     started = time.perf_counter()
     backend = backend_for(options.target)
     target = backend.parse_target(options.target, options.opt_level)
@@ -128,7 +134,8 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     temporaries = backend.temporaries(target, plan)
     if temporaries:
         plan = assign_buffers(module, temporaries)
-    code = backend.compile(module, plan, name, target, options.threads, options.profile)
+    threads = max(options.threads, 0)  # <= 0: all CPUs
+    code = backend.compile(module, plan, name, target, threads, options.profile)
     memory_limits.check_plan(plan.arena_bytes, plan.workspace_bytes, plan.weight_bytes, limit)
     inputs, outputs = _tensor_specs(module)
     stats = artifacts.MemoryStats(

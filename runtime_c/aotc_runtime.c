@@ -45,7 +45,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define AOTC_MAX_THREADS 256
+/* The pool's capacity, the caller included; every thread count is clamped to it
+ * (aotc.artifacts.runtime.MAX_THREADS, which the compiler refuses to exceed). */
+#define AOTC_MAX_THREADS 512
 /* A share is taken in about this many pieces: fewer pieces per share leave more
  * imbalance when one thread is slow. */
 #define AOTC_PIECES_PER_SHARE 8
@@ -59,6 +61,8 @@
 #define JOINED_MASK UINT64_C(0x1ff)
 #define CLOSED UINT64_C(0x200)
 #define GENERATION_SHIFT 10
+/* the job state's count of workers inside holds every worker the pool can have */
+typedef char aotc_state_counts_every_worker[AOTC_MAX_THREADS - 1 <= 0x1ff ? 1 : -1];
 
 typedef struct aotc_worker {
     pthread_t thread;
@@ -331,7 +335,7 @@ void aotc_parallel_for(int64_t n, aotc_loop_fn fn, void *ctx) {
 
 static int online_cpus(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    return n <= 0 ? 1 : n > AOTC_MAX_THREADS ? AOTC_MAX_THREADS : (int)n;
 }
 
 /* Stops the workers past the first `keep` and joins them. */
@@ -382,6 +386,7 @@ void aotc_configure_threads(int default_threads) {
     requested = env ? strtol(env, &end, 10) : 0;
     if (!env || *end != '\0' || requested <= 0 || requested > AOTC_MAX_THREADS)
         requested = default_threads;
+    if (requested > AOTC_MAX_THREADS) requested = AOTC_MAX_THREADS;
     pthread_mutex_lock(&pool.mutex);
     if (!configured) {
         __atomic_store_n(&pool.num_threads, requested > 0 ? (int)requested : online_cpus(),

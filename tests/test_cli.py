@@ -229,3 +229,10 @@ def test_inspect_prints_hlo_kernels_and_plan_and_draws_it(tmp_path):
     root = ET.parse(svg).getroot()
     rects = root.findall(".//{http://www.w3.org/2000/svg}rect")
     assert len(rects) == len(arena_lines) + 1  # one per buffer, plus the frame
+
+
+@pytest.mark.parametrize("count", ["513", "99999999999999999999"])
+def test_thread_counts_past_the_pool_are_refused(tmp_path, count):
+    result = run_cli("compile", MNIST, "-o", tmp_path / "out", "--threads", count)
+    assert_one_line_error(result, f"--threads {count}", "512")
+    assert not (tmp_path / "out").exists()

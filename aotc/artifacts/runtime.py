@@ -24,6 +24,9 @@ from .tools import (
     target_arch,
 )
 
+# the thread pool's capacity, the caller included (AOTC_MAX_THREADS in aotc_runtime.c, which
+# clamps every count to it): a compiled-in default thread count beyond it is refused
+MAX_THREADS = 512
 # fixed, so that the same sources give byte-identical objects
 RUNTIME_CFLAGS = ("-O2", "-fPIC", "-std=c99", "-Wall", "-pthread")
 LINK_LIBS = ("-lm", "-lpthread")

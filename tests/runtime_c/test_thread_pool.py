@@ -271,3 +271,62 @@ def test_runtime_symbols_are_prefixed(tmp_path):
         out = subprocess.run(argv, capture_output=True, text=True, check=True)
         names = [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
         assert names and all(n.startswith("aotc_") for n in names), (obj, names)
+
+
+CAPACITY_DRIVER = r"""
+#include <stdio.h>
+#include "aotc_runtime.h"
+
+static void count_body(void *p, int64_t begin, int64_t end, int64_t slot) {
+    (void)slot;
+    __atomic_add_fetch((int64_t *)p, end - begin, __ATOMIC_RELAXED);
+}
+
+static int run(int64_t n) {
+    int64_t done = 0;
+    aotc_parallel_for(n, count_body, &done);
+    printf("threads=%d done=%lld\n", aotc_get_num_threads(), (long long)done);
+    return done != n;
+}
+
+int main(void) {
+    int failures = 0;
+    aotc_configure_threads(COMPILED);  /* a model's compiled-in count */
+    failures += run(1000000);
+    aotc_set_num_threads(3);
+    failures += run(1000000);
+    aotc_set_num_threads(100000);
+    failures += run(1000000);
+    aotc_set_num_threads(1);
+    failures += run(1000);
+    return failures;
+}
+"""
+
+
+@pytest.mark.parametrize("compiled", [300, 100000])
+def test_thread_counts_beyond_the_pool_are_clamped(tmp_path, compiled):
+    """A compiled-in count of 300 runs as asked; one past the pool's capacity, or a
+    count set later past it, runs at the capacity; changing counts then stays safe."""
+    from aotc.artifacts.runtime import MAX_THREADS
+
+    runtime = artifacts.compile_runtime(tmp_path / "rt")
+    (tmp_path / "driver.c").write_text(CAPACITY_DRIVER.replace("COMPILED", str(compiled)))
+    driver = tmp_path / "driver"
+    subprocess.run(
+        [CC, "-O2", "-Wall", "-Werror", "-pthread", f"-I{resource_dir('runtime_c')}", "driver.c"]
+        + [*map(str, runtime), "-o", str(driver)],
+        cwd=tmp_path,
+        check=True,
+    )
+    result = subprocess.run([str(driver)], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    counts = [int(line.split()[0].split("=")[1]) for line in result.stdout.splitlines()]
+    assert counts == [min(compiled, MAX_THREADS), 3, MAX_THREADS, 1]
+
+
+def test_the_pool_capacity_is_the_compilers():
+    from aotc.artifacts.runtime import MAX_THREADS
+
+    source = (resource_dir("runtime_c") / "aotc_runtime.c").read_text()
+    assert f"#define AOTC_MAX_THREADS {MAX_THREADS}\n" in source
