@@ -133,7 +133,7 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     # live while their kernel runs: sized on a first plan, then packed with the rest
     temporaries = backend.temporaries(target, plan)
     if temporaries:
-        plan = assign_buffers(module, temporaries)
+        plan = assign_buffers(module, temporaries).with_rooms(plan)
     threads = max(options.threads, 0)  # <= 0: all CPUs
     code = backend.compile(module, plan, name, target, threads, options.profile)
     memory_limits.check_plan(plan.arena_bytes, plan.workspace_bytes, plan.weight_bytes, limit)

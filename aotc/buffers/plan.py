@@ -91,6 +91,11 @@ class BufferPlan:
     # the weights in the backend's object when it lays them out anew (constant GEMM
     # operands pre-packed); the backend sets it when it emits code
     object_weight_bytes: int | None = None
+    # what the plan without temporaries left free at each step (id(instruction) ->
+    # bytes) and its peak: the kernels sized their temporaries by them, and size
+    # themselves alike when emitted (`with_rooms`); empty: this plan's own
+    rooms: dict[int, int] = field(default_factory=dict)
+    rooms_peak: int = 0
 
     @property
     def workspace_offset(self) -> int:
@@ -113,8 +118,17 @@ class BufferPlan:
     def headroom(self, instr: Instruction) -> int:
         """The arena bytes not live while `instr` runs, below the plan's lower bound: what
         a temporary of its kernel may take there without raising the peak (0 for an
-        instruction not in the schedule)."""
-        return self._headroom.get(id(instr), 0)
+        instruction not in the schedule); in a plan `with_rooms`, the first plan's."""
+        return (self.rooms or self._headroom).get(id(instr), 0)
+
+    @property
+    def peak_before_temporaries(self) -> int:
+        """The lower bound that `headroom` is measured from."""
+        return self.rooms_peak if self.rooms else self.lower_bound
+
+    def with_rooms(self, first: BufferPlan) -> BufferPlan:
+        """This plan (the temporaries planned in) keeping `first`'s headroom."""
+        return replace(self, rooms=dict(first._headroom), rooms_peak=first.lower_bound)
 
     @cached_property
     def _headroom(self) -> dict[int, int]:

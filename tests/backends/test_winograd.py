@@ -222,23 +222,24 @@ def test_bands_of_one_tile_row(compile_module, monkeypatch, x_dims, cout):
 
 
 def test_the_band_is_the_tallest_that_fits(compile_module, monkeypatch):
+    from aotc.backends.cpu.workspace import Budget
+
     monkeypatch.setattr(winograd, "MIN_BAND_TILES", 1)
     w = np.ones((8, 8, 3, 3), np.float32)
     whole = replace(_winograd_plan(compile_module(_module((1, 8, 40, 40), w))), band_rows=0)
     rows = whole.geometry.tile_rows
     assert whole.banded(None) is whole
-    assert whole.banded(whole.workspace_bytes).band_rows == rows
-    smallest = whole.banded(0)
+    assert whole.banded(Budget(whole.workspace_bytes, 0)).band_rows == rows
+    smallest = whole.banded(Budget(0, 0))
     assert smallest.workspace_bytes == min(
         replace(whole, band_rows=h).workspace_bytes for h in range(1, rows + 1)
     )
-    for budget in (smallest.workspace_bytes, whole.workspace_bytes // 2, whole.workspace_bytes - 1):
-        chosen = whole.banded(budget)
-        assert chosen.workspace_bytes <= budget
-        # taller balanced bands do not fit; the kernel sized by its temporary chooses alike
+    for free in (smallest.workspace_bytes, whole.workspace_bytes // 2, whole.workspace_bytes - 1):
+        chosen = whole.banded(Budget(free, 0))
+        assert chosen.workspace_bytes <= free
+        # no taller balanced band fits
         assert all(
-            replace(whole, band_rows=-(-rows // n)).workspace_bytes > budget
+            replace(whole, band_rows=-(-rows // n)).workspace_bytes > free
             for n in range(1, rows + 1)
             if -(-rows // n) > chosen.band_rows
         )
-        assert whole.banded(chosen.workspace_bytes).band_rows == chosen.band_rows

@@ -88,7 +88,7 @@ def test_a_banded_kernel_takes_what_is_free_while_it_runs():
         if p.kind == "winograd"
     ]
     room = first.headroom(instr)
-    assert room > 0
+    assert room > 0 and plan.headroom(instr) == room  # the emitted kernel sees the same
     assert replace(wino, band_rows=0).workspace_bytes > room  # whole, it would raise the peak
     assert plan.temporary(instr).size <= room
     x = np.random.default_rng(4).standard_normal((1, 16, 32, 32)).astype(np.float32)
@@ -98,8 +98,9 @@ def test_a_banded_kernel_takes_what_is_free_while_it_runs():
 
 
 def test_headroom_is_what_is_not_live_below_the_peak():
+    """In the plan without temporaries; the compiled plan keeps those figures."""
     compiled = compile_model(_chain_of_convolutions(), CompileOptions(opt_level=0))
-    plan = compiled.plan
+    plan = assign_buffers(compiled.module)
     for step, instr in enumerate(plan.schedule):
         live = sum(
             -(-b.slice.size // plan.alignment) * plan.alignment
@@ -107,4 +108,6 @@ def test_headroom_is_what_is_not_live_below_the_peak():
             if b.start <= step <= b.end
         )
         assert plan.headroom(instr) == max(plan.lower_bound - live, 0)
+        assert compiled.plan.headroom(instr) == plan.headroom(instr)
     assert min(plan.headroom(i) for i in plan.schedule) == 0  # at the peak
+    assert compiled.plan.peak_before_temporaries == plan.lower_bound

@@ -41,7 +41,7 @@ from .nbits import nbits_weight
 from .plans import KernelPlan
 from .prepackable import use_packed
 from .views import View, fused_view, memory_view
-from .workspace import temporary_budget
+from .workspace import Budget, temporary_budget
 
 
 @dataclass
@@ -154,7 +154,8 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
         return None
     in_place = _can_compute_in_place(plan, instr, contractions[-1])
     values = sum(_Kernel(contractions, [], in_place).value_bytes)
-    budget = max(temporary_budget(plan, instr) - values, 0)
+    room = temporary_budget(plan, instr)
+    budget = Budget(max(room.free - values, 0), room.peak)
     plans = []
     for contraction in contractions:
         operand_types = [o.array_shape.dtype for o in contraction.operands]

@@ -43,16 +43,17 @@ from .prepackable import StridedLayout, is_constant, strided_layout
 from .quads import quad_factory, quads_of
 from .target import CpuTarget
 from .views import View, affine, merged_stride
+from .workspace import Budget
 
 # -- the problem -------------------------------------------------------------------
 
 
 def conv_problem(
-    target: CpuTarget, conv: Instruction, views, budget: int | None = None
+    target: CpuTarget, conv: Instruction, views, budget: Budget | None = None
 ) -> ConvProblem | None:
     """The problem the forms plan `conv` from (`views`: its operands' memory views, or
-    None; `budget`: the workspace bytes it may take, None: any), or None: no form takes
-    it (no GEMM blocking for its types, batch groups)."""
+    None; `budget`: what its workspace may take, None: any), or None: no form takes it
+    (no GEMM blocking for its types, batch groups)."""
     config = gemm_config(target, conv.array_shape.dtype, conv.operands[0].array_shape.dtype)
     if config is None or conv.batch_group_count != 1:
         return None
@@ -68,9 +69,9 @@ class ConvProblem:
     views: tuple[View | None, View | None]  # the image's and the kernel's, as found
     config: GemmConfig
     geometry: ConvGeometry
-    # the workspace bytes the kernel may take without raising the memory plan's peak
-    # (the forms that work in bands size theirs to it), None: any
-    budget: int | None = None
+    # what the kernel's workspace may take without raising the memory plan's peak (the
+    # forms that work in bands size theirs to it), None: any
+    budget: Budget | None = None
 
     @property
     def float_nchw(self) -> bool:

@@ -89,7 +89,7 @@ class _Side:
 ABSENT = -1
 
 
-def dot_problem(target, dot: Instruction, views, budget: int | None = None) -> DotProblem | None:
+def dot_problem(target, dot: Instruction, views, budget=None) -> DotProblem | None:
     """The problem the forms plan `dot` from (`views`: its operands' memory views, or
     None), or None: no form takes it (no GEMM blocking for its types, nothing to do).
     `budget` (conv_problem's) is not used: a GEMM's packing is its cache blocks.

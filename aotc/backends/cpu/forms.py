@@ -20,6 +20,7 @@ from typing import Any
 from ...ir import Instruction, Op
 from . import conv, depthwise, direct_conv, dot, plane_conv, winograd
 from .plans import KernelPlan
+from .workspace import Budget
 
 # a form's planner: its problem -> its plan, or None (the form does not take it)
 Planner = Callable[[Any], KernelPlan | None]
@@ -57,10 +58,10 @@ CONTRACTION_FORMS: dict[Op, tuple[Callable[..., Any], Forms]] = {
 
 
 def plan_contraction(
-    target, contraction: Instruction, views, budget: int | None = None
+    target, contraction: Instruction, views, budget: Budget | None = None
 ) -> KernelPlan | None:
     """The plan of the first form that takes `contraction` (`views`: its operands' memory
-    views, or None; `budget`: the workspace bytes it may take, None: any), or None: the
+    views, or None; `budget`: what its workspace may take, None: any), or None: the
     element rules compute it."""
     make_problem, forms = CONTRACTION_FORMS[contraction.op]
     problem = make_problem(target, contraction, views, budget)

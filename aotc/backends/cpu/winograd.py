@@ -50,6 +50,7 @@ from .panels import StridedPanels
 from .parallel import parallel_loop_nest_passing
 from .prepackable import PackedShape, Prepackable, StridedLayout, pack_operand
 from .vectors import i32_lanes, lanes_below, masked_load, masked_store, mul_add, pick_lanes, splat
+from .workspace import Budget
 
 # The saved multiply-adds pay for the transforms (with F2, V and M take 4x the image's and
 # the output's memory) with enough channels on both sides and tiles enough for the GEMMs'
@@ -69,7 +70,9 @@ MIN_OUTPUT_SIZE = 8
 # VGG-19 0.62-0.70, ResNet-50 0.955-0.97.
 MIN_F4_TILES = 36
 # a band's tiles are the GEMMs' N: at least this many (or the whole image's) keep the
-# GEMMs on full register tiles
+# GEMMs on full register tiles; and at least Cin x Cout / (Cin + Cout), so that reading
+# U again for each band costs no more than the band's own V and M (FCN-ResNet-50's 512
+# channels at 65x65 in bands of 2 tile rows ran 1.08x slower than whole)
 MIN_BAND_TILES = 32
 
 # U's place until prepack.py packs it (the GEMMs are sized for a pre-packed A throughout)
@@ -250,20 +253,20 @@ class WinogradPlan(Prepackable):
         """Tiles per band: the GEMMs' N, and the columns of V and M."""
         return self._band_rows * self.geometry.tile_columns
 
-    def banded(self, budget: int | None) -> WinogradPlan:
+    def banded(self, budget: Budget | None) -> WinogradPlan:
         """This plan in the tallest band (of balanced heights: the last band pads fewer
-        rows than there are bands) whose workspace fits `budget` bytes, else in the band
-        of the smallest workspace; None: the whole image.  The choice is the same again
-        when `budget` is the workspace it chose, as the emitted kernel's temporary is."""
+        rows than there are bands) whose workspace fits the bytes `budget` has free, else
+        in the band of the smallest workspace; None: the whole image."""
         if budget is None:
             return self
         g = self.geometry
         rows = g.tile_rows
-        shortest = min(rows, -(-MIN_BAND_TILES // g.tile_columns))
+        tiles = max(MIN_BAND_TILES, g.cin * g.cout // (g.cin + g.cout))
+        shortest = min(rows, -(-tiles // g.tile_columns))
         heights = sorted({-(-rows // n) for n in range(1, rows + 1)} - set(range(shortest)))
         plans = [replace(self, band_rows=h) for h in reversed(heights)]
         sizes = [p.workspace_bytes for p in plans]
-        fitting = [p for p, size in zip(plans, sizes) if size <= budget]
+        fitting = [p for p, size in zip(plans, sizes) if size <= budget.free]
         if fitting:
             return fitting[0]
         return plans[sizes.index(min(sizes))]

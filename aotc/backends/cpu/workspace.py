@@ -15,6 +15,7 @@ that the temporary does not raise the plan's peak where a block fits.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ...buffers import BufferPlan
 from ...ir import Instruction
@@ -37,9 +38,16 @@ def kernel_workspaces(target, plan: BufferPlan, sizers: Sequence[Sizer]) -> dict
     return found
 
 
-def temporary_budget(plan: BufferPlan, instr: Instruction) -> int:
-    """The workspace bytes `instr`'s kernel may take: its temporary where the plan has
-    one (the kernel then sizes itself as when it asked for it), else the arena bytes
-    free while it runs below the plan's peak."""
-    planned = plan.temporary(instr)
-    return planned.size if planned is not None else plan.headroom(instr)
+@dataclass(frozen=True)
+class Budget:
+    """What a kernel's temporary may take: `free`, the arena bytes not live at its step
+    below `peak`, the plan's peak before temporaries (both the first plan's, which the
+    kernels were sized in: the same when they are emitted)."""
+
+    free: int
+    peak: int
+
+
+def temporary_budget(plan: BufferPlan, instr: Instruction) -> Budget:
+    """The budget of `instr`'s kernel in `plan`."""
+    return Budget(plan.headroom(instr), plan.peak_before_temporaries)
