@@ -352,6 +352,7 @@ class WinogradPlan(Prepackable):
         packing = Slice(BufferKind.ARENA, 0, rest, workspace.offset + workspace.size - rest)
         gemm = self._gemm(v)
         image, b = sources[0].view, ctx.builder
+        assert b is not None
         bands = -(-g.tile_rows // self._band_rows)
         with for_range(b, g.batch, "image") as n, for_range(b, bands, "band") as band:
             first = b.mul(band, i64(self._band_rows))
@@ -374,6 +375,7 @@ class WinogradPlan(Prepackable):
             (n, first),
         ):
             b = ctx.builder
+            assert b is not None
             row = b.add(first, in_band)
             batch_stride, channel_stride, row_stride = g.image_strides
             offset = b.add(b.mul(n, i64(batch_stride)), b.mul(channel, i64(channel_stride)))
@@ -443,6 +445,7 @@ class WinogradPlan(Prepackable):
             (n, first_tile_row),
         ):
             b = ctx.builder
+            assert b is not None
             ty = cfg.element
             phases = b.gep(ctx.slice_pointer(m), [b.mul(channel, i64(tiles))], source_etype=ty)
             plane_index = b.add(b.mul(n, i64(g.cout)), channel)
