@@ -70,10 +70,11 @@ MIN_OUTPUT_SIZE = 8
 # VGG-19 0.62-0.70, ResNet-50 0.955-0.97.
 MIN_F4_TILES = 36
 # a band's tiles are the GEMMs' N: at least this many (or the whole image's) keep the
-# GEMMs on full register tiles; and at least Cin x Cout / (Cin + Cout), so that reading
-# U again for each band costs no more than the band's own V and M (FCN-ResNet-50's 512
-# channels at 65x65 in bands of 2 tile rows ran 1.08x slower than whole)
+# GEMMs on full register tiles; and where U is beyond a share of L3 (read from memory
+# for each band), at least Cin x Cout / (Cin + Cout), so that reading U again per band
+# costs no more than the band's own V and M
 MIN_BAND_TILES = 32
+U_L3_SHARE = 4
 
 # U's place until prepack.py packs it (the GEMMs are sized for a pre-packed A throughout)
 NOT_YET_PACKED = Slice(BufferKind.CONSTANT, -1, 0, 0)
@@ -261,7 +262,9 @@ class WinogradPlan(Prepackable):
             return self
         g = self.geometry
         rows = g.tile_rows
-        tiles = max(MIN_BAND_TILES, g.cin * g.cout // (g.cin + g.cout))
+        u_bytes = g.transform.phases * g.cin * g.cout * self.config.itemsize
+        streamed = u_bytes > self.config.blocks.l3 // U_L3_SHARE
+        tiles = max(MIN_BAND_TILES, g.cin * g.cout // (g.cin + g.cout) if streamed else 0)
         shortest = min(rows, -(-tiles // g.tile_columns))
         heights = sorted({-(-rows // n) for n in range(1, rows + 1)} - set(range(shortest)))
         plans = [replace(self, band_rows=h) for h in reversed(heights)]
