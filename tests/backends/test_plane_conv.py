@@ -17,6 +17,7 @@ from test_gemm import ALL_TARGETS, _close, _conv_reference
 from aotc.backends.cpu import parse_target
 from aotc.backends.cpu.blocking import blocking
 from aotc.backends.cpu.codegen import optimized_module
+from aotc.backends.cpu.contraction import contraction_plans
 from aotc.backends.cpu.gemm_config import gemm_config
 from aotc.backends.cpu.plane_conv import (
     MAX_WASTE,
@@ -313,3 +314,147 @@ def test_compact_tile_columns():
     assert (tail_width(49, 32, 16), tile_columns(49, 32, 16)) == (17, 64)
     assert (tail_width(64, 32, 16), tile_columns(64, 32, 16)) == (32, 64)
     assert [segments(w, 16) for w in (5, 6, 7, 14, 16, 56)] == [4, 4, 4, 3, 2, 2]
+
+
+def _residual_model(x, w, pads, weights, bias, groups, rng):
+    """A ResNet block's end: mean over pixels of relu(conv(t) + b + e), e = conv0(x),
+    t = relu(conv1(e)) (1x1 convolutions of x's channels, `conv` the case's, which keeps
+    the image's size): the last kernel's output takes e's bytes (e dies there), so its
+    convolution's values cannot go there."""
+    channels = x[1]
+    pointwise = [numpy_helper.from_array(_pointwise(rng, channels), f"w{k}") for k in range(2)]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["e"]),
+        helper.make_node("Conv", ["e", "w1"], ["u"]),
+        helper.make_node("Relu", ["u"], ["t"]),
+        helper.make_node("Conv", ["t", "w", "b"], ["y"], pads=list(pads), group=groups),
+        helper.make_node("Add", ["y", "e"], ["s"]),
+        helper.make_node("Relu", ["s"], ["m"]),
+        helper.make_node("GlobalAveragePool", ["m"], ["z"]),
+    ]
+    initializers = [
+        *pointwise,
+        numpy_helper.from_array(weights, "w"),
+        numpy_helper.from_array(bias, "b"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "residual",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _pointwise(rng, channels: int) -> np.ndarray:
+    return (rng.standard_normal((channels, channels, 1, 1)) / np.sqrt(channels)).astype(np.float32)
+
+
+# (input, kernel, pads, groups, target): pointwise in place, padded 3x3 on the grid and
+# in compact tiles, a batch of two, two groups; stride 1, the image's size kept
+UNIT_VALUE_CASES = [
+    ((1, 32, 28, 28), (32, 32, 1, 1), (0, 0, 0, 0), 1, "host"),
+    ((2, 12, 20, 20), (12, 12, 3, 3), (1, 1, 1, 1), 1, "x86_64:x86-64-v3"),  # < 16: not Winograd
+    ((1, 32, 14, 14), (32, 16, 3, 3), (1, 1, 1, 1), 2, "x86_64:skylake-avx512"),
+    ((2, 24, 30, 30), (24, 24, 1, 1), (0, 0, 0, 0), 1, "x86_64:x86-64-v2"),
+]
+
+
+@pytest.mark.parametrize("case", UNIT_VALUE_CASES, ids=lambda c: "x".join(map(str, c[0])) + c[-1])
+def test_values_per_unit_where_the_output_takes_a_residual(case):
+    """A residual computed in place in the output: each unit's values go to its thread's
+    region (a few units' worth, not the output's size) and the epilogue reads them there;
+    the numbers as the reference's."""
+    x, w, pads, groups, target = case
+    rng = np.random.default_rng(15)
+    xv = rng.standard_normal(x).astype(np.float32)
+    wv = (rng.standard_normal(w) / np.sqrt(np.prod(w[1:]))).astype(np.float32)
+    bias = rng.standard_normal(w[0]).astype(np.float32)
+    model = _residual_model(x, w, pads, wv, bias, groups, rng)
+    compiled = compile_model(model, CompileOptions(target=target))
+    cpu = parse_target(target)
+    last = [
+        plans[-1]
+        for i in compiled.plan.schedule
+        if (found := contraction_plans(cpu, compiled.plan, i)) is not None
+        for plans in [found[1]]
+    ]
+    per_unit = [plan for plan in last if getattr(plan, "value_parts", 0)]
+    assert len(per_unit) == 1, "the values did not go per unit"
+    assert per_unit[0].values_bytes < xv.nbytes  # whole values: the output's size
+    got = compiled.load()(x=xv)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    e = _conv_reference(xv, init["w0"], (1, 1), (0, 0), (0, 0), (1, 1), 1)
+    t = np.maximum(_conv_reference(e, init["w1"], (1, 1), (0, 0), (0, 0), (1, 1), 1), 0)
+    conv = _conv_reference(t, wv, (1, 1), pads[:2], pads[2:], (1, 1), groups)
+    want = np.maximum(conv + bias[None, :, None, None] + e, 0).mean(axis=(2, 3), keepdims=True)
+    _close(got, want, f"{case}")
+
+
+def _stride_two_at_the_peak(x, cout, kernel, rng):
+    """mean over pixels of relu(conv(e)), e = conv0(x) (1x1, `cout` channels), conv the
+    case's stride-2 window, padded by half of it: e and its output are the plan's peak,
+    so the whole image's planes find no room."""
+    size = kernel[0]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["e"]),
+        helper.make_node("Conv", ["e", "w", "b"], ["y"], strides=[2, 2], pads=[size // 2] * 4),
+        helper.make_node("Relu", ["y"], ["m"]),
+        helper.make_node("GlobalAveragePool", ["m"], ["z"]),
+    ]
+    w0 = (rng.standard_normal((cout, x[1], 1, 1)) / np.sqrt(x[1])).astype(np.float32)
+    w = (rng.standard_normal((cout, cout, *kernel)) / np.sqrt(cout * size * size)).astype(
+        np.float32
+    )
+    bias = rng.standard_normal(cout).astype(np.float32)
+    initializers = [numpy_helper.from_array(v, k) for k, v in (("w0", w0), ("w", w), ("b", bias))]
+    graph = helper.make_graph(
+        nodes,
+        "bands",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+# (input, output channels, window, target): bands of 7 output rows over 20 (the last one
+# 6), on the grid and in compact tiles; a batch of two
+BAND_CASES = [
+    ((1, 16, 40, 40), 32, (3, 3), "x86_64:x86-64-v3"),
+    ((1, 16, 40, 40), 32, (3, 3), "x86_64:skylake-avx512"),
+    ((2, 16, 48, 48), 32, (3, 3), "host"),
+]
+
+
+@pytest.mark.parametrize("case", BAND_CASES, ids=lambda c: "x".join(map(str, c[0])) + c[-1])
+def test_planes_in_bands_where_the_image_finds_no_room(case):
+    """A strided convolution at the plan's peak: its planes are copied a band of output
+    rows at a time, the band's planes the only temporary; the numbers as the reference's."""
+    x, cout, kernel, target = case
+    rng = np.random.default_rng(16)
+    xv = rng.standard_normal(x).astype(np.float32)
+    model = _stride_two_at_the_peak(x, cout, kernel, rng)
+    compiled = compile_model(model, CompileOptions(target=target))
+    cpu = parse_target(target)
+    banded = [
+        plans[-1]
+        for i in compiled.plan.schedule
+        if (found := contraction_plans(cpu, compiled.plan, i)) is not None
+        for plans in [found[1]]
+        if getattr(plans[-1], "band_rows", 0)
+    ]
+    assert len(banded) == 1, "the planes were not banded"
+    plan = banded[0]
+    assert plan.band_rows < plan.planes.out_height
+    assert plan.workspace_bytes < replace(plan, band_rows=0).workspace_bytes
+    got = compiled.load()(x=xv)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    e = _conv_reference(xv, init["w0"], (1, 1), (0, 0), (0, 0), (1, 1), 1)
+    pad = (kernel[0] // 2,) * 2
+    conv = _conv_reference(e, init["w"], (2, 2), pad, pad, (1, 1), 1)
+    want = np.maximum(conv + init["b"][None, :, None, None], 0).mean(axis=(2, 3), keepdims=True)
+    _close(got, want, f"{case}")

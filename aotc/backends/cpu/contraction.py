@@ -32,7 +32,7 @@ from ..llvm.alias import OutputScope
 from ..llvm.context import EmitContext, Gen
 from ..llvm.elemental import element_pointer, make_generator, memory_generator
 from ..llvm.extents import clips_dot, dot_clip
-from ..llvm.lltypes import store_element
+from ..llvm.lltypes import from_storage, storage_type, store_element
 from .blocking import aligned
 from .forms import plan_contraction
 from .gemm import Clipping, GemmPlan
@@ -64,11 +64,19 @@ class _Kernel:
     last_in_place: bool  # the last contraction's values go to the output buffer itself
 
     @property
+    def unit_values(self) -> bool:
+        """The last plan keeps its values per unit of work (plane_conv.py's
+        `with_unit_values`), each read by the unit's epilogue through its pointer."""
+        return bool(self.plans) and getattr(self.plans[-1], "value_parts", 0) > 0
+
+    @property
     def value_bytes(self) -> list[int]:
         """Workspace bytes for each contraction's values (0: in the output buffer)."""
         sizes = [aligned(c.array_shape.nbytes) for c in self.contractions]
         if self.last_in_place:
             sizes[-1] = 0
+        elif self.unit_values:
+            sizes[-1] = self.plans[-1].values_bytes  # type: ignore[attr-defined]
         return sizes
 
     @property
@@ -124,12 +132,17 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
             )
             for c, where in zip(kernel.contractions, places)
         }
+        unit_value = _UnitValue(ctx, kernel.contractions[-1].array_shape.dtype, scope)
+        if kernel.unit_values:
+            values[id(kernel.contractions[-1])] = unit_value.load
         gens = _bind(ctx, body, operands, values)
         sources = [
             [Source(gens[id(o)], operand_view(ctx.plan, instr, o)) for o in c.operands]
             for c in kernel.contractions
         ]
         epilogue = _epilogue(ctx, gens[id(body.root)], instr.array_shape, out_where, scope)
+        if kernel.unit_values:
+            epilogue = unit_value.epilogue(epilogue)
     last = len(kernel.plans) - 1
     for n, (plan, where) in enumerate(zip(kernel.plans, places)):
         finish = epilogue if n == last else None  # the others are operands of its epilogue
@@ -138,6 +151,32 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
             plan = replace(plan, clip=clip) if clip is not None else plan
         plan.emit(ctx, sources[n], where, packing, finish)
     return True
+
+
+@dataclass
+class _UnitValue:
+    """The last contraction's value in a kernel with unit values: the plan calls the
+    epilogue with each element's index and the pointer to its value in the unit's
+    region, and the fused body loads it from there."""
+
+    ctx: EmitContext
+    dtype: DType
+    scope: OutputScope  # the regions are apart from the output
+    pointer: ir.Value | None = None
+
+    def load(self, index) -> ir.Value:
+        assert self.pointer is not None, "the epilogue passes the value's pointer"
+        loaded = self.ctx.builder.load(self.pointer, typ=storage_type(self.dtype))
+        self.scope.load(loaded)
+        return from_storage(self.ctx.builder, self.dtype, loaded)
+
+    def epilogue(self, store: Callable) -> Callable:
+        def apply(index: list[ir.Value], pointer: ir.Value) -> None:
+            self.pointer = pointer
+            store(index)
+            self.pointer = None
+
+        return apply
 
 
 def _clipping(instr: Instruction, dot: Instruction, batch: int) -> Clipping | None:
@@ -169,7 +208,22 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
         if planned is None:
             return None
         plans.append(use_packed(planned, plan.slices, instr, len(plans)))  # see prepack.py
-    return _Kernel(contractions, plans, in_place)
+    kernel = _Kernel(contractions, plans, in_place)
+    if not in_place:
+        plans[-1] = _values_per_unit(kernel, room.free)
+    return kernel
+
+
+def _values_per_unit(kernel: _Kernel, free: int) -> KernelPlan:
+    """The last plan keeping its values per unit of work where it can, in what `free`
+    leaves beside the other values and the plans' workspace (an epilogue operand
+    computed in place: whole values would be a temporary the size of the output)."""
+    last = kernel.plans[-1]
+    with_unit_values = getattr(last, "with_unit_values", None)
+    if with_unit_values is None:
+        return last
+    others = sum(kernel.value_bytes[:-1]) + max(p.workspace_bytes for p in kernel.plans)
+    return with_unit_values(max(free - others, 0)) or last
 
 
 def operand_view(plan: BufferPlan, fusion: Instruction, operand: Instruction):

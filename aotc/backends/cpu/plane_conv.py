@@ -23,13 +23,19 @@ group) pairs shared out to the threads; in one, per block of the group's input
 channels (the A panel in L1, the run's planes in L2), per A panel, the run's tiles
 (adding to C after the first block); then the epilogue on the group's channels
 over the run's pixels, which are contiguous.
+
+Where the memory plan has no room for the whole image's planes at the kernel's step
+(its `Budget`), they are copied a band of output rows at a time (`banded`), each band
+run as an image of its own whose planes cover the padded rows it reads.  Where the
+epilogue reads an operand computed in place in the output, the values of a unit go to
+its thread's region instead of C (`with_unit_values`), read from there by its epilogue.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
@@ -42,11 +48,13 @@ from .blocking import Blocking, aligned, blocking
 from .conv import ConvGeometry, ConvProblem
 from .direct_conv import Image
 from .gemm_config import GemmConfig
+from .gemm_split import MAX_PARTS, share_out
 from .parallel import parallel_loop_nest_passing
 from .prepackable import PackedShape, Prepackable, StridedLayout
 from .shared_functions import shared_function
 from .tiles import Tile
 from .vectors import lanes_below, masked_load, smaller, splat, store_first, store_lanes
+from .workspace import Budget
 
 # Work on grid columns that are no pixels (past the rows' ends, the last tile's rest)
 # against the pixels' own, at most.  Relative to im2col + GEMM, one thread: DenseNet-121's
@@ -90,6 +98,11 @@ RUN_C_BYTES = 192 * 1024
 # and the image's runs are at least this many (where it has the tiles), so that the
 # threads share them out evenly
 MIN_UNITS = 8
+# values kept per unit (`with_unit_values`) go to at least this many threads' regions
+MIN_VALUE_PARTS = 2
+# bands of planes (`banded`) hold at least this many output pixels: each band costs
+# two dispatches to the threads (its planes, its units)
+MIN_BAND_PIXELS = 128
 
 
 @dataclass(frozen=True)
@@ -188,7 +201,7 @@ def plan_planes(problem: ConvProblem) -> PlaneConvPlan | None:
         view.strides[d] for d in (dims.input_batch, dims.input_feature, *dims.input_spatial)
     )
     weights = problem.weights_factory()  # the kernel's GEMM panels, when not pre-packed
-    return PlaneConvPlan(
+    plan = PlaneConvPlan(
         config,
         planes,
         strides,
@@ -199,6 +212,7 @@ def plan_planes(problem: ConvProblem) -> PlaneConvPlan | None:
         weights=lambda ctx, sources, group: weights(ctx, sources, (None, group)),
         compact=compact,
     )
+    return plan.banded(problem.budget)
 
 
 def compact_tiles(planes: Planes, config: GemmConfig) -> bool:
@@ -289,6 +303,13 @@ class PlaneConvPlan(Prepackable):
     # (ctx, sources, group) -> Panels of a group's kernel, when not pre-packed
     weights: object = None
     compact: bool = False  # lanes are pixels (MAX_SEGMENTS), else grid columns
+    # the values of a unit go to its thread's region of C (`with_unit_values`), not to
+    # C itself: `value_parts` regions, the units shared out in that many parts
+    value_parts: int = 0
+    # output rows per band (0: the whole image at once): the planes of one band at a
+    # time, where the whole image's would not fit the bytes free at the kernel's step
+    band_rows: int = 0
+    image: Planes | None = None  # a band's plan: the whole image's geometry
     kind = "planes"
 
     def can_pack(self, side: int) -> bool:
@@ -326,9 +347,27 @@ class PlaneConvPlan(Prepackable):
 
     @property
     def _plane_bytes(self) -> int:
+        """One image's planes, or one band's."""
         if self.reads_in_place:
             return 0
-        return aligned(self.planes.channels * self.planes.channel_size * self.config.itemsize)
+        p = self._band(self.band_rows).planes if self.band_rows else self.planes
+        return aligned(p.channels * p.channel_size * self.config.itemsize)
+
+    def banded(self, budget: Budget | None) -> PlaneConvPlan:
+        """This plan in the tallest band (of balanced heights, at least MIN_BAND_PIXELS)
+        whose workspace fits the bytes `budget` has free, else in the band of the
+        smallest workspace; the whole image where its planes fit (or None: any)."""
+        if budget is None or self.reads_in_place or self.workspace_bytes <= budget.free:
+            return self
+        p = self.planes
+        shortest = min(-(-MIN_BAND_PIXELS // p.out_width), p.out_height)
+        rows = p.out_height
+        heights = sorted({-(-rows // n) for n in range(2, rows + 1)} - set(range(shortest)))
+        plans = [replace(self, band_rows=h) for h in reversed(heights)]
+        fitting = [plan for plan in plans if plan.workspace_bytes <= budget.free]
+        if fitting:
+            return fitting[0]
+        return min(plans, key=lambda plan: plan.workspace_bytes, default=self)
 
     @property
     def workspace_bytes(self) -> int:
@@ -339,6 +378,36 @@ class PlaneConvPlan(Prepackable):
     def positions(self) -> int:
         """What the tiles cover: the pixels (compact) or the grid."""
         return self.planes.pixels if self.compact else self.planes.grid
+
+    @property
+    def units(self) -> int:
+        """Units of work per image and group: runs of `run` positions."""
+        return -(-self.positions // self.run)
+
+    @property
+    def unit_bytes(self) -> int:
+        """One unit's values: its group's output channels over `run` positions."""
+        return aligned(self.planes.group_cout * self.run * self.config.itemsize)
+
+    @property
+    def values_bytes(self) -> int:
+        """The regions of unit values (0: the values go to C)."""
+        return self.value_parts * self.unit_bytes
+
+    def with_unit_values(self, free: int) -> PlaneConvPlan | None:
+        """This plan keeping each unit's values in its thread's region until its epilogue
+        has read them (an epilogue operand computed in place in C would be overwritten
+        by C's values): as many regions as fit in `free` bytes, between MIN_VALUE_PARTS
+        and MAX_PARTS (threads beyond them idle in this kernel); None where the regions
+        would be no smaller than the whole output's values."""
+        most = min(self.units * self.planes.groups, MAX_PARTS)
+        parts = min(max(free // self.unit_bytes, MIN_VALUE_PARTS), most)
+        whole = aligned(
+            self.planes.batch * self.planes.cout * self.planes.pixels * self.config.itemsize
+        )
+        if parts * self.unit_bytes >= whole:
+            return None
+        return replace(self, value_parts=parts)
 
     @property
     def run(self) -> int:
@@ -358,24 +427,73 @@ class PlaneConvPlan(Prepackable):
             weights = start
             self._pack_weights(ctx, sources, weights)
         planes = ctx.byte_pointer(start, self._panel_bytes)
-        units = -(-self.positions // self.run)
-        work = p.pixels * p.cout * p.group_k
         with for_range(b, p.batch, "image") as n:
             image = sources[0].view.pointer(ctx, b.mul(n, i64(self.image_strides[0])))
-            if self.reads_in_place:
-                source = image
-            else:
-                self._copy_planes(ctx, image, planes)
-                source = planes
-            values = [n, b.ptrtoint(source, I64), b.ptrtoint(weights, I64)]
-            dims = [units, p.groups]
-            with parallel_loop_nest_passing(ctx, dims, values, "run", work) as (index, passed):
+            self._image(ctx, c, n, image, planes, weights, epilogue)
+
+    def _image(self, ctx, c: Slice, n, image, planes, weights, epilogue) -> None:
+        """Image `n` (at `image`): its planes (`planes`: where they go) and units, band
+        by band where the plan has bands."""
+        if self.reads_in_place:
+            self._units(ctx, c, n, image, weights, epilogue)
+            return
+        if not self.band_rows:
+            self._copy_planes(ctx, image, planes)
+            self._units(ctx, c, n, planes, weights, epilogue)
+            return
+        first = 0
+        for rows, count in self._bands():
+            band = self._band(rows)
+            with for_range(ctx.builder, count, "band") as k:
                 b = ctx.builder
-                n, source, weights = passed
-                source, weights = b.inttoptr(source, PTR), b.inttoptr(weights, PTR)
-                unit, group = index
-                self._run(ctx, c, unit, group, n, source, weights, epilogue)
+                y0 = b.add(i64(first), b.mul(k, i64(rows)))
+                band._copy_planes(ctx, image, planes, y0)
+                band._units(ctx, c, n, planes, weights, epilogue, y0)
+            first += rows * count
+
+    def _bands(self) -> list[tuple[int, int]]:
+        """(output rows, how many bands of them) in order: the whole image in one band,
+        or bands of `band_rows` then the rest."""
+        rows = self.band_rows or self.planes.out_height
+        full, rest = divmod(self.planes.out_height, rows)
+        return [(rows, full)] + [(rest, 1)] * (rest > 0)
+
+    def _band(self, rows: int) -> PlaneConvPlan:
+        """The plan of a band of `rows` output rows (the whole image: this plan): its
+        planes cover the padded rows those output rows read."""
+        p = self.planes
+        if rows == p.out_height and not self.band_rows:
+            return self
+        band = replace(
+            p,
+            height=p.stride[0] * (rows - 1) + p.kernel[0],
+            out_height=rows,
+            pad_low=(0, p.pad_low[1]),
+            pad_high=(0, p.pad_high[1]),
+        )
+        return replace(self, planes=band, band_rows=0, image=p)
+
+    def _units(self, ctx, c: Slice, n, source, weights, epilogue, y0=None) -> None:
+        """The units of image `n` (of its band from output row `y0`; None: the whole
+        image) over the planes or image at `source`, shared out to the threads."""
+        p, b = self.planes, ctx.builder
+        work = p.pixels * p.cout * p.group_k
+        values = [n, b.ptrtoint(source, I64), b.ptrtoint(weights, I64)]
+        values += [] if y0 is None else [y0]
+
+        def unit(index, slot, passed):
             b = ctx.builder
+            n, source, weights, *band = passed
+            source, weights = b.inttoptr(source, PTR), b.inttoptr(weights, PTR)
+            self._run(ctx, c, *index, n, source, weights, epilogue, slot, *band)
+
+        dims = (self.units, p.groups)
+
+        if self.value_parts:
+            share_out(ctx, dims, self.value_parts, unit, values)
+        else:
+            with parallel_loop_nest_passing(ctx, dims, values, "run", work) as shared:
+                unit(shared[0], None, shared[1])
 
     def _pack_weights(self, ctx, sources, dst) -> None:
         """A as the pre-packed copy would be: group by group, block by block of kc,
@@ -393,26 +511,31 @@ class PlaneConvPlan(Prepackable):
                 at = b.gep(group_dst, [i64(k0 * padded)], source_etype=ty)
                 operand.pack(ctx, blocks, at, i64(0), i64(m), i64(k0), i64(kc), self.mr)
 
-    def _copy_planes(self, ctx, image, planes) -> None:
+    def _copy_planes(self, ctx, image, planes, y0=None) -> None:
         """The image's phase planes, padding zero, over (channel, row phase, plane row):
-        each image row read once into the planes of all column phases."""
+        each image row read once into the planes of all column phases; of a band's
+        plan, the planes of its band from output row `y0` (an i64)."""
         p, ty = self.planes, self.config.element
+        whole = self.image or p
         _, channel_stride, row_stride, _ = self.image_strides
         rows, cols = p.plane_shape
         sh = p.stride[0]
-        top = p.pad_low[0]
+        top = whole.pad_low[0]
         # the phases are every row phase with every column phase, sorted
         row_phases = sorted({py for py, _ in p.phases})
         column_phases = sorted({px for _, px in p.phases})
         work = p.channels * p.channel_size
         dims = [p.channels, len(row_phases), rows]
         values = [ctx.builder.ptrtoint(image, I64), ctx.builder.ptrtoint(planes, I64)]
+        if y0 is not None:  # the band's first plane row is the image's padded row y0*sh
+            values.append(ctx.builder.sub(ctx.builder.mul(y0, i64(sh)), i64(top)))
         with parallel_loop_nest_passing(ctx, dims, values, "plane", work) as (index, passed):
             b = ctx.builder
             channel, row_phase, i = index
-            image, planes = (b.inttoptr(v, PTR) for v in passed)
-            y = b.sub(b.add(b.mul(i, i64(sh)), _select(b, row_phase, row_phases)), i64(top))
-            inside = b.icmp_unsigned("<", y, i64(p.height))
+            image, planes = (b.inttoptr(v, PTR) for v in passed[:2])
+            first = passed[2] if y0 is not None else i64(-top)
+            y = b.add(b.add(b.mul(i, i64(sh)), _select(b, row_phase, row_phases)), first)
+            inside = b.icmp_unsigned("<", y, i64(whole.height))
             src_row = b.gep(
                 image,
                 [b.add(b.mul(channel, i64(channel_stride)), b.mul(y, i64(row_stride)))],
@@ -506,33 +629,53 @@ class PlaneConvPlan(Prepackable):
                     copy(out, px, first, last)
                     zero(out, last, i64(cols))
 
-    def _run(self, ctx, c: Slice, unit, group, n, source, weights, epilogue) -> None:
-        """Unit `unit` of group `group` of image `n`: its tiles, then its epilogue."""
+    def _run(self, ctx, c: Slice, unit, group, n, source, weights, epilogue, slot, y0=None):
+        """Unit `unit` of group `group` of image `n` (of its band from output row `y0`):
+        its tiles, then its epilogue (with unit values, `c` holds the regions and `slot`
+        picks this thread's)."""
         p, ty, b = self.planes, self.config.element, ctx.builder
+        pixels = (self.image or p).pixels  # C's, per output channel
+        # the band's first pixel in C
+        offset = i64(0) if y0 is None else b.mul(y0, i64(p.out_width))
         q0 = b.mul(unit, i64(self.run))
         q1 = smaller(b, b.add(q0, i64(self.run)), i64(self.positions))
-        out = b.gep(ctx.slice_pointer(c), [b.mul(n, i64(p.cout * p.pixels))], source_etype=ty)
-        # elements from one group's A panels, planes and output channels to the next's
-        sizes = (
-            self.packed_shape(0).padded * p.group_k,
-            p.group_channels * self._channel_stride,
-            p.group_cout * p.pixels,
-        )
-        group_weights, group_planes, group_out = (
+        first, end = self._pixel(b, q0), self._pixel(b, q1)
+        # elements from one group's A panels and planes to the next's
+        sizes = (self.packed_shape(0).padded * p.group_k, p.group_channels * self._channel_stride)
+        group_weights, group_planes = (
             b.gep(base, [b.mul(group, i64(size))], source_etype=ty)
-            for base, size in zip((weights, source, out), sizes)
+            for base, size in zip((weights, source), sizes)
         )
-        self._group_tiles(ctx, q0, q1, group_weights, group_planes, group_out)
-        if epilogue is not None:
-            first, end = self._pixel(b, q0), self._pixel(b, q1)
-            emit_region(
-                ctx,
-                b.mul(group, i64(p.group_cout)),
-                i64(p.group_cout),
-                first,
-                b.sub(end, first),
-                lambda m, pixel: epilogue(self.output_index(b, n, m, pixel)),
+        if self.value_parts:
+            region = b.gep(
+                ctx.slice_pointer(c),
+                [b.mul(slot, i64(self.unit_bytes // self.config.itemsize))],
+                source_etype=ty,
             )
+            # the tiles store pixel `pixel` of channel m at region + m*run + pixel - first
+            group_out = b.gep(region, [b.neg(first)], source_etype=ty)
+        else:
+            image_out = b.gep(
+                ctx.slice_pointer(c), [b.mul(n, i64(p.cout * pixels))], source_etype=ty
+            )
+            if y0 is not None:
+                image_out = b.gep(image_out, [offset], source_etype=ty)
+            group_out = b.gep(
+                image_out, [b.mul(group, i64(p.group_cout * pixels))], source_etype=ty
+            )
+        self._group_tiles(ctx, q0, q1, group_weights, group_planes, group_out)
+        if epilogue is None:
+            return
+        m0 = b.mul(group, i64(p.group_cout))
+
+        def finish(m, pixel):
+            index = self.output_index(b, n, m, pixel if y0 is None else b.add(pixel, offset))
+            if not self.value_parts:
+                return epilogue(index)
+            at = b.add(b.mul(b.sub(m, m0), i64(self.run)), pixel)
+            return epilogue(index, b.gep(group_out, [at], source_etype=ty))
+
+        emit_region(ctx, m0, i64(p.group_cout), first, b.sub(end, first), finish)
 
     def _group_tiles(self, ctx, q0, q1, weights, source, out) -> None:
         """One group's tiles of grid positions [q0, q1): block by block of its input
@@ -553,7 +696,7 @@ class PlaneConvPlan(Prepackable):
                 m0 = b.mul(ip, i64(self.mr))
                 rows = smaller(b, i64(self.mr), b.sub(i64(p.group_cout), m0))
                 a_panel = b.gep(block_a, [b.mul(m0, kc)], source_etype=ty)
-                c_rows = b.gep(out, [b.mul(m0, i64(p.pixels))], source_etype=ty)
+                c_rows = b.gep(out, [b.mul(m0, i64(self._ldc))], source_etype=ty)
                 with for_range(b, tiles, "tile") as t:
                     q = b.add(q0, b.mul(t, i64(self.nr)))
                     cols = smaller(b, i64(self.nr), b.sub(q1, q))
@@ -573,6 +716,11 @@ class PlaneConvPlan(Prepackable):
                             b.call(self._kernel(ctx, masked=False), args)
                         with partial:
                             b.call(self._kernel(ctx, masked=True), args)
+
+    @property
+    def _ldc(self) -> int:
+        """Elements from one output channel's values to the next's."""
+        return self.run if self.value_parts else (self.image or self.planes).pixels
 
     @property
     def _channel_stride(self) -> int:
@@ -603,7 +751,7 @@ class PlaneConvPlan(Prepackable):
             tuple(self.planes.tap_offsets()),
             self.planes.plane_shape[1],
             self.planes.out_width,
-            self.planes.pixels,
+            self._ldc,
             masked,
             self.compact,
         )

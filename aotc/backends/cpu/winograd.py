@@ -72,7 +72,9 @@ MIN_F4_TILES = 36
 # a band's tiles are the GEMMs' N: at least this many (or the whole image's) keep the
 # GEMMs on full register tiles; and where U is beyond a share of L3 (read from memory
 # for each band), at least Cin x Cout / (Cin + Cout), so that reading U again per band
-# costs no more than the band's own V and M
+# costs no more than the band's own V and M.  Shorter bands only where no band this
+# tall fits the bytes free at the kernel's step (memory first there: one tile row each
+# ran within noise of these on 64 -> 64 and 64 -> 192 at 56x56, 96 -> 96 at 28x28)
 MIN_BAND_TILES = 32
 U_L3_SHARE = 4
 
@@ -256,23 +258,30 @@ class WinogradPlan(Prepackable):
 
     def banded(self, budget: Budget | None) -> WinogradPlan:
         """This plan in the tallest band (of balanced heights: the last band pads fewer
-        rows than there are bands) whose workspace fits the bytes `budget` has free, else
-        in the band of the smallest workspace; None: the whole image."""
+        rows than there are bands) whose workspace fits the bytes `budget` has free, no
+        shorter than `_shortest_band` where one of those fits, else in the band of the
+        smallest workspace; None: the whole image."""
         if budget is None:
             return self
+        rows = self.geometry.tile_rows
+        heights = sorted({-(-rows // n) for n in range(1, rows + 1)}, reverse=True)
+        plans = [replace(self, band_rows=h) for h in heights]
+        fitting = [p for p in plans if p.workspace_bytes <= budget.free]
+        preferred = [p for p in fitting if p.band_rows >= self._shortest_band]
+        if preferred or fitting:
+            return (preferred or fitting)[0]
+        return min(plans, key=lambda p: p.workspace_bytes)
+
+    @property
+    def _shortest_band(self) -> int:
+        """Tile rows of the shortest band worth its cost in speed: MIN_BAND_TILES, and
+        where U streams from beyond L3, Cin x Cout / (Cin + Cout) tiles (U re-read per
+        band costs about as much as the band's V and M then)."""
         g = self.geometry
-        rows = g.tile_rows
         u_bytes = g.transform.phases * g.cin * g.cout * self.config.itemsize
         streamed = u_bytes > self.config.blocks.l3 // U_L3_SHARE
         tiles = max(MIN_BAND_TILES, g.cin * g.cout // (g.cin + g.cout) if streamed else 0)
-        shortest = min(rows, -(-tiles // g.tile_columns))
-        heights = sorted({-(-rows // n) for n in range(1, rows + 1)} - set(range(shortest)))
-        plans = [replace(self, band_rows=h) for h in reversed(heights)]
-        sizes = [p.workspace_bytes for p in plans]
-        fitting = [p for p, size in zip(plans, sizes) if size <= budget.free]
-        if fitting:
-            return fitting[0]
-        return plans[sizes.index(min(sizes))]
+        return min(g.tile_rows, -(-tiles // g.tile_columns))
 
     def can_pack(self, side: int) -> bool:
         return side == 0 and super().can_pack(side)
