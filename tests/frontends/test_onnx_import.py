@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnx.external_data_helper
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
@@ -504,51 +503,6 @@ def test_resize_axes_in_the_cheapest_order(in_hw, out_hw, innermost_first):
     data = np.random.default_rng(3).standard_normal((1, 2, *in_hw)).astype(np.float32)
     (expected,) = ReferenceEvaluator(model).run(None, {"x": data})
     np.testing.assert_allclose(run(module, [data])[0], expected, rtol=1e-5, atol=1e-5)
-
-
-def test_missing_external_data(tmp_path):
-    weights = numpy_helper.from_array(np.ones(3, np.float32), "w")
-    onnx.external_data_helper.set_external_data(weights, location="gone.bin")
-    weights.data_location = TensorProto.EXTERNAL
-    weights.ClearField("raw_data")
-    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
-    model = make_model(nodes, [tensor("x", [3])], [tensor("y", None)], [weights])
-    with pytest.raises(ModelError, match="initializer 'w': cannot read its data"):
-        import_onnx(model)
-
-
-@pytest.mark.parametrize(
-    "location, offset, message",
-    [
-        ("w.bin", None, None),
-        ("../w.bin", None, "outside the model's folder"),
-        ("ABSOLUTE", None, "outside the model's folder"),
-        ("link.bin", None, "outside the model's folder"),
-        ("w.bin", 8, "runs past the end of 'w.bin'"),
-    ],
-)
-def test_external_data_stays_in_the_model_folder(tmp_path, location, offset, message):
-    """External data is read only from the model's folder and within its file's bounds,
-    checked before any read."""
-    folder = tmp_path / "model"
-    folder.mkdir()
-    values = np.arange(3, dtype=np.float32)
-    for where in (folder / "w.bin", tmp_path / "w.bin"):
-        where.write_bytes(values.tobytes())
-    (folder / "link.bin").symlink_to(tmp_path / "w.bin")
-    location = str(tmp_path / "w.bin") if location == "ABSOLUTE" else location
-    weights = numpy_helper.from_array(values, "w")
-    length = None if offset is None else 12
-    onnx.external_data_helper.set_external_data(weights, location, offset, length)
-    weights.ClearField("raw_data")
-    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
-    model = make_model(nodes, [tensor("x", [3])], [tensor("y", None)], [weights])
-    onnx.save(model, str(folder / "m.onnx"))
-    if message is None:
-        np.testing.assert_array_equal(run(import_onnx(folder / "m.onnx"), [values])[0], 2 * values)
-        return
-    with pytest.raises(ModelError, match=f"tensor 'w': .*{message}"):
-        import_onnx(folder / "m.onnx")
 
 
 LINEAR = {"coefficients": [0.5, -1.0, 2.0], "intercepts": [0.1]}

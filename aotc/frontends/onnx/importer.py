@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import external_data_helper
 
 from ...errors import AotcError, ModelError, UnsupportedError
 from ...ir import ComputationBuilder, Instruction, Module
@@ -67,7 +66,8 @@ from . import (
 )
 from .boundary import ModelBoundary
 from .bounded import check_bounded
-from .dtypes import check_external_data, tensor_to_array
+from .dtypes import tensor_to_array
+from .external_data import read_external_data, with_external_data
 from .registry import (
     DEFAULT_DOMAINS,
     Lowering,
@@ -194,10 +194,12 @@ def _check_count_caps(graph: onnx.GraphProto, caps: Mapping[str, int]) -> None:
 
 
 def load_model(source: onnx.ModelProto | str | Path) -> onnx.ModelProto:
-    """The model, read and checked to hold a graph whose names are named, UTF-8 text."""
+    """The model, read and checked to hold a graph whose names are named, UTF-8 text, its
+    external data checked and read by aotc (external_data.py): from the model's folder,
+    or for a model in memory from the working folder (into a copy)."""
     if isinstance(source, onnx.ModelProto):
         _check_names(source, "the model")
-        return source
+        return with_external_data(source, ".")
     path = Path(source)
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
@@ -209,20 +211,8 @@ def load_model(source: onnx.ModelProto | str | Path) -> onnx.ModelProto:
     if not model.HasField("graph"):
         raise ModelError(f"{path}: not a readable ONNX model (it has no graph)")
     _check_names(model, str(path))
-    _load_external_data(model, str(path.parent))
+    read_external_data(model, str(path.parent))
     return model
-
-
-def _load_external_data(model: onnx.ModelProto, folder: str) -> None:
-    """Read the tensors kept in files beside the model, each checked first (dtypes.py)."""
-    for tensor in external_data_helper._get_all_tensors(model):
-        if external_data_helper.uses_external_data(tensor):
-            what = f"tensor '{tensor.name}'"
-            check_external_data(tensor, folder, what)
-            try:
-                external_data_helper.load_external_data_for_tensor(tensor, folder)
-            except (OSError, ValueError) as e:
-                raise ModelError(f"{what}: cannot read its data ({e})") from e
 
 
 def _check_names(model: onnx.ModelProto, where: str) -> None:
