@@ -134,6 +134,8 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     temporaries = backend.temporaries(target, plan)
     if temporaries:
         plan = assign_buffers(module, temporaries).with_rooms(plan)
+    # the arena and weights are known here: refuse a plan past the limit before any code
+    memory_limits.check_plan(plan.arena_bytes, 0, plan.weight_bytes, limit)
     threads = max(options.threads, 0)  # <= 0: all CPUs
     code = backend.compile(module, plan, name, target, threads, options.profile)
     memory_limits.check_plan(plan.arena_bytes, plan.workspace_bytes, plan.weight_bytes, limit)
@@ -146,6 +148,8 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
         weight_bytes=plan.weight_bytes,
         kernel_count=code.kernel_count,
         workspace_bytes=plan.workspace_bytes,
+        arena_section=code.arena_section,
+        weights_section=code.weights_section,
     )
     return CompiledModel(
         name,

@@ -11,15 +11,18 @@ the limit: by default this machine's physical memory; `--max-memory` (or
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
-from .errors import AotcError
+from .errors import AotcError, ShapeError
 from .ir import Module, Shape
 from .ir.types import AnyShape
 
 # what any limit stays below: byte offsets are i64 in the generated code
 HARD_LIMIT = 2**62
+# the largest extent or element count: the header's int64_t dims, the code's i64 indices
+LARGEST_COUNT = 2**63 - 1
 # the limit where the machine's memory cannot be read (not Linux, macOS or the BSDs)
 FALLBACK_LIMIT = 2**40
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -71,7 +74,8 @@ def check_tensors(module: Module, limit: int) -> None:
 
 def check_size(what: str, shape: AnyShape, limit: int = HARD_LIMIT) -> None:
     """Refuse `what`, of type `shape`, where an array of it needs more than `limit` bytes
-    (by default what no limit allows)."""
+    (by default what no limit allows), or where an extent or element count is past an
+    int64 (an empty array's other dims too)."""
     size = _largest_array(shape)
     if size > limit:
         hint = "--max-memory sets another" if limit < HARD_LIMIT else "past any memory limit"
@@ -79,6 +83,7 @@ def check_size(what: str, shape: AnyShape, limit: int = HARD_LIMIT) -> None:
             f"{what} of type {shape.text(layout=False)} takes {format_size(size)}, more than "
             f"the memory limit of {format_size(limit)} ({hint})"
         )
+    _check_counts(what, shape)
 
 
 def check_plan(arena_bytes: int, workspace_bytes: int, weight_bytes: int, limit: int) -> None:
@@ -90,6 +95,24 @@ def check_plan(arena_bytes: int, workspace_bytes: int, weight_bytes: int, limit:
             f"workspace {format_size(workspace_bytes)}, weights {format_size(weight_bytes)}), "
             f"more than the memory limit of {format_size(limit)} (--max-memory sets another)"
         )
+
+
+def _check_counts(what: str, shape: AnyShape) -> None:
+    for array in _arrays(shape):
+        counts = {f"dim {i}": d for i, d in enumerate(array.dims)}
+        counts["the element count"] = math.prod(array.dims)
+        for name, count in counts.items():
+            if count > LARGEST_COUNT:
+                raise ShapeError(
+                    f"{what} of type {shape.text(layout=False)}: {name} is {count}, past the "
+                    f"{LARGEST_COUNT} that an int64 holds"
+                )
+
+
+def _arrays(shape: AnyShape) -> list[Shape]:
+    if isinstance(shape, Shape):
+        return [shape]
+    return [array for element in shape.elements for array in _arrays(element)]
 
 
 def _largest_array(shape: AnyShape) -> int:

@@ -245,6 +245,21 @@ def test_header_values(tmp_path):
     assert got[6:8] == ["0 1 8", "4 24 48 1 2 3 4"]
 
 
+def test_header_sizes_fit_their_types():
+    """A scratch past what size_t and int64_t hold is refused, naming the macro; big blobs'
+    sections are stated in the memory plan, small ones' are not."""
+    inputs, outputs = mnist_specs()
+    huge = MemoryStats(2**63, 64, 2**63, 2**63, 0, 2)
+    with pytest.raises(AotcError, match=f"MNIST_SCRATCH_BYTES would be {2**63}"):
+        artifacts.render_header("mnist", inputs, outputs, huge, "x86_64", "mnist.onnx")
+    big = MemoryStats(2**31, 64, 2**31, 2**31, 0, 2, 0, ".lbss (large)", ".lrodata.x (large)")
+    text = artifacts.render_header("mnist", inputs, outputs, big, "x86_64", "mnist.onnx")
+    assert " *   static arena   in .lbss (large)\n" in text
+    assert " *   weights in     .lrodata.x (large)\n" in text
+    small = artifacts.render_header("mnist", inputs, outputs, STATS, "x86_64", "mnist.onnx")
+    assert "static arena   in" not in small and "weights in" not in small
+
+
 def test_header_text():
     inputs, outputs = mnist_specs()
     text = artifacts.render_header("mnist", inputs, outputs, STATS, "x86_64-test", "mnist.onnx")

@@ -55,11 +55,25 @@ def _one_line_refusal(result, *words):
         # past 2^62 bytes no limit allows: refused as the input is read
         ([2**63 - 1, 4], "any memory limit"),
         ([3, 2**61], "any memory limit"),
+        ([2**62, 8], "any memory limit"),
     ],
 )
 def test_a_declared_huge_input_is_refused(tmp_path, dims, limit):
     result = run_cli("compile", _relu(tmp_path / "m.onnx", dims), "-o", tmp_path / "out")
     _one_line_refusal(result, "'x'", "memory limit", limit)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("extent", [2**63, 2**64])
+def test_an_extent_past_int64_is_refused_though_the_array_is_empty(tmp_path, extent):
+    """f32[2^64, 0] takes no bytes, but no int64_t dim of the header holds its extent."""
+    model = tmp_path / "empty.hlo"
+    model.write_text(
+        f"HloModule empty\nENTRY main {{\n  x = f32[{extent},0] parameter(0)\n"
+        f"  ROOT y = f32[{extent},0] negate(x)\n}}\n"
+    )
+    result = run_cli("compile", model, "-o", tmp_path / "out")
+    _one_line_refusal(result, "'x'", f"dim 0 is {extent}", "int64")
     assert not (tmp_path / "out").exists()
 
 

@@ -14,6 +14,7 @@ import jinja2
 
 from .._version import __version__
 from ..buffers.heap import align_up
+from ..errors import UnsupportedError
 from ..ir import DType
 from ..resources import resource_dir
 from .specs import MemoryStats, Target, TensorSpec, check_model_name, unique_specs
@@ -83,12 +84,21 @@ def render_header(
     check_model_name(name)
     inputs, outputs = unique_specs(inputs, outputs)
     tensors = [*inputs, *outputs]
+    bounded = bounded_api(inputs, outputs, stats.scratch_bytes)
+    upper = name.upper()
+    stated = {f"{upper}_SCRATCH_BYTES": stats.scratch_bytes}
+    if bounded is not None:
+        stated[f"{upper}_BOUNDED_SCRATCH_BYTES"] = bounded.scratch_bytes
+    for t in tensors:
+        stated[f"{upper}_{t.c_name.upper()}_BYTES"] = t.nbytes
+        stated[f"{upper}_{t.c_name.upper()}_SIZE"] = t.size
+    check_stated_sizes(stated)
     params = [f"const {t.c_type} *{t.c_name}" for t in inputs]
     params += [f"{t.c_type} *{t.c_name}" for t in outputs]
     template = _environment().get_template("model.h.j2")
     return template.render(
         name=name,
-        upper=name.upper(),
+        upper=upper,
         version=__version__,
         source=source,
         target=target if isinstance(target, str) else target.describe(),
@@ -106,8 +116,22 @@ def render_header(
         type_width=max((len(t.type_text) for t in tensors), default=0),
         has_16bit_floats=any(t.dtype in (DType.F16, DType.BF16) for t in tensors),
         profile_kernels=list(profile_kernels or ()),
-        bounded=bounded_api(inputs, outputs, stats.scratch_bytes),
+        bounded=bounded,
     )
+
+
+# what a size in a header may reach: C's size_t and int64_t hold it on 64-bit targets
+LARGEST_STATED_SIZE = 2**63 - 1
+
+
+def check_stated_sizes(sizes: dict[str, int]) -> None:
+    """Refuse, in one line, a header that would state a size its type cannot hold."""
+    for macro, size in sizes.items():
+        if size > LARGEST_STATED_SIZE:
+            raise UnsupportedError(
+                f"{macro} would be {size}, past the {LARGEST_STATED_SIZE} that a 64-bit "
+                "target's size_t and int64_t hold"
+            )
 
 
 @dataclass(frozen=True)

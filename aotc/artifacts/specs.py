@@ -128,6 +128,10 @@ class MemoryStats:
     weight_bytes: int
     kernel_count: int
     workspace_bytes: int = 0  # kernel scratch after the arena (GEMM packing)
+    # where NAME.o holds a big static arena and big weights, placed after all other data
+    # ("" = in .bss and .rodata, as small ones)
+    arena_section: str = ""
+    weights_section: str = ""
 
     @property
     def scratch_bytes(self) -> int:

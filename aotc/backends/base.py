@@ -26,6 +26,9 @@ class CompiledCode:
     program: Any = None  # the backend's own record of its kernels (CUDA: a CudaProgram)
     # a profiled build's kernels, in the order of its NAME_profile_ns/_calls counters
     profile_kernels: tuple[str, ...] = ()
+    # where the object holds a big static arena and big weights ("" = where small ones go)
+    arena_section: str = ""
+    weights_section: str = ""
 
 
 # a backend's own target class (CpuTarget, CudaTarget)

@@ -24,6 +24,7 @@ from .contraction import contraction_kind
 from .peak import peak_gflops
 from .prepack import prepack
 from .program import WORKSPACE_SIZERS, kernel_instructions
+from .sections import big_sections
 from .target import NOTABLE_TARGETS, CpuTarget, parse_target
 from .workspace import kernel_workspaces
 
@@ -61,11 +62,13 @@ class CpuBackend(Backend[CpuTarget]):
     ) -> CompiledCode:
         object_bytes = emit_object(module, plan, name, target, threads, profile)
         kernels = sum(1 for instr in plan.schedule if instr.op not in NO_CODE_OPS)
+        arena, weights = big_sections(target.arch, name, plan.scratch_bytes, plan.weight_bytes)
+        code = CompiledCode(object_bytes, kernels, arena_section=arena, weights_section=weights)
         if not profile:
-            return CompiledCode(object_bytes, kernels)
+            return code
         # the header documents the counters of a profiled build: its program is their names
         names = tuple(instr.name for instr in kernel_instructions(plan))
-        return CompiledCode(object_bytes, kernels, program=names, profile_kernels=names)
+        return replace(code, program=names, profile_kernels=names)
 
     def peak_gflops(self, target: CpuTarget) -> float:
         return peak_gflops(target)

@@ -1,6 +1,7 @@
 """LLVM module -> optimized module -> ELF object with the weights patched in.
 
-The object's weights are the plan's with the GEMMs' constant operands pre-packed
+The weights are written into the object's placeholder section (sections.py says which);
+the object's weights are the plan's with the GEMMs' constant operands pre-packed
 (prepack.py); the caller's plan gets the figures of what was emitted.
 """
 
@@ -11,9 +12,10 @@ import llvmlite.binding as llvm
 from ... import progress
 from ...buffers import BufferPlan
 from ...ir import Module
-from ..llvm.elf import patch_section
+from ..llvm.elf import fill_section, patch_section
 from .prepack import prepack
 from .program import build_module
+from .sections import weights_sections
 from .target import CpuTarget, target_machine
 
 
@@ -55,7 +57,10 @@ def emit_object(
     progress.stage("LLVM: machine code")
     obj = machine.emit_object(parsed)
     weights = final.weights or b"\0"  # the placeholder is never empty
-    return patch_section(obj, f".rodata.{name}_weights", weights)
+    placeholder, section = weights_sections(target.arch, name, len(weights))
+    if placeholder == section:
+        return patch_section(obj, section, weights)
+    return fill_section(obj, placeholder, weights, section)
 
 
 def emit_llvm_ir(module: Module, plan: BufferPlan, name: str, target: CpuTarget) -> str:

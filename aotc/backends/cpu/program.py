@@ -7,6 +7,7 @@ Symbols (all prefixed with the model name, so models link side by side):
   elf.py); a non-constant global so LLVM cannot fold loads from zeros.
 - `NAME_static_arena`: the arena used when the caller passes scratch = NULL
   (so calls with NULL scratch are not reentrant).
+- Both blobs, when big, are placed after all other data (sections.py).
 - `int NAME_run(in0, ..., out0, ..., scratch)` and
   `int NAME_run_generic(inputs[], outputs[], scratch)`: return 0, or 1 when
   scratch is neither NULL nor 64-byte aligned.
@@ -47,7 +48,7 @@ from ..llvm.elemental import (
 )
 from ..llvm.extents import input_dims_slice, limits, span
 from ..llvm.kernels import kernel_outputs
-from ..llvm.lltypes import I8, I32, I64, PTR, VOID, i64, store_element
+from ..llvm.lltypes import I32, I64, PTR, VOID, i64, store_element
 from ..llvm.loops import if_then
 from ..llvm.rules import KERNELS, RULES
 from .amx import PERMIT_FUNCTION
@@ -61,6 +62,7 @@ from .pooling import emit_pooling
 from .prepack import DROPPED
 from .profile_counters import KernelCall, counted_calls, plain_call
 from .rows import emit_row_fusion
+from .sections import arena_linkage, blob_global, check_blobs, weights_sections
 from .sort import emit_sort, sort_workspace
 from .target import CpuTarget, parse_target
 from .transpose import emit_transpose
@@ -84,9 +86,11 @@ def build_module(
     entry function times its kernels into counters (profile_counters.py)."""
     check_c_identifier(name, "model name")
     llmod = ir.Module(name=name)
-    weights = _global_bytes(llmod, f"{name}_weights", max(len(plan.weights), 1))
-    weights.section = f".rodata.{name}_weights"
-    ctx = EmitContext(llmod, plan, name, RULES, target=target or parse_target())
+    target = target or parse_target()
+    weight_bytes = max(len(plan.weights), 1)
+    weights = _global_bytes(llmod, target.arch, f"{name}_weights", weight_bytes)
+    weights.section = weights_sections(target.arch, name, weight_bytes)[0]
+    ctx = EmitContext(llmod, plan, name, RULES, target=target)
     ctx.value_ranges = integer_ranges(module)
     ctx.input_dims = input_dims_slice(module, plan)
     needs = kernel_workspaces(ctx.target, plan, WORKSPACE_SIZERS)
@@ -96,7 +100,10 @@ def build_module(
     ctx.workspace_of = lambda frame, instr: frame.workspace_of(
         instr, needs.get(id(instr), 0), after_arena
     )
-    arena = _global_bytes(llmod, f"{name}_static_arena", max(plan.scratch_bytes, 1))
+    check_blobs(target.arch, plan.scratch_bytes, len(plan.weights))
+    arena_bytes = max(plan.scratch_bytes, 1)
+    arena = _global_bytes(llmod, target.arch, f"{name}_static_arena", arena_bytes)
+    arena.linkage = arena_linkage(target.arch, arena_bytes)
 
     kernels = emit_computation(ctx, weights, plan)
     impl = _function(llmod, f"{name}_impl", VOID, KERNEL_ARGS, internal=True)
@@ -506,8 +513,8 @@ def _function(llmod, name: str, ret, arg_names, internal: bool = False) -> ir.Fu
     return fn
 
 
-def _global_bytes(llmod, name: str, size: int) -> ir.GlobalVariable:
-    variable = ir.GlobalVariable(llmod, ir.ArrayType(I8, size), name)
+def _global_bytes(llmod, arch: str, name: str, size: int) -> ir.GlobalVariable:
+    variable = blob_global(llmod, arch, name, size)
     variable.initializer = ir.Constant(variable.value_type, None)
     variable.align = ARENA_ALIGNMENT
     return variable

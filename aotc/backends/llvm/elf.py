@@ -3,7 +3,9 @@
 The weights are not passed through LLVM: the object is emitted with a
 zero-filled placeholder section of the right size, whose bytes are then
 overwritten here (and whose SHF_WRITE flag is cleared, since the placeholder
-had to be a non-constant global for LLVM not to fold loads from it).
+had to be a non-constant global for LLVM not to fold loads from it).  A big blob's
+placeholder is empty (NOBITS: LLVM writes no gigabytes of zeros), and `fill_section`
+makes it a section holding the bytes, under its final name.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ ELF_MAGIC = b"\x7fELF"
 ELFCLASS64 = 2
 ELFDATA2LSB = 1
 SHT_PROGBITS = 1
+SHT_NOBITS = 8
 SHF_WRITE = 0x1
 SHN_XINDEX = 0xFFFF
 
@@ -38,6 +41,18 @@ def machine(obj: bytes) -> int:
 
 def section_headers(obj: bytes) -> dict[str, tuple[int, tuple]]:
     """name -> (header offset in the file, unpacked header) for every section."""
+    headers, strndx = _headers(obj)
+    names_at = headers[strndx][1][4]
+    result = {}
+    for at, header in headers:
+        start = names_at + header[0]
+        name = obj[start : obj.index(b"\0", start)].decode()
+        result[name] = (at, header)
+    return result
+
+
+def _headers(obj: bytes) -> tuple[list[tuple[int, tuple]], int]:
+    """(header offset, unpacked header) of every section, and the section names' index."""
     _check_ident(obj)
     (shoff,) = _SHOFF.unpack_from(obj, 0x28)
     entsize, count, strndx = _SHCOUNTS.unpack_from(obj, 0x3A)
@@ -48,14 +63,8 @@ def section_headers(obj: bytes) -> dict[str, tuple[int, tuple]]:
         count = first[5]
     if strndx == SHN_XINDEX:
         strndx = first[6]
-    headers = [_SECTION.unpack_from(obj, shoff + i * entsize) for i in range(count)]
-    names_at = headers[strndx][4]
-    result = {}
-    for i, header in enumerate(headers):
-        start = names_at + header[0]
-        name = obj[start : obj.index(b"\0", start)].decode()
-        result[name] = (shoff + i * entsize, header)
-    return result
+    offsets = [shoff + i * entsize for i in range(count)]
+    return [(at, _SECTION.unpack_from(obj, at)) for at in offsets], strndx
 
 
 def patch_section(obj: bytes, name: str, data: bytes) -> bytes:
@@ -77,6 +86,41 @@ def patch_section(obj: bytes, name: str, data: bytes) -> bytes:
     patched[offset : offset + size] = data
     struct.pack_into("<Q", patched, header_at + _FLAGS_AT, flags & ~SHF_WRITE)
     return bytes(patched)
+
+
+def fill_section(obj: bytes, name: str, data: bytes, new_name: str) -> bytes:
+    """A copy of `obj` whose empty (NOBITS) section `name`, of `len(data)` bytes, is the
+    read-only section `new_name` holding `data`.
+
+    The section names (the old ones, then `new_name`) and the bytes are appended to the
+    file, so that nothing else moves and `data` is copied once.
+    """
+    found = section_headers(obj).get(name)
+    if found is None:
+        raise ElfFormatError(f"object has no section {name}")
+    header_at, header = found
+    if header[1] != SHT_NOBITS or header[5] != len(data):
+        raise ElfFormatError(
+            f"section {name} is type {header[1]} with {header[5]} bytes; "
+            f"expected NOBITS with {len(data)} bytes"
+        )
+    headers, strndx = _headers(obj)
+    names_header_at, names_header = headers[strndx]
+    old_names = obj[names_header[4] : names_header[4] + names_header[5]]
+    names = old_names + new_name.encode() + b"\0"
+    names_offset = len(obj)
+    padding = -(names_offset + len(names)) % max(header[8], 1)
+    data_offset = names_offset + len(names) + padding
+    patched = bytearray(obj)
+    _SECTION.pack_into(patched, names_header_at, *_with(names_header, 4, names_offset, len(names)))
+    blob = _with(header, 0, len(old_names), SHT_PROGBITS, header[2] & ~SHF_WRITE)
+    _SECTION.pack_into(patched, header_at, *_with(blob, 4, data_offset))
+    return b"".join([patched, names, b"\0" * padding, data])
+
+
+def _with(header: tuple, first: int, *values) -> tuple:
+    """`header` with its fields from index `first` on replaced by `values`."""
+    return (*header[:first], *values, *header[first + len(values) :])
 
 
 def _check_ident(obj: bytes) -> None:
