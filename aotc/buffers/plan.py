@@ -92,10 +92,9 @@ class BufferPlan:
     # operands pre-packed); the backend sets it when it emits code
     object_weight_bytes: int | None = None
     # what the plan without temporaries left free at each step (id(instruction) ->
-    # bytes) and its peak: the kernels sized their temporaries by them, and size
-    # themselves alike when emitted (`with_rooms`); empty: this plan's own
+    # bytes): the kernels sized their temporaries by it, and size themselves alike when
+    # emitted (`with_rooms`); empty: this plan's own
     rooms: dict[int, int] = field(default_factory=dict)
-    rooms_peak: int = 0
 
     @property
     def workspace_offset(self) -> int:
@@ -121,14 +120,9 @@ class BufferPlan:
         instruction not in the schedule); in a plan `with_rooms`, the first plan's."""
         return (self.rooms or self._headroom).get(id(instr), 0)
 
-    @property
-    def peak_before_temporaries(self) -> int:
-        """The lower bound that `headroom` is measured from."""
-        return self.rooms_peak if self.rooms else self.lower_bound
-
     def with_rooms(self, first: BufferPlan) -> BufferPlan:
         """This plan (the temporaries planned in) keeping `first`'s headroom."""
-        return replace(self, rooms=dict(first._headroom), rooms_peak=first.lower_bound)
+        return replace(self, rooms=dict(first._headroom))
 
     @cached_property
     def _headroom(self) -> dict[int, int]:

@@ -229,13 +229,13 @@ def test_the_band_is_the_tallest_that_fits(compile_module, monkeypatch):
     whole = replace(_winograd_plan(compile_module(_module((1, 8, 40, 40), w))), band_rows=0)
     rows = whole.geometry.tile_rows
     assert whole.banded(None) is whole
-    assert whole.banded(Budget(whole.workspace_bytes, 0)).band_rows == rows
-    smallest = whole.banded(Budget(0, 0))
+    assert whole.banded(Budget(whole.workspace_bytes)).band_rows == rows
+    smallest = whole.banded(Budget(0))
     assert smallest.workspace_bytes == min(
         replace(whole, band_rows=h).workspace_bytes for h in range(1, rows + 1)
     )
     for free in (smallest.workspace_bytes, whole.workspace_bytes // 2, whole.workspace_bytes - 1):
-        chosen = whole.banded(Budget(free, 0))
+        chosen = whole.banded(Budget(free))
         assert chosen.workspace_bytes <= free
         # no taller balanced band fits
         assert all(
@@ -257,9 +257,9 @@ def test_bands_below_the_floor_only_where_none_at_it_fits(compile_module, monkey
     monkeypatch.setattr(winograd, "MIN_BAND_TILES", 3 * whole.geometry.tile_columns)
     floor = replace(whole, band_rows=-(-rows // -(-rows // 3)))  # the shortest at the floor
     assert whole._shortest_band == 3
-    at_floor = whole.banded(Budget(floor.workspace_bytes, 0))
+    at_floor = whole.banded(Budget(floor.workspace_bytes))
     assert at_floor.band_rows >= 3 and at_floor.workspace_bytes <= floor.workspace_bytes
     two = replace(whole, band_rows=2)
-    below = whole.banded(Budget(two.workspace_bytes, 0))
+    below = whole.banded(Budget(two.workspace_bytes))
     assert below.band_rows == 2  # the tallest of the shorter bands that fits
-    assert whole.banded(Budget(0, 0)).band_rows == 1
+    assert whole.banded(Budget(0)).band_rows == 1

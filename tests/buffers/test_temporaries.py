@@ -110,4 +110,3 @@ def test_headroom_is_what_is_not_live_below_the_peak():
         assert plan.headroom(instr) == max(plan.lower_bound - live, 0)
         assert compiled.plan.headroom(instr) == plan.headroom(instr)
     assert min(plan.headroom(i) for i in plan.schedule) == 0  # at the peak
-    assert compiled.plan.peak_before_temporaries == plan.lower_bound

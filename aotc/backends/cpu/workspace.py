@@ -41,13 +41,12 @@ def kernel_workspaces(target, plan: BufferPlan, sizers: Sequence[Sizer]) -> dict
 @dataclass(frozen=True)
 class Budget:
     """What a kernel's temporary may take: `free`, the arena bytes not live at its step
-    below `peak`, the plan's peak before temporaries (both the first plan's, which the
-    kernels were sized in: the same when they are emitted)."""
+    below the plan's peak before temporaries (the first plan's, which the kernels were
+    sized in: the same when they are emitted)."""
 
     free: int
-    peak: int
 
 
 def temporary_budget(plan: BufferPlan, instr: Instruction) -> Budget:
     """The budget of `instr`'s kernel in `plan`."""
-    return Budget(plan.headroom(instr), plan.peak_before_temporaries)
+    return Budget(plan.headroom(instr))
