@@ -165,10 +165,11 @@ class _UnitValue:
     pointer: ir.Value | None = None
 
     def load(self, index) -> ir.Value:
-        assert self.pointer is not None, "the epilogue passes the value's pointer"
-        loaded = self.ctx.builder.load(self.pointer, typ=storage_type(self.dtype))
+        b = self.ctx.builder
+        assert b is not None and self.pointer is not None, "the epilogue passes the pointer"
+        loaded = b.load(self.pointer, typ=storage_type(self.dtype))
         self.scope.load(loaded)
-        return from_storage(self.ctx.builder, self.dtype, loaded)
+        return from_storage(b, self.dtype, loaded)
 
     def epilogue(self, store: Callable) -> Callable:
         def apply(index: list[ir.Value], pointer: ir.Value) -> None:
