@@ -183,6 +183,14 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="time every kernel into counters the header declares (NAME_profile_ns...)",
     )
+    compile_cmd.add_argument(
+        "--weights",
+        choices=("embedded", "external"),
+        default="embedded",
+        help="embedded (default): the weights inside NAME.o; external: in NAME.weights "
+        "beside it, which the application maps and hands over (NAME_load_weights or "
+        "NAME_set_weights) before NAME_run",
+    )
     compile_cmd.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
 
     inspect_cmd = commands.add_parser(
@@ -269,6 +277,7 @@ def _options(args):
         threads=getattr(args, "threads", 1),
         profile=getattr(args, "profile", False),
         max_memory=None if args.max_memory is None else parse_size(args.max_memory),
+        weights=getattr(args, "weights", "embedded"),
     )
 
 
@@ -332,7 +341,7 @@ def summary(compiled, paths, seconds: float) -> str:
     """The few lines a user wants after a compile."""
     s = compiled.stats
     built = [paths.library] if paths.library is not None else list(paths.runtime_sources)
-    written = [paths.header, paths.object, *built]
+    written = [paths.header, paths.object, *filter(None, [paths.weights]), *built]
     lines = [f"aotc: {compiled.source} -> {paths.header.parent}/ ({compiled.target})"]
     for kind, specs in (("input ", compiled.inputs), ("output", compiled.outputs)):
         for spec in specs:  # a bounded dim as its bound, <=N

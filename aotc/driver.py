@@ -18,6 +18,7 @@ import numpy as np
 
 from . import artifacts, memory_limits, progress
 from .artifacts.runtime import MAX_THREADS
+from .artifacts.weights import WeightsFile
 from .backends import BACKENDS, Backend, backend_for
 from .buffers import BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
@@ -52,6 +53,9 @@ class CompileOptions:
     profile: bool = False  # per-kernel time and call counters in the code (aotc profile)
     # bytes every tensor and the memory plan must fit (None: this machine's memory)
     max_memory: int | None = None
+    # "embedded": the weights inside NAME.o; "external": in NAME.weights beside it, which
+    # the application hands over (NAME_set_weights / NAME_load_weights) before NAME_run
+    weights: str = "embedded"
 
 
 @dataclass
@@ -72,10 +76,13 @@ class CompiledModel:
     program: Any = None  # the backend's own record of its kernels (CompiledCode.program)
     # a profiled build's kernels, in the order of its NAME_profile_ns/_calls counters
     profile_kernels: tuple[str, ...] = ()
+    # the weights outside the object (CompileOptions.weights "external"), else None
+    weights_file: WeightsFile | None = None
 
     def write(self, out_dir: str | Path) -> artifacts.ArtifactPaths:
-        """Write NAME.h, NAME.o and libNAME.a into `out_dir` (all or nothing; see
-        artifacts.write_artifacts for a target without a C compiler)."""
+        """Write NAME.h, NAME.o and libNAME.a (and NAME.weights, external) into
+        `out_dir` (all or nothing; see artifacts.write_artifacts for a target without a
+        C compiler)."""
         return self.backend.write_artifacts(
             Path(out_dir),
             self.name,
@@ -87,6 +94,7 @@ class CompiledModel:
             self.target,
             Path(self.source).name,
             self.program,
+            self.weights_file,
         )
 
     def kernel_forms(self) -> dict[str, str]:
@@ -115,6 +123,7 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
         )
     started = time.perf_counter()
     backend = backend_for(options.target)
+    _check_weights_mode(options.weights, backend)
     target = backend.parse_target(options.target, options.opt_level)
     progress.stage("import")
     module, source = _import(model, options, backend.byte_dot_signs(target))
@@ -137,7 +146,7 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     # the arena and weights are known here: refuse a plan past the limit before any code
     memory_limits.check_plan(plan.arena_bytes, 0, plan.weight_bytes, limit)
     threads = max(options.threads, 0)  # <= 0: all CPUs
-    code = backend.compile(module, plan, name, target, threads, options.profile)
+    code = backend.compile(module, plan, name, target, threads, options.profile, options.weights)
     memory_limits.check_plan(plan.arena_bytes, plan.workspace_bytes, plan.weight_bytes, limit)
     inputs, outputs = _tensor_specs(module)
     stats = artifacts.MemoryStats(
@@ -165,7 +174,16 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
         backend,
         code.program,
         code.profile_kernels,
+        code.weights_file,
     )
+
+
+def _check_weights_mode(mode: str, backend: Backend[Any]) -> None:
+    """Refuse, in one line, a --weights the backend does not take."""
+    if mode not in backend.weights_modes:
+        raise AotcError(
+            f"--weights {mode}: {backend.label} code takes {' or '.join(backend.weights_modes)}"
+        )
 
 
 def describe_targets() -> str:

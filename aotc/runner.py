@@ -2,7 +2,8 @@
 
 Used by `aotc.backend`, `aotc profile` and the tests.  Arrays are converted to the
 bytes the C API expects (bf16 as uint16 bit patterns) and back.  A profiled build's
-counters are read as numpy arrays.
+counters are read as numpy arrays.  External weights (`--weights external`) are copied
+into an aligned buffer once and handed over with NAME_set_weights.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class LoadedModel:
         self._ffi.cdef(artifacts.cffi_cdef(compiled.name, compiled.inputs, compiled.outputs))
         if self.profile_kernels:
             self._ffi.cdef(artifacts.profile_cdef(compiled.name, len(self.profile_kernels)))
+        if compiled.weights_file is not None:
+            self._ffi.cdef(artifacts.weights_cdef(compiled.name))
         with tempfile.TemporaryDirectory(prefix="aotc-load-") as tmp:
             obj = Path(tmp) / f"{compiled.name}.o"
             obj.write_bytes(compiled.object_bytes)
@@ -42,10 +45,21 @@ class LoadedModel:
             # the loaded image stays mapped after the file is removed
             self._lib = self._ffi.dlopen(str(so))
         self._run = getattr(self._lib, f"{compiled.name}_run_generic")
-        scratch_bytes = max(compiled.plan.scratch_bytes, 1)
-        self._scratch_raw = np.zeros(scratch_bytes + compiled.plan.alignment, np.uint8)
-        start = (-self._scratch_raw.ctypes.data) % compiled.plan.alignment
-        self._scratch = self._scratch_raw[start : start + scratch_bytes]
+        self._scratch = _aligned_zeros(max(compiled.plan.scratch_bytes, 1), compiled.plan.alignment)
+        if compiled.weights_file is not None:
+            self.set_weights(compiled.weights_file.data)
+
+    def set_weights(self, data: bytes) -> None:
+        """Hand an external-weights build its weights (a copy, kept with the model);
+        AotcError where NAME_set_weights refuses them."""
+        weights = _aligned_zeros(len(data), artifacts.WEIGHTS_ALIGN)
+        weights[:] = np.frombuffer(data, np.uint8)
+        setter = getattr(self._lib, f"{self.name}_set_weights")
+        status = setter(self._ffi.from_buffer(weights), len(data))
+        if status != 0:
+            why = SET_WEIGHTS_STATUS.get(status, "unknown status")
+            raise AotcError(f"{self.name}_set_weights returned {status}: {why}")
+        self._weights = weights  # the kernels read it from now on
 
     def __call__(self, *args, **kwargs) -> list[np.ndarray]:
         return self.run(list(args) if args else kwargs)
@@ -119,7 +133,8 @@ class LoadedModel:
         in_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in raw_inputs] or [ffi.NULL])
         out_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in raw_outputs] or [ffi.NULL])
         arguments = (in_ptrs, out_ptrs, ffi.from_buffer(self._scratch))
-        return _BoundRun(self.name, self._run, arguments, [*raw_inputs, *raw_outputs]), raw_outputs
+        arrays = [*raw_inputs, *raw_outputs]
+        return _BoundRun(self.name, self._run, arguments, arrays, self), raw_outputs
 
     def _positional(self, inputs, specs) -> list:
         """`inputs` by position or by name as a list in the order of `specs`."""
@@ -146,7 +161,21 @@ class LoadedModel:
 RUN_STATUS = {
     1: "the scratch buffer is not aligned",
     2: "the system refuses the AMX tile state that the kernels use",
+    4: "no weights are set (NAME_set_weights)",
 }
+# NAME_set_weights's nonzero results (aotc_runtime.c's aotc_set_weights)
+SET_WEIGHTS_STATUS = {
+    1: "not the size of the model's weights",
+    2: "the weights are not aligned to 64 bytes",
+    3: "not the model's weights (another checksum)",
+}
+
+
+def _aligned_zeros(size: int, alignment: int) -> np.ndarray:
+    """`size` zero bytes starting at a multiple of `alignment` (a view of a bigger array)."""
+    raw = np.zeros(size + alignment, np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start : start + size]
 
 
 @dataclass(frozen=True)
@@ -157,6 +186,8 @@ class _BoundRun:
     run: Callable[..., int]
     arguments: tuple  # the input and output pointer tables, the scratch pointer
     arrays: list[np.ndarray]  # what the pointers point into: kept alive with them
+    # the model: its scratch, its external weights and its library outlive the call too
+    model: LoadedModel
 
     def __call__(self) -> None:
         status = self.run(*self.arguments)

@@ -1,5 +1,6 @@
 /*
- * aotc_runtime.c: a small pthread pool for the parallel loops of compiled models.
+ * aotc_runtime.c: a small pthread pool for the parallel loops of compiled models, and
+ * (at the end) the checks of external weights.
  *
  * One global pool.  A loop is published as a "job" with a generation number; workers
  * wait until the generation changes, then take pieces of the range until none are
@@ -39,9 +40,13 @@
 
 #include "aotc_runtime.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -402,4 +407,67 @@ int aotc_get_num_threads(void) {
     n = pool.num_threads;
     pthread_mutex_unlock(&pool.mutex);
     return n;
+}
+
+/* -- external weights (aotc_runtime.h) ----------------------------------------- */
+
+#define AOTC_WEIGHTS_ALIGN 64
+#define AOTC_CHECKSUM_MULTIPLIER UINT64_C(0x9E3779B97F4A7C15)
+
+static uint64_t checksum_mix(uint64_t x) {
+    uint64_t y = x * AOTC_CHECKSUM_MULTIPLIER;
+    return y ^ (y >> 32);
+}
+
+uint64_t aotc_weights_checksum(const void *weights, size_t size) {
+    const unsigned char *bytes = weights;
+    size_t words = size / 8;
+    uint64_t sum = size;
+    uint64_t word;
+    for (size_t i = 0; i < words; i++) {
+        memcpy(&word, bytes + 8 * i, 8); /* both targets are little-endian */
+        sum += checksum_mix(word ^ i);
+    }
+    if (size % 8) {
+        word = 0;
+        memcpy(&word, bytes + 8 * words, size % 8);
+        sum += checksum_mix(word ^ words);
+    }
+    return sum;
+}
+
+static int weights_status(const void *weights, size_t size, size_t expected_size,
+                          uint64_t expected_checksum) {
+    if (size != expected_size) return 1;
+    if ((uintptr_t)weights % AOTC_WEIGHTS_ALIGN != 0) return 2;
+    if (aotc_weights_checksum(weights, size) != expected_checksum) return 3;
+    return 0;
+}
+
+int aotc_set_weights(const void **base, const void *weights, size_t size,
+                     size_t expected_size, uint64_t expected_checksum) {
+    int status = weights_status(weights, size, expected_size, expected_checksum);
+    *base = status == 0 ? weights : NULL;
+    return status;
+}
+
+int aotc_load_weights(const void **base, const char *path, size_t expected_size,
+                      uint64_t expected_checksum) {
+    struct stat file;
+    void *mapped;
+    int status;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    *base = NULL;
+    if (fd < 0) return 4;
+    if (fstat(fd, &file) != 0 || file.st_size <= 0) {
+        close(fd);
+        return 4;
+    }
+    mapped = mmap(NULL, (size_t)file.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd); /* the mapping keeps the file */
+    if (mapped == MAP_FAILED) return 4;
+    status = aotc_set_weights(base, mapped, (size_t)file.st_size, expected_size,
+                              expected_checksum);
+    if (status != 0) munmap(mapped, (size_t)file.st_size);
+    return status;
 }

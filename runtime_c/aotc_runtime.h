@@ -8,6 +8,7 @@
 #ifndef AOTC_RUNTIME_H_
 #define AOTC_RUNTIME_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -48,6 +49,36 @@ int aotc_get_num_threads(void);
  * `default_threads` (<= 0: the number of online CPUs); later calls, and any call after aotc_set_num_threads, do nothing.
  */
 void aotc_configure_threads(int default_threads);
+
+/*
+ * External weights (aotc compile --weights external): NAME_set_weights and
+ * NAME_load_weights of each model call these with the pointer their kernels read and
+ * the size and checksum NAME.h states.
+ *
+ * The checksum of `size` bytes: sum = size, then for each 8-byte little-endian word
+ * w[i] (the last one zero-padded) sum += mix(w[i] ^ i), with mix(x) = y ^ (y >> 32)
+ * for y = x * 0x9E3779B97F4A7C15, all modulo 2^64.  Every changed word changes the sum
+ * (mix is a bijection); it runs at memory speed, unlike a byte-serial hash.
+ */
+uint64_t aotc_weights_checksum(const void *weights, size_t size);
+
+/*
+ * Points *base at `weights` if they are `expected_size` bytes aligned to 64 whose
+ * checksum is `expected_checksum`; else sets *base to NULL (the model's runs then
+ * refuse).  Returns 0, 1 for another size, 2 for a pointer not aligned to 64, 3 for
+ * another checksum.  The bytes must stay valid and unchanged while the model runs.
+ */
+int aotc_set_weights(const void **base, const void *weights, size_t size,
+                     size_t expected_size, uint64_t expected_checksum);
+
+/*
+ * Maps the file at `path` read-only (shared: processes mapping one file share its
+ * pages) and checks it as aotc_set_weights does; returns its status, or 4 if the file
+ * cannot be opened or mapped.  The mapping lasts until the process ends (a refused
+ * file is unmapped).
+ */
+int aotc_load_weights(const void **base, const char *path, size_t expected_size,
+                      uint64_t expected_checksum);
 
 #ifdef __cplusplus
 }

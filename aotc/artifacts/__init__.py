@@ -8,7 +8,9 @@ from these parts (aotc/backends/cuda/artifacts.py).
 - runtime.py: the C runtime built for a target, and shared objects linked with it;
 - staging.py: all-or-nothing writing of an output directory;
 - library.py: `write_artifacts`, the header, object and library of a model using the
-  C runtime.
+  C runtime;
+- weights.py: NAME.weights, the weights outside the object (`--weights external`), and
+  their checksum.
 """
 
 from .library import elf_machine, write_artifacts
@@ -21,6 +23,7 @@ from .render import (
     render_header,
     render_memory_plan_svg,
     render_template,
+    weights_cdef,
     wrap_params,
 )
 from .runtime import (
@@ -53,16 +56,20 @@ from .tools import (
     runtime_compiler,
     target_arch,
 )
+from .weights import WEIGHTS_ALIGN, WEIGHTS_SUFFIX, WeightsFile, weights_checksum
 
 __all__ = [
     "LINK_LIBS",
     "RESERVED_NAMES",
     "RUNTIME_CDEF",
     "RUNTIME_CFLAGS",
+    "WEIGHTS_ALIGN",
+    "WEIGHTS_SUFFIX",
     "ArtifactPaths",
     "MemoryStats",
     "Target",
     "TensorSpec",
+    "WeightsFile",
     "c_comment",
     "c_identifier",
     "c_string",
@@ -89,6 +96,8 @@ __all__ = [
     "staged_write",
     "target_arch",
     "unique_specs",
+    "weights_cdef",
+    "weights_checksum",
     "wrap_params",
     "write_artifacts",
 ]

@@ -1,6 +1,7 @@
 """The artifacts of a model whose object runs with the C runtime: NAME.h, NAME.o and
 libNAME.a (NAME.o and the runtime built for the model's target), or, without a C
-compiler for that target, the runtime's sources and the command that finishes the job.
+compiler for that target, the runtime's sources and the command that finishes the job;
+with external weights, NAME.weights too.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .tools import (
     runtime_compiler,
     target_arch,
 )
+from .weights import WEIGHTS_SUFFIX, WeightsFile
 
 
 def write_artifacts(
@@ -43,6 +45,7 @@ def write_artifacts(
     source: str,
     cc: str | Sequence[str] | None = None,
     profile_kernels: Sequence[str] | None = None,
+    weights_file: WeightsFile | None = None,
 ) -> ArtifactPaths:
     """Write NAME.h, NAME.o and libNAME.a (NAME.o + the runtime built for `target`).
 
@@ -53,13 +56,19 @@ def write_artifacts(
     nothing: everything is built in a temporary directory beside `out_dir` and moved in
     at the end; on failure `out_dir` is as it was (or absent again).  The same arguments
     give byte-identical files.  `profile_kernels`: the kernels of a profiled build (its
-    header declares their counters).
+    header declares their counters).  `weights_file`: external weights, written as
+    NAME.weights (else a stale NAME.weights is removed).
     """
-    header = render_header(name, inputs, outputs, stats, target, source, profile_kernels)
+    header = render_header(
+        name, inputs, outputs, stats, target, source, profile_kernels, weights_file
+    )
     compiler = runtime_compiler(target, cc)
     archiver = find_archiver() if compiler is not None else None
     out_dir = Path(out_dir)
     library = f"lib{name}.a"
+    weights_name = f"{name}{WEIGHTS_SUFFIX}"
+    # a NAME.weights of an earlier external build does not belong to an embedded one
+    stale = [weights_name] if weights_file is None else []
     files = [f"{name}.h", f"{name}.o"]
     if compiler is not None:
         files.append(library)
@@ -68,6 +77,9 @@ def write_artifacts(
     with staged_write(out_dir) as stage:
         (stage / files[0]).write_text(header, encoding="utf-8")
         (stage / files[1]).write_bytes(object_bytes)
+        if weights_file is not None:
+            (stage / weights_name).write_bytes(weights_file.data)
+            files.append(weights_name)
         if compiler is not None:
             progress.stage("runtime and archive")
             runtime = compile_runtime(stage / "runtime", compiler)
@@ -75,22 +87,26 @@ def write_artifacts(
             members = [files[1], *(str(p.relative_to(stage)) for p in runtime)]
             # D: zero timestamps, uids and modes, so that archives are reproducible
             run_tool([*archiver, "rcsD", library, *members], f"archiving {library}", stage)
-            install(stage, out_dir, files)
+            install(stage, out_dir, files, remove=stale)
         else:
             for path in runtime_files():
                 shutil.copyfile(path, stage / path.name)
-            install(stage, out_dir, files, remove=[library])
+            install(stage, out_dir, files, remove=[library, *stale])
+    weights = out_dir / weights_name if weights_file is not None else None
     if compiler is not None:
         link = link_command(out_dir / library, target, LINK_LIBS)
-        return ArtifactPaths(out_dir / files[0], out_dir / files[1], out_dir / library, link=link)
+        return ArtifactPaths(
+            out_dir / files[0], out_dir / files[1], out_dir / library, link=link, weights=weights
+        )
     arch = target_arch(target)
     return ArtifactPaths(
         out_dir / files[0],
         out_dir / files[1],
         None,
-        runtime_sources=tuple(out_dir / f for f in files[2:]),
+        runtime_sources=tuple(out_dir / p.name for p in runtime_files()),
         finish=finish_command(out_dir, name, target),
         missing=missing_compiler_message(arch),
+        weights=weights,
     )
 
 

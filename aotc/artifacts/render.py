@@ -19,6 +19,7 @@ from ..ir import DType
 from ..resources import resource_dir
 from .specs import MemoryStats, Target, TensorSpec, check_model_name, unique_specs
 from .tools import cross_compiler_name, target_arch
+from .weights import WEIGHTS_ALIGN, WeightsFile
 
 
 def c_string(text: str) -> str:
@@ -76,11 +77,13 @@ def render_header(
     target: Target | str,
     source: str,
     profile_kernels: Sequence[str] | None = None,
+    weights_file: WeightsFile | None = None,
 ) -> str:
     """The text of NAME.h.  `source` is shown as given: pass a relative path or a file
     name if the header should not depend on where the model was compiled.  `target` is
     a Target (recorded as NAME_TARGET_TRIPLE / NAME_TARGET_CPU) or just a description.
-    `profile_kernels`: a profiled build's kernels, whose counters the header declares."""
+    `profile_kernels`: a profiled build's kernels, whose counters the header declares.
+    `weights_file`: external weights, whose size, checksum and setters it declares."""
     check_model_name(name)
     inputs, outputs = unique_specs(inputs, outputs)
     tensors = [*inputs, *outputs]
@@ -117,6 +120,8 @@ def render_header(
         has_16bit_floats=any(t.dtype in (DType.F16, DType.BF16) for t in tensors),
         profile_kernels=list(profile_kernels or ()),
         bounded=bounded,
+        weights_file=weights_file,
+        weights_align=WEIGHTS_ALIGN,
     )
 
 
@@ -189,6 +194,12 @@ def cffi_cdef(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorS
         f"int {name}_run({', '.join([*params, 'void *scratch'])});\n"
         f"int {name}_run_generic(void *const *inputs, void *const *outputs, void *scratch);\n"
     )
+
+
+def weights_cdef(name: str) -> str:
+    """The declaration of an external-weights build's NAME_set_weights, for cffi."""
+    check_model_name(name)
+    return f"int {name}_set_weights(const void *weights, size_t size);\n"
 
 
 def profile_cdef(name: str, kernels: int) -> str:

@@ -167,6 +167,7 @@ class ArtifactPaths:
     finish: str = ""
     missing: str = ""
     link: str = ""  # the command that links an application app.c with the library
+    weights: Path | None = None  # NAME.weights, for external weights
 
 
 def c_identifier(name: str) -> str:

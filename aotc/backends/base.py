@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from ..artifacts import ArtifactPaths, MemoryStats, Target, TensorSpec
+from ..artifacts.weights import WeightsFile
 from ..buffers import BufferPlan
 from ..ir import Module
 
@@ -29,6 +30,8 @@ class CompiledCode:
     # where the object holds a big static arena and big weights ("" = where small ones go)
     arena_section: str = ""
     weights_section: str = ""
+    # external weights (--weights external): NAME.weights, outside the object
+    weights_file: WeightsFile | None = None
 
 
 # a backend's own target class (CpuTarget, CudaTarget)
@@ -44,6 +47,8 @@ class Backend(Protocol[T]):
     # whether it computes kChain fusions (aotc/ir/attention_chain.py): the pipeline then
     # makes them
     computes_chains: bool
+    # the --weights it takes: "embedded" (in the object), "external" (NAME.weights)
+    weights_modes: tuple[str, ...]
 
     def parse_target(self, spec: str, opt_level: int = 2) -> T:
         """The target `spec` names, as compiled at `opt_level`; one-line error otherwise."""
@@ -71,11 +76,12 @@ class Backend(Protocol[T]):
         target: T,
         threads: int = 1,
         profile: bool = False,
+        weights: str = "embedded",
     ) -> CompiledCode:
         """The code of `module` laid out by `plan`, its symbols prefixed with `name`;
         `threads` is the compiled model's default thread count where it has threads;
         `profile` asks for per-kernel time and call counters (one-line error where the
-        backend has none)."""
+        backend has none); `weights` is one of `weights_modes`."""
         ...
 
     def peak_gflops(self, target: T) -> float:
@@ -94,9 +100,11 @@ class Backend(Protocol[T]):
         target: T,
         source: str,
         program: Any = None,
+        weights_file: WeightsFile | None = None,
     ) -> ArtifactPaths:
         """Write the artifacts of compiled code (NAME.h, NAME.o, libNAME.a...) into
-        `out_dir`, all or nothing; `source` is shown in the header as given."""
+        `out_dir`, all or nothing; `source` is shown in the header as given;
+        `weights_file`: CompiledCode's, written as NAME.weights."""
         ...
 
     def kernel_forms(self, target: T, plan: BufferPlan) -> dict[str, str]:

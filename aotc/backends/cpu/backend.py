@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ... import artifacts
 from ...artifacts import ArtifactPaths, MemoryStats, TensorSpec
+from ...artifacts.weights import WeightsFile
 from ...buffers import BufferPlan
 from ...errors import AotcError, one_line
 from ...ir import Module
@@ -19,7 +20,7 @@ from ...ir.ops import NO_CODE_OPS
 from ..base import Backend, CompiledCode
 from ..llvm.extents import clips
 from .attention import attention_kind
-from .codegen import emit_object
+from .codegen import emit_code
 from .contraction import contraction_kind
 from .peak import peak_gflops
 from .prepack import prepack
@@ -36,6 +37,7 @@ class CpuBackend(Backend[CpuTarget]):
     label = "CPU"
     loadable = True  # the object links into a shared library (aotc.runner)
     computes_chains = True  # attention block by block (attention.py)
+    weights_modes = ("embedded", "external")  # external: NAME.weights (program.py)
 
     def parse_target(self, spec: str, opt_level: int = 2) -> CpuTarget:
         # below -O2, convolutions sum directly (closest to a reference's rounding)
@@ -59,11 +61,23 @@ class CpuBackend(Backend[CpuTarget]):
         target: CpuTarget,
         threads: int = 1,
         profile: bool = False,
+        weights: str = "embedded",
     ) -> CompiledCode:
-        object_bytes = emit_object(module, plan, name, target, threads, profile)
+        external = weights == "external"
+        object_bytes, weights_file = emit_code(
+            module, plan, name, target, threads, profile, external
+        )
         kernels = sum(1 for instr in plan.schedule if instr.op not in NO_CODE_OPS)
-        arena, weights = big_sections(target.arch, name, plan.scratch_bytes, plan.weight_bytes)
-        code = CompiledCode(object_bytes, kernels, arena_section=arena, weights_section=weights)
+        # external weights take no section of the object, big or small
+        object_weights = 0 if external else plan.weight_bytes
+        arena, section = big_sections(target.arch, name, plan.scratch_bytes, object_weights)
+        code = CompiledCode(
+            object_bytes,
+            kernels,
+            arena_section=arena,
+            weights_section=section,
+            weights_file=weights_file,
+        )
         if not profile:
             return code
         # the header documents the counters of a profiled build: its program is their names
@@ -84,10 +98,12 @@ class CpuBackend(Backend[CpuTarget]):
         target: CpuTarget,
         source: str,
         program: tuple[str, ...] | None = None,
+        weights_file: WeightsFile | None = None,
     ) -> ArtifactPaths:
-        """NAME.h, NAME.o and libNAME.a; without a C compiler for the target, the runtime
-        sources instead of the library (see artifacts.write_artifacts).  `program` is a
-        profiled build's kernel names (None otherwise)."""
+        """NAME.h, NAME.o and libNAME.a (and NAME.weights for external weights); without
+        a C compiler for the target, the runtime sources instead of the library (see
+        artifacts.write_artifacts).  `program` is a profiled build's kernel names (None
+        otherwise)."""
         return artifacts.write_artifacts(
             out_dir,
             name,
@@ -98,6 +114,7 @@ class CpuBackend(Backend[CpuTarget]):
             target,
             source,
             profile_kernels=program,
+            weights_file=weights_file,
         )
 
     def kernel_forms(self, target: CpuTarget, plan: BufferPlan) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """LLVM module -> optimized module -> ELF object with the weights patched in.
 
-The weights are written into the object's placeholder section (sections.py says which);
-the object's weights are the plan's with the GEMMs' constant operands pre-packed
-(prepack.py); the caller's plan gets the figures of what was emitted.
+The weights are written into the object's placeholder section (sections.py says which),
+or, external (`emit_code(..., external_weights=True)`), left out of it for NAME.weights
+(artifacts/weights.py); they are the plan's with the GEMMs' constant operands
+pre-packed (prepack.py); the caller's plan gets the figures of what was emitted.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 
 from ... import progress
+from ...artifacts.weights import WeightsFile
 from ...buffers import BufferPlan
 from ...ir import Module
 from ..llvm.elf import fill_section, patch_section
@@ -26,10 +28,11 @@ def optimized_module(
     target: CpuTarget,
     threads: int = 1,
     profile: bool = False,
+    weights_file: WeightsFile | None = None,
 ):
     """Build, verify and -O3 optimize the LLVM module; returns (module, target machine)."""
     machine = target_machine(target)
-    llmod = build_module(module, plan, name, target, threads, profile)
+    llmod = build_module(module, plan, name, target, threads, profile, weights_file)
     llmod.triple = target.triple
     llmod.data_layout = str(machine.target_data)
     progress.stage("LLVM: parse and optimize")
@@ -51,13 +54,35 @@ def emit_object(
 ) -> bytes:
     """An ELF relocatable object defining NAME_run, NAME_run_generic, NAME_weights, ...
     (and with `profile`, the kernel counters of profile_counters.py)."""
+    return emit_code(module, plan, name, target, threads, profile)[0]
+
+
+def emit_code(
+    module: Module,
+    plan: BufferPlan,
+    name: str,
+    target: CpuTarget,
+    threads: int = 1,
+    profile: bool = False,
+    external_weights: bool = False,
+) -> tuple[bytes, WeightsFile | None]:
+    """The object of `emit_object`, and None; with `external_weights`, an object
+    without the weights (NAME_set_weights instead of NAME_weights) and NAME.weights."""
     final = prepack(target, plan)
-    parsed, machine = optimized_module(module, final, name, target, threads, profile)
+    weights = final.weights or b"\0"  # never empty: a placeholder, a file to map
+    weights_file = WeightsFile.of(weights) if external_weights else None
+    parsed, machine = optimized_module(module, final, name, target, threads, profile, weights_file)
     plan.workspace_bytes, plan.object_weight_bytes = final.workspace_bytes, len(final.weights)
     progress.stage("LLVM: machine code")
     obj = machine.emit_object(parsed)
-    weights = final.weights or b"\0"  # the placeholder is never empty
-    placeholder, section = weights_sections(target.arch, name, len(weights))
+    if weights_file is not None:
+        return obj, weights_file
+    return _with_weights(obj, weights, target.arch, name), None
+
+
+def _with_weights(obj: bytes, weights: bytes, arch: str, name: str) -> bytes:
+    """`obj` with the weights in its placeholder section (sections.py)."""
+    placeholder, section = weights_sections(arch, name, len(weights))
     if placeholder == section:
         return patch_section(obj, section, weights)
     return fill_section(obj, placeholder, weights, section)

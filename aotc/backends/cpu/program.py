@@ -12,6 +12,12 @@ Symbols (all prefixed with the model name, so models link side by side):
   `int NAME_run_generic(inputs[], outputs[], scratch)`: return 0, or 1 when
   scratch is neither NULL nor 64-byte aligned.
 
+With external weights (`--weights external`, artifacts/weights.py) there is no
+`NAME_weights`: the kernels read the internal pointer `NAME_weights_base`, once in each
+kernel's entry block (known 64-byte aligned, as the blob is), which
+`int NAME_set_weights(weights, size)` and `int NAME_load_weights(path)` set through the
+runtime's checks (aotc_runtime.h); the entries return 4 while it is NULL.
+
 Each kernel is an internal function `(inputs[], outputs[], arena)` computing one
 scheduled instruction; the plan says where every operand and result lives.  A while
 or conditional's kernel calls its computations' kernels (control.py); any other's
@@ -26,6 +32,7 @@ storing the element generator's values.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
@@ -68,6 +75,9 @@ from .target import CpuTarget, parse_target
 from .transpose import emit_transpose
 from .workspace import kernel_workspaces
 
+if TYPE_CHECKING:
+    from ...artifacts.weights import WeightsFile
+
 ARENA_ALIGNMENT = 64
 KERNEL_ARGS = ("inputs", "outputs", "arena")
 # the kernels that take scratch from the workspace, each sizing its own
@@ -81,15 +91,18 @@ def build_module(
     target: CpuTarget | None = None,
     threads: int = 1,
     profile: bool = False,
+    weights_file: WeightsFile | None = None,
 ) -> ir.Module:
     """The unoptimized LLVM module for `module` laid out by `plan`; with `profile`, the
-    entry function times its kernels into counters (profile_counters.py)."""
+    entry function times its kernels into counters (profile_counters.py); with
+    `weights_file`, the weights are outside the object, in that file."""
     check_c_identifier(name, "model name")
     llmod = ir.Module(name=name)
     target = target or parse_target()
-    weight_bytes = max(len(plan.weights), 1)
-    weights = _global_bytes(llmod, target.arch, f"{name}_weights", weight_bytes)
-    weights.section = weights_sections(target.arch, name, weight_bytes)[0]
+    if weights_file is None:
+        weights: Weights = EmbeddedWeights.define(llmod, target.arch, name, len(plan.weights))
+    else:
+        weights = ExternalWeights.define(llmod, name, weights_file)
     ctx = EmitContext(llmod, plan, name, RULES, target=target)
     ctx.value_ranges = integer_ranges(module)
     ctx.input_dims = input_dims_slice(module, plan)
@@ -100,7 +113,7 @@ def build_module(
     ctx.workspace_of = lambda frame, instr: frame.workspace_of(
         instr, needs.get(id(instr), 0), after_arena
     )
-    check_blobs(target.arch, plan.scratch_bytes, len(plan.weights))
+    check_blobs(target.arch, plan.scratch_bytes, weights.object_bytes)
     arena_bytes = max(plan.scratch_bytes, 1)
     arena = _global_bytes(llmod, target.arch, f"{name}_static_arena", arena_bytes)
     arena.linkage = arena_linkage(target.arch, arena_bytes)
@@ -121,10 +134,92 @@ def build_module(
     inputs = len(module.entry.parameters)
     outputs = _output_count(module)
     run_all = _emit_configured_impl(llmod, name, impl, threads)
-    _emit_run(llmod, name, run_all, arena, inputs, outputs)
-    _emit_run_generic(llmod, name, run_all, arena)
+    _emit_run(llmod, name, run_all, arena, weights, inputs, outputs)
+    _emit_run_generic(llmod, name, run_all, arena, weights)
     _emit_set_num_threads(llmod, name)
+    weights.emit_setters(llmod, name)
     return llmod
+
+
+# -- where the kernels find the weights ------------------------------------------
+
+
+class EmbeddedWeights:
+    """The weights inside NAME.o: the kernels address the blob `NAME_weights` itself."""
+
+    def __init__(self, blob: ir.GlobalVariable):
+        self.blob = blob
+        self.object_bytes = blob.value_type.count
+
+    @classmethod
+    def define(cls, llmod, arch: str, name: str, size: int) -> EmbeddedWeights:
+        size = max(size, 1)
+        blob = _global_bytes(llmod, arch, f"{name}_weights", size)
+        blob.section = weights_sections(arch, name, size)[0]
+        return cls(blob)
+
+    def base(self, b: ir.IRBuilder) -> ir.Value:
+        return self.blob
+
+    def refuse_unset(self, b: ir.IRBuilder) -> None:
+        """Nothing to refuse: the weights are always there."""
+
+    def emit_setters(self, llmod, name: str) -> None:
+        """None: nothing to set."""
+
+
+class ExternalWeights:
+    """Weights the application hands over: the kernels read the pointer that
+    NAME_set_weights / NAME_load_weights set (NULL until then)."""
+
+    object_bytes = 0  # nothing of them in the object (no big weights section)
+
+    def __init__(self, pointer: ir.GlobalVariable, weights_file: WeightsFile):
+        self.pointer = pointer
+        self.file = weights_file
+
+    @classmethod
+    def define(cls, llmod, name: str, weights_file: WeightsFile) -> ExternalWeights:
+        pointer = ir.GlobalVariable(llmod, PTR, f"{name}_weights_base")
+        pointer.linkage = "internal"
+        pointer.initializer = ir.Constant(PTR, None)
+        return cls(pointer, weights_file)
+
+    def base(self, b: ir.IRBuilder) -> ir.Value:
+        """The pointer, loaded where `b` is (a kernel's entry block), with what the blob
+        global told LLVM: not NULL, aligned like the arena."""
+        llmod = b.module
+        load = b.load(self.pointer, typ=PTR)
+        load.set_metadata("nonnull", llmod.add_metadata([]))
+        load.set_metadata("align", llmod.add_metadata([i64(ARENA_ALIGNMENT)]))
+        return load
+
+    def refuse_unset(self, b: ir.IRBuilder) -> None:
+        """Return 4 from the entry while no weights are set."""
+        unset = b.icmp_unsigned("==", b.load(self.pointer, typ=PTR), ir.Constant(PTR, None))
+        with if_then(b, unset):
+            b.ret(ir.Constant(I32, 4))
+
+    def emit_setters(self, llmod, name: str) -> None:
+        """`int NAME_set_weights(const void *weights, size_t size)` and
+        `int NAME_load_weights(const char *path)`: the runtime's checks against the size
+        and checksum of the file, on this model's pointer."""
+        expected = [i64(self.file.size), i64(_signed64(self.file.checksum))]
+        for suffix, params in (("set_weights", [PTR, I64]), ("load_weights", [PTR])):
+            setter = ir.Function(llmod, ir.FunctionType(I32, params), f"{name}_{suffix}")
+            setter.attributes.add("nounwind")
+            runtime_type = ir.FunctionType(I32, [PTR, *params, I64, I64])
+            runtime = ir.Function(llmod, runtime_type, f"aotc_{suffix}")
+            b = ir.IRBuilder(setter.append_basic_block("entry"))
+            b.ret(b.call(runtime, [self.pointer, *setter.args, *expected]))
+
+
+Weights = EmbeddedWeights | ExternalWeights
+
+
+def _signed64(value: int) -> int:
+    """An unsigned 64-bit value as the signed one of its bits (an LLVM i64 literal)."""
+    return value - 2**64 if value >= 2**63 else value
 
 
 def _output_count(module: Module) -> int:
@@ -136,7 +231,7 @@ def _output_count(module: Module) -> int:
 
 
 def emit_computation(
-    ctx: EmitContext, weights: ir.GlobalVariable, plan: BufferPlan, scope: str = ""
+    ctx: EmitContext, weights: Weights, plan: BufferPlan, scope: str = ""
 ) -> list[ir.Function]:
     """The kernels of a computation's schedule laid out by `plan`, in run order.
 
@@ -180,7 +275,7 @@ def _emit_control(ctx: EmitContext, weights, instr: Instruction, scope: str) -> 
     return kernel
 
 
-def _emit_kernel(ctx: EmitContext, weights: ir.GlobalVariable, instr: Instruction, scope=""):
+def _emit_kernel(ctx: EmitContext, weights: Weights, instr: Instruction, scope=""):
     """The kernel computing `instr`: a control-flow kernel calling its computations'
     kernels, or one whose body the first of EMITTERS that takes `instr` emits."""
     if instr.op in CONTROL_KERNELS:
@@ -416,23 +511,27 @@ def _bind_pointers(ctx: EmitContext, b: ir.IRBuilder, pointers, weights) -> None
     inputs, outputs, arena = pointers
     ctx.builder = b
     ctx.kernel_pointers = tuple(pointers)
-    bases: dict[tuple[BufferKind, int], ir.Value] = {
-        (BufferKind.ARENA, 0): arena,
-        (BufferKind.CONSTANT, 0): weights,
-    }
+    bases: dict[tuple[BufferKind, int], ir.Value] = {(BufferKind.ARENA, 0): arena}
 
     def slice_pointer(where: Slice) -> ir.Value:
         if where == DROPPED:  # a read prepack.py did not foresee: a bug, never wrong numbers
             raise AssertionError("a kernel reads a constant dropped from the weights blob")
         key = (where.kind, where.index)
         if key not in bases:
-            table = inputs if where.kind is BufferKind.PARAMETER else outputs
             with b.goto_entry_block():
-                slot = b.gep(table, [i64(where.index)], inbounds=True, source_etype=PTR)
-                bases[key] = b.load(slot, typ=PTR)
+                bases[key] = _base_pointer(b, where, inputs, outputs, weights)
         return ctx.byte_pointer(bases[key], where.offset)
 
     ctx.slice_pointer = slice_pointer
+
+
+def _base_pointer(b: ir.IRBuilder, where: Slice, inputs, outputs, weights: Weights) -> ir.Value:
+    """Where `where`'s buffer starts: the weights, or a caller's pointer from its table."""
+    if where.kind is BufferKind.CONSTANT:
+        return weights.base(b)
+    table = inputs if where.kind is BufferKind.PARAMETER else outputs
+    slot = b.gep(table, [i64(where.index)], inbounds=True, source_etype=PTR)
+    return b.load(slot, typ=PTR)
 
 
 # -- entry points ---------------------------------------------------------------
@@ -458,7 +557,7 @@ def _emit_set_num_threads(llmod, name: str) -> None:
     b.ret_void()
 
 
-def _emit_run(llmod, name: str, impl, arena, inputs: int, outputs: int) -> None:
+def _emit_run(llmod, name: str, impl, arena, weights: Weights, inputs: int, outputs: int):
     """`int NAME_run(void *in..., void *out..., void *scratch)`."""
     params = [f"in{i}" for i in range(inputs)] + [f"out{i}" for i in range(outputs)]
     run = _function(llmod, f"{name}_run", I32, [*params, "scratch"])
@@ -470,20 +569,20 @@ def _emit_run(llmod, name: str, impl, arena, inputs: int, outputs: int) -> None:
             slot = b.gep(table, [i64(i)], inbounds=True, source_etype=PTR)
             b.store(run.args[first + i], slot)
         tables.append(table)
-    _checked_call(b, impl, arena, tables, run.args[-1])
+    _checked_call(b, impl, arena, weights, tables, run.args[-1])
 
 
-def _emit_run_generic(llmod, name: str, impl, arena) -> None:
+def _emit_run_generic(llmod, name: str, impl, arena, weights: Weights) -> None:
     """`int NAME_run_generic(void *const *inputs, void *const *outputs, void *scratch)`."""
     run = _function(llmod, f"{name}_run_generic", I32, ["inputs", "outputs", "scratch"])
     b = ir.IRBuilder(run.append_basic_block("entry"))
-    _checked_call(b, impl, arena, run.args[:2], run.args[2])
+    _checked_call(b, impl, arena, weights, run.args[:2], run.args[2])
 
 
-def _checked_call(b: ir.IRBuilder, impl, arena, tables, scratch) -> None:
+def _checked_call(b: ir.IRBuilder, impl, arena, weights: Weights, tables, scratch) -> None:
     """Return 1 for a misaligned scratch, 2 where the system refuses the AMX tile state
-    that kernels of the module use (amx.py); else run `impl` on scratch or the static
-    arena."""
+    that kernels of the module use (amx.py), 4 where external weights are not set; else
+    run `impl` on scratch or the static arena."""
     address = b.ptrtoint(scratch, I64)
     misaligned = b.icmp_unsigned("!=", b.and_(address, i64(ARENA_ALIGNMENT - 1)), i64(0))
     with if_then(b, misaligned):
@@ -492,6 +591,7 @@ def _checked_call(b: ir.IRBuilder, impl, arena, tables, scratch) -> None:
     if permit is not None:
         with if_then(b, b.icmp_unsigned("!=", b.call(permit, []), ir.Constant(I32, 0))):
             b.ret(ir.Constant(I32, 2))
+    weights.refuse_unset(b)
     is_null = b.icmp_unsigned("==", address, i64(0))
     b.call(impl, [*tables, b.select(is_null, arena, scratch)])
     b.ret(ir.Constant(I32, 0))

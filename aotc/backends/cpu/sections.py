@@ -20,6 +20,7 @@ A big weights blob is emitted by LLVM as an empty (NOBITS) placeholder section, 
 elf.py's `fill_section` turns into the read-only section holding the bytes: LLVM never
 writes gigabytes of zeros (llvmlite cannot even return an object over 2 GiB).  Sizes
 past the architecture's virtual address space are refused before any code is built.
+External weights (`--weights external`) take no section at all (program.py).
 """
 
 from __future__ import annotations

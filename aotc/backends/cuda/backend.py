@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...artifacts import ArtifactPaths, MemoryStats, TensorSpec
+from ...artifacts import ArtifactPaths, MemoryStats, TensorSpec, WeightsFile
 from ...buffers import BufferPlan
 from ...errors import AotcError, one_line
 from ...ir import Module
@@ -25,6 +25,7 @@ class CudaBackend(Backend[CudaTarget]):
     label = "CUDA"
     loadable = False
     computes_chains = False  # attention stays three kernels
+    weights_modes = ("embedded",)  # the host object uploads them
 
     def parse_target(self, spec: str, opt_level: int = 2) -> CudaTarget:
         return parse_cuda_target(spec)  # no kernel depends on the optimization level
@@ -43,7 +44,9 @@ class CudaBackend(Backend[CudaTarget]):
         target: CudaTarget,
         threads: int = 1,
         profile: bool = False,
+        weights: str = "embedded",
     ) -> CompiledCode:
+        del weights  # always "embedded" (weights_modes)
         if profile:
             raise AotcError("profiling times CPU kernels; CUDA code has no counters")
         program = compile_cuda(module, plan, name, target)
@@ -63,9 +66,11 @@ class CudaBackend(Backend[CudaTarget]):
         target: CudaTarget,
         source: str,
         program: CudaProgram | None = None,
+        weights_file: WeightsFile | None = None,
     ) -> ArtifactPaths:
         """NAME.h, aotc_cuda.h, NAME.o and libNAME.a (see artifacts.py); `object_bytes`
         is `program`'s host object."""
+        assert weights_file is None, "CUDA weights are embedded (weights_modes)"
         assert program is not None, "CUDA artifacts are written from the CudaProgram"
         return write_cuda_artifacts(out_dir, name, inputs, outputs, program, stats, source)
 

@@ -1,0 +1,54 @@
+"""NAME.weights: the weights of a model compiled with `--weights external`, outside its
+object.
+
+The file holds the raw bytes exactly as the kernels read them (pre-packed), nothing
+else: mapped at offset 0 it is page-aligned, so `mmap` serves it as it is, and several
+processes mapping it share its pages.  NAME.h states its size and checksum
+(NAME_WEIGHTS_BYTES, NAME_WEIGHTS_CHECKSUM), which NAME_set_weights checks; the checksum
+is runtime_c/aotc_runtime.h's `aotc_weights_checksum`, computed here with numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+WEIGHTS_SUFFIX = ".weights"
+WEIGHTS_ALIGN = 64  # what NAME_set_weights requires of the pointer (aotc_runtime.c)
+CHECKSUM_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+# words per numpy step: bounds the temporaries for weights of gigabytes
+_CHUNK_WORDS = 1 << 20
+
+
+@dataclass(frozen=True, eq=False)
+class WeightsFile:
+    """The bytes of NAME.weights and their checksum."""
+
+    data: bytes
+    checksum: int
+
+    @classmethod
+    def of(cls, data: bytes) -> WeightsFile:
+        return cls(data, weights_checksum(data))
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+def weights_checksum(data: bytes) -> int:
+    """aotc_weights_checksum of `data`: size + the sum of mix(word ^ index) over its
+    little-endian 64-bit words (the last zero-padded), modulo 2**64."""
+    padded = bytes(data) + b"\0" * (-len(data) % 8)
+    words = np.frombuffer(padded, "<u8")
+    total = np.uint64(len(data))
+    with np.errstate(over="ignore"):
+        for start in range(0, len(words), _CHUNK_WORDS):
+            chunk = words[start : start + _CHUNK_WORDS]
+            mixed = (chunk ^ np.arange(start, start + len(chunk), dtype=np.uint64)) * (
+                CHECKSUM_MULTIPLIER
+            )
+            mixed ^= mixed >> np.uint64(32)
+            total += mixed.sum(dtype=np.uint64)
+    return int(total)
