@@ -113,6 +113,21 @@ class CompiledModel:
         return LoadedModel(self)
 
 
+def _sized_temporaries(backend, target, plan: BufferPlan) -> tuple[dict, dict]:
+    """The kernels' temporaries (id(instruction) -> bytes) and the rooms they were sized
+    in.  Each kernel at its smallest first (no room anywhere): the least peak any sizing
+    reaches; then each as large as its step leaves below that peak (a kernel that can
+    work in bands takes short ones only where the peak is at stake)."""
+    smallest = backend.temporaries(target, plan.with_rooms(plan.rooms_below(0)))
+    if not smallest:
+        return {}, {}
+    peak = max(
+        [plan.lower_bound] + [plan.live_bytes(i) + smallest.get(id(i), 0) for i in plan.schedule]
+    )
+    rooms = plan.rooms_below(peak)
+    return backend.temporaries(target, plan.with_rooms(rooms)), rooms
+
+
 def compile_model(model, options: CompileOptions | None = None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or an HLO text file."""
     options = options or CompileOptions()
@@ -140,9 +155,9 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     plan = assign_buffers(module)
     # the kernels' temporaries (packing panels, split-K partials) as buffers of the plan,
     # live while their kernel runs: sized on a first plan, then packed with the rest
-    temporaries = backend.temporaries(target, plan)
+    temporaries, rooms = _sized_temporaries(backend, target, plan)
     if temporaries:
-        plan = assign_buffers(module, temporaries).with_rooms(plan)
+        plan = assign_buffers(module, temporaries).with_rooms(rooms)
     # the arena and weights are known here: refuse a plan past the limit before any code
     memory_limits.check_plan(plan.arena_bytes, 0, plan.weight_bytes, limit)
     threads = max(options.threads, 0)  # <= 0: all CPUs

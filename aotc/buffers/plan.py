@@ -115,17 +115,26 @@ class BufferPlan:
         return self.slices.get((TEMPORARY, id(instr)))  # type: ignore[arg-type]
 
     def headroom(self, instr: Instruction) -> int:
-        """The arena bytes not live while `instr` runs, below the plan's lower bound: what
-        a temporary of its kernel may take there without raising the peak (0 for an
-        instruction not in the schedule); in a plan `with_rooms`, the first plan's."""
-        return (self.rooms or self._headroom).get(id(instr), 0)
+        """The arena bytes a temporary of `instr`'s kernel may take (0 for an instruction
+        not in the schedule): in a plan `with_rooms`, those rooms; else what is not live
+        while it runs, below the plan's lower bound (so that it does not raise the peak)."""
+        return (self.rooms or self.rooms_below(self.lower_bound)).get(id(instr), 0)
 
-    def with_rooms(self, first: BufferPlan) -> BufferPlan:
-        """This plan (the temporaries planned in) keeping `first`'s headroom."""
-        return replace(self, rooms=dict(first._headroom))
+    def with_rooms(self, rooms: dict[int, int]) -> BufferPlan:
+        """This plan with the kernels' rooms `rooms` (id(instruction) -> bytes)."""
+        return replace(self, rooms=rooms)
+
+    def rooms_below(self, peak: int) -> dict[int, int]:
+        """What a temporary may take at each step without the step's bytes passing `peak`."""
+        return {key: max(peak - live, 0) for key, live in self._live.items()}
+
+    def live_bytes(self, instr: Instruction) -> int:
+        """The arena bytes live while `instr` runs, its buffers aligned (in a plan
+        without temporaries: the values alone)."""
+        return self._live.get(id(instr), 0)
 
     @cached_property
-    def _headroom(self) -> dict[int, int]:
+    def _live(self) -> dict[int, int]:
         steps = len(self.schedule)
         change = [0] * (steps + 1)  # live bytes at step t: the sum of change[:t + 1]
         for buffer in self.buffers:
@@ -133,11 +142,11 @@ class BufferPlan:
                 size = align_up(buffer.slice.size, self.alignment)
                 change[buffer.start] += size
                 change[min(buffer.end, steps - 1) + 1] -= size
-        room, live = {}, 0
+        lives, live = {}, 0
         for instr, step in zip(self.schedule, change):
             live += step
-            room[id(instr)] = max(self.lower_bound - live, 0)
-        return room
+            lives[id(instr)] = live
+        return lives
 
     def beyond_temporaries(self, needs: dict[int, int]) -> int:
         """The workspace after the arena: the most a kernel of this plan (or of its

@@ -243,23 +243,3 @@ def test_the_band_is_the_tallest_that_fits(compile_module, monkeypatch):
             for n in range(1, rows + 1)
             if -(-rows // n) > chosen.band_rows
         )
-
-
-def test_bands_below_the_floor_only_where_none_at_it_fits(compile_module, monkeypatch):
-    """Bands shorter than the speed floor (MIN_BAND_TILES) only where no band at it fits
-    what is free: then the tallest of the shorter ones that fits, and with nothing free,
-    the smallest workspace of all."""
-    from aotc.backends.cpu.workspace import Budget
-
-    w = np.ones((8, 8, 3, 3), np.float32)
-    whole = replace(_winograd_plan(compile_module(_module((1, 8, 60, 60), w))), band_rows=0)
-    rows = whole.geometry.tile_rows
-    monkeypatch.setattr(winograd, "MIN_BAND_TILES", 3 * whole.geometry.tile_columns)
-    floor = replace(whole, band_rows=-(-rows // -(-rows // 3)))  # the shortest at the floor
-    assert whole._shortest_band == 3
-    at_floor = whole.banded(Budget(floor.workspace_bytes))
-    assert at_floor.band_rows >= 3 and at_floor.workspace_bytes <= floor.workspace_bytes
-    two = replace(whole, band_rows=2)
-    below = whole.banded(Budget(two.workspace_bytes))
-    assert below.band_rows == 2  # the tallest of the shorter bands that fits
-    assert whole.banded(Budget(0)).band_rows == 1

@@ -72,9 +72,8 @@ MIN_F4_TILES = 36
 # a band's tiles are the GEMMs' N: at least this many (or the whole image's) keep the
 # GEMMs on full register tiles; and where U is beyond a share of L3 (read from memory
 # for each band), at least Cin x Cout / (Cin + Cout), so that reading U again per band
-# costs no more than the band's own V and M.  Shorter bands only where no band this
-# tall fits the bytes free at the kernel's step (memory first there: one tile row each
-# ran within noise of these on 64 -> 64 and 64 -> 192 at 56x56, 96 -> 96 at 28x28)
+# costs no more than the band's own V and M (bands of one tile row where the plan had no
+# room made GoogLeNet 4-10% slower for 30% less scratch: the floor holds everywhere)
 MIN_BAND_TILES = 32
 U_L3_SHARE = 4
 
@@ -258,19 +257,16 @@ class WinogradPlan(Prepackable):
 
     def banded(self, budget: Budget | None) -> WinogradPlan:
         """This plan in the tallest band (of balanced heights: the last band pads fewer
-        rows than there are bands) whose workspace fits the bytes `budget` has free, no
-        shorter than `_shortest_band` where one of those fits, else in the band of the
-        smallest workspace; None: the whole image."""
+        rows than there are bands, none shorter than `_shortest_band`) whose workspace
+        fits the bytes `budget` has free, else in the band of the smallest workspace;
+        None: the whole image."""
         if budget is None:
             return self
         rows = self.geometry.tile_rows
-        heights = sorted({-(-rows // n) for n in range(1, rows + 1)}, reverse=True)
-        plans = [replace(self, band_rows=h) for h in heights]
+        heights = {-(-rows // n) for n in range(1, rows + 1)} - set(range(self._shortest_band))
+        plans = [replace(self, band_rows=h) for h in sorted(heights, reverse=True)]
         fitting = [p for p in plans if p.workspace_bytes <= budget.free]
-        preferred = [p for p in fitting if p.band_rows >= self._shortest_band]
-        if preferred or fitting:
-            return (preferred or fitting)[0]
-        return min(plans, key=lambda p: p.workspace_bytes)
+        return fitting[0] if fitting else min(plans, key=lambda p: p.workspace_bytes)
 
     @property
     def _shortest_band(self) -> int:
