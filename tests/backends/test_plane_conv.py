@@ -337,9 +337,14 @@ def _residual_model(x, w, pads, weights, bias, groups, rng):
         numpy_helper.from_array(weights, "w"),
         numpy_helper.from_array(bias, "b"),
     ]
+    return _graph_model(nodes, "residual", x, initializers)
+
+
+def _graph_model(nodes, name: str, x, initializers):
+    """The model of `nodes` from input x (shape `x`) to output z."""
     graph = helper.make_graph(
         nodes,
-        "residual",
+        name,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
         initializers,
@@ -410,14 +415,7 @@ def _stride_two_at_the_peak(x, cout, kernel, rng):
     )
     bias = rng.standard_normal(cout).astype(np.float32)
     initializers = [numpy_helper.from_array(v, k) for k, v in (("w0", w0), ("w", w), ("b", bias))]
-    graph = helper.make_graph(
-        nodes,
-        "bands",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
-        initializers,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    return _graph_model(nodes, "bands", x, initializers)
 
 
 # (input, output channels, window, target): bands of 7 output rows over 20 (the last one
