@@ -2,7 +2,7 @@
 
 A pass or emitter that recursed per instruction ended in RecursionError (an internal
 error) on a 20,000-op chain; the low recursion limit below catches any walk that
-recurses as deep as the model again.
+recurses as deep as the model again.  The graphs are bench/compile_scaling.py's.
 """
 
 from __future__ import annotations
@@ -12,61 +12,54 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from aotc_testing import bench_module
+from onnx import TensorProto, helper
 
 import aotc
+from aotc.ir import Op
 from aotc.runner import LoadedModel
 
-STEP = np.float32(0.001)
+SCALING = bench_module("compile_scaling")
+LOW_LIMIT = 400
 
 
-def _save(tmp_path, nodes, inputs, outputs, initializers):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
+def _compile_under_low_limit(tmp_path, model: onnx.ModelProto):
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
-    return path
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(LOW_LIMIT)
+    try:
+        return aotc.compile(path)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
-def _chain(tmp_path, length: int):
-    """x -> Add(step) -> Relu -> Add(step) -> ... `length` nodes."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])
-    step = numpy_helper.from_array(np.full([1], STEP, np.float32), "step")
-    nodes, previous = [], "x"
-    for n in range(length):
-        out = "y" if n == length - 1 else f"t{n}"
-        if n % 2 == 0:
-            nodes.append(helper.make_node("Add", [previous, "step"], [out]))
-        else:
-            nodes.append(helper.make_node("Relu", [previous], [out]))
-        previous = out
-    return _save(tmp_path, nodes, [x], [y], [step])
-
-
-def _chain_expected(x: np.ndarray, length: int) -> np.ndarray:
-    value = x.astype(np.float32)
-    for n in range(length):
-        value = value + STEP if n % 2 == 0 else np.maximum(value, 0)
-    return value
-
-
-def _check_chain(tmp_path, length: int) -> None:
-    compiled = aotc.compile(_chain(tmp_path, length))
-    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
-    got = LoadedModel(compiled).run([x])[0]
-    np.testing.assert_allclose(got, _chain_expected(x, length), rtol=1e-4, atol=1e-3)
+def _input() -> np.ndarray:
+    shape = (SCALING.ROWS, SCALING.WIDTH)
+    return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
 
 
 def test_chain_compiles_under_a_low_recursion_limit(tmp_path):
-    """A 5,000-node chain needs no more stack than a small model."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(400)
-    try:
-        _check_chain(tmp_path, 5_000)
-    finally:
-        sys.setrecursionlimit(limit)
+    """A 5,000-node chain needs no more stack than a small model, though its kernels
+    each compute a chain longer than the limit."""
+    length = 5_000
+    compiled = _compile_under_low_limit(tmp_path, SCALING.chain_model(length))
+    fused = [i for i in compiled.module.entry.instructions if i.op is Op.FUSION]
+    assert max(len(f.called[0].instructions) for f in fused) > LOW_LIMIT
+    x = _input()
+    got = LoadedModel(compiled).run([x])[0]
+    np.testing.assert_allclose(got, SCALING.chain_expected(x, length), rtol=1e-4, atol=1e-3)
+
+
+def test_transformer_blocks_compile_under_a_low_recursion_limit(tmp_path):
+    """30 blocks of MatMul, layer normalization and softmax, 510 nodes each reading the
+    one before: as deep as the limit, and right to float32's precision (float64 numpy)."""
+    nodes = 30 * SCALING.BLOCK_NODES
+    compiled = _compile_under_low_limit(tmp_path, SCALING.transformer_model(nodes))
+    x = _input()
+    got = LoadedModel(compiled).run([x])[0]
+    want = SCALING.transformer_expected(x, nodes)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("op", ["Sum", "Concat"])
@@ -83,12 +76,10 @@ def test_node_with_thousands_of_inputs(tmp_path, op):
         nodes.append(helper.make_node("Concat", names, ["y"], axis=1))
         shape = [2, 3 * count]
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(400)
-    try:
-        compiled = aotc.compile(_save(tmp_path, nodes, [x], [y], []))
-    finally:
-        sys.setrecursionlimit(limit)
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    compiled = _compile_under_low_limit(tmp_path, model)
     x_value = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
     got = LoadedModel(compiled).run([x_value])[0]
     parts = [-x_value if n % 2 else np.abs(x_value) for n in range(count)]

@@ -74,13 +74,13 @@ def nest(placed: dict, merged) -> None:
 
 def resolve(placed: dict, slices: dict, merged) -> None:
     """Slices of the placed sets: their part of the (resolved) concatenate's slice."""
-
-    def where(rep):
-        if rep not in slices:
-            container, offset = placed[rep]
-            outer = where(container)
-            slices[rep] = replace(outer, offset=outer.offset + offset, size=merged[rep].size)
-        return slices[rep]
-
     for rep in placed:
-        where(rep)
+        # the containers out to one already resolved, then their slices inward (no
+        # recursion: concatenates nest as deep as the model's)
+        chain = [rep]
+        while chain[-1] not in slices:
+            chain.append(placed[chain[-1]][0])
+        for inner in reversed(chain[:-1]):
+            container, offset = placed[inner]
+            outer = slices[container]
+            slices[inner] = replace(outer, offset=outer.offset + offset, size=merged[inner].size)

@@ -8,7 +8,7 @@ the lowest-waste gap among buffers alive at the same time.
 
 from __future__ import annotations
 
-import bisect
+import heapq
 import random
 from dataclasses import dataclass
 
@@ -26,9 +26,6 @@ class Interval:
     size: int
     offset: int = -1
 
-    def overlaps_in_time(self, other: Interval) -> bool:
-        return self.start <= other.end and other.start <= self.end
-
 
 def align_up(value: int, alignment: int) -> int:
     return -(-value // alignment) * alignment
@@ -43,7 +40,10 @@ def pack(intervals: list[Interval], alignment: int) -> int:
     simulator tries several; then jittered largest-first orders until one
     reaches the lower bound.  The smallest arena is kept.
     """
-    conflicts = _conflict_counts(intervals)
+    # who overlaps whom, found once: each placement then looks at its own neighbours
+    # in time, not at every buffer placed (quadratic in long models)
+    overlapping = _overlapping(intervals)
+    conflicts = {key: len(others) + 1 for key, others in overlapping.items()}
     orders = (
         lambda i: (-i.size, i.start, i.end),
         lambda i: (-conflicts[id(i)], -i.size, i.start, i.end),
@@ -65,7 +65,7 @@ def pack(intervals: list[Interval], alignment: int) -> int:
         else:
             break
         for gap in (_best_gap, _first_gap):
-            size = _pack_in_order(order, alignment, gap)
+            size = _pack_in_order(order, alignment, overlapping, gap)
             if best is None or size < best[0]:
                 best = (size, [i.offset for i in intervals])
     for item, offset in zip(intervals, best[1]):
@@ -73,30 +73,37 @@ def pack(intervals: list[Interval], alignment: int) -> int:
     return best[0]
 
 
-def _conflict_counts(intervals: list[Interval]) -> dict[int, int]:
-    """id(interval) -> how many intervals overlap it in time (itself included)."""
-    starts = sorted(i.start for i in intervals)
-    ends = sorted(i.end for i in intervals)
-    counts = {}
-    for item in intervals:
-        ended_before = bisect.bisect_left(ends, item.start)
-        starting_after = len(starts) - bisect.bisect_right(starts, item.end)
-        counts[id(item)] = len(intervals) - ended_before - starting_after
-    return counts
+def _overlapping(intervals: list[Interval]) -> dict[int, list[Interval]]:
+    """id(interval) -> the other intervals alive at some same time: one sweep in order of
+    start, keeping those alive (by end) that a later start can still meet."""
+    found: dict[int, list[Interval]] = {id(i): [] for i in intervals}
+    alive: list[tuple[int, int, Interval]] = []  # a heap of (end, number, interval)
+    for number, item in enumerate(sorted(intervals, key=lambda i: i.start)):
+        while alive and alive[0][0] < item.start:
+            heapq.heappop(alive)
+        for _, _, other in alive:
+            found[id(item)].append(other)
+            found[id(other)].append(item)
+        heapq.heappush(alive, (item.end, number, item))
+    return found
 
 
-def _pack_in_order(intervals: list[Interval], alignment: int, gap_of=None) -> int:
-    placed: list[Interval] = []
+def _pack_in_order(
+    intervals: list[Interval], alignment: int, overlapping: dict[int, list[Interval]], gap_of
+) -> int:
+    placed: set[int] = set()
+    top = 0
     for item in intervals:
         size = align_up(max(item.size, 1), alignment)
         busy = sorted(
             (p.offset, p.offset + align_up(max(p.size, 1), alignment))
-            for p in placed
-            if p.overlaps_in_time(item)
+            for p in overlapping[id(item)]
+            if id(p) in placed
         )
-        item.offset = (gap_of or _best_gap)(busy, size)
-        placed.append(item)
-    return max((p.offset + align_up(max(p.size, 1), alignment) for p in placed), default=0)
+        item.offset = gap_of(busy, size)
+        placed.add(id(item))
+        top = max(top, item.offset + size)
+    return top
 
 
 def _best_gap(busy: list[tuple[int, int]], size: int) -> int:

@@ -25,7 +25,7 @@ def reads_at_output_index(instr: Instruction, k: int) -> bool:
         return True
     if instr.op is Op.FUSION:
         body = instr.called[0]
-        return read_elementwise_only(body, body.parameters[k], instr.shape.dims)
+        return read_elementwise_only(body.parameters[k], instr.shape.dims)
     return False
 
 

@@ -36,18 +36,18 @@ class AttentionChain:
     values: Instruction  # O = P V: a dot or an OUTPUT fusion of one
 
 
-def attention_chain(values: Instruction, users: dict[int, list[Instruction]]):
-    """The chain ending in kernel `values` (`users`: its computation's), or None."""
+def attention_chain(values: Instruction):
+    """The chain ending in kernel `values`, or None."""
     dot = _the_dot(values)
     if dot is None:
         return None
     rows = _operand_of(values, dot, 0)
-    if rows is None or rows.op is not Op.FUSION or users[id(rows)] != [values]:
+    if rows is None or rows.op is not Op.FUSION or rows.users != [values]:
         return None
     if values.operands.count(rows) != 1:
         return None
     scores = [o for o in rows.operands if o.shape == rows.shape and _the_dot(o) is not None]
-    if len(scores) != 1 or users[id(scores[0])] != [rows] or rows.operands.count(scores[0]) > 1:
+    if len(scores) != 1 or scores[0].users != [rows] or rows.operands.count(scores[0]) > 1:
         return None
     chain = AttentionChain(scores[0], rows, values)
     return chain if _is_chain(chain) else None
@@ -87,8 +87,7 @@ def _operand_of(kernel: Instruction, dot: Instruction, k: int) -> Instruction | 
     operand = dot.operands[k]
     if operand.op is not Op.PARAMETER:
         return None
-    body = kernel.called[0]
-    if body.users()[id(operand)] != [dot] or operand.index is None:
+    if operand.users != [dot] or operand.index is None:
         return None
     return kernel.operands[operand.index]
 
@@ -119,15 +118,13 @@ def _is_chain(chain: AttentionChain) -> bool:
 def _read_in_its_row(chain: AttentionChain, hoisted: list[Instruction]) -> bool:
     """Whether the row fusion reads S only at its own output index: through elementwise
     ops at S's shape, into reductions over the last dim (its row values)."""
-    body = chain.rows.called[0]
-    users = body.users()
     dims = chain.rows.array_shape.dims
     last = (len(dims) - 1,)
     row_ids = {id(v) for v in hoisted}
     work, seen = [score_parameter(chain)], set()
     while work:
         instr = work.pop()
-        for user in users[id(instr)]:
+        for user in instr.users:
             if id(user) in seen:
                 continue
             seen.add(id(user))

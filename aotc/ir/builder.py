@@ -31,7 +31,11 @@ class ComputationBuilder:
     def add(self, op: Op, operands: Sequence[Instruction], shape=None, name=None, **attrs):
         """Create, shape-check and append an instruction."""
         instr = Instruction(op, shape, list(operands), **attrs)
-        instr.shape = infer_shape(instr)
+        try:
+            instr.shape = infer_shape(instr)
+        except Exception:
+            instr.operands = []  # never placed: it must not stay in its operands' use-lists
+            raise
         instr.name = self.module.unique_name(name or op.text)
         if instr.origin is None:
             instr.origin = self.origin

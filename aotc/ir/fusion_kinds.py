@@ -63,8 +63,7 @@ def _epilogue_contractions(body: Computation) -> list[Instruction]:
     if not isinstance(body.root.shape, Shape):
         return []
     found = [i for i in body.instructions if i.op in CONTRACTION_OPS]
-    users = body.users()
-    if not all(read_elementwise_only(body, c, c.array_shape.dims, users) for c in found):
+    if not all(read_elementwise_only(c, c.array_shape.dims) for c in found):
         return []
     return found
 

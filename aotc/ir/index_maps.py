@@ -25,6 +25,23 @@ IndexMap = tuple[int | None, ...]
 # more distinct maps than this for one instruction: treat it as read anywhere
 MAX_MAPS = 8
 
+# ops whose element at an index reads each operand once, at an index computed from that
+# index alone, with no branch or loop: elementwise ops and pure data movement (the
+# backends evaluate chains of them without recursing: backends/llvm's SplitGen)
+INDEX_MAP_OPS = frozenset(
+    {op for op in Op if op.is_elementwise}
+    | {
+        Op.BROADCAST,
+        Op.RESHAPE,
+        Op.BITCAST,
+        Op.TRANSPOSE,
+        Op.SLICE,
+        Op.REVERSE,
+        Op.TUPLE,
+        Op.GET_TUPLE_ELEMENT,
+    }
+)
+
 
 def rank_of(instr: Instruction) -> int:
     """Rank of an array, or of the (equally shaped) elements of a variadic reduce."""
@@ -117,12 +134,11 @@ def maps_from_users(
 
 def computation_maps(computation: Computation) -> dict[int, frozenset[IndexMap]]:
     """The maps of every instruction of `computation` reached from its root."""
-    users = computation.users()
     maps = {id(computation.root): frozenset({identity(rank_of(computation.root))})}
     for instr in reversed(computation.instructions):
         if instr is computation.root:
             continue
-        found = maps_from_users(instr, users[id(instr)], maps)
+        found = maps_from_users(instr, instr.users, maps)
         if found:
             maps[id(instr)] = found
     return maps
@@ -158,21 +174,17 @@ def dims_of(instr: Instruction) -> tuple[int, ...]:
     return shape.dims
 
 
-def read_elementwise_only(
-    computation: Computation, start: Instruction, dims, users=None, within=None
-) -> bool:
+def read_elementwise_only(start: Instruction, dims, within=None) -> bool:
     """Whether every instruction reading `start` (transitively) is elementwise at `dims`:
     then each output element reads only the same element of `start` (in-place safe).
-    `users`: the computation's, when the caller has them; `within`: only the readers
-    whose ids it holds count (a fusion group being formed)."""
-    users = computation.users() if users is None else users
+    `within`: only the readers whose ids it holds count (a fusion group being formed)."""
     work, seen = [start], set()
     while work:
         instr = work.pop()
         if id(instr) in seen:
             continue
         seen.add(id(instr))
-        for user in users[id(instr)]:
+        for user in instr.users:
             if within is not None and id(user) not in within:
                 continue
             same_dims = isinstance(user.shape, Shape) and user.shape.dims == tuple(dims)
@@ -237,7 +249,7 @@ def cached_row_value(instr: Instruction, rank: int, hoisted: list[Instruction]):
     if any(
         instr.operands[p.index].op is not Op.CONSTANT  # weights are never overwritten
         and dims_of(p) == dims
-        and read_elementwise_only(fused, p, dims)
+        and read_elementwise_only(p, dims)
         for p in fused.parameters
     ):
         return None

@@ -18,9 +18,14 @@ def inline_calls(module: Module) -> bool:
     callees: list[Computation] = []
     # callees first: a callee's own calls are already inlined when it is copied
     for comp in module.computations_in_call_order():
-        for instr in [i for i in comp.instructions if i.op is Op.CALL]:
-            callees.append(instr.called[0])
-            _inline(module, comp, instr)
+        calls = [i for i in comp.instructions if i.op is Op.CALL]
+        if not calls:
+            continue
+        # in order, so that a call reading an earlier one copies its callee onto the
+        # earlier one's result; placed in one pass over the computation at the end
+        inlined = {call: _inline(module, comp, call) for call in calls}
+        comp.instructions = [c for i in comp.instructions for c in inlined.get(i, (i,))]
+        callees += [call.called[0] for call in calls]
     if not callees:
         return False
     still_called = {
@@ -37,8 +42,9 @@ def copy_instruction(module: Module, instr: Instruction, operands) -> Instructio
     return dataclasses.replace(instr, operands=list(operands), name=module.unique_name(instr.name))
 
 
-def _inline(module: Module, caller: Computation, call: Instruction) -> None:
-    """Put copies of the callee's live instructions where `call` is; its uses take the root's."""
+def _inline(module: Module, caller: Computation, call: Instruction) -> list[Instruction]:
+    """Copies of the callee's live instructions, to take `call`'s place in `caller` (its
+    uses read the root's now, and it reads nothing)."""
     callee = call.called[0]
     copies: dict[int, Instruction] = {}
     inserted: list[Instruction] = []
@@ -49,6 +55,6 @@ def _inline(module: Module, caller: Computation, call: Instruction) -> None:
         copy = copy_instruction(module, instr, [copies[id(o)] for o in instr.operands])
         copies[id(instr)] = copy
         inserted.append(copy)
-    position = caller.instructions.index(call)
-    caller.instructions[position : position + 1] = inserted
     caller.replace_all_uses(call, copies[id(callee.root)])
+    call.operands = []
+    return inserted

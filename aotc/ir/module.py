@@ -4,6 +4,12 @@ An `Instruction` is one HLO operation: opcode, result shape, operands, a name
 unique in its module, and typed attributes (every attribute family is a field
 that is None or its default where the opcode does not use it).  Instructions
 compare by identity; `Instruction.key()` gives the structural key for CSE.
+
+Each instruction keeps its use-list (`users`): assigning `operands` moves the
+reads, so "who reads X" and `Computation.replace_all_uses` cost X's users, not a
+scan of the computation (quadratic in passes that rewrite per instruction).  An
+instruction a computation drops (`remove_dead`) reads nothing afterwards, so that
+use-lists name only instructions still in a computation.
 """
 
 from __future__ import annotations
@@ -33,10 +39,41 @@ if TYPE_CHECKING:
     from .extents import Extent
 
 
+class Operands(list):
+    """An instruction's operands: a list to read, replaced whole (`instr.operands = [...]`)
+    so that the use-lists follow; changing one in place raises (see below)."""
+
+    def __reduce__(self):
+        return (Operands, (list(self),))
+
+
+def _refuse_in_place(self, *args, **kwargs):
+    raise TypeError("assign instr.operands a new list: use-lists follow assignments only")
+
+
+# (set here rather than defined in the class: each keeps list's own signature for mypy)
+for _name in (
+    "__setitem__",
+    "__delitem__",
+    "__iadd__",
+    "__imul__",
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "remove",
+    "clear",
+    "sort",
+    "reverse",
+):
+    setattr(Operands, _name, _refuse_in_place)
+
+
 @dataclass(eq=False)
 class Instruction:
     op: Op
     shape: AnyShape
+    # a property (set after the class): assigning it updates the operands' use-lists
     operands: list[Instruction]
     name: str = ""
     # broadcast/transpose/reduce/reverse/concatenate(1)/iota(1) dimension lists
@@ -71,8 +108,30 @@ class Instruction:
     # reads only its reduction's identity there (masked), so it may stop; not printed
     reduced_extents: tuple[Extent | None, ...] | None = None
 
+    def __post_init__(self) -> None:
+        # user -> how many of its operands are this instruction (not a field: copies and
+        # dataclasses.replace start with no users)
+        self._users: dict[Instruction, int] = {}
+
     def __repr__(self) -> str:
         return f"<{self.op.text} {self.name}: {self.shape}>"
+
+    @property
+    def users(self) -> list[Instruction]:
+        """The instructions that read this one, once per operand they read it as."""
+        return [user for user, uses in self._users.items() for _ in range(uses)]
+
+    @property
+    def user_count(self) -> int:
+        """How many distinct instructions read this one (without listing them)."""
+        return len(self._users)
+
+    def _drop_user(self, user: Instruction) -> None:
+        uses = self._users[user] - 1
+        if uses:
+            self._users[user] = uses
+        else:
+            del self._users[user]
 
     @property
     def array_shape(self) -> Shape:
@@ -108,6 +167,28 @@ class Instruction:
             self.extents,
             self.reduced_extents,
         )
+
+
+def _get_operands(instr: Instruction) -> list[Instruction]:
+    return instr.__dict__["operands"]
+
+
+def _set_operands(instr: Instruction, operands) -> None:
+    new = Operands(operands)
+    old = instr.__dict__.get("operands")
+    if old is not None and len(old) == len(new) and all(a is b for a, b in zip(old, new)):
+        return  # the same reads: the use-lists keep their order
+    for operand in old or ():
+        operand._drop_user(instr)
+    for operand in new:
+        operand._users[instr] = operand._users.get(instr, 0) + 1
+    instr.__dict__["operands"] = new
+
+
+# a data descriptor: the dataclass's __init__, dataclasses.replace and every later
+# assignment go through it (stored in the instance's __dict__ under the same name; mypy
+# keeps seeing the field's list)
+Instruction.operands = property(_get_operands, _set_operands)  # type: ignore[assignment]
 
 
 def reached(roots) -> list[Instruction]:
@@ -147,50 +228,52 @@ class Computation:
         params = [i for i in self.instructions if i.op is Op.PARAMETER]
         return sorted(params, key=lambda p: p.index)
 
-    def users(self) -> dict[int, list[Instruction]]:
-        """id(instruction) -> instructions that use it (once per use site)."""
-        result: dict[int, list[Instruction]] = {id(i): [] for i in self.instructions}
-        for instr in self.instructions:
-            for operand in instr.operands:
-                result[id(operand)].append(instr)
-        return result
-
     def replace_all_uses(self, old: Instruction, new: Instruction) -> None:
-        fresh = old.extents is not None and self.root is not new
-        for instr in self.instructions:
-            fresh = fresh and all(o is not new for o in instr.operands)
-            instr.operands = [new if o is old else o for o in instr.operands]
-        if self.root is old:
-            self.root = new
-        if fresh:
-            _inherit_extents(old, new)
+        """Every read of `old` (the root too) reads `new` instead, but `new`'s own: a
+        replacement computed from `old` keeps reading it.  Costs `old`'s users."""
+        self.replace_uses({old: new})
 
-    def replace_uses(self, replaced: dict[int, Instruction]) -> None:
-        """Read `replaced[id(old)]` wherever `old` was read, in one pass over the computation.
-
-        Passes that replace many instructions collect them here rather than calling
-        `replace_all_uses` per instruction, which would scan the computation each time.
-        """
+    def replace_uses(self, replaced: dict[Instruction, Instruction]) -> None:
+        """Read `replaced[old]` wherever each `old` was read: each of their users is
+        rewritten once (a concatenate of thousands of replaced values, once), and a
+        replacement read nowhere yet takes the extents of what it replaces."""
         if not replaced:
             return
-        # replacements read nowhere yet take the extents of what they replace
-        olds = [i for i in self.instructions if id(i) in replaced and i.extents is not None]
-        if olds:
-            read = {id(self.root)} | {id(o) for i in self.instructions for o in i.operands}
-            olds = [old for old in olds if id(replaced[id(old)]) not in read]
-        for instr in self.instructions:
-            instr.operands = [replaced.get(id(o), o) for o in instr.operands]
-        if self.root is not None:
-            self.root = replaced.get(id(self.root), self.root)
-        for old in olds:
-            _inherit_extents(old, replaced[id(old)])
+        fresh = [
+            old
+            for old, new in replaced.items()
+            if old.extents is not None and not new._users and new is not self.root
+        ]
+        readers = dict.fromkeys(u for old in replaced for u in old._users)
+        for reader in readers:  # none made to read itself: a replacement keeps its reads
+            reader.operands = [
+                o if replaced.get(o, reader) is reader else replaced[o] for o in reader.operands
+            ]
+        if self.root in replaced:
+            self.root = replaced[self.root]
+        for old in fresh:
+            _inherit_extents(old, replaced[old])
 
     def remove_dead(self) -> bool:
-        """Drop instructions the root does not reach (parameters stay)."""
+        """Drop instructions the root does not reach (parameters stay); a dropped one
+        reads nothing afterwards, leaving the use-lists of what it read."""
         live = {id(i) for i in self.post_order()}
-        before = len(self.instructions)
-        self.instructions = [i for i in self.instructions if id(i) in live or i.op is Op.PARAMETER]
-        return len(self.instructions) != before
+        kept: list[Instruction] = []
+        for instr in self.instructions:
+            if id(instr) in live or instr.op is Op.PARAMETER:
+                kept.append(instr)
+            else:
+                instr.operands = []
+        dropped = len(self.instructions) != len(kept)
+        self.instructions = kept
+        return dropped
+
+    def place_before(self, placed: dict[Instruction, list[Instruction]]) -> None:
+        """Put each list of new instructions just before its key, in one pass over the
+        computation (an index search per insertion is quadratic in many insertions)."""
+        self.instructions = [
+            new for instr in self.instructions for new in (*placed.get(instr, ()), instr)
+        ]
 
     def post_order(self, leaf: Callable[[Instruction], bool] | None = None) -> list[Instruction]:
         """Instructions reachable from the root, operands before users; the operands of

@@ -7,6 +7,8 @@ What each opcode requires (arity, attributes, shape rule) is its `OP_DEFS` row.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from ..errors import AotcError, ShapeError
 from .module import Computation, Instruction, Module
 from .ops import OP_DEFS, VARIADIC, Op, missing_attributes
@@ -42,6 +44,8 @@ def verify(module: Module) -> None:
     names: dict[str, Computation] = {}
     for comp in order:
         _verify_computation(comp, names)
+    for comp in order:  # after the rules above, which say better what a stray read broke
+        _check_use_lists(comp)
 
 
 def _fail(comp: Computation, instr: Instruction, problem: str) -> VerifyError:
@@ -50,27 +54,35 @@ def _fail(comp: Computation, instr: Instruction, problem: str) -> VerifyError:
 
 
 def _callees_first(module: Module, members: set[int]) -> list[Computation]:
-    """The module's computations, callees before callers; raises on a call cycle."""
+    """The module's computations, callees before callers; raises on a call cycle.  An
+    explicit stack: nesting is as deep as the model's (loops in loops)."""
     order: list[Computation] = []
     state: dict[int, str] = {}  # id -> "open" while on the DFS stack, "done" after
-
-    def visit(comp: Computation) -> None:
-        state[id(comp)] = "open"
-        for instr in comp.instructions:
-            for callee in instr.called:
+    for start in module.computations:
+        if id(start) in state:
+            continue
+        state[id(start)] = "open"
+        stack = [(start, _calls(start))]
+        while stack:
+            comp, calls = stack[-1]
+            for instr, callee in calls:
                 if id(callee) not in members:
                     raise _fail(comp, instr, f"calls %{callee.name}, not in the module")
                 if state.get(id(callee)) == "open":
                     raise _fail(comp, instr, f"call cycle through %{callee.name}")
                 if id(callee) not in state:
-                    visit(callee)
-        state[id(comp)] = "done"
-        order.append(comp)
-
-    for comp in module.computations:
-        if id(comp) not in state:
-            visit(comp)
+                    state[id(callee)] = "open"
+                    stack.append((callee, _calls(callee)))
+                    break
+            else:
+                stack.pop()
+                state[id(comp)] = "done"
+                order.append(comp)
     return order
+
+
+def _calls(comp: Computation) -> Iterator[tuple[Instruction, Computation]]:
+    return ((instr, callee) for instr in comp.instructions for callee in instr.called)
 
 
 def _verify_computation(comp: Computation, names: dict[str, Computation]) -> None:
@@ -110,6 +122,29 @@ def _verify_computation(comp: Computation, names: dict[str, Computation]) -> Non
     for number, param in parameters.items():
         if not 0 <= number < len(parameters):
             raise _fail(comp, param, f"parameters must be numbered 0..{len(parameters) - 1}")
+
+
+def _check_use_lists(comp: Computation) -> None:
+    """Each instruction's use-list holds exactly the instructions of the computation that
+    read it, once per operand they read it as (a pass that changed operands in place, or
+    left a dropped instruction reading, breaks it)."""
+    # (id(value), id(reader)) -> the reads not yet found in the value's use-list
+    reads: dict[tuple[int, int], int] = {}
+    for instr in comp.instructions:
+        for operand in instr.operands:
+            key = (id(operand), id(instr))
+            reads[key] = reads.get(key, 0) + 1
+    for instr in comp.instructions:
+        for user in instr.users:
+            key = (id(instr), id(user))
+            if not reads.get(key):
+                raise _fail(comp, instr, f"its use-list has %{user.name}, which does not read it")
+            reads[key] -= 1
+    by_id = {id(i): i for i in comp.instructions}
+    for (value, reader), missing in reads.items():
+        if missing:
+            name = by_id[value].name
+            raise _fail(comp, by_id[reader], f"reads %{name}, whose use-list misses it")
 
 
 def _check_shape(comp: Computation, instr: Instruction) -> None:

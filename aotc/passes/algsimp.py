@@ -161,14 +161,36 @@ def _permuted(b: InsertingBuilder, x: Instruction, operands, perm) -> Instructio
 
 def _takes_transpose(computation, x: Instruction, rank: int) -> bool:
     """Whether transposing `x`'s operands instead of `x` reaches a transpose (through
-    more such ops), its other operands being broadcasts, constants or scalars."""
+    more such ops), its other operands being broadcasts, constants or scalars.  Decided
+    operands first on an explicit stack: the ops it passes are as many as the model's."""
+    takes: dict[int, bool] = {}
+    stack = [(x, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            takes[id(node)] = _reaches_transpose(node, takes)
+        elif not _moves_alone(computation, node, rank):
+            takes[id(node)] = False
+        else:
+            stack.append((node, True))
+            stack.extend((o, False) for o in node.operands if o.op is not Op.TRANSPOSE)
+    return takes[id(x)]
+
+
+def _moves_alone(computation, x: Instruction, rank: int) -> bool:
+    """Whether a transpose may move from `x`'s one user to `x`'s operands: `x` is
+    transposable at that rank and read there alone."""
     if x.op not in TRANSPOSABLE or not isinstance(x.shape, Shape) or x.shape.rank != rank:
         return False
-    if x is computation.root or sum(x in u.operands for u in computation.instructions) > 1:
-        return False
+    return x is not computation.root and x.user_count <= 1
+
+
+def _reaches_transpose(x: Instruction, takes: dict[int, bool]) -> bool:
+    """With its operands decided (`takes`): whether one is or takes a transpose and the
+    others are broadcasts, constants or scalars."""
     reaching = False
     for o in x.operands:
-        if o.op is Op.TRANSPOSE or _takes_transpose(computation, o, rank):
+        if o.op is Op.TRANSPOSE or takes.get(id(o), False):
             reaching = True
         elif o.array_shape.rank and o.op not in (Op.BROADCAST, Op.CONSTANT):
             return False

@@ -17,7 +17,7 @@ import dataclasses
 from ..ir import ComputationBuilder, FusionKind, Instruction, Module, Op
 from ..ir.attention_chain import AttentionChain, attention_chain
 from ..ir.inline import copy_instruction
-from .fusion import fusion_instruction, replace_by_fusion
+from .fusion import fusion_instruction
 
 # chains whose score array is smaller stay three kernels: S then fits in the caches
 # between the kernels (BERT's 12 heads x 128 x 128 are 786 KB), and a kernel per query
@@ -31,20 +31,21 @@ class AttentionChains:
     def run(self, module: Module) -> bool:
         changed = False
         for computation in module.program_computations():
-            users = computation.users()
             chains: list[AttentionChain] = []
             taken: set[int] = set()
             for instr in computation.instructions:
-                chain = attention_chain(instr, users)
+                chain = attention_chain(instr)
                 if chain is None or chain.rows.array_shape.nbytes < MIN_SCORE_BYTES:
                     continue
                 kernels = {id(chain.scores), id(chain.rows), id(chain.values)}
                 if not kernels & taken:  # one chain's output the next one's scores
                     chains.append(chain)
                     taken |= kernels
-            for chain in chains:
-                _outline(module, computation, chain)
             if chains:
+                # each chain's last kernel -> its kChain fusion, placed just before it
+                fused = {chain.values: _outline(module, chain) for chain in chains}
+                computation.place_before({last: [fusion] for last, fusion in fused.items()})
+                computation.replace_uses(fused)
                 computation.remove_dead()
                 changed = True
         if changed:
@@ -52,34 +53,33 @@ class AttentionChains:
         return changed
 
 
-def _outline(module: Module, computation, chain: AttentionChain) -> None:
-    """Replace the chain's last kernel by a kChain fusion of the three."""
-    parts = [_as_fusion(module, k) for k in (chain.scores, chain.rows, chain.values)]
+def _outline(module: Module, chain: AttentionChain) -> Instruction:
+    """A kChain fusion of the chain's three kernels, to read in its last one's place."""
     builder = ComputationBuilder(module, f"chained_{chain.values.name}")
     inside: dict[int, Instruction] = {}
     operands: list[Instruction] = []
-    for original, part in zip((chain.scores, chain.rows, chain.values), parts):
-        for operand in part.operands:
+    for kernel in (chain.scores, chain.rows, chain.values):
+        for operand in kernel.operands:
             _parameter_for(builder, inside, operands, operand)
-        clone = copy_instruction(module, part, [inside[id(o)] for o in part.operands])
-        builder.computation.instructions.append(clone)
-        inside[id(original)] = clone
+        part = _part(module, kernel, inside)
+        builder.computation.instructions.append(part)
+        inside[id(kernel)] = part
     body = builder.build(inside[id(chain.values)])
-    fusion = fusion_instruction(
+    return fusion_instruction(
         module, chain.values, operands, body, FusionKind.CHAIN, "fusion.attention"
     )
-    replace_by_fusion(computation, chain.values, fusion)
 
 
-def _as_fusion(module: Module, kernel: Instruction) -> Instruction:
-    """`kernel` if a fusion, else (a bare dot) an OUTPUT fusion of it alone."""
+def _part(module: Module, kernel: Instruction, inside: dict[int, Instruction]) -> Instruction:
+    """`kernel` in the chain's body, reading the values there (`inside`, by id) of its
+    operands: a copy of it if a fusion, else (a bare dot) an OUTPUT fusion of it alone."""
     if kernel.op is Op.FUSION:
-        return kernel
+        return copy_instruction(module, kernel, [inside[id(o)] for o in kernel.operands])
     builder = ComputationBuilder(module, f"fused_{kernel.name}")
     params: dict[int, Instruction] = {}
-    operands: list[Instruction] = []
+    distinct: list[Instruction] = []
     for operand in kernel.operands:
-        _parameter_for(builder, params, operands, operand)
+        _parameter_for(builder, params, distinct, operand)
     dot = dataclasses.replace(
         kernel,
         operands=[params[id(o)] for o in kernel.operands],
@@ -87,7 +87,8 @@ def _as_fusion(module: Module, kernel: Instruction) -> Instruction:
     )
     builder.computation.instructions.append(dot)
     body = builder.build(dot)
-    return fusion_instruction(module, kernel, operands, body, FusionKind.OUTPUT, "fusion")
+    reads = [inside[id(o)] for o in distinct]
+    return fusion_instruction(module, kernel, reads, body, FusionKind.OUTPUT, "fusion")
 
 
 def _parameter_for(

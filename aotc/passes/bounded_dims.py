@@ -170,12 +170,11 @@ class Sizes:
         """`Instruction.extents` for each array whose extents read only input_dims
         (ir/extents.py), its dims in `whole` left out: what the kernels may clip to; and
         for each sort of several arrays, their common extents (`_sort_extents`)."""
-        users = self.entry.users()
         for instr in self.entry.instructions:
             extents = self.extents.get(id(instr))
             whole = self.whole.get(id(instr), set())
             if instr.op is Op.SORT and isinstance(instr.shape, TupleShape) and extents:
-                extents, whole = self._sort_extents(instr, users.get(id(instr), []))
+                extents, whole = self._sort_extents(instr, instr.users)
             elif not isinstance(instr.shape, Shape):
                 continue
             if not extents:
@@ -390,7 +389,8 @@ def _mask_reduce(sizes: Sizes, instr: Instruction) -> None:
     assert instr.dimensions is not None
     for k, (x, init) in enumerate(zip(inputs, inits)):
         bounded = [d for d in instr.dimensions if x.array_shape.is_dynamic(d)]
-        instr.operands[k] = sizes.masked(x, bounded, init)
+        masked = sizes.masked(x, bounded, init)
+        instr.operands = [masked if n == k else o for n, o in enumerate(instr.operands)]
         if k == 0:  # the inputs share their dims
             sizes.reduced[id(instr)] = {d: sizes.size(x, d) for d in bounded}
 
@@ -405,7 +405,8 @@ def _mask_dot(sizes: Sizes, instr: Instruction) -> None:
         bounded = [dim for dim in contracting if _is_dynamic(x, dim)]
         if bounded:
             zero = sizes.b.scalar(0, x.array_shape.dtype)
-            instr.operands[k] = sizes.masked(x, bounded, zero)
+            masked = sizes.masked(x, bounded, zero)
+            instr.operands = [masked if n == k else o for n, o in enumerate(instr.operands)]
             if k == 0:  # the rhs contracting dims pair with these
                 sizes.reduced[id(instr)] = {dim: sizes.size(x, dim) for dim in bounded}
 

@@ -38,7 +38,6 @@ class ClipExtents:
         entry = module.entry
         if entry is None or not any(i.extents for i in entry.instructions):
             return False
-        users = entry.users()
         outputs = _outputs(entry.root)
         changed = False
         for instr in reversed(entry.instructions):  # readers first
@@ -46,7 +45,7 @@ class ClipExtents:
                 continue
             if not isinstance(instr.shape, Shape) or id(instr) in outputs:
                 continue
-            found = _demanded(instr, users.get(id(instr), []))
+            found = _demanded(instr, instr.users)
             if any(e is not None for e in found):
                 instr.extents = found
                 changed = True

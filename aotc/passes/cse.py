@@ -17,11 +17,11 @@ class CommonSubexpressionElimination:
         changed = False
         for computation in module.computations:
             seen: dict[tuple, Instruction] = {}
-            # id(duplicate) -> the first instruction with its key; later users read through it
-            replaced: dict[int, Instruction] = {}
+            # duplicate -> the first instruction with its key; later users read through it
+            replaced: dict[Instruction, Instruction] = {}
             for instr in list(computation.instructions):
                 if replaced:
-                    instr.operands = [replaced.get(id(o), o) for o in instr.operands]
+                    instr.operands = [replaced.get(o, o) for o in instr.operands]
                 # parameters are distinct inputs; side effects happen once per instruction
                 if instr.op is Op.PARAMETER or Trait.SIDE_EFFECT in instr.op.traits:
                     continue
@@ -30,7 +30,7 @@ class CommonSubexpressionElimination:
                     key = key[:2] + (tuple(sorted(key[2])),) + key[3:]
                 first = seen.setdefault(key, instr)
                 if first is not instr:
-                    replaced[id(instr)] = first
+                    replaced[instr] = first
             if replaced:
                 changed = True
                 computation.replace_uses(replaced)

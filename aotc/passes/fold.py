@@ -49,11 +49,11 @@ class ConstantFolding:
         # along many paths counts once); values too big to fold stay here, so that a
         # smaller user of them can still fold
         sources: dict[int, frozenset[Instruction]] = {}
-        # id(folded instruction) -> its constant; a user reads through it when it is reached
-        replaced: dict[int, Instruction] = {}
+        # folded instruction -> its constant; a user reads through it when it is reached
+        replaced: dict[Instruction, Instruction] = {}
         for instr in list(computation.instructions):
             if replaced:
-                instr.operands = [replaced.get(id(o), o) for o in instr.operands]
+                instr.operands = [replaced.get(o, o) for o in instr.operands]
             if instr.op is Op.CONSTANT:
                 sources[id(instr)] = frozenset((instr,))
                 continue
@@ -76,7 +76,7 @@ class ConstantFolding:
                 continue
             builder.origin = instr.origin
             constant = builder.constant(value, instr.shape.dtype)
-            replaced[id(instr)] = constant
+            replaced[instr] = constant
             sources[id(constant)] = frozenset((constant,))
         folded = bool(replaced)
         if folded:

@@ -52,6 +52,7 @@ from ..ir.cost import elements, evaluations_for, flops, weighted_operations
 from ..ir.dequantization import block_dequantization
 from ..ir.fusion_kinds import BYTE_TYPES, CONTRACTION_OPS, fusion_kind, widens_bytes
 from ..ir.index_maps import (
+    INDEX_MAP_OPS,
     IndexMap,
     dims_of,
     identity,
@@ -126,19 +127,14 @@ class Fusion:
             groups = _form_groups(computation)
             if not any(len(g.members) > 1 for g in groups):
                 continue
-            # id(group root) -> its fusion: placed and read in one pass over the
-            # computation, not one scan per kernel (quadratic in a long chain of kernels)
+            # group root -> its fusion, placed just before it
             position = {id(i): n for n, i in enumerate(computation.instructions)}
-            fused: dict[int, Instruction] = {}
-            for group in groups:
-                if len(group.members) > 1:
-                    fused[id(group.root)] = _outline(module, group, position)
-            placed: list[Instruction] = []
-            for instr in computation.instructions:
-                if id(instr) in fused:
-                    placed.append(fused[id(instr)])
-                placed.append(instr)
-            computation.instructions = placed
+            fused = {
+                group.root: _outline(module, group, position)
+                for group in groups
+                if len(group.members) > 1
+            }
+            computation.place_before({root: [fusion] for root, fusion in fused.items()})
             computation.replace_uses(fused)
             computation.remove_dead()
             changed = True
@@ -164,8 +160,17 @@ class _Group:
         # per member, the lookups its value is an index of, one into the next, on the
         # way to the root (see MAX_CHASE)
         self.chase: dict[int, int] = {id(root): 0}
-        # per member, the longest path of members from the root down to it (MAX_DEPTH)
+        # per member, the most members reading their operands through a call on a path
+        # from the root down to it (MAX_DEPTH)
         self.depth: dict[int, int] = {id(root): 0}
+        # id(value) -> the members reading it, once per read: a candidate's readers in
+        # the group without a look at all its users (a bias that thousands of kernels read)
+        self.readers: dict[int, list[Instruction]] = {}
+        self.note_reads(root)
+
+    def note_reads(self, member: Instruction) -> None:
+        for operand in member.operands:
+            self.readers.setdefault(id(operand), []).append(member)
 
     def evaluations_of(self, producer: Instruction, users: list[Instruction], rows) -> float:
         """How many elements of `producer` the kernel would compute: once per row for a
@@ -190,8 +195,16 @@ class _Group:
         )
 
     def depth_of(self, producer: Instruction, users: list[Instruction]) -> int:
-        """The longest path of members from the root down to `producer` if it joined."""
-        return 1 + max((self.depth[id(u)] for u in users if id(u) in self.members), default=0)
+        """The most members outside INDEX_MAP_OPS on a path from the root down to
+        `producer` if it joined: how deep the backend's emitter would recurse to it."""
+        return max(
+            (
+                self.depth[id(u)] + (u.op not in INDEX_MAP_OPS)
+                for u in users
+                if id(u) in self.members
+            ),
+            default=0,
+        )
 
     def rows(self, rank: int) -> int:
         return math.prod(self.root_dims[:rank])
@@ -237,11 +250,12 @@ MAX_CHASE = 2
 # on larger loop bodies (an unrolled iterative solver's 7,724: 6x slower than unfused)
 MAX_MEMBERS = 512
 
-# the longest path of instructions from a fused kernel's root down to a member: the
-# backend emits a kernel's element by asking each value's generator for its operands',
-# one call into the next, so a deeper group would need a call stack as deep as the model
-# (a 20,000-op elementwise chain: RecursionError); deeper chains become a kernel per step
-MAX_DEPTH = 64
+# the most members on a path from a fused kernel's root down to a member that read their
+# operands through a Python call (pad, concatenate, gather, reductions, contractions:
+# INDEX_MAP_OPS evaluate on an explicit stack): the backend's emitter recurses once per
+# such member, so a deeper group would need a call stack as deep as the model (a
+# 20,000-op chain: RecursionError); deeper chains of them become a kernel per step
+MAX_DEPTH = 32
 
 # what storing a value and loading it back costs per byte, in arithmetic instructions:
 # what fusing a producer saves, against what recomputing it in the consumer costs
@@ -329,7 +343,7 @@ class _Ancestry:
         return self.reduce_above[id(instr)]
 
 
-def _read_as_epilogue(computation, producer, maps, users, group: _Group) -> bool:
+def _read_as_epilogue(producer, maps, group: _Group) -> bool:
     """Whether the group reads `producer` at its root's own index through elementwise ops
     only, into a root of its own type: what a kernel form computing `producer` can apply
     per output element (the pooling kernel keeps its values in the output buffer until
@@ -339,11 +353,11 @@ def _read_as_epilogue(computation, producer, maps, users, group: _Group) -> bool
         maps == {identity(root_rank)}
         and group.root.array_shape.dtype is producer.array_shape.dtype
         and dims_of(producer) == group.root_dims
-        and read_elementwise_only(computation, producer, dims_of(producer), users, group.members)
+        and read_elementwise_only(producer, dims_of(producer), group.members)
     )
 
 
-def _moves_rows_of(producer: Instruction, users, group: _Group, all_users) -> bool:
+def _moves_rows_of(producer: Instruction, users, group: _Group) -> bool:
     """A transpose that moves its last dim, read by a convolution of the group (directly
     or through reshapes: tokens [B, H*W, C] made an NCHW image) or by a reduction
     (through reshapes and elementwise ops: a layer norm over channels of an NCHW image):
@@ -362,7 +376,7 @@ def _moves_rows_of(producer: Instruction, users, group: _Group, all_users) -> bo
             return True
         if user.op in (Op.RESHAPE, Op.BITCAST) or user.op.is_elementwise:
             keeps = reshaped_only and not user.op.is_elementwise
-            pending.extend((u, keeps) for u in all_users[id(user)])
+            pending.extend((u, keeps) for u in user.users)
     return False
 
 
@@ -371,21 +385,21 @@ def _is_fusible(instr: Instruction) -> bool:
 
 
 def _form_groups(computation: Computation) -> list[_Group]:
-    users = computation.users()
     position = {id(i): n for n, i in enumerate(computation.instructions)}
     grouped: set[int] = set()
     copies: dict[int, list[_Group]] = {}  # id -> groups that compute a copy of it
+    covered: dict[int, set[int]] = {}  # id -> its users in those groups (their ids)
     groups: list[_Group] = []
     ancestry = _Ancestry(computation)
     budget = _Budget(computation)
     for instr in reversed(computation.instructions):
         if id(instr) in grouped or not _is_fusible(instr):
             continue
-        if _computed_by_every_user(instr, users[id(instr)], copies.get(id(instr), [])):
+        if instr.user_count and len(covered.get(id(instr), ())) == instr.user_count:
             continue  # no one will read it: every user computes its own copy
         group = _Group(instr)
         grouped.add(id(instr))
-        weights = _dequantized_operands(instr, users)
+        weights = _dequantized_operands(instr)
         # candidates are judged latest-first, so all their in-group users are known;
         # entries: (-position, producer, recomputed several times per output element?,
         # reached through a copy that other kernels compute too?)
@@ -405,10 +419,11 @@ def _form_groups(computation: Computation) -> list[_Group]:
             replicated = replicated and not weight
             if len(group.members) >= MAX_MEMBERS:
                 continue  # past this, one loop body no longer vectorizes: kernels that do win
-            depth = group.depth_of(producer, users[id(producer)])
+            readers = group.readers.get(id(producer), [])
+            depth = group.depth_of(producer, readers)
             if depth > MAX_DEPTH:
                 continue
-            maps = maps_from_users(producer, users[id(producer)], group.maps)
+            maps = maps_from_users(producer, readers, group.maps)
             # a non-root reduction fuses as a row value only; a costly value read through a
             # broadcast only as a row value on top of one
             row_value = producer.op is Op.REDUCE or (
@@ -420,23 +435,19 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 replicated = False  # computed once per row
             if replicated and (producer.op not in FREE_OPS or _quantizes(producer)):
                 continue
-            chase = group.chase_of(producer, users[id(producer)])
+            chase = group.chase_of(producer, readers)
             if chase >= MAX_CHASE and producer.op not in FREE_OPS:
                 continue
             if producer.op in CONTRACTION_OPS and not (
                 group.takes_contraction(producer, maps)
                 # as the backend's GEMM epilogue reads it (index maps alone would let two
                 # transposes that cancel through)
-                and read_elementwise_only(
-                    computation, producer, dims_of(producer), users, group.members
-                )
+                and read_elementwise_only(producer, dims_of(producer), group.members)
             ):
                 continue
-            if producer.op in KERNEL_FORM_OPS and not _read_as_epilogue(
-                computation, producer, maps, users, group
-            ):
+            if producer.op in KERNEL_FORM_OPS and not _read_as_epilogue(producer, maps, group):
                 continue
-            if _moves_rows_of(producer, users[id(producer)], group, users):
+            if _moves_rows_of(producer, readers, group):
                 continue
             # a contraction's epilogue read through a concatenate, pad...: better left to
             # form the contraction's own kernel
@@ -447,22 +458,15 @@ def _form_groups(computation: Computation) -> list[_Group]:
             bytes_read = widens_bytes(producer) and replicated
             if epilogue and maps != {identity(len(group.root_dims))} and not bytes_read:
                 continue
-            places = group.places_of(producer, users[id(producer)])
+            places = group.places_of(producer, readers)
             if not (row_value or weight) and not _recomputable(producer, len(places)):
                 continue
-            # read outside: by a user in no group of ours, or by a copy of a user that
-            # another kernel computes without computing this producer too
-            outside = [
-                u
-                for u in users[id(producer)]
-                if id(u) not in group.members
-                or any(id(producer) not in g.members for g in copies.get(id(u), []))
-            ]
+            outside = _read_outside(producer, readers, copies)
             # what a copy pulls in, the other copies need too: only cheap ops; and not
             # what would need a reduction or a contraction stored for it, though the kernel
             # computing that (a layer norm, a dot with its epilogue) keeps it inside
             # (a widening of bytes is copied whatever it comes from: the bytes are stored)
-            duplicate = bool(outside) or copied
+            duplicate = outside or copied
             if duplicate and (
                 producer.op not in CHEAP_OPS
                 or (ancestry.reaches_reduce(producer) and not bytes_read)
@@ -477,10 +481,11 @@ def _form_groups(computation: Computation) -> list[_Group]:
             if id(producer) in grouped and producer.op not in CHEAP_OPS:
                 continue
             rows = group.rows(row_rank(producer, maps, group.root_dims)) if row_value else None
-            evaluations = group.evaluations_of(producer, users[id(producer)], rows)
+            evaluations = group.evaluations_of(producer, readers, rows)
             if not weight and not budget.take(producer, evaluations, duplicate):
                 continue
             group.members[id(producer)] = producer
+            group.note_reads(producer)
             group.maps[id(producer)] = maps
             group.places[id(producer)] = places
             group.evaluations[id(producer)] = evaluations
@@ -491,9 +496,10 @@ def _form_groups(computation: Computation) -> list[_Group]:
                 group.row_values.add(id(producer))
             if producer.op in CONTRACTION_OPS:
                 group.contraction = producer
-                weights |= _dequantized_operands(producer, users)
+                weights |= _dequantized_operands(producer)
             if duplicate:
                 copies.setdefault(id(producer), []).append(group)
+                covered.setdefault(id(producer), set()).update(id(u) for u in readers)
             else:
                 grouped.add(id(producer))
             for n, o in enumerate(producer.operands):
@@ -503,7 +509,7 @@ def _form_groups(computation: Computation) -> list[_Group]:
     return groups
 
 
-def _dequantized_operands(instr: Instruction, users) -> set[int]:
+def _dequantized_operands(instr: Instruction) -> set[int]:
     """The members of `instr`'s block-dequantized operands (ir/dequantization.py) when it
     is a contraction and they have no users but each other and it."""
     if instr.op not in CONTRACTION_OPS:
@@ -515,7 +521,7 @@ def _dequantized_operands(instr: Instruction, users) -> set[int]:
             continue
         members = {id(m) for m in weight.members}
         inside = members | {id(instr)}
-        if all(id(u) in inside for m in weight.members for u in users[id(m)]):
+        if all(id(u) in inside for m in weight.members for u in m.users):
             found |= members
     return found
 
@@ -539,8 +545,15 @@ def _reads_repeatedly(consumer: Instruction, number: int) -> bool:
     return consumer.op in REUSING_OPS and not reads_indices_at_own_index(consumer, number)
 
 
-def _computed_by_every_user(instr: Instruction, users, copy_groups: list[_Group]) -> bool:
-    return bool(users) and all(any(id(user) in g.members for g in copy_groups) for user in users)
+def _read_outside(producer: Instruction, readers: list[Instruction], copies) -> bool:
+    """Whether `producer` is read outside the group whose members `readers` read it: by a
+    user in no group of ours, or by a copy of a member that another kernel computes
+    without computing `producer` too (this group's own copy first: the latest)."""
+    if producer.user_count > len({id(u) for u in readers}):
+        return True
+    return any(
+        id(producer) not in g.members for u in readers for g in reversed(copies.get(id(u), []))
+    )
 
 
 def _outline(module: Module, group: _Group, position: dict[int, int]) -> Instruction:
@@ -592,14 +605,6 @@ def fusion_instruction(
         origin=root.origin,
         extents=root.extents,
     )
-
-
-def replace_by_fusion(computation: Computation, root: Instruction, fusion: Instruction) -> None:
-    """`fusion` in the computation just before `root`, and read wherever `root` was."""
-    operands = fusion.operands
-    computation.instructions.insert(computation.instructions.index(root), fusion)
-    computation.replace_all_uses(root, fusion)
-    fusion.operands = operands  # replace_all_uses must not rewrite the fusion's own operands
 
 
 def _inline_constant(instr: Instruction) -> bool:

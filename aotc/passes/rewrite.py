@@ -59,17 +59,17 @@ def rewrite(module: Module, rules: Iterable[Rule]) -> bool:
 
 def _rewrite_once(module: Module, computation: Computation, by_op) -> bool:
     builder = InsertingBuilder(module, computation)
-    # id(rewritten instruction) -> its replacement; later users read through it
-    replaced: dict[int, Instruction] = {}
+    # rewritten instruction -> its replacement; later users read through it
+    replaced: dict[Instruction, Instruction] = {}
     for instr in list(computation.instructions):
         if replaced:
-            instr.operands = [replaced.get(id(o), o) for o in instr.operands]
+            instr.operands = [replaced.get(o, o) for o in instr.operands]
         for r in by_op.get(instr.op, ()):
             builder.origin = instr.origin
             replacement = r.fn(builder, instr)
             if replacement is not None and replacement is not instr:
                 assert replacement.shape == instr.shape, (r.fn.__name__, instr, replacement)
-                replaced[id(instr)] = replacement
+                replaced[instr] = replacement
                 break
     fired = bool(replaced)
     if fired:

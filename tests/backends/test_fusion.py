@@ -2,9 +2,37 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from aotc.ir import ComputationBuilder, DType, Module, Op, Shape, scalar_reducer
+
+
+def test_fused_chain_deeper_than_the_recursion_limit(check, fuse, rng):
+    """A kernel of 1,000 members each read by the next, elementwise ops and every pure
+    index map (ir/index_maps.py's INDEX_MAP_OPS) among them, emits under a recursion limit
+    of 400: those are evaluated on an explicit stack, not a Python call per member."""
+    module = Module("deep")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(DType.F32, (4, 6)))
+
+    def body(f, p):
+        t = p[0]
+        for _ in range(100):  # 10 members a step
+            t = f.reverse(f.unary(Op.NEGATE, f.transpose(t, [1, 0])), [0])  # [6, 4]
+            t = f.slice(f.broadcast(f.reshape(t, [4, 6]), [1, 2], [2, 4, 6]), [1, 0, 0], [2, 4, 6])
+            t = f.reshape(t, [4, 6])
+            t = f.convert(f.get_tuple_element(f.tuple([t, t]), 1), DType.F32)
+        return t
+
+    b.build(fuse(b, [x], body), entry=True)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(400)
+    try:
+        check(module, [rng.standard_normal((4, 6)).astype(np.float32)], rtol=0, atol=0)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def test_fusion_chain_with_broadcast_constant_and_diamond(check, fuse, rng):

@@ -194,13 +194,14 @@ def _break_condition_result(module: Module) -> Module:
 def _break_branch_operand(module: Module) -> Module:
     entry = module.entry
     c2 = next(i for i in entry.instructions if i.name == "cond.2")
-    c2.operands[2] = next(i for i in entry.instructions if i.name == "tuple.4")
+    tuple4 = next(i for i in entry.instructions if i.name == "tuple.4")
+    c2.operands = [*c2.operands[:2], tuple4, *c2.operands[3:]]
     return module
 
 
 def _break_call_arity(module: Module) -> Module:
     call = next(i for i in module.entry.instructions if i.op is Op.CALL)
-    call.operands.append(call.operands[0])
+    call.operands = [*call.operands, call.operands[0]]
     return module
 
 

@@ -130,7 +130,7 @@ def test_names_unique_module_wide():
 
 def test_arity():
     m, n = valid_module()
-    n["sum"].operands.append(n["a"])
+    n["sum"].operands = [*n["sum"].operands, n["a"]]
     fails(m, n["sum"], "add takes 2 operands, has 3")
 
 

@@ -131,7 +131,7 @@ def test_channels_last_layers_compile_to_gemm_kernels(tmp_path):
         if kernel.op is Op.FUSION:
             body = kernel.called[0]
             for conv in (i for i in body.instructions if i.op is Op.CONVOLUTION):
-                assert read_elementwise_only(body, conv, conv.shape.dims), kernel.name
+                assert read_elementwise_only(conv, conv.shape.dims), kernel.name
     # layout changes: the image in, the two kernels, the result out; the one back to
     # channels-last after the first layer cancels with the one into the second
     members = [i for k in kernels for i in (k.called[0].instructions if k.called else [k])]

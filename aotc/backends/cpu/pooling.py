@@ -196,13 +196,13 @@ def _find_pool(instr: Instruction) -> tuple[Instruction, Instruction] | None:
     pool, dims = pools[0], instr.array_shape.dims
     value = pool
     if pool.array_shape.dims != dims:  # keepdims: a reshape adding unit dims
-        users = body.users()[id(pool)]
+        users = pool.users
         if len(users) != 1 or Trait.VIEW not in users[0].op.traits:
             return None
         value = users[0]
         if value.array_shape.dims != dims or value.array_shape.dtype is not pool.array_shape.dtype:
             return None
-    if not read_elementwise_only(body, value, dims):
+    if not read_elementwise_only(value, dims):
         return None
     return pool, value
 

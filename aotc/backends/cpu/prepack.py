@@ -148,27 +148,29 @@ def _reads_packed_only(kernel: Instruction, k: int, packed: set) -> bool:
     if kernel.op is not Op.FUSION:
         return (id(kernel), id(kernel), k) in packed
     body = kernel.called[0]
-    users = body.users()
     # values on the way to a block-dequantized weight (ir/dequantization.py), which its
     # contraction reads pre-packed whole
     weights = {
         id(m) for i in body.instructions if (w := block_dequantization(i)) for m in w.members
     }
-
-    def only_packed(node: Instruction) -> bool:
+    # the views and widenings reached from the parameter, one at a time (a worklist:
+    # chains of them are as long as the fusion)
+    pending = [next(p for p in body.parameters if p.index == k)]
+    seen = {id(pending[0])}
+    while pending:
+        node = pending.pop()
         if node is body.root:
             return False
-        for user in {id(u): u for u in users[id(node)]}.values():
+        for user in dict.fromkeys(node.users):
             if user.op in STRIDED_VIEW_OPS or widens_to_pairs(user) or id(user) in weights:
-                if not only_packed(user):
-                    return False
+                if id(user) not in seen:
+                    seen.add(id(user))
+                    pending.append(user)
                 continue
-            uses = [k for k, o in enumerate(user.operands) if o is node]
-            if not all((id(kernel), id(user), k) in packed for k in uses):
+            uses = [n for n, o in enumerate(user.operands) if o is node]
+            if not all((id(kernel), id(user), n) in packed for n in uses):
                 return False
-        return True
-
-    return only_packed(next(p for p in body.parameters if p.index == k))
+    return True
 
 
 # -- the blob -----------------------------------------------------------------------

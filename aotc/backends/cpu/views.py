@@ -119,16 +119,25 @@ def fused_view(
     (a fusion nested in a kChain fusion reads its parameters and its siblings)."""
     if operands is None:
         operands = fusion.operands
-    if instr.op is Op.PARAMETER:
-        assert instr.index is not None  # the verifier's rule
-        operand = operands[instr.index]
-        return None if operand is None else memory_view(plan, operand)
-    if instr.op is Op.SLICE:
-        return _sliced_view(fused_view(plan, fusion, instr.operands[0], operands), instr)
-    if instr.op not in STRIDED_VIEW_OPS:
-        return None
-    inner = fused_view(plan, fusion, instr.operands[0], operands)
-    if inner is None or instr.array_shape.dtype is not instr.operands[0].array_shape.dtype:
+    steps: list[Instruction] = []  # the views from `instr` down to the parameter (no recursion)
+    while instr.op is not Op.PARAMETER:
+        if instr.op is not Op.SLICE and instr.op not in STRIDED_VIEW_OPS:
+            return None
+        steps.append(instr)
+        instr = instr.operands[0]
+    assert instr.index is not None  # the verifier's rule
+    operand = operands[instr.index]
+    view = None if operand is None else memory_view(plan, operand)
+    for step in reversed(steps):
+        if view is None:
+            return None
+        view = _sliced_view(view, step) if step.op is Op.SLICE else _strided_view(view, step)
+    return view
+
+
+def _strided_view(inner: View, instr: Instruction) -> View | None:
+    """`inner` seen through a transpose, broadcast or reshape of it."""
+    if instr.array_shape.dtype is not instr.operands[0].array_shape.dtype:
         return None
     dims = instr.array_shape.dims
     if instr.op is Op.TRANSPOSE:
@@ -138,9 +147,10 @@ def fused_view(
         for source_dim, out_dim in enumerate(instr.dimensions):
             digits[out_dim] = inner.dim_digits(source_dim)
     else:
-        digits = _reshaped_digits(inner, dims)
-        if digits is None:
+        found = _reshaped_digits(inner, dims)
+        if found is None:
             return None
+        digits = found
     strides = [_merged(d) for d in digits]
     kept = digits if None in strides else ()
     return _make_view(inner.where, dims, strides, instr, kept)

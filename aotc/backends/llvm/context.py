@@ -10,7 +10,7 @@ come from the kernel being emitted, through `slice_pointer`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from llvmlite import ir
 
@@ -137,8 +137,37 @@ class EmitContext:
 
 
 # a value of one element (a tuple for tuple-shaped results), and what produces it
-Value = ir.Value | tuple
+Value: TypeAlias = "ir.Value | tuple"
 # index (one i64 per dim) -> the element there
 Gen = Callable[[Sequence[ir.Value]], Value]
+
+
+class SplitGen:
+    """A generator that reads each operand once, at an index it knows before emitting
+    anything else (`reads(index)`: [(operand generator, its index)]), then makes its value
+    of theirs (`combine(values)`): elementwise ops and pure index maps
+    (ir/index_maps.py's INDEX_MAP_OPS).  Chains of them evaluate on an explicit stack
+    (elemental.Memoized), not one Python call per instruction: a fused kernel may be
+    deeper than Python's recursion limit."""
+
+    __slots__ = ("combine", "reads")
+
+    def __init__(
+        self,
+        reads: Callable[[Sequence[ir.Value]], list[tuple[Gen, Sequence[ir.Value]]]],
+        combine: Callable[[list[Value]], Value],
+    ):
+        self.reads = reads
+        self.combine = combine
+
+    def __call__(self, index: Sequence[ir.Value]) -> Value:
+        return self.combine([gen(at) for gen, at in self.reads(index)])
+
+
+def first_value(values: list[Value]) -> Value:
+    """The `combine` of a SplitGen reading one operand: its value as it is."""
+    return values[0]
+
+
 # opcode rule: (context, instruction, operand generators) -> the instruction's generator
 Rule = Callable[[EmitContext, Instruction, list[Gen]], Gen]

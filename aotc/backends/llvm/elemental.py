@@ -7,6 +7,11 @@ values.  A rule `rule(ctx, instr, operand_gens) -> gen` builds an
 instruction's generator from its operands'; rules sit in one table
 (`rules.RULES`), so a fused computation is just its root's generator with the
 parameters bound to the fusion operands' generators.
+
+Elementwise ops and pure index maps give `SplitGen`s, which `Memoized` evaluates
+down a chain on an explicit stack; the other rules (branches, loops) call their
+operands' generators, one Python call deeper per such op (passes/fusion.py bounds
+how deep those nest in one kernel: MAX_DEPTH).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from ...ir import Computation, DType, Instruction, Op, Shape
 from ...ir.ops import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE
 from . import scalar
 from .alias import OutputScope
-from .context import EmitContext, Gen, Rule, Value
+from .context import EmitContext, Gen, Rule, SplitGen, Value
 from .lltypes import (
     constant,
     from_storage,
@@ -34,28 +39,80 @@ from .lltypes import (
 
 def make_generator(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
     """The generator of `instr` by its opcode's rule, memoized per block and index."""
-    return _memoize(ctx, ctx.rules[instr.op](ctx, instr, operands))
+    return Memoized(ctx, ctx.rules[instr.op](ctx, instr, operands))
 
 
-def _memoize(ctx: EmitContext, gen: Gen) -> Gen:
-    """Reuse a value generated earlier in the same basic block at the same index.
+class Memoized:
+    """A generator that reuses the value generated earlier in the same basic block at
+    the same index.
 
     Fusions reach one producer along several paths (diamonds); without this
     each path would emit its own copy (exponentially many in deep chains).
     Keys hold ids, so the entries keep the keyed objects alive.
     """
-    cache: dict[tuple, tuple] = {}
 
-    def cached(index: Sequence[ir.Value]) -> Value:
-        block = ctx.builder.basic_block
-        key = (id(block), *(id(i) for i in index))
-        hit = cache.get(key)
-        if hit is None:
-            hit = (block, tuple(index), gen(index))
-            cache[key] = hit
-        return hit[2]
+    def __init__(self, ctx: EmitContext, gen: Gen):
+        self.ctx = ctx
+        self.gen = gen
+        # key -> (block, index, value): the block and index kept alive with their ids
+        self.cache: dict[tuple, tuple] = {}
 
-    return cached
+    def key(self, index: Sequence[ir.Value]) -> tuple[tuple, ir.Block]:
+        """The cache key of `index` in the builder's current block, and that block."""
+        assert self.ctx.builder is not None
+        block = self.ctx.builder.basic_block
+        return (id(block), *(id(i) for i in index)), block
+
+    def remember(self, key: tuple, block: ir.Block, index, value: Value) -> Value:
+        self.cache[key] = (block, tuple(index), value)
+        return value
+
+    def __call__(self, index: Sequence[ir.Value]) -> Value:
+        key, block = self.key(index)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit[2]
+        if isinstance(self.gen, SplitGen):
+            return _evaluate_chain(_Frame(self, self.gen, key, block, index))
+        return self.remember(key, block, index, self.gen(index))
+
+
+class _Frame:
+    """One SplitGen's evaluation in progress: the call that recursion would make."""
+
+    __slots__ = ("block", "index", "key", "memoized", "reads", "split", "values")
+
+    def __init__(self, memoized: Memoized, split: SplitGen, key: tuple, block: ir.Block, index):
+        self.memoized, self.split = memoized, split
+        self.key, self.block, self.index = key, block, index
+        self.reads = split.reads(index)  # emits its index arithmetic now
+        self.values: list[Value] = []
+
+
+def _evaluate_chain(root: _Frame) -> Value:
+    """`root`'s value, its SplitGen operands' evaluated on an explicit stack in the order
+    (and so with the code) that recursion would emit."""
+    frames = [root]
+    while True:
+        frame = frames[-1]
+        if len(frame.values) < len(frame.reads):
+            gen, at = frame.reads[len(frame.values)]
+            if not (isinstance(gen, Memoized) and isinstance(gen.gen, SplitGen)):
+                frame.values.append(gen(at))
+                continue
+            key, block = gen.key(at)
+            hit = gen.cache.get(key)
+            if hit is None:
+                frames.append(_Frame(gen, gen.gen, key, block, at))
+            else:
+                frame.values.append(hit[2])
+            continue
+        value = frame.split.combine(frame.values)
+        frame.memoized.remember(frame.key, frame.block, frame.index, value)
+        frames.pop()
+        if not frames:
+            return value
+        frames[-1].values.append(value)
 
 
 def bind_instructions(
@@ -260,12 +317,14 @@ def iota_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
 
 
 def tuple_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
-    return lambda index: tuple(g(index) for g in operands)
+    return SplitGen(lambda index: [(g, index) for g in operands], tuple)
 
 
 def get_tuple_element_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
     (source,) = operands
-    return lambda index: source(index)[instr.index]
+    element = instr.index
+    assert element is not None  # the verifier's rule
+    return SplitGen(lambda index: [(source, index)], lambda values: values[0][element])
 
 
 def fusion_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
@@ -275,20 +334,17 @@ def fusion_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Ge
 # -- elementwise families -----------------------------------------------------
 
 
-def _operand_index(instr: Instruction, operand: Instruction, index):
-    """Scalar operands of an array op (clamp bounds) are read at index []."""
-    return [] if operand.array_shape.rank == 0 else index
-
-
 def make_elementwise_rule(emit: Callable) -> Rule:
     """A rule from a scalar function `emit(ctx, instr, values) -> value`."""
 
     def rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
-        def gen(index):
-            values = [g(_operand_index(instr, o, index)) for g, o in zip(operands, instr.operands)]
-            return emit(ctx, instr, values)
+        # scalar operands of an array op (clamp bounds) are read at index []
+        scalars = [o.array_shape.rank == 0 for o in instr.operands]
 
-        return gen
+        def reads(index):
+            return [(g, [] if scalar else index) for g, scalar in zip(operands, scalars)]
+
+        return SplitGen(reads, lambda values: emit(ctx, instr, values))
 
     return rule
 

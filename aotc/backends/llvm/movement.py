@@ -1,8 +1,8 @@
 """Data-movement rules: each maps an output index to an operand index.
 
 broadcast, reshape/bitcast, transpose, slice, reverse are pure index
-arithmetic; pad and concatenate branch, so that an operand is only read at
-indices inside it.
+arithmetic (SplitGens: chains of them evaluate without recursing); pad and
+concatenate branch, so that an operand is only read at indices inside it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from llvmlite import ir
 
 from ...ir import Instruction, Op
 from ...ir.shapes import reshape_groups
-from .context import EmitContext, Gen, Rule
+from .context import EmitContext, Gen, Rule, SplitGen, first_value
 from .elemental import decompose_index, linearize
 from .lltypes import i64
 from .loops import branch_value
@@ -20,7 +20,7 @@ from .loops import branch_value
 def broadcast_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
     (source,) = operands
     dims = instr.dimensions
-    return lambda index: source([index[d] for d in dims])
+    return SplitGen(lambda index: [(source, [index[d] for d in dims])], first_value)
 
 
 def reshape_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
@@ -35,7 +35,7 @@ def reshape_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> G
         for ins, outs in reshape_groups(in_dims, out_dims)
     ]
 
-    def gen(index):
+    def reads(index):
         operand_index: list[ir.Value] = []
         for in_extents, out_extents, outs in groups:
             live = [index[o] for o, e in zip(outs, out_extents) if e != 1]
@@ -48,29 +48,29 @@ def reshape_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> G
             else:
                 linear = linearize(ctx.builder, [index[o] for o in outs], out_extents)
             operand_index += decompose_index(ctx, linear, in_extents)
-        return source(operand_index)
+        return [(source, operand_index)]
 
-    return gen
+    return SplitGen(reads, first_value)
 
 
 def transpose_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
     (source,) = operands
     perm = instr.dimensions
 
-    def gen(index):
+    def reads(index):
         operand_index = [None] * len(perm)
         for out_dim, in_dim in enumerate(perm):
             operand_index[in_dim] = index[out_dim]
-        return source(operand_index)
+        return [(source, operand_index)]
 
-    return gen
+    return SplitGen(reads, first_value)
 
 
 def slice_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
     (source,) = operands
     spec = instr.slice
 
-    def gen(index):
+    def reads(index):
         b = ctx.builder
         operand_index = []
         for value, start, stride in zip(index, spec.starts, spec.strides):
@@ -79,9 +79,9 @@ def slice_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen
             if start != 0:
                 value = b.add(value, i64(start), flags=["nuw", "nsw"])
             operand_index.append(value)
-        return source(operand_index)
+        return [(source, operand_index)]
 
-    return gen
+    return SplitGen(reads, first_value)
 
 
 def reverse_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
@@ -89,15 +89,15 @@ def reverse_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> G
     dims = instr.array_shape.dims
     reversed_dims = set(instr.dimensions)
 
-    def gen(index):
+    def reads(index):
         b = ctx.builder
         operand_index = [
             b.sub(i64(dims[d] - 1), value) if d in reversed_dims else value
             for d, value in enumerate(index)
         ]
-        return source(operand_index)
+        return [(source, operand_index)]
 
-    return gen
+    return SplitGen(reads, first_value)
 
 
 def pad_rule(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> Gen:
