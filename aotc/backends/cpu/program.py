@@ -18,8 +18,10 @@ kernel's entry block (known 64-byte aligned, as the blob is), which
 `int NAME_set_weights(weights, size)` and `int NAME_load_weights(path)` set through the
 runtime's checks (aotc_runtime.h); the entries return 4 while it is NULL.
 
-Each kernel is an internal function `(inputs[], outputs[], arena)` computing one
-scheduled instruction; the plan says where every operand and result lives.  A while
+Each kernel is an internal function `(inputs[], outputs[], arena, frame)` computing one
+scheduled instruction; the plan says where every operand and result lives, the frame
+(a constant table per call) at which offsets its arena and weights slices are, so that
+the kernels of repeated blocks are one function (shared_kernels.py).  A while
 or conditional's kernel calls its computations' kernels (control.py); any other's
 body comes from the first row of EMITTERS that takes the instruction: attention
 chains block by block (attention.py), dots and
@@ -32,6 +34,7 @@ storing the element generator's values.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -55,7 +58,7 @@ from ..llvm.elemental import (
 )
 from ..llvm.extents import input_dims_slice, limits, span
 from ..llvm.kernels import kernel_outputs
-from ..llvm.lltypes import I32, I64, PTR, VOID, i64, store_element
+from ..llvm.lltypes import I8, I32, I64, PTR, VOID, i64, store_element
 from ..llvm.loops import if_then
 from ..llvm.rules import KERNELS, RULES
 from .amx import PERMIT_FUNCTION
@@ -70,6 +73,7 @@ from .prepack import DROPPED
 from .profile_counters import KernelCall, counted_calls, plain_call
 from .rows import emit_row_fusion
 from .sections import arena_linkage, blob_global, check_blobs, weights_sections
+from .shared_kernels import FRAMED, Frame, Kernel, SharedKernels
 from .sort import emit_sort, sort_workspace
 from .target import CpuTarget, parse_target
 from .transpose import emit_transpose
@@ -79,7 +83,8 @@ if TYPE_CHECKING:
     from ...artifacts.weights import WeightsFile
 
 ARENA_ALIGNMENT = 64
-KERNEL_ARGS = ("inputs", "outputs", "arena")
+ENTRY_ARGS = ("inputs", "outputs", "arena")
+KERNEL_ARGS = (*ENTRY_ARGS, "frame")  # the offsets of its arena and weights slices
 # the kernels that take scratch from the workspace, each sizing its own
 WORKSPACE_SIZERS = (contraction_workspace, sort_workspace, attention_workspace)
 
@@ -118,14 +123,14 @@ def build_module(
     arena = _global_bytes(llmod, target.arch, f"{name}_static_arena", arena_bytes)
     arena.linkage = arena_linkage(target.arch, arena_bytes)
 
-    kernels = emit_computation(ctx, weights, plan)
-    impl = _function(llmod, f"{name}_impl", VOID, KERNEL_ARGS, internal=True)
+    kernels = emit_computation(ctx, Emission(weights, SharedKernels(llmod)), plan)
+    impl = _function(llmod, f"{name}_impl", VOID, ENTRY_ARGS, internal=True)
     b = ir.IRBuilder(impl.append_basic_block("entry"))
     call: KernelCall = plain_call
     if profile:
-        call = counted_calls(llmod, name, [k.name.removeprefix(f"{name}.") for k in kernels])
+        call = counted_calls(llmod, name, [k.name for k in kernels])
     for k, kernel in enumerate(kernels):
-        call(b, k, kernel, impl.args)
+        call(b, k, kernel.function, [*impl.args, kernel.frame])
     _bind_buffers(ctx, b, impl, weights)
     for source, destination in plan.output_copies:
         ctx.memcpy(ctx.slice_pointer(destination), ctx.slice_pointer(source), i64(source.size))
@@ -230,13 +235,22 @@ def _output_count(module: Module) -> int:
 # -- kernels ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Emission:
+    """What every kernel of the module is emitted with."""
+
+    weights: Weights
+    shared: SharedKernels  # the kernels so far, by their code
+
+
 def emit_computation(
-    ctx: EmitContext, weights: Weights, plan: BufferPlan, scope: str = ""
-) -> list[ir.Function]:
-    """The kernels of a computation's schedule laid out by `plan`, in run order.
+    ctx: EmitContext, emission: Emission, plan: BufferPlan, scope: str = ""
+) -> list[Kernel]:
+    """The kernel calls of a computation's schedule laid out by `plan`, in run order.
 
     Kernel names are `NAME.<scope><instruction>`: a computation that a while or
     conditional runs is emitted once per instruction running it, each with its plan.
+    A kernel of the same code as an earlier one is that one (shared_kernels.py).
     """
     outer, ctx.plan = ctx.plan, plan
     instructions = kernel_instructions(plan)
@@ -244,7 +258,7 @@ def emit_computation(
     for number, instr in enumerate(instructions, start=1):
         if not scope:  # the entry's (a called computation's run inside one of them)
             progress.step("kernels", number, len(instructions))
-        kernels.append(_emit_kernel(ctx, weights, instr, scope))
+        kernels.append(_emit_kernel(ctx, emission, instr, scope))
     ctx.plan = outer
     return kernels
 
@@ -254,45 +268,49 @@ def kernel_instructions(plan: BufferPlan) -> list[Instruction]:
     return [instr for instr in plan.schedule if plan.needs_code(instr)]
 
 
-def _emit_control(ctx: EmitContext, weights, instr: Instruction, scope: str) -> ir.Function:
+def _emit_control(ctx: EmitContext, emission: Emission, instr: Instruction, scope: str) -> Kernel:
     """A while or conditional: its computations' kernels, and one kernel calling them."""
     nested = ctx.plan.nested[instr.name]
     programs = [
-        emit_computation(ctx, weights, plan, f"{scope}{instr.name}.{k}.")
+        emit_computation(ctx, emission, plan, f"{scope}{instr.name}.{k}.")
         for k, plan in enumerate(nested.plans)
     ]
     kernel = _function(
         ctx.module, f"{ctx.prefix}.{scope}{instr.name}", VOID, KERNEL_ARGS, internal=True
     )
     b = ir.IRBuilder(kernel.append_basic_block("entry"))
-    _bind_buffers(ctx, b, kernel, weights)
+    frame = Frame()
+    _bind_buffers(ctx, b, kernel, emission.weights, frame)
 
-    def caller(functions: list[ir.Function]):
-        return lambda: [b.call(f, kernel.args) for f in functions]
+    def caller(kernels: list[Kernel]):
+        return lambda: [k.call(b, kernel.args) for k in kernels]
 
     CONTROL_KERNELS[instr.op](ctx, instr, nested, [caller(p) for p in programs])
     b.ret_void()
-    return kernel
+    return Kernel(kernel, frame.table(ctx.module, kernel.name), instr.name)
 
 
-def _emit_kernel(ctx: EmitContext, weights: Weights, instr: Instruction, scope=""):
-    """The kernel computing `instr`: a control-flow kernel calling its computations'
-    kernels, or one whose body the first of EMITTERS that takes `instr` emits."""
+def _emit_kernel(ctx: EmitContext, emission: Emission, instr: Instruction, scope="") -> Kernel:
+    """The kernel computing `instr` and its frame: a control-flow kernel calling its
+    computations' kernels, or one whose body the first of EMITTERS that takes `instr`
+    emits, shared with an earlier kernel of the same code."""
     if instr.op in CONTROL_KERNELS:
-        return _emit_control(ctx, weights, instr, scope)
+        return _emit_control(ctx, emission, instr, scope)
     if ctx.workspace_of is not None:
         ctx.workspace = ctx.workspace_of(ctx.plan, instr)
-    kernel = _function(
+    mark, frame = emission.shared.mark(), Frame()
+    function = _function(
         ctx.module, f"{ctx.prefix}.{scope}{instr.name}", VOID, KERNEL_ARGS, internal=True
     )
-    b = ir.IRBuilder(kernel.append_basic_block("entry"))
-    _bind_buffers(ctx, b, kernel, weights)
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    _bind_buffers(ctx, b, function, emission.weights, frame)
     operands = [_operand_generator(ctx, o) for o in instr.operands]
     for _, emit in EMITTERS:
         if emit(ctx, instr, operands):
             break
     b.ret_void()
-    return kernel
+    shared = emission.shared.share(function, mark)  # before the frame: not its text
+    return Kernel(shared, frame.table(ctx.module, function.name), instr.name)
 
 
 def _emit_rule_kernel(ctx: EmitContext, instr: Instruction, operands: list[Gen]) -> bool:
@@ -495,23 +513,30 @@ def _elementwise_from(instr: Instruction) -> int | None:
     return start
 
 
-def _bind_buffers(ctx: EmitContext, b: ir.IRBuilder, function, weights) -> None:
-    """Point the context at `function` (a kernel): its builder and its buffers."""
-    ctx.bind = lambda builder, pointers: _bind_pointers(ctx, builder, pointers, weights)
-    ctx.bind(b, function.args[:3])
+def _bind_buffers(
+    ctx: EmitContext, b: ir.IRBuilder, function, weights, frame: Frame | None = None
+) -> None:
+    """Point the context at `function` (a kernel with its frame, or the entry): its
+    builder and its buffers."""
+    ctx.bind = lambda builder, pointers: _bind_pointers(ctx, builder, pointers, weights, frame)
+    ctx.bind(b, function.args)
 
 
-def _bind_pointers(ctx: EmitContext, b: ir.IRBuilder, pointers, weights) -> None:
+def _bind_pointers(
+    ctx: EmitContext, b: ir.IRBuilder, pointers, weights, frame: Frame | None
+) -> None:
     """Point the context at builder `b` whose function reaches the buffers through
-    `pointers` = (inputs table, outputs table, arena).
+    `pointers` = (inputs table, outputs table, arena[, frame]).
 
-    Caller buffer pointers are loaded once, in the entry block: stores to
-    outputs could alias the pointer tables, so LLVM would not hoist them.
+    Caller buffer pointers and the frame's offsets are loaded once, in the entry block:
+    stores to outputs could alias the tables, so LLVM would not hoist them.  Without a
+    frame (the entry), arena and weights slices are at constant offsets.
     """
-    inputs, outputs, arena = pointers
+    inputs, outputs, arena, *framed = pointers
     ctx.builder = b
     ctx.kernel_pointers = tuple(pointers)
     bases: dict[tuple[BufferKind, int], ir.Value] = {(BufferKind.ARENA, 0): arena}
+    offsets: dict[int, ir.Value] = {}
 
     def slice_pointer(where: Slice) -> ir.Value:
         if where == DROPPED:  # a read prepack.py did not foresee: a bug, never wrong numbers
@@ -520,7 +545,14 @@ def _bind_pointers(ctx: EmitContext, b: ir.IRBuilder, pointers, weights) -> None
         if key not in bases:
             with b.goto_entry_block():
                 bases[key] = _base_pointer(b, where, inputs, outputs, weights)
-        return ctx.byte_pointer(bases[key], where.offset)
+        if frame is None or where.kind not in FRAMED:
+            return ctx.byte_pointer(bases[key], where.offset)
+        slot = frame.slot(where)
+        if slot not in offsets:
+            with b.goto_entry_block():
+                entry = b.gep(framed[0], [i64(slot)], inbounds=True, source_etype=I64)
+                offsets[slot] = b.load(entry, typ=I64)
+        return b.gep(bases[key], [offsets[slot]], inbounds=True, source_etype=I8)
 
     ctx.slice_pointer = slice_pointer
 
@@ -539,7 +571,7 @@ def _base_pointer(b: ir.IRBuilder, where: Slice, inputs, outputs, weights: Weigh
 
 def _emit_configured_impl(llmod, name: str, impl, threads: int) -> ir.Function:
     """`impl` preceded by choosing the thread count on first use (see aotc_runtime.h)."""
-    run_all = _function(llmod, f"{name}_impl_threaded", VOID, KERNEL_ARGS, internal=True)
+    run_all = _function(llmod, f"{name}_impl_threaded", VOID, ENTRY_ARGS, internal=True)
     b = ir.IRBuilder(run_all.append_basic_block("entry"))
     configure = ir.Function(llmod, ir.FunctionType(VOID, [I32]), "aotc_configure_threads")
     b.call(configure, [ir.Constant(I32, threads)])
