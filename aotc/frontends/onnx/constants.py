@@ -7,7 +7,7 @@ import numpy as np
 
 from ...errors import ModelError, UnsupportedError
 from ...ir import DType, Instruction, Op, Shape
-from .dtypes import tensor_to_array
+from .dtypes import tensor_constant, tensor_to_array
 from .extents import dimension_extents, product, shape_value, with_extents
 from .helpers import full
 from .registry import NodeContext, onnx_op
@@ -31,8 +31,7 @@ def constant(ctx: NodeContext) -> Instruction:
         raise ModelError("Constant needs exactly one value attribute")
     name = names[0]
     if name == "value":
-        array, dtype = tensor_to_array(ctx.attr("value"), "attribute 'value'")
-        return ctx.b.constant(array, dtype)
+        return tensor_constant(ctx.b, ctx.attr("value"), "attribute 'value'", ctx.arrays)
     if name in CONSTANT_LISTS:
         return ctx.b.constant(np.asarray(ctx.attr(name), dtype=CONSTANT_LISTS[name]))
     raise UnsupportedError(f"attribute '{name}' is not supported")
@@ -49,7 +48,7 @@ def constant_of_shape(ctx: NodeContext, shape: Instruction) -> Instruction:
     if tensor is None:
         value, dtype = np.zeros((), np.float32), DType.F32
     else:
-        value, dtype = tensor_to_array(tensor, "attribute 'value'")
+        value, dtype = tensor_to_array(tensor, "attribute 'value'", ctx.arrays)
         if value.size != 1:
             raise ModelError("attribute 'value' must hold one element")
     result = full(ctx.b, value.reshape(()), dtype, dims)

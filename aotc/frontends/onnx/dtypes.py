@@ -7,7 +7,8 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from ...errors import ModelError, UnsupportedError
-from ...ir import DType
+from ...ir import ComputationBuilder, DType, Instruction
+from .tensor_arrays import TensorArrays
 
 ONNX_DTYPES: dict[int, DType] = {
     TensorProto.FLOAT: DType.F32,
@@ -51,9 +52,16 @@ def to_dtype(elem_type: int, what: str) -> DType:
     return ONNX_DTYPES[elem_type]
 
 
-def tensor_to_array(tensor: onnx.TensorProto, what: str) -> tuple[np.ndarray, DType]:
-    """A TensorProto's values as the evaluator's array for its dtype."""
+def tensor_to_array(
+    tensor: onnx.TensorProto, what: str, arrays: TensorArrays | None = None
+) -> tuple[np.ndarray, DType]:
+    """A TensorProto's values as the evaluator's array for its dtype: the array read from
+    a file where `arrays` holds one (read-only, no copy), else made from the tensor's own
+    data (at most one copy)."""
     dtype = to_dtype(tensor.data_type, what)
+    array = arrays.get(tensor) if arrays is not None else None
+    if array is not None:
+        return array, dtype
     if tensor.data_location == TensorProto.EXTERNAL:
         # load_model reads every external tensor (external_data.py); onnx must not follow
         # the path of one it missed
@@ -63,5 +71,23 @@ def tensor_to_array(tensor: onnx.TensorProto, what: str) -> tuple[np.ndarray, DT
     except (ValueError, onnx.checker.ValidationError) as e:
         raise ModelError(f"{what}: cannot read its data ({e})") from e
     # bf16, float8/float4 and int4/int2 arrive (unpacked) as ml_dtypes arrays; the IR
-    # holds their values in float32 / int8 / uint8 arrays
-    return np.asarray(array).astype(dtype.numpy), dtype
+    # holds their values in float32 / int8 / uint8 arrays (raw data of other types is a
+    # view of the bytes numpy_helper took out of the tensor: no copy of it)
+    return np.asarray(array).astype(dtype.numpy, copy=False), dtype
+
+
+def tensor_constant(
+    b: ComputationBuilder,
+    tensor: onnx.TensorProto,
+    what: str,
+    arrays: TensorArrays | None,
+    name: str | None = None,
+) -> Instruction:
+    """The tensor's values as a constant; where they are an array read from a file, the
+    constant's literal is kept in its place (`TensorArrays.keep`), so that one copy of
+    them stays alive."""
+    array, dtype = tensor_to_array(tensor, what, arrays)
+    constant = b.constant(array, dtype, name=name)
+    if arrays is not None and constant.literal is not None:
+        arrays.keep(tensor, constant.literal)
+    return constant

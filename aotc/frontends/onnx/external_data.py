@@ -1,29 +1,36 @@
-"""External data: the tensors an ONNX model keeps in files beside it, checked and read by
-aotc itself, so that no release of onnx decides which paths are followed.
+"""Tensor data outside the parsed message: external data, the tensors an ONNX model keeps
+in files beside it, checked and read by aotc itself, so that no release of onnx decides
+which paths are followed; and the payloads the wire reader left out of the model file
+itself (wire.py).
 
-The model is parsed without its external data (`onnx.load(..., load_external_data=False)`).
-Every tensor marked EXTERNAL anywhere in it (initializers, sparse initializers, tensor
-attributes, in every subgraph, function and training graph) is then placed: its location
-is a relative path without '..', its real path (symlinks resolved) lies in the model's
-folder, is a regular file with a single link, and its offset and length lie inside the
-file and give the tensor's byte size.  Only when every tensor is placed are the bytes
-read, each file opened at its checked real path and confirmed to be the file checked.
+The model is parsed without its external data.  Every tensor marked EXTERNAL anywhere in
+it (initializers, sparse initializers, tensor attributes, in every subgraph, function and
+training graph) is then placed: its location is a relative path without '..', its real
+path (symlinks resolved) lies in the model's folder, is a regular file with a single
+link, and its offset and length lie inside the file and give the tensor's byte size.
+Only when every tensor is placed are the bytes read, each file opened at its checked real
+path and confirmed to be the file checked, and each tensor's bytes, as each payload's,
+go straight into an array of its dtype and shape (tensor_arrays.py), held once.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import re
 import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import onnx
 from onnx import TensorProto
 
 from ...errors import ModelError
+from .tensor_arrays import TensorArrays, byte_view, empty_array
+from .wire import Payload, SlimModel, read_at
 
 # bits per element of the fixed-width element types, by name: an onnx release without
 # one of them has no tensors of it; strings have no fixed size
@@ -133,26 +140,76 @@ class Scope:
     nodes: Iterable[onnx.NodeProto]
 
 
-def read_external_data(model: onnx.ModelProto, folder: str) -> None:
-    """Check every external tensor of `model` against `folder`, then read each into the
-    tensor itself (raw_data), so that no tensor of the model names a file afterwards."""
+def read_tensor_data(
+    model: onnx.ModelProto,
+    folder: str,
+    model_file: io.BufferedIOBase | None = None,
+    slim: SlimModel | None = None,
+) -> TensorArrays:
+    """Check every external tensor of `model` against `folder`, then read each, and each
+    payload left out of the model (`slim`, read from `model_file`), into an array (raw_data
+    where the bytes are not an array's, tensor_arrays.py): afterwards no tensor of the
+    model names a file or a payload."""
     base = os.path.realpath(folder)
-    spans = [(tensor, what, place(tensor, base, what)) for tensor, what in external_tensors(model)]
+    spans, payloads = [], []
+    for tensor, what in all_tensors(model):
+        if tensor.data_location == TensorProto.EXTERNAL:
+            spans.append((tensor, what, place(tensor, base, what)))
+        elif slim is not None:
+            payload = slim.payload(tensor)
+            if payload is not None:
+                payloads.append((tensor, what, payload))
+    assert slim is None or len(payloads) == len(slim.payloads), "a payload fits no tensor"
+    arrays = TensorArrays()
+    for tensor, what, payload in payloads:
+        assert model_file is not None
+        _read_payload(tensor, what, model_file, payload, arrays)
     for tensor, what, span in spans:
-        tensor.raw_data = read_span(span, what)
-        tensor.data_location = TensorProto.DEFAULT
-        del tensor.external_data[:]
+        array = empty_array(tensor, span.length)
+        if array is None:
+            _keep_bytes(tensor, read_span(span, what))
+            continue
+        with open_span(span, what) as file:
+            if not read_at(file, span.offset, byte_view(array)):
+                raise _shrank(span, what)
+        arrays.add(tensor, array)
+    return arrays
 
 
-def with_external_data(model: onnx.ModelProto, folder: str) -> onnx.ModelProto:
+def with_external_data(model: onnx.ModelProto, folder: str) -> tuple[onnx.ModelProto, TensorArrays]:
     """`model` itself when no tensor is external, else a copy with them read (the
-    caller's model is left as it is)."""
+    caller's model is left as it is); and the arrays read."""
     if next(external_tensors(model), None) is None:
-        return model
+        return model, TensorArrays()
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    read_external_data(copy, folder)
-    return copy
+    return copy, read_tensor_data(copy, folder)
+
+
+def _read_payload(
+    tensor: TensorProto, what: str, file: io.BufferedIOBase, payload: Payload, arrays: TensorArrays
+) -> None:
+    """Read a payload left out of the model's message from the model's file."""
+    array = empty_array(tensor, payload.length)
+    if array is None:
+        file.seek(payload.offset)
+        data = file.read(payload.length)
+        complete = len(data) == payload.length
+    else:
+        complete = read_at(file, payload.offset, byte_view(array))
+    if not complete:
+        raise ModelError(f"{what}: the model file shrank while it was read")
+    if array is None:
+        _keep_bytes(tensor, data)
+    else:
+        arrays.add(tensor, array)
+
+
+def _keep_bytes(tensor: TensorProto, data: bytes) -> None:
+    """Make `data` the tensor's own raw_data (a layout numpy_helper reads)."""
+    tensor.raw_data = data
+    tensor.data_location = TensorProto.DEFAULT
+    del tensor.external_data[:]
 
 
 def external_tensors(model: onnx.ModelProto) -> Iterator[tuple[TensorProto, str]]:
@@ -287,8 +344,19 @@ def _byte_size(tensor: TensorProto) -> int | None:
 
 
 def read_span(span: Span, what: str) -> bytes:
-    """The span's bytes, read from the file opened at its checked real path (no symlink
-    followed there, no wait on a fifo put in its place) and confirmed to be that file."""
+    """The span's bytes (`open_span`)."""
+    with open_span(span, what) as file:
+        file.seek(span.offset)
+        data = file.read(span.length)
+    if len(data) != span.length:
+        raise _shrank(span, what)
+    return data
+
+
+@contextmanager
+def open_span(span: Span, what: str) -> Iterator[io.BufferedIOBase]:
+    """The span's file, opened at its checked real path (no symlink followed there, no
+    wait on a fifo put in its place) and confirmed to be that file."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(span.path, flags)
@@ -303,8 +371,8 @@ def read_span(span: Span, what: str) -> bytes:
                 f"{what}: external data file '{span.location}' was replaced after it was checked"
             )
         _check_file(status, span.location, what)
-        file.seek(span.offset)
-        data = file.read(span.length)
-    if len(data) != span.length:
-        raise ModelError(f"{what}: external data file '{span.location}' shrank while it was read")
-    return data
+        yield file
+
+
+def _shrank(span: Span, what: str) -> ModelError:
+    return ModelError(f"{what}: external data file '{span.location}' shrank while it was read")

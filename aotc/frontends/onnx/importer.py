@@ -13,6 +13,7 @@ enclosing graphs' values, as ONNX scoping says.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -66,8 +67,8 @@ from . import (
 )
 from .boundary import ModelBoundary
 from .bounded import check_bounded
-from .dtypes import tensor_to_array
-from .external_data import read_external_data, with_external_data
+from .dtypes import tensor_constant
+from .external_data import read_tensor_data, with_external_data
 from .registry import (
     DEFAULT_DOMAINS,
     Lowering,
@@ -79,6 +80,8 @@ from .registry import (
     schema,
 )
 from .sequence import NO_VALUE, SequenceValue, Value
+from .tensor_arrays import TensorArrays
+from .wire import SlimModel, WireError, slim_model
 
 # the lowering families; importing them fills LOWERINGS (listed here, in one place)
 FAMILIES = (
@@ -154,12 +157,12 @@ def import_onnx(
     """
     if byte_dot_signs not in BYTE_DOT_SIGNS:
         raise ValueError(f"byte_dot_signs {byte_dot_signs!r} is not one of {BYTE_DOT_SIGNS}")
-    model = load_model(model)
+    model, arrays = load_model(model)
     opsets = model_opsets(model)
     check_supported(model.graph, opsets)
     module = Module(to_c_identifier(name or model.graph.name or "model"))
     b = ComputationBuilder(module, "main")
-    top = GraphLowering(b, model.graph, opsets, _used_names(model.graph))
+    top = GraphLowering(b, model.graph, opsets, _used_names(model.graph), arrays=arrays)
     top.byte_dot_signs = byte_dot_signs
     top.count_caps = dict(count_caps or {})
     boundary = ModelBoundary(top, input_shapes, input_values, input_structure, dim_extents)
@@ -193,10 +196,12 @@ def _check_count_caps(graph: onnx.GraphProto, caps: Mapping[str, int]) -> None:
         raise UnsupportedError(f"--count names no node output of the model: {', '.join(unknown)}")
 
 
-def load_model(source: onnx.ModelProto | str | Path) -> onnx.ModelProto:
-    """The model, read and checked to hold a graph whose names are named, UTF-8 text, its
-    external data checked and read by aotc (external_data.py): from the model's folder,
-    or for a model in memory from the working folder (into a copy)."""
+def load_model(source: onnx.ModelProto | str | Path) -> tuple[onnx.ModelProto, TensorArrays]:
+    """The model, read and checked to hold a graph whose names are named, UTF-8 text, and
+    the arrays of its tensors read from files: its external data, checked and read by
+    aotc (external_data.py), from the model's folder, or for a model in memory from the
+    working folder (into a copy); for a model file, every big tensor's raw data too, read
+    once straight from the file (wire.py)."""
     if isinstance(source, onnx.ModelProto):
         _check_names(source, "the model")
         return with_external_data(source, ".")
@@ -204,15 +209,43 @@ def load_model(source: onnx.ModelProto | str | Path) -> onnx.ModelProto:
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
     try:
-        model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, OSError, ValueError, onnx.checker.ValidationError) as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ModelError(f"{path}: not a readable ONNX model ({reason})") from e
+        with open(path, "rb") as file:
+            model, slim = _parse(path, file)
+            _check_model(model, path)
+            return model, read_tensor_data(model, str(path.parent), file, slim)
+    except OSError as e:
+        raise ModelError(f"{path}: not a readable ONNX model ({_first_line(e)})") from e
+
+
+def _parse(path: Path, file: io.BufferedIOBase) -> tuple[onnx.ModelProto, SlimModel | None]:
+    """The model in the file, parsed without its big payloads (None: a text format, which
+    onnx reads whole, as the file's extension says)."""
+    try:
+        if _text_format(path):
+            return onnx.load(str(path), load_external_data=False), None
+        data, slim = slim_model(file)
+        model = onnx.ModelProto()
+        if model.ParseFromString(data) != len(data):
+            raise DecodeError("protobuf decoding consumed too few bytes")
+    except (WireError, DecodeError, ValueError, onnx.checker.ValidationError) as e:
+        raise ModelError(f"{path}: not a readable ONNX model ({_first_line(e)})") from e
+    return model, slim
+
+
+def _text_format(path: Path) -> bool:
+    """Whether onnx reads the file as text (.textproto, .json...), not binary protobuf."""
+    found = onnx.serialization.registry.get_format_from_file_extension(path.suffix)
+    return found not in (None, "protobuf")
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _check_model(model: onnx.ModelProto, path: Path) -> None:
     if not model.HasField("graph"):
         raise ModelError(f"{path}: not a readable ONNX model (it has no graph)")
     _check_names(model, str(path))
-    read_external_data(model, str(path.parent))
-    return model
 
 
 def _check_names(model: onnx.ModelProto, where: str) -> None:
@@ -331,6 +364,7 @@ class GraphLowering:
         used: set[str],
         input_names: dict[int, str] | None = None,
         parent: GraphLowering | None = None,
+        arrays: TensorArrays | None = None,
     ):
         if len(graph.sparse_initializer):
             raise UnsupportedError("sparse initializers are not supported")
@@ -339,6 +373,8 @@ class GraphLowering:
         self.opsets = opsets
         self.used = used
         self.parent = parent
+        # the arrays of the model's tensors read from files (load_model), shared by nesting
+        self.arrays: TensorArrays | None = arrays if parent is None else parent.arrays
         self.initializers = {t.name: t for t in graph.initializer}
         self.values: dict[str, Value] = {}
         # id(parameter) -> its model input name (for InputValuesRequired), shared by nesting
@@ -369,9 +405,9 @@ class GraphLowering:
         if name in self.values:
             return self.values[name]
         if name in self.initializers:
-            array, dtype = tensor_to_array(self.initializers[name], f"initializer '{name}'")
+            tensor, what = self.initializers[name], f"initializer '{name}'"
             origin, self.b.origin = self.b.origin, None
-            self.values[name] = self.b.constant(array, dtype, name=name)
+            self.values[name] = tensor_constant(self.b, tensor, what, self.arrays, name)
             self.b.origin = origin
             return self.values[name]
         if self.parent is None:
@@ -400,6 +436,7 @@ class GraphLowering:
                 self.lower_graph,
                 self.byte_dot_signs,
                 _node_cap(node, self.count_caps),
+                arrays=self.arrays,
             )
             result = lowering.fn(ctx, *inputs)
             if ctx.count_cap is not None and not ctx.count_cap_taken:

@@ -88,7 +88,7 @@ def _label_list(ctx: NodeContext, role: str) -> tuple[np.ndarray, DType]:
         raise UnsupportedError(f"string {role} are not supported (aotc has no string type)")
     tensor = ctx.attr(f"{role}_tensor")
     if tensor is not None:
-        return tensor_to_array(tensor, f"attribute '{role}_tensor'")
+        return tensor_to_array(tensor, f"attribute '{role}_tensor'", ctx.arrays)
     for name, dtype in LABEL_LISTS[role].items():
         if ctx.attr(name):
             return np.asarray(ctx.attr(name), dtype=dtype.numpy), dtype
@@ -108,7 +108,8 @@ def label_encoder(ctx: NodeContext, x: Instruction) -> Instruction:
             f"input type {x.array_shape.dtype.text} differs from the keys' {key_dtype.text}"
         )
     if ctx.attr("default_tensor") is not None:
-        default, _ = tensor_to_array(ctx.attr("default_tensor"), "attribute 'default_tensor'")
+        tensor = ctx.attr("default_tensor")
+        default, _ = tensor_to_array(tensor, "attribute 'default_tensor'", ctx.arrays)
         default = default.reshape(-1)[0]
     else:
         default = ctx.attr("default_float" if value_dtype.is_float else "default_int64")

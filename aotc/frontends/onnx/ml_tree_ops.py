@@ -66,7 +66,7 @@ def _ints(ctx: NodeContext, name: str) -> np.ndarray:
 
 
 def _tensor(ctx: NodeContext, name: str) -> np.ndarray:
-    array, _ = tensor_to_array(ctx.required_attr(name), f"attribute '{name}'")
+    array, _ = tensor_to_array(ctx.required_attr(name), f"attribute '{name}'", ctx.arrays)
     return array.reshape(-1)
 
 
@@ -78,7 +78,7 @@ def _floats(ctx: NodeContext, name: str) -> tuple[np.ndarray, DType]:
         return np.asarray(listed, np.float64), DType.F32
     if listed:
         raise ModelError(f"both '{name}' and '{name}_as_tensor' are given")
-    array, dtype = tensor_to_array(tensor, f"attribute '{name}_as_tensor'")
+    array, dtype = tensor_to_array(tensor, f"attribute '{name}_as_tensor'", ctx.arrays)
     return array.reshape(-1).astype(np.float64), dtype
 
 

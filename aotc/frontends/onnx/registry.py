@@ -23,6 +23,7 @@ from ...errors import InputValuesRequired, ModelError, ShapeError
 from ...ir import ComputationBuilder, Instruction, Op
 from ...ir.evaluate import evaluate_constant
 from ...ir.module import reached
+from .tensor_arrays import TensorArrays
 
 # The newest opset whose changes were reviewed: from 24 on they are mostly new
 # low-precision types (float8/float4/int4/int2, refused by dtype), plus Range-27's
@@ -217,6 +218,8 @@ class NodeContext:
     # outputs), None: the bound the model gives; `count_bound` takes it
     count_cap: int | None = None
     count_cap_taken: bool = False
+    # the arrays of the model's tensors read from files (load_model): tensor_to_array's
+    arrays: TensorArrays | None = None
 
     def count_bound(self, bound: int) -> int:
         """The bound of the node's count the data gives: `bound` (the model's, as the
