@@ -20,7 +20,7 @@ from . import artifacts, memory_limits, progress
 from .artifacts.runtime import MAX_THREADS
 from .artifacts.weights import WeightsFile
 from .backends import BACKENDS, Backend, backend_for
-from .buffers import BufferPlan, assign_buffers
+from .buffers import Blob, BufferPlan, assign_buffers
 from .errors import AotcError, ModelError
 from .ir import Module, Op, Shape
 from .ir.bounds import DimRange
@@ -66,7 +66,7 @@ class CompiledModel:
     source: str
     module: Module
     plan: BufferPlan
-    object_bytes: bytes
+    object: Blob  # NAME.o, in pieces (the weights' as the plan holds them)
     inputs: list[artifacts.TensorSpec]
     outputs: list[artifacts.TensorSpec]
     stats: artifacts.MemoryStats
@@ -79,6 +79,11 @@ class CompiledModel:
     # the weights outside the object (CompileOptions.weights "external"), else None
     weights_file: WeightsFile | None = None
 
+    @property
+    def object_bytes(self) -> bytes:
+        """NAME.o joined (the pieces of `object`)."""
+        return bytes(self.object)
+
     def write(self, out_dir: str | Path) -> artifacts.ArtifactPaths:
         """Write NAME.h, NAME.o and libNAME.a (and NAME.weights, external) into
         `out_dir` (all or nothing; see artifacts.write_artifacts for a target without a
@@ -88,7 +93,7 @@ class CompiledModel:
             self.name,
             self.inputs,
             self.outputs,
-            self.object_bytes,
+            self.object,
             # the file name only: a header must not depend on where the build ran
             self.stats,
             self.target,
@@ -180,7 +185,7 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
         source,
         module,
         plan,
-        code.object_bytes,
+        code.object,
         inputs,
         outputs,
         stats,

@@ -17,6 +17,7 @@ import cffi
 import numpy as np
 
 from . import artifacts
+from .buffers import Blob
 from .errors import AotcError
 from .ir.types import from_storage, to_storage
 
@@ -40,7 +41,7 @@ class LoadedModel:
             self._ffi.cdef(artifacts.weights_cdef(compiled.name))
         with tempfile.TemporaryDirectory(prefix="aotc-load-") as tmp:
             obj = Path(tmp) / f"{compiled.name}.o"
-            obj.write_bytes(compiled.object_bytes)
+            compiled.object.write_file(obj)
             so = artifacts.link_shared(obj, Path(tmp) / f"lib{compiled.name}.so")
             # the loaded image stays mapped after the file is removed
             self._lib = self._ffi.dlopen(str(so))
@@ -49,11 +50,11 @@ class LoadedModel:
         if compiled.weights_file is not None:
             self.set_weights(compiled.weights_file.data)
 
-    def set_weights(self, data: bytes) -> None:
+    def set_weights(self, data: bytes | Blob) -> None:
         """Hand an external-weights build its weights (a copy, kept with the model);
         AotcError where NAME_set_weights refuses them."""
         weights = _aligned_zeros(len(data), artifacts.WEIGHTS_ALIGN)
-        weights[:] = np.frombuffer(data, np.uint8)
+        weights[:] = np.frombuffer(bytes(data), np.uint8)
         setter = getattr(self._lib, f"{self.name}_set_weights")
         status = setter(self._ffi.from_buffer(weights), len(data))
         if status != 0:

@@ -19,6 +19,7 @@ import pytest
 
 from aotc import artifacts
 from aotc.artifacts import MemoryStats, TensorSpec
+from aotc.buffers import Blob
 from aotc.errors import AotcError, ToolError
 from aotc.ir import DType
 from aotc.resources import resource_dir
@@ -88,14 +89,14 @@ def fake_expected(x: np.ndarray, n_out: int, salt: int) -> np.ndarray:
     return e / e.sum()
 
 
-def fake_object(tmp: Path, name: str, n_in: int, n_out: int = 10, salt: int = 0) -> bytes:
+def fake_object(tmp: Path, name: str, n_in: int, n_out: int = 10, salt: int = 0) -> Blob:
     source = tmp / f"fake_{name}.c"
     source.write_text(FAKE_MODEL_C.format(name=name, n_in=n_in, n_out=n_out, salt=salt))
     obj = tmp / f"fake_{name}.o"
     runtime = resource_dir("runtime_c")
     cmd = [CC, "-std=c11", "-O1", "-fPIC", "-c", source.name, f"-I{runtime}", "-o", obj.name]
     subprocess.run(cmd, cwd=tmp, check=True)
-    return obj.read_bytes()
+    return Blob.of(obj.read_bytes())
 
 
 def mnist_specs() -> tuple[list[TensorSpec], list[TensorSpec]]:
@@ -453,7 +454,7 @@ def test_link_shared_and_call_with_cffi(tmp_path):
     cffi = pytest.importorskip("cffi")
     inputs, outputs = mnist_specs()
     obj = tmp_path / "mnist.o"
-    obj.write_bytes(fake_object(tmp_path, "mnist", 784, salt=5))
+    obj.write_bytes(bytes(fake_object(tmp_path, "mnist", 784, salt=5)))
     so = artifacts.link_shared(obj, tmp_path / "libmnist.so")
     ffi = cffi.FFI()
     ffi.cdef(artifacts.cffi_cdef("mnist", inputs, outputs) + artifacts.RUNTIME_CDEF)

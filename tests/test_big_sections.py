@@ -114,7 +114,7 @@ def write_model(module: Module, build: Path, name: str, target: str) -> Path:
     inputs = [TensorSpec.make(p.name, p.shape.dtype, p.shape.dims) for p in params]
     root = module.entry.root
     outputs = [TensorSpec.make("y", root.shape.dtype, root.shape.dims)]
-    backend.write_artifacts(build, name, inputs, outputs, code.object_bytes, stats, cpu, name)
+    backend.write_artifacts(build, name, inputs, outputs, code.object, stats, cpu, name)
     return build / f"{name}.o"
 
 
@@ -184,12 +184,13 @@ def test_fill_section_checks(monkeypatch):
     monkeypatch.setattr(codegen, "fill_section", lambda obj, *args: obj)
     obj = codegen.emit_object(module, assign_buffers(module), "tiny", cpu)
     with pytest.raises(ElfFormatError, match="expected NOBITS with 3 bytes"):
-        fill_section(obj, ".bss.tiny_weights", b"abc", ".rodata.x")
+        fill_section(obj, ".bss.tiny_weights", 3, ".rodata.x")
     with pytest.raises(ElfFormatError, match="no section"):
-        fill_section(obj, ".bss.nope", b"", ".rodata.x")
-    filled = fill_section(obj, ".bss.tiny_weights", bytes(128), ".lrodata.tiny_weights")
-    _, header = section_headers(filled)[".lrodata.tiny_weights"]
-    assert header[1] == SHT_PROGBITS and filled[header[4] :] == bytes(128)
+        fill_section(obj, ".bss.nope", 0, ".rodata.x")
+    head = fill_section(obj, ".bss.tiny_weights", 128, ".lrodata.tiny_weights")
+    data = bytes(range(128))  # follows the head in the object
+    _, header = section_headers(head + data)[".lrodata.tiny_weights"]
+    assert header[1] == SHT_PROGBITS and (header[4], header[5]) == (len(head), len(data))
 
 
 def test_small_blobs_stay_where_they_were():

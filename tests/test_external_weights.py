@@ -168,7 +168,7 @@ def test_loaded_model_refuses_other_weights(builds):
     built, x = builds
     compiled = built["external"][0]
     loaded = compiled.load()
-    corrupted = bytearray(compiled.weights_file.data)
+    corrupted = bytearray(bytes(compiled.weights_file.data))
     corrupted[100] ^= 0x80
     with pytest.raises(AotcError, match="returned 3: not the model's weights"):
         loaded.set_weights(bytes(corrupted))

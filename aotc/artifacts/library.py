@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import progress
+from ..buffers import Blob
 from ..errors import ToolError
 from .render import render_header
 from .runtime import (
@@ -39,7 +40,7 @@ def write_artifacts(
     name: str,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
-    object_bytes: bytes,
+    obj: Blob,
     stats: MemoryStats,
     target: Target | str,
     source: str,
@@ -76,14 +77,14 @@ def write_artifacts(
         files += [p.name for p in runtime_files()]
     with staged_write(out_dir) as stage:
         (stage / files[0]).write_text(header, encoding="utf-8")
-        (stage / files[1]).write_bytes(object_bytes)
+        obj.write_file(stage / files[1])
         if weights_file is not None:
-            (stage / weights_name).write_bytes(weights_file.data)
+            weights_file.data.write_file(stage / weights_name)
             files.append(weights_name)
         if compiler is not None:
             progress.stage("runtime and archive")
             runtime = compile_runtime(stage / "runtime", compiler)
-            _check_same_machine(object_bytes, runtime, compiler, target)
+            _check_same_machine(obj[:20], runtime, compiler, target)
             members = [files[1], *(str(p.relative_to(stage)) for p in runtime)]
             # D: zero timestamps, uids and modes, so that archives are reproducible
             run_tool([*archiver, "rcsD", library, *members], f"archiving {library}", stage)
@@ -120,9 +121,9 @@ def elf_machine(data: bytes) -> str:
     return _ELF_MACHINES.get(code, f"machine {code}")
 
 
-def _check_same_machine(object_bytes: bytes, runtime: list[Path], compiler, target):
+def _check_same_machine(elf_start: bytes, runtime: list[Path], compiler, target):
     """Refuse a library whose runtime was built for another architecture than the model."""
-    model_arch = elf_machine(object_bytes)
+    model_arch = elf_machine(elf_start)
     for path in runtime:
         runtime_arch = elf_machine(path.read_bytes()[:20])
         if runtime_arch != model_arch:

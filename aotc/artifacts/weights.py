@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..buffers import Blob
+
 WEIGHTS_SUFFIX = ".weights"
 WEIGHTS_ALIGN = 64  # what NAME_set_weights requires of the pointer (aotc_runtime.c)
 CHECKSUM_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
@@ -25,11 +27,11 @@ _CHUNK_WORDS = 1 << 20
 class WeightsFile:
     """The bytes of NAME.weights and their checksum."""
 
-    data: bytes
+    data: Blob
     checksum: int
 
     @classmethod
-    def of(cls, data: bytes) -> WeightsFile:
+    def of(cls, data: Blob) -> WeightsFile:
         return cls(data, weights_checksum(data))
 
     @property
@@ -37,16 +39,20 @@ class WeightsFile:
         return len(self.data)
 
 
-def weights_checksum(data: bytes) -> int:
+def weights_checksum(data: Blob | bytes) -> int:
     """aotc_weights_checksum of `data`: size + the sum of mix(word ^ index) over its
-    little-endian 64-bit words (the last zero-padded), modulo 2**64."""
-    padded = bytes(data) + b"\0" * (-len(data) % 8)
-    words = np.frombuffer(padded, "<u8")
-    total = np.uint64(len(data))
+    little-endian 64-bit words (the last zero-padded), modulo 2**64; read a window of
+    words at a time."""
+    blob = data if isinstance(data, Blob) else Blob.of(data)
+    size = len(blob)
+    total = np.uint64(size)
+    window = _CHUNK_WORDS * 8
     with np.errstate(over="ignore"):
-        for start in range(0, len(words), _CHUNK_WORDS):
-            chunk = words[start : start + _CHUNK_WORDS]
-            mixed = (chunk ^ np.arange(start, start + len(chunk), dtype=np.uint64)) * (
+        for start in range(0, size, window):
+            chunk = bytes(blob.read(start, min(window, size - start)))
+            words = np.frombuffer(chunk + b"\0" * (-len(chunk) % 8), "<u8")
+            first = start // 8
+            mixed = (words ^ np.arange(first, first + len(words), dtype=np.uint64)) * (
                 CHECKSUM_MULTIPLIER
             )
             mixed ^= mixed >> np.uint64(32)

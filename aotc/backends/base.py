@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from ..artifacts import ArtifactPaths, MemoryStats, Target, TensorSpec
 from ..artifacts.weights import WeightsFile
-from ..buffers import BufferPlan
+from ..buffers import Blob, BufferPlan
 from ..ir import Module
 
 
@@ -22,7 +22,7 @@ from ..ir import Module
 class CompiledCode:
     """What a backend made of a planned module."""
 
-    object_bytes: bytes  # the relocatable object of NAME.o (CUDA: the host blobs)
+    object: Blob  # the relocatable object of NAME.o (CUDA: the host blobs), in pieces
     kernel_count: int  # the kernels one run executes
     program: Any = None  # the backend's own record of its kernels (CUDA: a CudaProgram)
     # a profiled build's kernels, in the order of its NAME_profile_ns/_calls counters
@@ -32,6 +32,10 @@ class CompiledCode:
     weights_section: str = ""
     # external weights (--weights external): NAME.weights, outside the object
     weights_file: WeightsFile | None = None
+
+    @property
+    def object_bytes(self) -> bytes:
+        return bytes(self.object)
 
 
 # a backend's own target class (CpuTarget, CudaTarget)
@@ -95,7 +99,7 @@ class Backend(Protocol[T]):
         name: str,
         inputs: Sequence[TensorSpec],
         outputs: Sequence[TensorSpec],
-        object_bytes: bytes,
+        obj: Blob,
         stats: MemoryStats,
         target: T,
         source: str,

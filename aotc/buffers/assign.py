@@ -18,10 +18,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import Computation, Instruction, Module, Op
 from ..ir.types import to_storage
+from .blob import Blob, Deferred, Piece
 from .concat import concat_placements, nest, resolve
 from .heap import Interval, align_up, pack, peak_live_bytes
 from .inplace import BufferSets, reads_at_output_index
@@ -66,7 +70,7 @@ class _Context:
     """What every frame of one module shares."""
 
     constants: dict  # (id(constant), ()) -> its slice of `weights`
-    weights: bytes
+    weights: Blob
     temporaries: Mapping[int, int]  # id(instruction) -> its kernel's scratch bytes
     # id(while or conditional) -> plans of its computations (in frames of their own, so
     # the same whatever order the parent is scheduled in)
@@ -391,19 +395,25 @@ def _naive_total(order, defs: BufferDefinitions, returned: set) -> int:
     return total
 
 
-def _place_constants(module: Module, slices: dict) -> bytes:
-    """Lay every constant of the module out in one blob, each 64-byte aligned."""
-    blob = bytearray()
+def _place_constants(module: Module, slices: dict) -> Blob:
+    """Lay every constant of the module out in one blob, each 64-byte aligned: the
+    constant's array where it is its own storage, else its storage made when written."""
+    pieces: list[tuple[int, Piece]] = []
+    end = 0
     for computation in module.called_computations():
         for instr in computation.instructions:
             if instr.op is not Op.CONSTANT:
                 continue
-            data = to_storage(instr.literal, instr.array_shape.dtype).tobytes()
-            offset = align_up(len(blob), ALIGNMENT)
-            blob.extend(b"\0" * (offset - len(blob)))
-            blob.extend(data)
-            slices[(id(instr), ())] = Slice(BufferKind.CONSTANT, 0, offset, len(data))
-    return bytes(blob)
+            dtype = instr.array_shape.dtype
+            storage = to_storage(instr.literal, dtype)
+            piece: Piece = storage
+            if not np.shares_memory(storage, instr.literal):  # converted: made again when read
+                piece = Deferred(storage.nbytes, partial(to_storage, instr.literal, dtype))
+            offset = align_up(end, ALIGNMENT)
+            pieces.append((offset, piece))
+            end = offset + storage.nbytes
+            slices[(id(instr), ())] = Slice(BufferKind.CONSTANT, 0, offset, storage.nbytes)
+    return Blob(pieces, end)
 
 
 def _place_outputs(root_sources, slices: dict, sets: BufferSets) -> list:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ..ir import Instruction, Op, Trait
+from .blob import Blob
 from .concat import contiguous_parts
 from .heap import align_up
 
@@ -76,7 +77,7 @@ class BufferPlan:
     alignment: int
     lower_bound: int  # peak of simultaneously live arena bytes
     naive_total: int  # every arena buffer separate
-    weights: bytes  # the constant blob, constants at their slices' offsets
+    weights: Blob  # the constant blob, constants at their slices' offsets
     # (source, destination): copies the backend emits after the schedule, for
     # outputs that cannot be computed in place (a parameter or constant
     # returned as is, one value returned twice)

@@ -14,6 +14,7 @@ use-lists name only instructions still in a computation.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +38,16 @@ from .types import AnyShape, Shape
 
 if TYPE_CHECKING:
     from .extents import Extent
+
+
+def literal_bytes(literal: np.ndarray) -> memoryview:
+    """A literal's bytes, without a copy where it is contiguous."""
+    return memoryview(np.ascontiguousarray(literal).reshape(-1).view(np.uint8))
+
+
+def same_literal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two literals are the same bytes of the same dtype and shape."""
+    return (a.dtype, a.shape) == (b.dtype, b.shape) and literal_bytes(a) == literal_bytes(b)
 
 
 class Operands(list):
@@ -142,7 +153,10 @@ class Instruction:
         """Structural identity: equal keys mean the same value (for CSE)."""
         literal_key = None
         if self.literal is not None:
-            literal_key = (self.literal.dtype.str, self.literal.shape, self.literal.tobytes())
+            # a digest, not the bytes: keys of gigabytes of weights would double them
+            # (CSE confirms a match byte for byte, `same_literal`)
+            digest = hashlib.blake2b(literal_bytes(self.literal), digest_size=32).digest()
+            literal_key = (self.literal.dtype.str, self.literal.shape, digest)
         return (
             self.op,
             self.shape,

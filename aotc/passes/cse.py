@@ -1,13 +1,14 @@
 """Common subexpression elimination: one instruction per distinct value.
 
 Two instructions are the same value when their structural keys
-(`Instruction.key()`: opcode, shape, operands, attributes, literal bytes)
-are equal; operands of commutative ops are compared as a set.
+(`Instruction.key()`: opcode, shape, operands, attributes, a digest of the
+literal's bytes, which are then compared) are equal; operands of commutative ops are compared as a set.
 """
 
 from __future__ import annotations
 
 from ..ir import Instruction, Module, Op, Trait
+from ..ir.module import same_literal
 
 
 class CommonSubexpressionElimination:
@@ -29,7 +30,9 @@ class CommonSubexpressionElimination:
                 if Trait.COMMUTATIVE in instr.op.traits:
                     key = key[:2] + (tuple(sorted(key[2])),) + key[3:]
                 first = seen.setdefault(key, instr)
-                if first is not instr:
+                if first is not instr and (
+                    instr.literal is None or same_literal(first.literal, instr.literal)
+                ):
                     replaced[instr] = first
             if replaced:
                 changed = True

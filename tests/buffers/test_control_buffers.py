@@ -39,7 +39,7 @@ class Memory:
     def __init__(self, plan: BufferPlan, module: Module, inputs):
         self.buffers = {
             (BufferKind.ARENA, 0): np.full(max(plan.arena_bytes, 1), 0xAB, np.uint8),
-            (BufferKind.CONSTANT, 0): np.frombuffer(plan.weights, np.uint8).copy(),
+            (BufferKind.CONSTANT, 0): np.frombuffer(bytes(plan.weights), np.uint8).copy(),
         }
         for k, (param, x) in enumerate(zip(module.entry.parameters, inputs)):
             raw = to_storage(np.asarray(x).reshape(-1), param.shape.dtype).view(np.uint8)

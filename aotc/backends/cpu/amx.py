@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
-from ...buffers import Slice
+from ...buffers import Blob, Slice
 from ...ir import DType
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I1, I8, I32, I64, PTR, VOID, i64
@@ -188,7 +188,7 @@ class AmxPlan(Prepackable):
         padded[: self.m, : self.k] = matrix.T
         return padded.view(np.uint8).ravel()
 
-    def pack_weights(self, side: int, weights: bytes) -> bytes:
+    def pack_weights(self, side: int, weights: Blob) -> bytes:
         where = self.constant_layout(side).where
         values = constant_elements(weights, where, self.source(side).numpy)
         return self.pack_constant(side, values).tobytes()

@@ -13,7 +13,7 @@ from pathlib import Path
 from ... import artifacts
 from ...artifacts import ArtifactPaths, MemoryStats, TensorSpec
 from ...artifacts.weights import WeightsFile
-from ...buffers import BufferPlan
+from ...buffers import Blob, BufferPlan
 from ...errors import AotcError, one_line
 from ...ir import Module
 from ...ir.ops import NO_CODE_OPS
@@ -64,15 +64,13 @@ class CpuBackend(Backend[CpuTarget]):
         weights: str = "embedded",
     ) -> CompiledCode:
         external = weights == "external"
-        object_bytes, weights_file = emit_code(
-            module, plan, name, target, threads, profile, external
-        )
+        obj, weights_file = emit_code(module, plan, name, target, threads, profile, external)
         kernels = sum(1 for instr in plan.schedule if instr.op not in NO_CODE_OPS)
         # external weights take no section of the object, big or small
         object_weights = 0 if external else plan.weight_bytes
         arena, section = big_sections(target.arch, name, plan.scratch_bytes, object_weights)
         code = CompiledCode(
-            object_bytes,
+            obj,
             kernels,
             arena_section=arena,
             weights_section=section,
@@ -93,7 +91,7 @@ class CpuBackend(Backend[CpuTarget]):
         name: str,
         inputs: Sequence[TensorSpec],
         outputs: Sequence[TensorSpec],
-        object_bytes: bytes,
+        obj: Blob,
         stats: MemoryStats,
         target: CpuTarget,
         source: str,
@@ -109,7 +107,7 @@ class CpuBackend(Backend[CpuTarget]):
             name,
             inputs,
             outputs,
-            object_bytes,
+            obj,
             stats,
             target,
             source,

@@ -12,7 +12,7 @@ import llvmlite.binding as llvm
 
 from ... import progress
 from ...artifacts.weights import WeightsFile
-from ...buffers import BufferPlan
+from ...buffers import Blob, BufferPlan
 from ...ir import Module
 from ..llvm.elf import fill_section, patch_section
 from .prepack import prepack
@@ -54,7 +54,7 @@ def emit_object(
 ) -> bytes:
     """An ELF relocatable object defining NAME_run, NAME_run_generic, NAME_weights, ...
     (and with `profile`, the kernel counters of profile_counters.py)."""
-    return emit_code(module, plan, name, target, threads, profile)[0]
+    return bytes(emit_code(module, plan, name, target, threads, profile)[0])
 
 
 def emit_code(
@@ -65,27 +65,29 @@ def emit_code(
     threads: int = 1,
     profile: bool = False,
     external_weights: bool = False,
-) -> tuple[bytes, WeightsFile | None]:
+) -> tuple[Blob, WeightsFile | None]:
     """The object of `emit_object`, and None; with `external_weights`, an object
     without the weights (NAME_set_weights instead of NAME_weights) and NAME.weights."""
     final = prepack(target, plan)
-    weights = final.weights or b"\0"  # never empty: a placeholder, a file to map
+    weights = final.weights or Blob.of(b"\0")  # never empty: a placeholder, a file to map
     weights_file = WeightsFile.of(weights) if external_weights else None
     parsed, machine = optimized_module(module, final, name, target, threads, profile, weights_file)
     plan.workspace_bytes, plan.object_weight_bytes = final.workspace_bytes, len(final.weights)
     progress.stage("LLVM: machine code")
     obj = machine.emit_object(parsed)
     if weights_file is not None:
-        return obj, weights_file
+        return Blob.of(obj), weights_file
     return _with_weights(obj, weights, target.arch, name), None
 
 
-def _with_weights(obj: bytes, weights: bytes, arch: str, name: str) -> bytes:
-    """`obj` with the weights in its placeholder section (sections.py)."""
+def _with_weights(obj: bytes, weights: Blob, arch: str, name: str) -> Blob:
+    """`obj` with the weights in its placeholder section (sections.py): patched into
+    it where small, else after the object's bytes, which the weights' pieces follow."""
     placeholder, section = weights_sections(arch, name, len(weights))
     if placeholder == section:
-        return patch_section(obj, section, weights)
-    return fill_section(obj, placeholder, weights, section)
+        return Blob.of(patch_section(obj, section, bytes(weights)))
+    head = fill_section(obj, placeholder, len(weights), section)
+    return Blob([(0, head), *weights.shifted(len(head))], len(head) + len(weights))
 
 
 def emit_llvm_ir(module: Module, plan: BufferPlan, name: str, target: CpuTarget) -> str:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
-from ...buffers import BufferKind, BufferPlan, Slice
+from ...buffers import Blob, BufferKind, BufferPlan, Deferred, Slice
+from ...buffers.blob import Piece
 from ...buffers.liveness import array_indices
 from ...ir import Instruction, Op
 from ...ir.dequantization import block_dequantization
@@ -30,6 +32,10 @@ from .views import STRIDED_VIEW_OPS
 
 # the slice of a constant dropped from the blob: nothing may read it (program.py refuses to)
 DROPPED = Slice(BufferKind.CONSTANT, -1, 0, 0)
+
+# a packed copy up to this size is kept as made; a bigger one is made again when the
+# blob is written, so that no more than one lives at a time (big models' weights)
+KEPT_PACKED_BYTES = 16 << 20
 
 FramePath = tuple[tuple[str, int], ...]  # a frame: the (control instruction, computation) steps
 
@@ -62,19 +68,25 @@ def prepack(target, plan: BufferPlan) -> BufferPlan:
     regions = _constant_regions(plan)
     candidates = {s.offset for r in requests for s in r.planned.constant_slices(r.side)}
     dropped = {start for start in candidates if not any(regions[start].overlaps(s) for s in plain)}
-    blob = bytearray()
+    blob = _Pieces()
     moved = {}  # old offset -> new offset of each constant kept
+    source = plan.weights
     for start, region in regions.items():
         if start not in dropped:
-            moved[start] = _append(blob, plan.weights[start : start + region.size])
+            kept = Deferred(region.size, partial(source.read, start, region.size))
+            moved[start] = blob.append(kept)
     copies: dict = {}
     for r in requests:
         key = (r.layout, r.shape)
         if key not in copies:
-            data = r.planned.pack_weights(r.side, plan.weights)
-            copies[key] = Slice(BufferKind.CONSTANT, 0, _append(blob, data), len(data))
+            data = r.planned.pack_weights(r.side, source)
+            piece: Piece = data
+            if len(data) > KEPT_PACKED_BYTES:  # packed again when written: one at a time
+                piece = Deferred(len(data), partial(r.planned.pack_weights, r.side, source))
+            copies[key] = Slice(BufferKind.CONSTANT, 0, blob.append(piece), len(data))
+            del data
     final = plan.mapped(_relocation(regions, moved))
-    weights = bytes(blob)
+    weights = Blob(blob.pieces, blob.end)
     for path, frame in _frames(final):
         frame.weights = weights
         for r in requests:
@@ -201,9 +213,16 @@ def _relocation(regions: dict[int, Slice], moved: dict[int, int]):
     return where
 
 
-def _append(blob: bytearray, data: bytes) -> int:
-    """Append `data` at the next aligned offset of `blob`; returns that offset."""
-    offset = -(-len(blob) // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT
-    blob.extend(bytes(offset - len(blob)))
-    blob.extend(data)
-    return offset
+class _Pieces:
+    """The new blob's pieces, each at the next aligned offset."""
+
+    def __init__(self) -> None:
+        self.pieces: list[tuple[int, Piece]] = []
+        self.end = 0
+
+    def append(self, piece: Piece) -> int:
+        """Place `piece` at the next aligned offset; returns that offset."""
+        offset = -(-self.end // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT
+        self.pieces.append((offset, piece))
+        self.end = offset + (piece.size if isinstance(piece, Deferred) else len(piece))
+        return offset

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...buffers import BufferKind, Slice
+from ...buffers import Blob, BufferKind, Slice
 from ...ir import DType, Instruction
 from .blocking import round_up
 from .views import merged_stride
@@ -150,7 +150,7 @@ class Prepackable:
         """The constants that the copy of operand `side` is made from."""
         return (self.constant_layout(side).where,)
 
-    def pack_weights(self, side: int, weights: bytes) -> bytes:
+    def pack_weights(self, side: int, weights: Blob) -> bytes:
         """The pre-packed copy of operand `side` from the weights blob `weights`."""
         where = self.constant_layout(side).where
         values = constant_elements(weights, where, self.source(side).numpy)
@@ -163,9 +163,9 @@ class Prepackable:
         return layout
 
 
-def constant_elements(weights: bytes, where: Slice, dtype: np.dtype) -> np.ndarray:
+def constant_elements(weights: Blob, where: Slice, dtype: np.dtype) -> np.ndarray:
     """The elements of constant slice `where` of the weights blob `weights`."""
-    return np.frombuffer(weights, dtype, count=where.size // dtype.itemsize, offset=where.offset)
+    return np.frombuffer(weights.read(where.offset, where.size), dtype)
 
 
 def use_packed(planned, slices: dict, kernel: Instruction, contraction: int):

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...artifacts import ArtifactPaths, MemoryStats, TensorSpec, WeightsFile
-from ...buffers import BufferPlan
+from ...buffers import Blob, BufferPlan
 from ...errors import AotcError, one_line
 from ...ir import Module
 from ..base import Backend, CompiledCode
@@ -50,7 +50,7 @@ class CudaBackend(Backend[CudaTarget]):
         if profile:
             raise AotcError("profiling times CPU kernels; CUDA code has no counters")
         program = compile_cuda(module, plan, name, target)
-        return CompiledCode(program.host_object, len(program.launches), program)
+        return CompiledCode(Blob.of(program.host_object), len(program.launches), program)
 
     def peak_gflops(self, target: CudaTarget) -> float:
         raise AotcError(f"cannot measure the peak of {target}: its code runs on a GPU")
@@ -61,15 +61,15 @@ class CudaBackend(Backend[CudaTarget]):
         name: str,
         inputs: Sequence[TensorSpec],
         outputs: Sequence[TensorSpec],
-        object_bytes: bytes,
+        obj: Blob,
         stats: MemoryStats,
         target: CudaTarget,
         source: str,
         program: CudaProgram | None = None,
         weights_file: WeightsFile | None = None,
     ) -> ArtifactPaths:
-        """NAME.h, aotc_cuda.h, NAME.o and libNAME.a (see artifacts.py); `object_bytes`
-        is `program`'s host object."""
+        """NAME.h, aotc_cuda.h, NAME.o and libNAME.a (see artifacts.py); `obj` is
+        `program`'s host object."""
         assert weights_file is None, "CUDA weights are embedded (weights_modes)"
         assert program is not None, "CUDA artifacts are written from the CudaProgram"
         return write_cuda_artifacts(out_dir, name, inputs, outputs, program, stats, source)

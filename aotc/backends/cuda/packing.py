@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
-from ...buffers import ALIGNMENT, BufferKind, BufferPlan, Slice
+from ...buffers import ALIGNMENT, Blob, BufferKind, BufferPlan, Slice
 from ...buffers.heap import align_up
 from ...buffers.liveness import array_indices
 from ...ir import DType, Op, Shape
@@ -65,7 +65,7 @@ def pack_constants(plan: BufferPlan) -> PackedConstants:
         blob.extend(bytes(offset - len(blob)))
         blob.extend(data)
         moved[start] = (offset, len(data))
-    final = replace(plan.mapped(_relocation(moved, packed)), weights=bytes(blob))
+    final = replace(plan.mapped(_relocation(moved, packed)), weights=Blob.of(bytes(blob)))
     fields = {Slice(BufferKind.CONSTANT, 0, *moved[s]): packed[s] for s in packed}
     return PackedConstants(final, fields)
 

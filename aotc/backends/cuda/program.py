@@ -105,7 +105,9 @@ def build_program(
             )
         ctx.workspace = plan.workspace_of(instr, needs.get(id(instr), 0), after_arena)
         launches += emit_instruction(ctx, instr, f"{name}_k{len(launches)}_{_c_name(instr)}")
-    return KernelProgram(llmod, launches, list(plan.output_copies), inputs, outputs, plan.weights)
+    return KernelProgram(
+        llmod, launches, list(plan.output_copies), inputs, outputs, bytes(plan.weights)
+    )
 
 
 def _c_name(instr: Instruction) -> str:

@@ -88,21 +88,21 @@ def patch_section(obj: bytes, name: str, data: bytes) -> bytes:
     return bytes(patched)
 
 
-def fill_section(obj: bytes, name: str, data: bytes, new_name: str) -> bytes:
-    """A copy of `obj` whose empty (NOBITS) section `name`, of `len(data)` bytes, is the
-    read-only section `new_name` holding `data`.
+def fill_section(obj: bytes, name: str, size: int, new_name: str) -> bytes:
+    """The start of a copy of `obj` whose empty (NOBITS) section `name`, of `size` bytes,
+    is the read-only section `new_name` holding the `size` bytes that follow it.
 
     The section names (the old ones, then `new_name`) and the bytes are appended to the
-    file, so that nothing else moves and `data` is copied once.
+    file, so that nothing else moves and the data need not be joined to the object.
     """
     found = section_headers(obj).get(name)
     if found is None:
         raise ElfFormatError(f"object has no section {name}")
     header_at, header = found
-    if header[1] != SHT_NOBITS or header[5] != len(data):
+    if header[1] != SHT_NOBITS or header[5] != size:
         raise ElfFormatError(
             f"section {name} is type {header[1]} with {header[5]} bytes; "
-            f"expected NOBITS with {len(data)} bytes"
+            f"expected NOBITS with {size} bytes"
         )
     headers, strndx = _headers(obj)
     names_header_at, names_header = headers[strndx]
@@ -115,7 +115,7 @@ def fill_section(obj: bytes, name: str, data: bytes, new_name: str) -> bytes:
     _SECTION.pack_into(patched, names_header_at, *_with(names_header, 4, names_offset, len(names)))
     blob = _with(header, 0, len(old_names), SHT_PROGBITS, header[2] & ~SHF_WRITE)
     _SECTION.pack_into(patched, header_at, *_with(blob, 4, data_offset))
-    return b"".join([patched, names, b"\0" * padding, data])
+    return b"".join([patched, names, b"\0" * padding])
 
 
 def _with(header: tuple, first: int, *values) -> tuple:
