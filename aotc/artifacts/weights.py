@@ -41,20 +41,28 @@ class WeightsFile:
 
 def weights_checksum(data: Blob | bytes) -> int:
     """aotc_weights_checksum of `data`: size + the sum of mix(word ^ index) over its
-    little-endian 64-bit words (the last zero-padded), modulo 2**64; read a window of
-    words at a time."""
+    little-endian 64-bit words (the last zero-padded), modulo 2**64; the blob's chunks
+    read in turn, each piece made once."""
     blob = data if isinstance(data, Blob) else Blob.of(data)
-    size = len(blob)
-    total = np.uint64(size)
-    window = _CHUNK_WORDS * 8
+    total = len(blob)
+    words_done, pending = 0, b""
+    for chunk in blob.chunks():
+        for start in range(0, len(chunk), _CHUNK_WORDS * 8):
+            part = pending + bytes(chunk[start : start + _CHUNK_WORDS * 8])
+            whole = len(part) - len(part) % 8
+            total += _mixed_sum(np.frombuffer(part[:whole], "<u8"), words_done)
+            words_done += whole // 8
+            pending = part[whole:]
+    if pending:
+        total += _mixed_sum(np.frombuffer(pending + bytes(8 - len(pending)), "<u8"), words_done)
+    return total % 2**64
+
+
+def _mixed_sum(words: np.ndarray, first: int) -> int:
+    """The sum of mix(word ^ index) over `words`, the first at index `first`."""
     with np.errstate(over="ignore"):
-        for start in range(0, size, window):
-            chunk = bytes(blob.read(start, min(window, size - start)))
-            words = np.frombuffer(chunk + b"\0" * (-len(chunk) % 8), "<u8")
-            first = start // 8
-            mixed = (words ^ np.arange(first, first + len(words), dtype=np.uint64)) * (
-                CHECKSUM_MULTIPLIER
-            )
-            mixed ^= mixed >> np.uint64(32)
-            total += mixed.sum(dtype=np.uint64)
-    return int(total)
+        mixed = (words ^ np.arange(first, first + len(words), dtype=np.uint64)) * (
+            CHECKSUM_MULTIPLIER
+        )
+        mixed ^= mixed >> np.uint64(32)
+        return int(mixed.sum(dtype=np.uint64))

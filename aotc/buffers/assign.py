@@ -404,11 +404,12 @@ def _place_constants(module: Module, slices: dict) -> Blob:
         for instr in computation.instructions:
             if instr.op is not Op.CONSTANT:
                 continue
-            dtype = instr.array_shape.dtype
-            storage = to_storage(instr.literal, dtype)
+            dtype, literal = instr.array_shape.dtype, instr.literal
+            assert literal is not None, f"constant {instr.name} has no literal"
+            storage = to_storage(literal, dtype)
             piece: Piece = storage
-            if not np.shares_memory(storage, instr.literal):  # converted: made again when read
-                piece = Deferred(storage.nbytes, partial(to_storage, instr.literal, dtype))
+            if not np.shares_memory(storage, literal):  # converted: made again when read
+                piece = Deferred(storage.nbytes, partial(to_storage, literal, dtype))
             offset = align_up(end, ALIGNMENT)
             pieces.append((offset, piece))
             end = offset + storage.nbytes

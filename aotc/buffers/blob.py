@@ -29,7 +29,7 @@ class Deferred:
     """A piece of `size` bytes that `make` computes each time it is read."""
 
     size: int
-    make: Callable[[], bytes | np.ndarray]
+    make: Callable[[], bytes | memoryview | np.ndarray]
 
     def data(self) -> memoryview:
         made = _bytes_view(self.make())
@@ -151,8 +151,8 @@ def _data(piece: Piece) -> memoryview:
     return piece.data() if isinstance(piece, Deferred) else _bytes_view(piece)
 
 
-def _bytes_view(data: bytes | np.ndarray) -> memoryview:
+def _bytes_view(data: bytes | memoryview | np.ndarray) -> memoryview:
     """The bytes of `data` without a copy where it is contiguous."""
     if isinstance(data, np.ndarray):
-        return memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
     return memoryview(data).cast("B")

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 def literal_bytes(literal: np.ndarray) -> memoryview:
     """A literal's bytes, without a copy where it is contiguous."""
-    return memoryview(np.ascontiguousarray(literal).reshape(-1).view(np.uint8))
+    return np.ascontiguousarray(literal).reshape(-1).view(np.uint8).data
 
 
 def same_literal(a: np.ndarray, b: np.ndarray) -> bool:

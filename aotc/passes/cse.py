@@ -31,7 +31,8 @@ class CommonSubexpressionElimination:
                     key = key[:2] + (tuple(sorted(key[2])),) + key[3:]
                 first = seen.setdefault(key, instr)
                 if first is not instr and (
-                    instr.literal is None or same_literal(first.literal, instr.literal)
+                    instr.literal is None
+                    or (first.literal is not None and same_literal(first.literal, instr.literal))
                 ):
                     replaced[instr] = first
             if replaced:

@@ -124,3 +124,18 @@ def test_a_kernel_is_shared_only_with_the_same_text(immediate, mark, shared):
     second = _kernel(module, "m.k2", immediate, mark)
     assert (kernels.share(second, start) is first) == shared
     assert ("m.k2" in module.globals) != shared  # a shared kernel's copy is gone
+
+
+def test_a_kernel_with_a_variable_of_its_own_is_never_shared():
+    """Its variable is state of that kernel (a random stream's counter): two kernels of
+    the same text each keep theirs."""
+    module = ir.Module()
+    kernels = SharedKernels(module)
+    shared = []
+    for name in ("m.k1", "m.k2"):
+        start = kernels.mark()
+        function = _kernel(module, name, 1.0, "a")
+        counter = ir.GlobalVariable(module, ir.IntType(64), f"{name}.counter")
+        counter.initializer = ir.Constant(ir.IntType(64), 0)
+        shared.append(kernels.share(function, start))
+    assert shared[0] is not shared[1] and "m.k2.counter" in module.globals

@@ -123,6 +123,7 @@ def emit_contraction(ctx: EmitContext, instr: Instruction, operands: list[Gen]) 
         epilogue = None
     else:
         body = instr.called[0]
+        assert ctx.builder is not None
         scope = OutputScope(ctx.module, ctx.builder.function.name)
         operands = _outside_output(ctx, instr, operands, scope)
         # the values in the workspace are apart from the output (alias.py)

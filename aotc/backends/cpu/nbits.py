@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
-from ...buffers import BufferKind, Slice
+from ...buffers import Blob, BufferKind, Slice
 from ...ir import DType
 from ...ir.dequantization import block_dequantization
 from ..llvm.context import EmitContext
@@ -213,7 +213,7 @@ class NBitsPlan(Prepackable):
     def constant_slices(self, side: int) -> tuple[Slice, ...]:
         return self.weight.slices
 
-    def pack_weights(self, side: int, weights: bytes) -> bytes:
+    def pack_weights(self, side: int, weights: Blob) -> bytes:
         lay, w = self.layout, self.weight
         q = constant_elements(weights, w.values, w.value_type.numpy).reshape(lay.n, lay.k)
         scale = constant_elements(weights, w.scale, lay.scale.numpy).reshape(lay.n, lay.blocks)

@@ -67,7 +67,8 @@ def prepack(target, plan: BufferPlan) -> BufferPlan:
     plain = [s for path, frame in _frames(plan) for s in _plain_reads(frame, reads[path])]
     regions = _constant_regions(plan)
     candidates = {s.offset for r in requests for s in r.planned.constant_slices(r.side)}
-    dropped = {start for start in candidates if not any(regions[start].overlaps(s) for s in plain)}
+    read = _ReadBytes(plain)
+    dropped = {start for start in candidates if not read.overlaps(regions[start])}
     blob = _Pieces()
     moved = {}  # old offset -> new offset of each constant kept
     source = plan.weights
@@ -211,6 +212,28 @@ def _relocation(regions: dict[int, Slice], moved: dict[int, int]):
         return replace(s, offset=moved[start] + s.offset - start)
 
     return where
+
+
+class _ReadBytes:
+    """The weights bytes that `slices` read (those of constants), to ask of a region
+    whether any is in it by bisection rather than slice by slice."""
+
+    def __init__(self, slices: list[Slice]) -> None:
+        spans = sorted(
+            (s.offset, s.offset + s.size) for s in slices if s.kind is BufferKind.CONSTANT
+        )
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        for start, end in spans:  # merged where they overlap or touch
+            if self.ends and start <= self.ends[-1]:
+                self.ends[-1] = max(self.ends[-1], end)
+            else:
+                self.starts.append(start)
+                self.ends.append(end)
+
+    def overlaps(self, region: Slice) -> bool:
+        k = bisect.bisect_left(self.ends, region.offset + 1)  # the first span ending past it
+        return k < len(self.starts) and self.starts[k] < region.offset + region.size
 
 
 class _Pieces:

@@ -283,7 +283,11 @@ def _emit_control(ctx: EmitContext, emission: Emission, instr: Instruction, scop
     _bind_buffers(ctx, b, kernel, emission.weights, frame)
 
     def caller(kernels: list[Kernel]):
-        return lambda: [k.call(b, kernel.args) for k in kernels]
+        def call_all() -> None:
+            for k in kernels:
+                k.call(b, kernel.args)
+
+        return call_all
 
     CONTROL_KERNELS[instr.op](ctx, instr, nested, [caller(p) for p in programs])
     b.ret_void()

@@ -92,8 +92,10 @@ class SharedKernels:
 def _own_globals(module: ir.Module, name: str, mark: int) -> list[ir.GlobalValue]:
     """The globals defined since `mark` under the kernel's name (its outlined bodies);
     helpers that other kernels share (GEMM micro-kernels) are named otherwise."""
-    values = islice(module.globals.values(), mark, None)
-    return [v for v in values if v.name == name or v.name.startswith(f"{name}.")]
+    # from the end: the kernel's own are the newest (a walk from `mark` would start at
+    # the first global, and the module holds thousands)
+    newest = islice(reversed(module.globals.values()), len(module.globals) - mark)
+    return [v for v in reversed(list(newest)) if v.name == name or v.name.startswith(f"{name}.")]
 
 
 def _normalized_text(module: ir.Module, name: str, own: list[ir.GlobalValue]) -> str:
