@@ -101,6 +101,10 @@ def _check_counts(what: str, shape: AnyShape) -> None:
     for array in _arrays(shape):
         counts = {f"dim {i}": d for i, d in enumerate(array.dims)}
         counts["the element count"] = math.prod(array.dims)
+        # an empty array's other dims still make its strides (and numpy's arrays of it)
+        counts["the bytes its nonzero dims span"] = (
+            math.prod(d for d in array.dims if d) * array.dtype.itemsize
+        )
         for name, count in counts.items():
             if count > LARGEST_COUNT:
                 raise ShapeError(

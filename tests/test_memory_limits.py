@@ -64,16 +64,25 @@ def test_a_declared_huge_input_is_refused(tmp_path, dims, limit):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("extent", [2**63, 2**64])
-def test_an_extent_past_int64_is_refused_though_the_array_is_empty(tmp_path, extent):
-    """f32[2^64, 0] takes no bytes, but no int64_t dim of the header holds its extent."""
+@pytest.mark.parametrize(
+    ("extent", "reason"),
+    [
+        (2**63, "dim 0 is 9223372036854775808"),
+        (2**64, "dim 0 is 18446744073709551616"),
+        # each extent fits, but a stride over the first dim is 2^64 bytes
+        (2**62, "the bytes its nonzero dims span is 18446744073709551616"),
+    ],
+)
+def test_an_extent_past_int64_is_refused_though_the_array_is_empty(tmp_path, extent, reason):
+    """f32[2^64, 0] takes no bytes, but no int64_t dim of the header holds its extent;
+    f32[2^62, 0]'s first dim spans more bytes than an int64 counts."""
     model = tmp_path / "empty.hlo"
     model.write_text(
         f"HloModule empty\nENTRY main {{\n  x = f32[{extent},0] parameter(0)\n"
         f"  ROOT y = f32[{extent},0] negate(x)\n}}\n"
     )
     result = run_cli("compile", model, "-o", tmp_path / "out")
-    _one_line_refusal(result, "'x'", f"dim 0 is {extent}", "int64")
+    _one_line_refusal(result, "'x'", reason, "int64")
     assert not (tmp_path / "out").exists()
 
 
