@@ -121,15 +121,16 @@ class CompiledModel:
 def _sized_temporaries(backend, target, plan: BufferPlan) -> tuple[dict, dict]:
     """The kernels' temporaries (id(instruction) -> bytes) and the rooms they were sized
     in.  Each kernel at its smallest first (no room anywhere): the least peak any sizing
-    reaches; then each as large as its step leaves below that peak (a kernel that can
-    work in bands takes short ones only where the peak is at stake)."""
+    reaches; then each as large as the largest gap its step leaves below that peak in
+    the plan's arena, where its temporary will go (a kernel takes short bands, or a
+    form without temporaries, only where the peak is at stake)."""
     smallest = backend.temporaries(target, plan.with_rooms(plan.rooms_below(0)))
     if not smallest:
         return {}, {}
     peak = max(
-        [plan.lower_bound] + [plan.live_bytes(i) + smallest.get(id(i), 0) for i in plan.schedule]
+        [plan.arena_bytes] + [plan.live_bytes(i) + smallest.get(id(i), 0) for i in plan.schedule]
     )
-    rooms = plan.rooms_below(peak)
+    rooms = plan.gaps_below(peak)
     return backend.temporaries(target, plan.with_rooms(rooms)), rooms
 
 

@@ -27,7 +27,7 @@ from ..ir import Computation, Instruction, Module, Op
 from ..ir.types import to_storage
 from .blob import Blob, Deferred, Piece
 from .concat import concat_placements, nest, resolve
-from .heap import Interval, align_up, pack, peak_live_bytes
+from .heap import Interval, align_up, pack, peak_live_bytes, place_at_steps
 from .inplace import BufferSets, reads_at_output_index
 from .liveness import LEAVES, BufferDefinitions, array_indices, is_defining, live_ranges
 from .plan import TEMPORARY, BufferKind, BufferPlan, NestedPlan, PlannedBuffer, Slice
@@ -143,7 +143,10 @@ def _plan_frame(
             peaks.append(Interval(("block", id(instr)), time, time, peak))
             names[blocks[-1].key] = (f"{instr.name}.nested", ())
 
-    arena_bytes = pack(intervals + blocks, ALIGNMENT)
+    arena_bytes = _pack_with_temporaries(
+        intervals + [b for b in blocks if b.key[0] != TEMPORARY],
+        [b for b in blocks if b.key[0] == TEMPORARY],
+    )
     for item in intervals + blocks:
         slices[item.key] = Slice(BufferKind.ARENA, 0, item.offset, item.size)
     resolve(placed, slices, merged)
@@ -188,6 +191,26 @@ def _plan_frame(
         ],
         nested=nested,
     )
+
+
+def _pack_with_temporaries(fixed: list[Interval], temporaries: list[Interval]) -> int:
+    """Offsets for the buffers: `fixed` packed, then each kernel's temporary in a gap at
+    its step (the kernels were sized to the largest gaps of that packing, see
+    `BufferPlan.gaps_below`), or all packed together where that takes fewer bytes."""
+    arena = pack(fixed, ALIGNMENT)
+    if not temporaries:
+        return arena
+    top = place_at_steps(temporaries, fixed, ALIGNMENT)
+    if top <= peak_live_bytes(fixed + temporaries, ALIGNMENT):
+        return top
+    everything = fixed + temporaries
+    placed = [i.offset for i in everything]
+    joint = pack(everything, ALIGNMENT)
+    if joint < top:
+        return joint
+    for item, offset in zip(everything, placed):
+        item.offset = offset
+    return top
 
 
 def _merged_intervals(order, defs: BufferDefinitions, ranges, sets: BufferSets):

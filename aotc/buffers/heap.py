@@ -140,3 +140,52 @@ def peak_live_bytes(intervals: list[Interval], alignment: int) -> int:
         live += events[time]
         peak = max(peak, live)
     return peak
+
+
+def place_at_steps(items: list[Interval], fixed: list[Interval], alignment: int) -> int:
+    """Give each of `items` (buffers alive at one step each, a kernel's temporary) an
+    offset in the best-fitting gap among the `fixed` buffers (already placed) alive at
+    its step; return the top of the heap (of `fixed` and `items`)."""
+    top = max((align_up(max(f.size, 1), alignment) + f.offset for f in fixed), default=0)
+    for alive, item in _alive_at_steps(items, fixed):
+        size = align_up(max(item.size, 1), alignment)
+        busy = sorted((f.offset, f.offset + align_up(max(f.size, 1), alignment)) for f in alive)
+        item.offset = _best_gap(busy, size)
+        alive.append(item)  # the next item of the same step sees it
+        top = max(top, item.offset + size)
+    return top
+
+
+def largest_gaps(steps: int, fixed: list[Interval], top: int, alignment: int) -> list[int]:
+    """Per step in [0, steps): the largest free run of bytes below `top` among the
+    `fixed` buffers (placed) alive then."""
+    probes = [Interval(step, step, step, 0) for step in range(steps)]
+    gaps = [0] * steps
+    for alive, probe in _alive_at_steps(probes, fixed):
+        step = probe.start
+        busy = sorted((f.offset, f.offset + align_up(max(f.size, 1), alignment)) for f in alive)
+        cursor, largest = 0, 0
+        for begin, end in busy:
+            largest = max(largest, min(begin, top) - cursor)
+            cursor = max(cursor, end)
+        gaps[step] = max(largest, top - cursor, 0)
+    return gaps
+
+
+def _alive_at_steps(items: list[Interval], fixed: list[Interval]):
+    """(the fixed intervals alive at its step, item) for each item in order of its step
+    (one sweep; the list is the same object for items of one step)."""
+    by_start = sorted(fixed, key=lambda f: f.start)
+    alive: list[tuple[int, int, Interval]] = []  # a heap of (end, number, interval)
+    next_fixed, current, members = 0, None, []
+    for item in sorted(items, key=lambda i: i.start):
+        step = item.start
+        if step != current:
+            while next_fixed < len(by_start) and by_start[next_fixed].start <= step:
+                f = by_start[next_fixed]
+                heapq.heappush(alive, (f.end, next_fixed, f))
+                next_fixed += 1
+            while alive and alive[0][0] < step:
+                heapq.heappop(alive)
+            current, members = step, [f for _, _, f in alive]
+        yield members, item

@@ -21,7 +21,7 @@ from functools import cached_property
 from ..ir import Instruction, Op, Trait
 from .blob import Blob
 from .concat import contiguous_parts
-from .heap import align_up
+from .heap import Interval, align_up, largest_gaps
 
 
 class BufferKind(enum.Enum):
@@ -128,6 +128,14 @@ class BufferPlan:
     def rooms_below(self, peak: int) -> dict[int, int]:
         """What a temporary may take at each step without the step's bytes passing `peak`."""
         return {key: max(peak - live, 0) for key, live in self._live.items()}
+
+    def gaps_below(self, top: int) -> dict[int, int]:
+        """What a temporary may take at each step without the arena passing `top`: the
+        largest free run of bytes below it among the buffers alive then, where the
+        planner places it (assign.py: the other buffers keep their offsets)."""
+        fixed = [Interval(None, b.start, b.end, b.slice.size, b.slice.offset) for b in self.buffers]
+        gaps = largest_gaps(len(self.schedule), fixed, top, self.alignment)
+        return {id(instr): gap for instr, gap in zip(self.schedule, gaps)}
 
     def live_bytes(self, instr: Instruction) -> int:
         """The arena bytes live while `instr` runs, its buffers aligned (in a plan

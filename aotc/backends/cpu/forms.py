@@ -1,4 +1,5 @@
-"""The kernel forms of dots and convolutions, in priority order: the first that plans wins.
+"""The kernel forms of dots and convolutions, in priority order: the first that plans
+and whose workspace fits the memory plan's room at its step wins.
 
 A form is a way to compute one contraction on the CPU.  Its planner, in the form's own
 module, takes the contraction's problem (conv.py's `ConvProblem`, dot.py's
@@ -6,7 +7,9 @@ module, takes the contraction's problem (conv.py's `ConvProblem`, dot.py's
 blocking and extents) and returns a plan (plans.py's `KernelPlan`), or None when the
 form does not take the contraction: the conditions on target, dtypes and shapes that
 gate a form are in its planner.  `plan_contraction` asks the forms of a table in order;
-a contraction no form takes runs by the element rules.
+a contraction no form takes runs by the element rules.  Given the bytes the memory plan
+has free at the kernel's step (its `Budget`), it passes over a form whose workspace (its
+constants pre-packed) would not fit for the next that fits, else takes the smallest.
 
 Adding a convolution algorithm: a module with its plan class (`kind`,
 `workspace_bytes`, `emit`) and its planner, and one row in CONV_FORMS at its priority.
@@ -20,6 +23,7 @@ from typing import Any
 from ...ir import Instruction, Op
 from . import conv, depthwise, direct_conv, dot, plane_conv, winograd
 from .plans import KernelPlan
+from .prepackable import packed_workspace
 from .workspace import Budget
 
 # a form's planner: its problem -> its plan, or None (the form does not take it)
@@ -49,6 +53,10 @@ DOT_FORMS: Forms = (
     ("gemm", dot.plan_gemm),
 )
 
+# forms whose plan stands whatever its workspace: the later forms would not read its
+# operands as it does (block-dequantized weights: their packed values)
+KEPT_FORMS = frozenset({"nbits"})
+
 # opcode -> (its problem maker(target, instruction, views, budget) -> problem | None, its
 # forms)
 CONTRACTION_FORMS: dict[Op, tuple[Callable[..., Any], Forms]] = {
@@ -67,8 +75,15 @@ def plan_contraction(
     problem = make_problem(target, contraction, views, budget)
     if problem is None:
         return None
-    for _, planner in forms:
-        plan = planner(problem)
-        if plan is not None:
+    plans = ((name, plan) for name, planner in forms if (plan := planner(problem)) is not None)
+    if budget is None:
+        return next((plan for _, plan in plans), None)
+    # the first whose workspace fits what is free at its step (a later form is slower,
+    # but a temporary past the room raises the plan's peak), else the smallest
+    smallest = None
+    for name, plan in plans:
+        if name in KEPT_FORMS or packed_workspace(plan) <= budget.free:
             return plan
-    return None
+        if smallest is None or packed_workspace(plan) < packed_workspace(smallest):
+            smallest = plan
+    return smallest

@@ -42,7 +42,7 @@ from llvmlite import ir
 from ...buffers import Slice
 from ..llvm.context import EmitContext
 from ..llvm.lltypes import I1, I32, I64, PTR, i64, i64_table
-from ..llvm.loops import for_range, if_then
+from ..llvm.loops import entry_alloca, for_range, if_then
 from .blocked_gemm import emit_region
 from .blocking import Blocking, aligned, blocking
 from .conv import ConvGeometry, ConvProblem
@@ -50,7 +50,7 @@ from .direct_conv import Image
 from .gemm_config import GemmConfig
 from .gemm_split import MAX_PARTS, share_out
 from .parallel import parallel_loop_nest_passing
-from .prepackable import PackedShape, Prepackable, StridedLayout
+from .prepackable import PackedShape, Prepackable, StridedLayout, packed_workspace
 from .shared_functions import shared_function
 from .tiles import Tile
 from .vectors import lanes_below, masked_load, smaller, splat, store_first, store_lanes
@@ -85,6 +85,15 @@ TILE_RULES = (
     (True, False, 16, TileRule(edges=False, max_waste=1.35)),
     (True, False, math.inf, TileRule(edges=False, max_waste=0.0)),
 )
+
+# An image read in place with its padding masked (`masks_padding`) loops over the taps
+# outside its channels where a channel's plane takes at most these bytes, and plan_planes
+# takes it over the copied planes at stride 1 there: against them, one thread, 3x3 at
+# 40x40, 56x56 and 28x28 0.81-0.91 of the time (the channels outside: 1.07-1.19).  Above,
+# the channels outside, only where the planes do not fit: 3x3 at 80x80 1.35, 112x112
+# 1.23, 224x224 1.01-1.1 (the taps outside at 112x112 1.29: one tap's rows of all
+# channels fall in few L1 sets); at stride 2 1.5 (56x56) and 2.6 (112x112).
+TAPS_OUTSIDE_PLANE_BYTES = 16 * 1024
 
 # Compact tiles (AVX-512 only, where a masked load is one instruction): a tile's lanes
 # are output pixels, not grid columns, each vector loaded from the planes in one
@@ -212,7 +221,34 @@ def plan_planes(problem: ConvProblem) -> PlaneConvPlan | None:
         weights=lambda ctx, sources, group: weights(ctx, sources, (None, group)),
         compact=compact,
     )
-    return plan.banded(problem.budget)
+    masked = None
+    if masks_padding(planes, config, view, g):
+        fewer = blocking(config, planes.group_cout, planes.pixels, planes.group_k, rule.edges)
+        masked = replace(plan, mr=fewer.mr, nr=fewer.nr, compact=True, masked_padding=True)
+        if planes.stride == (1, 1) and _plane_bytes(planes, config) <= TAPS_OUTSIDE_PLANE_BYTES:
+            return masked
+    return plan.banded(problem.budget, masked)
+
+
+def _plane_bytes(planes: Planes, config: GemmConfig) -> int:
+    """The bytes of one channel of the image."""
+    return planes.height * planes.width * config.itemsize
+
+
+def masks_padding(planes: Planes, config: GemmConfig, view, g: ConvGeometry) -> bool:
+    """Whether the tiles read a padded image (column stride 1 or 2) where it is, its
+    padding being the lanes their masked loads leave zero (AVX-512, `compact_tiles`' limit on the rows a
+    vector touches, rows back to back): no planes to copy, no workspace."""
+    dims = g.dims
+    channel, row, column = (view.strides[d] for d in (dims.input_feature, *dims.input_spatial))
+    in_memory = column == 1 and row == planes.width and channel == planes.height * planes.width
+    return (
+        in_memory
+        and planes.stride[1] in (1, 2)
+        and not planes.in_place
+        and config.lanes * config.itemsize == 64
+        and segments(planes.out_width, config.lanes) <= MAX_SEGMENTS
+    )
 
 
 def compact_tiles(planes: Planes, config: GemmConfig) -> bool:
@@ -310,6 +346,9 @@ class PlaneConvPlan(Prepackable):
     # time, where the whole image's would not fit the bytes free at the kernel's step
     band_rows: int = 0
     image: Planes | None = None  # a band's plan: the whole image's geometry
+    # the padded image read where it is, its padding the lanes the compact tiles'
+    # masked loads leave zero (`masks_padding`)
+    masked_padding: bool = False
     kind = "planes"
 
     def can_pack(self, side: int) -> bool:
@@ -337,7 +376,8 @@ class PlaneConvPlan(Prepackable):
         p = self.planes
         _, channel, row, column = self.image_strides
         rows_contiguous = row == p.width and column == 1
-        return p.in_place and rows_contiguous and channel == p.height * p.width
+        unpadded = p.in_place or self.masked_padding
+        return unpadded and rows_contiguous and channel == p.height * p.width
 
     @property
     def _panel_bytes(self) -> int:
@@ -353,21 +393,26 @@ class PlaneConvPlan(Prepackable):
         p = self._band(self.band_rows).planes if self.band_rows else self.planes
         return aligned(p.channels * p.channel_size * self.config.itemsize)
 
-    def banded(self, budget: Budget | None) -> PlaneConvPlan:
-        """This plan in the tallest band (of balanced heights, at least MIN_BAND_PIXELS)
-        whose workspace fits the bytes `budget` has free, else in the band of the
-        smallest workspace; the whole image where its planes fit (or None: any)."""
-        if budget is None or self.reads_in_place or self.workspace_bytes <= budget.free:
+    def banded(self, budget: Budget | None, masked: PlaneConvPlan | None) -> PlaneConvPlan:
+        """This plan where its planes fit the bytes `budget` has free (or None: any);
+        else `masked`, the image read in place with its padding masked (None: not
+        eligible; slower than the planes but for small planes, see TAPS_OUTSIDE_PLANE_BYTES,
+        and they need no workspace); else in the tallest band (of balanced heights, at
+        least MIN_BAND_PIXELS) whose workspace fits, else in the band of the smallest
+        workspace."""
+        if budget is None or self.reads_in_place or packed_workspace(self) <= budget.free:
             return self
+        if masked is not None and packed_workspace(masked) <= budget.free:
+            return masked
         p = self.planes
         shortest = min(-(-MIN_BAND_PIXELS // p.out_width), p.out_height)
         rows = p.out_height
         heights = sorted({-(-rows // n) for n in range(2, rows + 1)} - set(range(shortest)))
         plans = [replace(self, band_rows=h) for h in reversed(heights)]
-        fitting = [plan for plan in plans if plan.workspace_bytes <= budget.free]
+        fitting = [plan for plan in plans if packed_workspace(plan) <= budget.free]
         if fitting:
             return fitting[0]
-        return min(plans, key=lambda plan: plan.workspace_bytes, default=self)
+        return min(plans, key=packed_workspace, default=self)
 
     @property
     def workspace_bytes(self) -> int:
@@ -742,18 +787,30 @@ class PlaneConvPlan(Prepackable):
     def _kernel(self, ctx, masked: bool) -> ir.Function:
         """The tile kernel; `masked`: the last tile's, narrower where fewer are left."""
         nr = tail_width(self.positions, self.nr, self.config.lanes) if masked else self.nr
+        p = self.planes
+        padding = None
+        offsets, grid_width = tuple(p.tap_offsets()), p.plane_shape[1]
+        if self.masked_padding:
+            shifts = tuple(
+                (ky - p.pad_low[0], kx - p.pad_low[1])
+                for ky in range(p.kernel[0])
+                for kx in range(p.kernel[1])
+            )
+            padding = Padding(p.height, p.width, shifts, p.stride)
+            offsets, grid_width = tuple(dy * p.width + dx for dy, dx in shifts), p.width
         return plane_kernel(
             ctx,
             self.config,
             self.mr,
             nr,
             self._channel_stride,
-            tuple(self.planes.tap_offsets()),
-            self.planes.plane_shape[1],
-            self.planes.out_width,
+            offsets,
+            grid_width,
+            p.out_width,
             self._ldc,
             masked,
             self.compact,
+            padding,
         )
 
 
@@ -776,6 +833,17 @@ def _clamp(b, x, high: int) -> ir.Value:
     return smaller(b, x, i64(high))
 
 
+@dataclass(frozen=True)
+class Padding:
+    """A padded image read in place (`masks_padding`): its rows and columns, and each
+    tap's (row, column) shift from the output pixel to the value it reads."""
+
+    height: int
+    width: int
+    shifts: tuple[tuple[int, int], ...]
+    stride: tuple[int, int] = (1, 1)
+
+
 def plane_kernel(
     ctx,
     cfg: GemmConfig,
@@ -788,6 +856,7 @@ def plane_kernel(
     ldc: int,
     masked: bool,
     compact: bool = False,
+    padding: Padding | None = None,
 ) -> ir.Function:
     """`kernel(a, b, channels, c, q, accumulate, rows, cols)`: the tile at grid position
     q (+)= A x B.
@@ -798,9 +867,13 @@ def plane_kernel(
     out_width + x] for rows i < `rows`, columns j < `cols` and x < out_width.
     `masked`: B's values past `cols` are not loaded (they may be past the image).
     `compact`: q and the tile's columns are output pixels, and b is at grid position
-    0: column j's values are at grid position row*grid_width + x of pixel q + j."""
+    0: column j's values are at grid position row*grid_width + x of pixel q + j.
+    `padding` (compact tiles only): the grid is the unpadded image, and a tap's lanes
+    whose value is in its padding are not loaded (zero)."""
     table_name = "_".join(map(str, offsets))
     form = ("m" if masked else "f") + ("c" if compact else "")
+    if padding is not None:
+        form += f"p{padding.height}s{padding.stride[0]}{padding.stride[1]}"
     name = (
         f"{ctx.prefix}.conv.planes.{cfg.dtype.text}.{mr}x{nr}.{channel_stride}."
         f"{grid_width}.{out_width}.{ldc}.{form}.{table_name}"
@@ -812,7 +885,6 @@ def plane_kernel(
     if b is None:
         return function
     a_ptr, b_ptr, channels, c_ptr, q, accumulate, rows, cols = function.args
-    ty = cfg.element
     tile = Tile(b, cfg, mr, nr)
     firsts = [sum(t.count for t in tile.types[:k]) for k in range(len(tile.types))]
     lane_masks = [lanes_below(b, cols, t.count, first) for t, first in zip(tile.types, firsts)]
@@ -823,6 +895,47 @@ def plane_kernel(
             _row_pieces(b, q, first, mask, grid_width, out_width)
             for first, mask in zip(firsts, lane_masks)
         ]
+    if padding is not None:
+        assert pieces is not None, "padding by masks takes compact tiles"
+        by_channel = padding.height * padding.width * cfg.itemsize > TAPS_OUTSIDE_PLANE_BYTES
+        if by_channel:
+            _padded_products_by_channel(
+                ctx, b, cfg, tile, pieces, (a_ptr, b_ptr), channels, channel_stride, padding,
+                table_name,
+            )  # fmt: skip
+        else:
+            _padded_products(
+                ctx, b, cfg, tile, pieces, (a_ptr, b_ptr), channels, channel_stride, padding
+            )
+    else:
+        _grid_products(
+            ctx,
+            b,
+            cfg,
+            tile,
+            pieces,
+            masks,
+            (a_ptr, b_ptr),
+            channels,
+            channel_stride,
+            offsets,
+            table_name,
+        )
+    if compact:  # the pixels are C's columns
+        grid_width = out_width
+    _store_grid_tile(
+        ctx, b, cfg, tile, c_ptr, q, accumulate, rows, cols, grid_width, out_width, ldc
+    )
+    b.ret_void()
+    return function
+
+
+def _grid_products(ctx, b, cfg, tile: Tile, pieces, masks, pointers, channels, channel_stride,
+                   offsets, table_name) -> None:  # fmt: skip
+    """The tile += A x B over the channels and taps, B's values of a tap at its offset
+    from each channel's planes (or its compact vectors' row pieces)."""
+    ty, mr = cfg.element, len(tile.slots)
+    a_ptr, b_ptr = pointers
     taps = len(offsets)
     with for_range(b, channels, "ch") as ch:
         base = b.gep(b_ptr, [b.mul(ch, i64(channel_stride))], source_etype=ty)
@@ -844,24 +957,147 @@ def plane_kernel(
                 vectors = []
                 for vector_pieces in pieces:
                     value = None
-                    for at, mask in vector_pieces:
+                    for at, mask, *_ in vector_pieces:
                         pointer = b.gep(row, [at], source_etype=ty)
                         value = masked_load(ctx, b, cfg, pointer, mask, value)
                     vectors.append(value)
                 tile.add_outer(ctx, vectors, a_values)
-    if compact:  # the pixels are C's columns
-        grid_width = out_width
-    _store_grid_tile(
-        ctx, b, cfg, tile, c_ptr, q, accumulate, rows, cols, grid_width, out_width, ldc
-    )
-    b.ret_void()
-    return function
+
+
+def _padded_products(ctx, b, cfg, tile: Tile, pieces, pointers, channels, channel_stride,
+                     padding: Padding) -> None:  # fmt: skip
+    """The tile += A x B over the taps and channels of an image read in place: per tap,
+    each vector's row pieces shifted by it, their lanes whose value is in the padding
+    (row or column outside the image) left out of the masks, then the channels (taps
+    outside: their masks then stay in registers; faster than the channels outside with
+    the masks kept per tap, at 28x28 and 56x56)."""
+    ty, mr = cfg.element, len(tile.slots)
+    a_ptr, b_ptr = pointers
+    taps = len(padding.shifts)
+    for tap, shift in enumerate(padding.shifts):
+        loads = [[_TapLoad.of(b, piece, shift, padding) for piece in vp] for vp in pieces]
+        with for_range(b, channels, "ch") as ch:
+            base = b.gep(b_ptr, [b.mul(ch, i64(channel_stride))], source_etype=ty)
+            a_row = b.gep(a_ptr, [b.add(b.mul(ch, i64(taps * mr)), i64(tap * mr))], source_etype=ty)
+            a_values = [b.gep(a_row, [i64(i)], source_etype=ty) for i in range(mr)]
+            vectors = []
+            for vector_loads in loads:
+                value = None
+                for load in vector_loads:
+                    value = load.load(ctx, b, cfg, base, load.position, value)
+                vectors.append(value)
+            tile.add_outer(ctx, vectors, a_values)
+
+
+def _padded_products_by_channel(ctx, b, cfg, tile: Tile, pieces, pointers, channels,
+                                channel_stride, padding: Padding, table_name: str) -> None:  # fmt: skip
+    """`_padded_products` with the channels outside and the taps inside, each tap's
+    masks kept on the stack: for planes big enough that the channels' rows of one tap
+    fall in few L1 sets."""
+    ty, mr = cfg.element, len(tile.slots)
+    a_ptr, b_ptr = pointers
+    taps = len(padding.shifts)
+    # per vector and piece: the first tap's load, and each tap's masks on the stack
+    firsts = [[_TapLoad.of(b, piece, padding.shifts[0], padding) for piece in vp] for vp in pieces]
+    stacks = [
+        [[entry_alloca(b, ir.ArrayType(m.type, taps)) for m in load.masks] for load in vl]
+        for vl in firsts
+    ]
+    for tap, shift in enumerate(padding.shifts):
+        for vector_pieces, vector_stacks in zip(pieces, stacks):
+            for piece, arrays in zip(vector_pieces, vector_stacks):
+                for mask, array in zip(_TapLoad.of(b, piece, shift, padding).masks, arrays):
+                    b.store(mask, b.gep(array, [i64(0), i64(tap)]))
+    first_shift = _shift_offset(padding.shifts[0], padding)
+    offsets = [_shift_offset(shift, padding) - first_shift for shift in padding.shifts]
+    table = i64_table(ctx.module, f"{ctx.prefix}.conv.taps.{table_name}", offsets)
+    with for_range(b, channels, "ch") as ch:
+        base = b.gep(b_ptr, [b.mul(ch, i64(channel_stride))], source_etype=ty)
+        a_channel = b.gep(a_ptr, [b.mul(ch, i64(taps * mr))], source_etype=ty)
+        with for_range(b, i64(taps), "tap") as tap:
+            row = b.gep(base, [b.load(b.gep(table, [i64(0), tap]), typ=I64)], source_etype=ty)
+            a_row = b.gep(a_channel, [b.mul(tap, i64(mr))], source_etype=ty)
+            a_values = [b.gep(a_row, [i64(i)], source_etype=ty) for i in range(mr)]
+            vectors = []
+            for vector_loads, vector_stacks in zip(firsts, stacks):
+                value = None
+                for load, arrays in zip(vector_loads, vector_stacks):
+                    masks = [
+                        b.load(b.gep(array, [i64(0), tap]), typ=m.type)
+                        for m, array in zip(load.masks, arrays)
+                    ]
+                    value = replace(load, masks=tuple(masks)).load(
+                        ctx, b, cfg, row, load.position, value
+                    )
+                vectors.append(value)
+            tile.add_outer(ctx, vectors, a_values)
+
+
+def _shift_offset(shift: tuple[int, int], padding: Padding) -> int:
+    """Elements from an output pixel's input position to a tap's value."""
+    dy, dx = shift
+    return dy * padding.width + dx
+
+
+@dataclass(frozen=True)
+class _TapLoad:
+    """How one row piece of a compact vector (`_row_pieces`) loads a tap's values from
+    an image read in place: from element `position` of a channel, one masked load per
+    mask (at column stride 2, two, whose even lanes are the values; `masks[lanes]`
+    then the piece's lanes that the loads set)."""
+
+    position: ir.Value
+    masks: tuple[ir.Value, ...]
+    lanes: int = 0
+
+    @staticmethod
+    def of(b, piece, shift: tuple[int, int], padding: Padding) -> _TapLoad:
+        _, mask, x, row, x_first = piece
+        (dy, dx), (sy, sx) = shift, padding.stride
+        columns = b.add(b.mul(x, splat(b, i64(sx), x.type)), splat(b, i64(dx), x.type))
+        inside = b.icmp_unsigned("<", columns, splat(b, i64(padding.width), x.type))
+        y = b.add(b.mul(row, i64(sy)), i64(dy))
+        on_image = b.icmp_unsigned("<", y, i64(padding.height))
+        lanes = b.select(on_image, b.and_(mask, inside), ir.Constant(mask.type, None))
+        position = b.add(b.mul(y, i64(padding.width)), b.add(b.mul(x_first, i64(sx)), i64(dx)))
+        if sx == 1:
+            return _TapLoad(position, (lanes,))
+        count = mask.type.count
+        none = ir.Constant(mask.type, None)
+        # lane j of the two loads is output lane j // 2's value where j is even
+        spread = [j // 2 if j % 2 == 0 else count for j in range(2 * count)]
+        wide = b.shuffle_vector(lanes, none, _i32s(spread))
+        low = b.shuffle_vector(wide, wide, _i32s(range(count)))
+        high = b.shuffle_vector(wide, wide, _i32s(range(count, 2 * count)))
+        return _TapLoad(position, (low, high, lanes), 2)
+
+    def load(self, ctx, b, cfg, base, position, passthru) -> ir.Value:
+        """The piece's values from the channel at `base`, the other lanes `passthru`'s."""
+        ty = cfg.element
+        if len(self.masks) == 1:
+            pointer = b.gep(base, [position], source_etype=ty)
+            return masked_load(ctx, b, cfg, pointer, self.masks[0], passthru)
+        count = self.masks[0].type.count
+        low = masked_load(ctx, b, cfg, b.gep(base, [position], source_etype=ty), self.masks[0])
+        at = b.add(position, i64(count))
+        high = masked_load(ctx, b, cfg, b.gep(base, [at], source_etype=ty), self.masks[1])
+        values = b.shuffle_vector(low, high, _i32s(range(0, 2 * count, 2)))
+        if passthru is None:
+            return values
+        return b.select(self.masks[self.lanes], values, passthru)
+
+
+def _i32s(values) -> ir.Constant:
+    """A constant vector of i32 lanes (shuffle indices)."""
+    values = list(values)
+    return ir.Constant(ir.VectorType(I32, len(values)), values)
 
 
 def _row_pieces(b, q, first: int, mask, grid_width: int, out_width: int) -> list:
-    """[(grid position, lanes)] of a compact vector of pixels q + first + l (l over
-    `mask`'s lanes, those set): one piece per output row the pixels may touch, its
-    lanes read from grid position + l."""
+    """[(grid position, lanes, x, row, first x)] of a compact vector of pixels q + first
+    + l (l over `mask`'s lanes, those set): one piece per output row the pixels may
+    touch, its lanes read from grid position + l, their output columns x (a vector: of
+    the lanes on that row), that output row, and lane 0's x on it."""
     count = mask.type.count
     start = b.add(q, i64(first))
     row = b.udiv(start, i64(out_width))
@@ -877,7 +1113,8 @@ def _row_pieces(b, q, first: int, mask, grid_width: int, out_width: int) -> list
         x = b.sub(lane_x, splat(b, i64(s * out_width), lane_x.type))
         on_row = b.icmp_unsigned("<", x, splat(b, i64(out_width), lane_x.type))
         offset = b.add(at, i64(s * (grid_width - out_width)))
-        pieces.append((offset, b.and_(on_row, mask)))
+        first_x = b.sub(x0, i64(s * out_width))
+        pieces.append((offset, b.and_(on_row, mask), x, b.add(row, i64(s)), first_x))
     return pieces
 
 

@@ -174,3 +174,20 @@ def use_packed(planned, slices: dict, kernel: Instruction, contraction: int):
         return planned
     found = tuple(slices.get(packed_key(kernel, contraction, side)) for side in (0, 1))
     return planned if found == (None, None) else replace(planned, packed=found)
+
+
+# where a plan's copy will be, for `packed_workspace` (its place does not matter)
+_TO_BE_PACKED = Slice(BufferKind.CONSTANT, 0, 0, 0)
+
+
+def packed_workspace(plan) -> int:
+    """The workspace `plan` needs once prepack.py has packed its constant operands: what
+    a choice by the bytes free compares, the same before prepack.py runs (which plans on
+    that choice) as after."""
+    if isinstance(plan, Prepackable):
+        packed = tuple(
+            where if where is not None or not plan.can_pack(side) else _TO_BE_PACKED
+            for side, where in enumerate(plan.packed)  # type: ignore[attr-defined]
+        )
+        plan = replace(plan, packed=packed)  # type: ignore[type-var]
+    return plan.workspace_bytes
