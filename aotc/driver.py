@@ -125,8 +125,6 @@ def _sized_temporaries(backend, target, plan: BufferPlan) -> tuple[dict, dict]:
     the plan's arena, where its temporary will go (a kernel takes short bands, or a
     form without temporaries, only where the peak is at stake)."""
     smallest = backend.temporaries(target, plan.with_rooms(plan.rooms_below(0)))
-    if not smallest:
-        return {}, {}
     peak = max(
         [plan.arena_bytes] + [plan.live_bytes(i) + smallest.get(id(i), 0) for i in plan.schedule]
     )
@@ -163,7 +161,9 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     # live while their kernel runs: sized on a first plan, then packed with the rest
     temporaries, rooms = _sized_temporaries(backend, target, plan)
     if temporaries:
-        plan = assign_buffers(module, temporaries).with_rooms(rooms)
+        plan = assign_buffers(module, temporaries)
+    if rooms:  # the kernels are emitted as they were sized, with or without temporaries
+        plan = plan.with_rooms(rooms)
     # the arena and weights are known here: refuse a plan past the limit before any code
     memory_limits.check_plan(plan.arena_bytes, 0, plan.weight_bytes, limit)
     threads = max(options.threads, 0)  # <= 0: all CPUs
