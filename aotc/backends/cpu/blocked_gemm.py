@@ -25,7 +25,7 @@ from ..llvm.context import EmitContext
 from ..llvm.lltypes import I64, i64
 from ..llvm.loops import for_range, if_then
 from .blocking import Blocking, aligned, round_up
-from .panels import PackedPanels, Panels
+from .panels import PackedPanels, Panels, RowsInPlace
 from .tiles import edge_kernel, fuses_edge, micro_kernel
 from .vectors import smaller
 
@@ -65,8 +65,14 @@ def emit_gemm(
                 block = (m0, mb, n0, nb)
                 streams = isinstance(a, PackedPanels)
                 multiply_blocks(
-                    ctx, blocks, packed_a, packed_b, c, ldc, block, ki, epilogue, streams, depth
-                )
+                    ctx, blocks, packed_a, packed_b, c, ldc, block, ki, epilogue, streams, depth,
+                    a_rows(a),
+                )  # fmt: skip
+
+
+def a_rows(a: Panels) -> int:
+    """The elements between A's rows where they are read in place, else 0 (packed)."""
+    return a.p_stride if isinstance(a, RowsInPlace) else 0
 
 
 def block_count(b: ir.IRBuilder, total: int | ir.Value, size: int) -> int | ir.Value:
@@ -159,14 +165,15 @@ def emit_gemm_on_b(
         slice_b = _whole_b_slice(ctx, blocks, packed_b, k0)
         block = (m0, rows, i64(0), i64(blocks.n) if cols is None else cols)
         multiply_blocks(
-            ctx, blocks, packed_a, slice_b, c, ldc, block, ki, epilogue, streams_a, depth
-        )
+            ctx, blocks, packed_a, slice_b, c, ldc, block, ki, epilogue, streams_a, depth,
+            a_rows(a),
+        )  # fmt: skip
 
 
 def _regions(ctx, blocks: Blocking, a, b_operand, workspace):
     """Where A's and B's blocks are packed: the workspace holds A's region, then B's
     (none for pre-packed operands)."""
-    packed = (isinstance(a, PackedPanels), isinstance(b_operand, PackedPanels))
+    packed = (isinstance(a, (PackedPanels, RowsInPlace)), isinstance(b_operand, PackedPanels))
     a_bytes, _ = blocks.region_bytes(packed)
     return workspace, ctx.byte_pointer(workspace, a_bytes)
 
@@ -183,14 +190,18 @@ def multiply_blocks(
     epilogue,
     streams_a: bool,
     depth: ir.Value | None = None,
+    a_rows: int = 0,
 ) -> None:
     """The packed A block times the packed B block of K slice `ki` into C's `block`
     (m0, rows, n0, cols), tile by tile; the epilogue on each sliver after the last slice
     (of `depth`, an i64, where only the first rows of B count).  `streams_a`: A is
-    pre-packed (`micro_kernel` prefetches it)."""
+    pre-packed (`micro_kernel` prefetches it); `a_rows`: A is its rows in memory, that
+    many elements apart (`RowsInPlace`)."""
     b = ctx.builder
     ty = blocks.config.element
-    kernel = micro_kernel(ctx, blocks.config, blocks.mr, blocks.nr, streams_a=streams_a)
+    kernel = micro_kernel(
+        ctx, blocks.config, blocks.mr, blocks.nr, streams_a=streams_a, a_rows=a_rows
+    )
     k = blocks.k if depth is None else depth
     k_slices = block_count(b, k, blocks.kc)
     m0, mb, n0, nb = block
@@ -201,14 +212,16 @@ def multiply_blocks(
     col_panels = b.udiv(b.add(nb, i64(0 if edge else blocks.nr - 1)), i64(blocks.nr))
     has_edge = b.icmp_unsigned("<", b.mul(col_panels, i64(blocks.nr)), nb)
     # or with the last whole panel's call (then the loop leaves that one out)
-    fused = has_edge if edge and fuses_edge(blocks.config, blocks.mr, blocks.nr, edge) else None
+    # (not with A's rows in place: the fused edge reads A as packed columns)
+    fuses = edge and not a_rows and fuses_edge(blocks.config, blocks.mr, blocks.nr, edge)
+    fused = has_edge if fuses else None
     if fused is not None:
         fused = b.and_(fused, b.icmp_unsigned("!=", col_panels, i64(0)))
         col_panels = b.sub(col_panels, b.zext(fused, I64))
     with for_range(b, row_panels, "ir") as ir_:
         i0 = b.mul(ir_, i64(blocks.mr))
         rows = smaller(b, i64(blocks.mr), b.sub(mb, i0))
-        a_panel = b.gep(packed_a, [b.mul(i0, kc)], source_etype=ty)
+        a_panel = b.gep(packed_a, [b.mul(i0, i64(a_rows) if a_rows else kc)], source_etype=ty)
         c_row = b.gep(c, [b.mul(b.add(m0, i0), i64(ldc))], source_etype=ty)
         with for_range(b, col_panels, "jr") as jr:
             j0 = b.mul(jr, i64(blocks.nr))
@@ -225,7 +238,8 @@ def multiply_blocks(
 
             def alone():
                 with if_then(b, has_edge):
-                    b.call(edge_kernel(ctx, blocks.config, blocks.mr, edge, blocks.nr), args)
+                    kernel = edge_kernel(ctx, blocks.config, blocks.mr, edge, blocks.nr, a_rows)
+                    b.call(kernel, args)
 
             if fused is None:
                 alone()

@@ -36,8 +36,8 @@ from .blocking import Blocking, blocking
 from .gemm_config import GemmConfig
 from .gemm_split import MAX_PARTS, Split, gemm_split, gemv_split, share_out, share_packing
 from .gemv import emit_gemv, emit_packed_gemv, packed_width
-from .panels import PackedPanels, Panels, StridedPanels
-from .prepackable import PackedShape, Prepackable, StridedLayout
+from .panels import PackedPanels, Panels, RowsInPlace, StridedPanels
+from .prepackable import PackedShape, Prepackable, StridedLayout, is_constant
 from .vectors import smaller
 
 # (ctx, sources, batch index) -> the operand for that batch element
@@ -80,6 +80,8 @@ class GemmPlan(Prepackable):
     # what of the GEMMs their readers need in a call (bounded dims; contraction.py sets
     # it), None: all; gemvs compute whole
     clip: Clipping | None = None
+    # A's rows read where they are, not packed (`with_a_in_place`)
+    a_in_place: bool = False
 
     def source(self, side: int) -> DType:
         return self.config.source if self.sources is None else self.sources[side]
@@ -100,7 +102,7 @@ class GemmPlan(Prepackable):
             split = gemm_split(self.config, self.batch, self.m, self.n, self.k)
             if split is None:
                 return None
-            return replace(split, packed=self.is_packed)
+            return replace(split, packed=self._unpacked_regions)
         return gemv_split(self.config, self.batch, max(self.m, self.n), self.k)
 
     @property
@@ -108,7 +110,29 @@ class GemmPlan(Prepackable):
         split = self.split
         if split is not None:
             return split.workspace_bytes
-        return 0 if self.gemv else sum(self.blocks.region_bytes(self.is_packed))
+        return 0 if self.gemv else sum(self.blocks.region_bytes(self._unpacked_regions))
+
+    @property
+    def _unpacked_regions(self) -> tuple[bool, bool]:
+        """Which operands need no packing region: pre-packed, or A read in place."""
+        return self.is_packed[0] or self.a_in_place, self.is_packed[1]
+
+    def with_a_in_place(self) -> GemmPlan | None:
+        """This plan reading A's rows where they are (`RowsInPlace`), no packing region
+        for them: where A is in memory with k contiguous and not a constant (pre-packed
+        anyway); None otherwise."""
+        layout = self.layouts[0]
+        if self.gemv is not None or self.paired_k or layout is None or layout.k_stride != 1:
+            return None
+        if is_constant(layout) or self.is_packed[0]:
+            return None
+        return replace(self, a_in_place=True)
+
+    @property
+    def _a_rows(self) -> int:
+        """`multiply_blocks`' a_rows: the elements between A's rows read in place."""
+        layout = self.layouts[0]
+        return layout.p_stride if self.a_in_place and layout is not None else 0
 
     def can_pack(self, side: int) -> bool:
         """GEMM operands, and an axpy gemv's matrix (as panels of outputs)."""
@@ -148,7 +172,11 @@ class GemmPlan(Prepackable):
         """Operand `side` (0: A, 1: B) of batch element `index`."""
         where = self.packed[side]
         if where is None:
-            return (self.a, self.b)[side](ctx, sources, index)
+            panels = (self.a, self.b)[side](ctx, sources, index)
+            if side == 0 and self.a_in_place:
+                assert isinstance(panels, StridedPanels) and panels.k_stride == 1
+                return RowsInPlace(panels.base, panels.p_stride)
+            return panels
         shape = self.packed_shape(side)
         b = ctx.builder
         element = linearize(b, [index[d] for d in shape.batch], shape.extents)
@@ -302,7 +330,7 @@ class GemmPlan(Prepackable):
                     count,
                     region,
                     m0=p0,
-                    streams_a=split.packed[0],
+                    streams_a=self.packed[0] is not None,
                     depth=depth,
                 )
 
@@ -383,8 +411,9 @@ class GemmPlan(Prepackable):
         a, b_panels = (own, shared) if by_rows else (shared, own)
         block = (p0, count, s0, extent) if by_rows else (s0, extent, p0, count)
         multiply_blocks(
-            ctx, blocks, a, b_panels, c_batch, self.ldc, block, ki, region, split.packed[0], depth
-        )
+            ctx, blocks, a, b_panels, c_batch, self.ldc, block, ki, region,
+            self.packed[0] is not None, depth, self._a_rows,
+        )  # fmt: skip
 
     def _emit_one(
         self, ctx, sources, c: Slice, workspace: Slice, epilogue, index, clip=None

@@ -3,7 +3,8 @@
 An operand in strided memory is packed by packing.py's packers (`StridedPanels`), one
 computed element by element by a loop over its panels (`GeneratedPanels`); a constant
 operand that prepack.py packed at compile time into the weights blob is read in place
-(`PackedPanels`), with no packing buffer.  im2col.py's `ImagePanels` and pairs.py's
+(`PackedPanels`), with no packing buffer, as may be A's rows in memory where the memory
+plan has no room for its panels (`RowsInPlace`).  im2col.py's `ImagePanels` and pairs.py's
 pair packers are `Panels` too.
 """
 
@@ -54,6 +55,21 @@ class StridedPanels:
         packer = strided_packer(ctx, blocks.config, width, gather)
         b.call(packer, [src, i64(self.p_stride), i64(self.k_stride), count, kc, dst])
         return dst
+
+
+@dataclass
+class RowsInPlace:
+    """A's rows read where they are, `p_stride` elements apart, k contiguous: the
+    micro-kernel loads each row's values from them (`micro_kernel`'s `a_rows`), no
+    packing buffer, as MLAS reads A.  `pack` gives where row p0's value k0 is."""
+
+    base: ir.Value
+    p_stride: int
+
+    def pack(self, ctx, blocks, dst, p0, count, k0, kc, width):
+        b = ctx.builder
+        offset = b.add(b.mul(p0, i64(self.p_stride)), k0)
+        return b.gep(self.base, [offset], source_etype=blocks.config.element)
 
 
 @dataclass

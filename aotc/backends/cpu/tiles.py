@@ -32,7 +32,13 @@ A_PREFETCH_BYTES = 4096
 
 
 def micro_kernel(
-    ctx: EmitContext, cfg: GemmConfig, mr: int, nr: int, extra: int = 0, streams_a: bool = False
+    ctx: EmitContext,
+    cfg: GemmConfig,
+    mr: int,
+    nr: int,
+    extra: int = 0,
+    streams_a: bool = False,
+    a_rows: int = 0,
 ) -> ir.Function:
     """`kernel(kc, a, b, c, ldc, accumulate, rows, cols[, b_extra])`: C tile (+)= A panel
     x B panel.
@@ -46,23 +52,44 @@ def micro_kernel(
     also the first `extra` of the B panel at `b_extra` into the C columns right of
     the tile, as `edge_kernel`'s column vectors: N's edge at the cost of `extra`
     multiply-adds per k in the last whole panel's call (see `fuses_edge`).
+
+    `a_rows`: A is not packed but its rows in memory, that many elements apart (a at
+    row 0's first value; rows past `rows` read row 0's, and are not stored).
     """
+    assert not (a_rows and extra), "the edge columns read A as packed columns"
     name = f"{ctx.prefix}.gemm.kernel.{cfg.kernel_tag}.{mr}x{nr}" + (f"+{extra}" if extra else "")
     name += ".stream" if streams_a else ""
+    name += f".rows{a_rows}" if a_rows else ""
     args = [I64, PTR, PTR, PTR, I64, I1, I64, I64] + ([PTR] if extra else [])
     function, b = shared_function(ctx, name, args)
     if b is None:
         return function
     kc, a_ptr, b_ptr, c_ptr, ldc, accumulate, rows, cols = function.args[:8]
     tile = Tile(b, cfg, mr, nr, extra)
-    ahead = A_PREFETCH_BYTES if streams_a else 0
-    tile.add_panels(ctx, kc, a_ptr, b_ptr, nr, *function.args[8:], ahead=ahead)
+    if a_rows:
+        tile.add_rows(ctx, kc, _row_starts(b, cfg, a_ptr, rows, mr, a_rows), b_ptr, nr)
+    else:
+        ahead = A_PREFETCH_BYTES if streams_a else 0
+        tile.add_panels(ctx, kc, a_ptr, b_ptr, nr, *function.args[8:], ahead=ahead)
     tile.store_clipped(ctx, c_ptr, ldc, accumulate, rows, cols)
     if extra:
         c_extra = b.gep(c_ptr, [i64(nr)], source_etype=cfg.element)
         _store_columns(b, cfg, tile.column_values(), c_extra, ldc, accumulate, rows)
     b.ret_void()
     return function
+
+
+def _row_starts(b: ir.IRBuilder, cfg: GemmConfig, a_ptr, rows, mr: int, a_rows: int) -> list:
+    """Where each of the MR rows of A read in place starts (`a_rows` elements apart);
+    rows past `rows` (an i64) at row 0's, which is in memory (their sums are not stored)."""
+    return [
+        b.gep(
+            a_ptr,
+            [b.select(b.icmp_unsigned("<", i64(i), rows), i64(i * a_rows), i64(0))],
+            source_etype=cfg.element,
+        )
+        for i in range(mr)
+    ]
 
 
 def prefetch(ctx: EmitContext, b: ir.IRBuilder, pointer: ir.Value) -> None:
@@ -109,7 +136,9 @@ def _column_cost(cfg: GemmConfig, mr: int, cols: int) -> float:
     return cols * per_column if cols * per_column <= rows * vectors else math.inf
 
 
-def edge_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, cols: int, nr: int) -> ir.Function:
+def edge_kernel(
+    ctx: EmitContext, cfg: GemmConfig, mr: int, cols: int, nr: int, a_rows: int = 0
+) -> ir.Function:
     """`kernel(kc, a, b, c, ldc, accumulate, rows)`: C[:rows, :cols] (+)= A panel x the
     first `cols` columns of a B panel NR wide, in the cheaper of two forms.
 
@@ -118,17 +147,23 @@ def edge_kernel(ctx: EmitContext, cfg: GemmConfig, mr: int, cols: int, nr: int) 
       multiply-adds per k (few columns: 1 against a whole tile's MR x NR / W).
     - A narrower tile: MR rows of just enough vectors for `cols` (16 columns of a
       48-wide panel: one vector per row, where columns would take 16 half vectors).
+
+    `a_rows`: A is its rows in memory (`micro_kernel`'s), the tile form then.
     """
     name = f"{ctx.prefix}.gemm.edge.{cfg.kernel_tag}.{mr}x{cols}.{nr}"
+    name += f".rows{a_rows}" if a_rows else ""
     function, b = shared_function(ctx, name, [I64, PTR, PTR, PTR, I64, I1, I64])
     if b is None:
         return function
-    if edge_form(cfg, mr, cols) == "columns":
+    if edge_form(cfg, mr, cols) == "columns" and not a_rows:
         _column_edge(ctx, b, cfg, mr, cols, nr, function.args)
     else:
         kc, a_ptr, b_ptr, c_ptr, ldc, accumulate, rows = function.args
         tile = Tile(b, cfg, mr, min(-(-cols // cfg.lanes) * cfg.lanes, nr))
-        tile.add_panels(ctx, kc, a_ptr, b_ptr, nr)
+        if a_rows:
+            tile.add_rows(ctx, kc, _row_starts(b, cfg, a_ptr, rows, mr, a_rows), b_ptr, nr)
+        else:
+            tile.add_panels(ctx, kc, a_ptr, b_ptr, nr)
         tile.store(ctx, c_ptr, ldc, accumulate, rows, i64(cols))
     b.ret_void()
     return function
@@ -255,6 +290,13 @@ class Tile:
             if self.columns:
                 extra_row = b.gep(b_extra, [b.mul(k, i64(b_stride))], source_etype=ty)
                 _add_column_products(ctx, b, cfg, self.columns, a_row, extra_row)
+
+    def add_rows(self, ctx, kc, a_starts: list[ir.Value], b_ptr, b_stride: int) -> None:
+        """Tile += A's rows in memory (row i's values from a_starts[i] on) x B panel."""
+        b, ty = self.b, self.cfg.element
+        with for_range(b, kc, "k") as k:
+            b_row = b.gep(b_ptr, [b.mul(k, i64(b_stride))], source_etype=ty)
+            self.add_products(ctx, b_row, [b.gep(a, [k], source_etype=ty) for a in a_starts])
 
     def column_values(self) -> list[ir.Value]:
         return [self.b.load(slot, typ=self.column_type) for slot in self.columns]
