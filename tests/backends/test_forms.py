@@ -29,6 +29,7 @@ def test_forms_in_priority_order():
         "gemv",
         "planes",
         "im2col",
+        "masked",
     ]
     assert [name for name, _ in forms.DOT_FORMS] == [
         "nbits",

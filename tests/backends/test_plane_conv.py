@@ -456,3 +456,100 @@ def test_planes_in_bands_where_the_image_finds_no_room(case):
     conv = _conv_reference(e, init["w"], (2, 2), pad, pad, (1, 1), 1)
     want = np.maximum(conv + init["b"][None, :, None, None], 0).mean(axis=(2, 3), keepdims=True)
     _close(got, want, f"{case}")
+
+
+def _masked_plans(compiled, target: str) -> list:
+    """The plane plans of `compiled` that read their image in place, padding masked."""
+    cpu = parse_target(target)
+    return [
+        plan
+        for i in compiled.plan.schedule
+        if (found := contraction_plans(cpu, compiled.plan, i)) is not None
+        for plan in found[1]
+        if getattr(plan, "masked_padding", False)
+    ]
+
+
+# (input, kernel, stride, pads [top, left, bottom, right], groups): small planes at stride
+# 1, which take the masked padding over the copied planes (TAPS_OUTSIDE_PLANE_BYTES), or
+# where their grid would waste, as the last form (a lone convolution's plan has no room
+# for im2col's panels); asymmetric padding past the window's half, a 5x5 window, groups,
+# a batch of two
+MASKED_CASES = [
+    ((1, 8, 17, 23), (32, 8, 3, 3), (1, 1), (1, 1, 1, 1), 1),
+    ((1, 16, 9, 9), (40, 16, 3, 3), (1, 1), (1, 0, 2, 1), 1),
+    ((2, 12, 21, 19), (20, 12, 5, 5), (1, 1), (2, 1, 2, 3), 1),
+    ((1, 24, 12, 12), (24, 12, 3, 3), (1, 1), (1, 1, 1, 1), 2),
+]
+
+
+@pytest.mark.parametrize("case", MASKED_CASES, ids=lambda c: "x".join(map(str, c[1])))
+def test_padding_masked_on_small_planes(case):
+    """On AVX-512, a padded stride-1 image of small planes is read where it is, the
+    padding the lanes the masked loads leave zero: no temporary, and the numbers as the
+    reference's (rtol 1e-4, atol 1e-4 of the largest magnitude)."""
+    x, w, stride, pads, groups = case
+    target = "x86_64:skylake-avx512"
+    rng = np.random.default_rng(21)
+    xv = rng.standard_normal(x).astype(np.float32)
+    wv = rng.standard_normal(w).astype(np.float32)
+    bias = rng.standard_normal(w[0]).astype(np.float32)
+    model = _conv_model(x, w, stride, pads, wv, bias, groups)
+    compiled = compile_model(model, CompileOptions(target=target))
+    if set(compiled.kernel_forms().values()) != {"planes"}:
+        pytest.fail(f"{case}: {compiled.kernel_forms()}")
+    assert len(_masked_plans(compiled, target)) == 1
+    assert not [b for b in compiled.plan.buffers if b.name.endswith(".temporary")]
+    got = compiled.load()(x=xv)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    conv = _conv_reference(xv, wv, stride, pads[:2], pads[2:], (1, 1), groups)
+    _close(got, np.maximum(conv + bias[None, :, None, None], 0), f"{case}")
+
+
+def _at_the_peak(x, cout, stride, rng):
+    """mean over pixels of relu(conv(e)), e = conv0(x) (1x1, `cout` channels), conv a
+    3x3 window at `stride`, padded by one: e and its output are the plan's peak."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["e"]),
+        helper.make_node("Conv", ["e", "w", "b"], ["y"], strides=list(stride), pads=[1] * 4),
+        helper.make_node("Relu", ["y"], ["m"]),
+        helper.make_node("GlobalAveragePool", ["m"], ["z"]),
+    ]
+    w0 = (rng.standard_normal((cout, x[1], 1, 1)) / np.sqrt(x[1])).astype(np.float32)
+    w = (rng.standard_normal((cout, cout, 3, 3)) / np.sqrt(cout * 9)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    initializers = [numpy_helper.from_array(v, k) for k, v in (("w0", w0), ("w", w), ("b", bias))]
+    return _graph_model(nodes, "peak", x, initializers)
+
+
+# (input, output channels, stride): stride 2, whose copied phase planes find no room,
+# and stride 1 on planes of 48x48 (above TAPS_OUTSIDE_PLANE_BYTES: the channels outside
+# the taps), where neither Winograd's transforms nor the planes fit; a batch of two
+PEAK_CASES = [
+    ((1, 16, 40, 40), 32, (2, 2)),
+    ((2, 16, 33, 29), 24, (2, 2)),
+    ((1, 16, 48, 48), 32, (1, 1)),
+    ((1, 8, 70, 66), 16, (1, 2)),
+]
+
+
+@pytest.mark.parametrize("target", ["x86_64:skylake-avx512", "x86_64:x86-64-v3"])
+@pytest.mark.parametrize("case", PEAK_CASES, ids=lambda c: "x".join(map(str, c[0])))
+def test_padding_masked_where_no_temporary_fits(case, target):
+    """A convolution at the plan's peak reads its image in place with its padding
+    masked (AVX2's masked loads too): the scratch is the peak of the values alone; the
+    numbers as the reference's."""
+    x, cout, stride = case
+    rng = np.random.default_rng(22)
+    xv = rng.standard_normal(x).astype(np.float32)
+    model = _at_the_peak(x, cout, stride, rng)
+    compiled = compile_model(model, CompileOptions(target=target))
+    assert len(_masked_plans(compiled, target)) == 1, compiled.kernel_forms()
+    assert compiled.plan.scratch_bytes == assign_buffers(compiled.module).arena_bytes
+    got = compiled.load()(x=xv)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    e = _conv_reference(xv, init["w0"], (1, 1), (0, 0), (0, 0), (1, 1), 1)
+    conv = _conv_reference(e, init["w"], stride, (1, 1), (1, 1), (1, 1), 1)
+    want = np.maximum(conv + init["b"][None, :, None, None], 0).mean(axis=(2, 3), keepdims=True)
+    _close(got, want, f"{case}")

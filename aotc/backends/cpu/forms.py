@@ -41,6 +41,9 @@ CONV_FORMS: Forms = (
     ("gemv", conv.plan_gemv),  # 1x1 over one pixel: weight rows by the channel vector
     ("planes", plane_conv.plan_planes),  # the micro-kernel on (phase) planes of the image
     ("im2col", conv.plan_im2col),  # GEMMs of the weights by the image's columns
+    # AVX-512, padded: the image read in place, its padding masked; no workspace, so
+    # where the others' does not fit the plan's room
+    ("masked", plane_conv.plan_masked),
 )
 
 # (name, planner(DotProblem))

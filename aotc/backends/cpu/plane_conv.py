@@ -185,33 +185,72 @@ class Planes(Image):
 def plan_planes(problem: ConvProblem) -> PlaneConvPlan | None:
     """The plane form of a float NCHW convolution (conv.py's problem) over an image in
     memory, when its tiles waste little: at most its TILE_RULES row's `max_waste` of the
-    pixels' work in grid columns past the rows' ends and in the last tile."""
-    g, view, config = problem.geometry, problem.image_view, problem.config
-    if not problem.float_nchw:
+    pixels' work in grid columns past the rows' ends and in the last tile.  Small planes
+    at stride 1 that `masks_padding` takes are read in place (faster than copied, see
+    TAPS_OUTSIDE_PLANE_BYTES)."""
+    found = _problem_planes(problem)
+    if found is None:
         return None
-    planes = planes_of(g)
-    if planes is None or view is None:
-        return None
-    rule = tile_rule(planes)
+    planes, rule, view = found
+    g, config = problem.geometry, problem.config
     blocks = blocking(config, planes.group_cout, planes.grid, planes.group_k, rule.edges)
     # whether the planes pay is the grid's waste in whole tiles, as TILE_RULES measured
     # it (compact tiles admitting more one-group convolutions made some slower than
     # the GEMM: 3x3/2 128 -> 256 at 28x28 0.86)
     if -(-planes.grid // blocks.nr) * blocks.nr > rule.max_waste * planes.pixels:
         return None
+    # (an unpadded image is read in place on the grid: no planes to copy)
+    small = planes.stride == (1, 1) and _plane_bytes(planes, config) <= TAPS_OUTSIDE_PLANE_BYTES
+    fast_masks = config.lanes * config.itemsize == 64  # AVX-512: one instruction each
+    if small and fast_masks and not planes.in_place and masks_padding(planes, config, view, g):
+        return plan_masked(problem)
     compact = False
     if compact_tiles(planes, config):
         fewer = blocking(config, planes.group_cout, planes.pixels, planes.group_k, rule.edges)
         columns = tile_columns(planes.pixels, fewer.nr, config.lanes)
         if columns < tile_columns(planes.grid, blocks.nr, config.lanes):
             compact, blocks = True, fewer
+    plan = _plane_plan(problem, planes, view, blocks, compact)
+    return plan.banded(problem.budget)
+
+
+def plan_masked(problem: ConvProblem) -> PlaneConvPlan | None:
+    """The plane form reading the image in place with its padding masked, where
+    `masks_padding` takes it: no workspace (the weights pre-packed), in compact tiles
+    over the pixels, whatever the grid would waste.  The last of the forms: the others
+    that fit are faster, but for small planes (`plan_planes` takes it there)."""
+    found = _problem_planes(problem)
+    if found is None:
+        return None
+    planes, rule, view = found
+    config = problem.config
+    if not masks_padding(planes, config, view, problem.geometry):
+        return None
+    blocks = blocking(config, planes.group_cout, planes.pixels, planes.group_k, rule.edges)
+    return replace(_plane_plan(problem, planes, view, blocks, True), masked_padding=True)
+
+
+def _problem_planes(problem: ConvProblem):
+    """(planes, tile rule, image view) of a convolution the plane forms may take."""
+    view = problem.image_view
+    if not problem.float_nchw or view is None:
+        return None
+    planes = planes_of(problem.geometry)
+    if planes is None:
+        return None
+    return planes, tile_rule(planes), view
+
+
+def _plane_plan(problem: ConvProblem, planes: Planes, view, blocks, compact: bool):
+    """The PlaneConvPlan of `problem` on `planes` in `blocks`' register tiles."""
+    g = problem.geometry
     dims = g.dims
     strides = tuple(
         view.strides[d] for d in (dims.input_batch, dims.input_feature, *dims.input_spatial)
     )
     weights = problem.weights_factory()  # the kernel's GEMM panels, when not pre-packed
-    plan = PlaneConvPlan(
-        config,
+    return PlaneConvPlan(
+        problem.config,
         planes,
         strides,
         g.output_index,
@@ -221,13 +260,6 @@ def plan_planes(problem: ConvProblem) -> PlaneConvPlan | None:
         weights=lambda ctx, sources, group: weights(ctx, sources, (None, group)),
         compact=compact,
     )
-    masked = None
-    if masks_padding(planes, config, view, g):
-        fewer = blocking(config, planes.group_cout, planes.pixels, planes.group_k, rule.edges)
-        masked = replace(plan, mr=fewer.mr, nr=fewer.nr, compact=True, masked_padding=True)
-        if planes.stride == (1, 1) and _plane_bytes(planes, config) <= TAPS_OUTSIDE_PLANE_BYTES:
-            return masked
-    return plan.banded(problem.budget, masked)
 
 
 def _plane_bytes(planes: Planes, config: GemmConfig) -> int:
@@ -236,17 +268,15 @@ def _plane_bytes(planes: Planes, config: GemmConfig) -> int:
 
 
 def masks_padding(planes: Planes, config: GemmConfig, view, g: ConvGeometry) -> bool:
-    """Whether the tiles read a padded image (column stride 1 or 2) where it is, its
-    padding being the lanes their masked loads leave zero (AVX-512, `compact_tiles`' limit on the rows a
-    vector touches, rows back to back): no planes to copy, no workspace."""
+    """Whether the tiles read an image (column stride 1 or 2) where it is, its padding
+    (if any) being the lanes their masked loads leave zero (`compact_tiles`' limit on
+    the rows a vector touches, rows back to back): no planes to copy, no workspace."""
     dims = g.dims
     channel, row, column = (view.strides[d] for d in (dims.input_feature, *dims.input_spatial))
     in_memory = column == 1 and row == planes.width and channel == planes.height * planes.width
     return (
         in_memory
         and planes.stride[1] in (1, 2)
-        and not planes.in_place
-        and config.lanes * config.itemsize == 64
         and segments(planes.out_width, config.lanes) <= MAX_SEGMENTS
     )
 
@@ -393,17 +423,12 @@ class PlaneConvPlan(Prepackable):
         p = self._band(self.band_rows).planes if self.band_rows else self.planes
         return aligned(p.channels * p.channel_size * self.config.itemsize)
 
-    def banded(self, budget: Budget | None, masked: PlaneConvPlan | None) -> PlaneConvPlan:
-        """This plan where its planes fit the bytes `budget` has free (or None: any);
-        else `masked`, the image read in place with its padding masked (None: not
-        eligible; slower than the planes but for small planes, see TAPS_OUTSIDE_PLANE_BYTES,
-        and they need no workspace); else in the tallest band (of balanced heights, at
-        least MIN_BAND_PIXELS) whose workspace fits, else in the band of the smallest
-        workspace."""
+    def banded(self, budget: Budget | None) -> PlaneConvPlan:
+        """This plan in the tallest band (of balanced heights, at least MIN_BAND_PIXELS)
+        whose workspace fits the bytes `budget` has free, else in the band of the
+        smallest workspace; the whole image where its planes fit (or None: any)."""
         if budget is None or self.reads_in_place or packed_workspace(self) <= budget.free:
             return self
-        if masked is not None and packed_workspace(masked) <= budget.free:
-            return masked
         p = self.planes
         shortest = min(-(-MIN_BAND_PIXELS // p.out_width), p.out_height)
         rows = p.out_height
