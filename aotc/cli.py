@@ -244,6 +244,14 @@ def _build_parser() -> argparse.ArgumentParser:
             help="refuse a model whose tensors, arena and weights need more than SIZE, e.g. "
             "64G (default: this machine's memory)",
         )
+        command.add_argument(
+            "--plan-for",
+            choices=("memory", "speed"),
+            default="memory",
+            help="memory (default): a kernel whose fastest form's temporary would raise the "
+            "memory plan's peak takes a slower one that fits; speed: every kernel its "
+            "fastest form",
+        )
 
     commands.add_parser(
         "targets", help="list the supported targets, what each implies, and the C compilers found"
@@ -278,6 +286,7 @@ def _options(args):
         profile=getattr(args, "profile", False),
         max_memory=None if args.max_memory is None else parse_size(args.max_memory),
         weights=getattr(args, "weights", "embedded"),
+        plan_for=getattr(args, "plan_for", "memory"),
     )
 
 

@@ -56,6 +56,12 @@ class CompileOptions:
     # "embedded": the weights inside NAME.o; "external": in NAME.weights beside it, which
     # the application hands over (NAME_set_weights / NAME_load_weights) before NAME_run
     weights: str = "embedded"
+    # "memory": kernels whose fastest form's temporary would raise the memory plan's
+    # peak take a slower one that fits; "speed": each kernel its fastest form
+    plan_for: str = "memory"
+
+
+PLAN_FOR = ("memory", "speed")
 
 
 @dataclass
@@ -156,12 +162,15 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
     pipeline.run(module)
     memory_limits.check_tensors(module, limit)
     progress.stage("memory plan")
-    plan = assign_buffers(module)
+    if options.plan_for not in PLAN_FOR:
+        raise AotcError(f"plan_for {options.plan_for!r}: one of {', '.join(PLAN_FOR)}")
+    fit_forms = options.plan_for == "memory"
+    plan = assign_buffers(module, fit_forms=fit_forms)
     # the kernels' temporaries (packing panels, split-K partials) as buffers of the plan,
     # live while their kernel runs: sized on a first plan, then packed with the rest
     temporaries, rooms = _sized_temporaries(backend, target, plan)
     if temporaries:
-        plan = assign_buffers(module, temporaries)
+        plan = assign_buffers(module, temporaries, fit_forms)
     if rooms:  # the kernels are emitted as they were sized, with or without temporaries
         plan = plan.with_rooms(rooms)
     # the arena and weights are known here: refuse a plan past the limit before any code

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -45,11 +45,14 @@ class _Role(enum.Enum):
     CONDITION = "condition"  # nowhere: the while reads the pred where it was computed
 
 
-def assign_buffers(module: Module, temporaries: Mapping[int, int] | None = None) -> BufferPlan:
+def assign_buffers(
+    module: Module, temporaries: Mapping[int, int] | None = None, fit_forms: bool = True
+) -> BufferPlan:
     """Plan the storage of every value of the entry computation, and of the kernels'
     `temporaries` (id(instruction) -> the scratch bytes its kernel needs while it runs:
     packing panels, split-K partials...), each live only while its instruction runs,
-    packed with everything else (`BufferPlan.temporary`).
+    packed with everything else (`BufferPlan.temporary`).  `fit_forms`: the plans'
+    kernels take slower forms whose temporaries fit their rooms (`BufferPlan.fit_forms`).
 
     Two schedules are tried (depth-first from the root, and the computation's
     own order); the one with the lower peak of live bytes, temporaries included, is kept.
@@ -60,7 +63,7 @@ def assign_buffers(module: Module, temporaries: Mapping[int, int] | None = None)
                 f"%{computation.name} has a call: run the call inliner "
                 "(aotc.ir.inline.inline_calls) before buffer assignment"
             )
-    context = _Context.of(module, temporaries or {})
+    context = replace(_Context.of(module, temporaries or {}), fit_forms=fit_forms)
     plans = [_plan(module, order, context) for order in candidate_schedules(module.entry)]
     return min(plans, key=lambda p: (p.lower_bound, p.arena_bytes))
 
@@ -75,6 +78,7 @@ class _Context:
     # id(while or conditional) -> plans of its computations (in frames of their own, so
     # the same whatever order the parent is scheduled in)
     called: dict[int, list[BufferPlan]] = field(default_factory=dict)
+    fit_forms: bool = True  # BufferPlan.fit_forms of every frame
 
     @staticmethod
     def of(module: Module, temporaries: Mapping[int, int] | None = None) -> _Context:
@@ -190,6 +194,7 @@ def _plan_frame(
             for i in sorted(intervals + blocks, key=lambda i: (i.offset, i.start))
         ],
         nested=nested,
+        fit_forms=context.fit_forms,
     )
 
 

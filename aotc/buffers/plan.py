@@ -96,6 +96,9 @@ class BufferPlan:
     # bytes): the kernels sized their temporaries by it, and size themselves alike when
     # emitted (`with_rooms`); empty: this plan's own
     rooms: dict[int, int] = field(default_factory=dict)
+    # the kernels take a slower form where their fastest one's temporary would not fit
+    # their room (raise the peak); False: the fastest form, in bands where it has them
+    fit_forms: bool = True
 
     @property
     def workspace_offset(self) -> int:

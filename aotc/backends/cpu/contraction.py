@@ -196,7 +196,7 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
     in_place = _can_compute_in_place(plan, instr, contractions[-1])
     values = sum(_Kernel(contractions, [], in_place).value_bytes)
     room = temporary_budget(plan, instr)
-    budget = Budget(max(room.free - values, 0))
+    budget = Budget(max(room.free - values, 0), room.strict)
     plans = []
     for contraction in contractions:
         operand_types = [o.array_shape.dtype for o in contraction.operands]

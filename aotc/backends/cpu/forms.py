@@ -79,7 +79,7 @@ def plan_contraction(
     if problem is None:
         return None
     plans = ((name, plan) for name, planner in forms if (plan := planner(problem)) is not None)
-    if budget is None:
+    if budget is None or not budget.strict:
         return next((plan for _, plan in plans), None)
     # the first whose workspace fits what is free at its step (a later form is slower,
     # but a temporary past the room raises the plan's peak), else the smallest

@@ -42,11 +42,13 @@ def kernel_workspaces(target, plan: BufferPlan, sizers: Sequence[Sizer]) -> dict
 class Budget:
     """What a kernel's temporary may take: `free`, the arena bytes not live at its step
     below the plan's peak before temporaries (the first plan's, which the kernels were
-    sized in: the same when they are emitted)."""
+    sized in: the same when they are emitted); `strict`: a kernel takes a slower form to
+    fit it (`BufferPlan.fit_forms`), else only fewer bytes of its own form."""
 
     free: int
+    strict: bool = True
 
 
 def temporary_budget(plan: BufferPlan, instr: Instruction) -> Budget:
     """The budget of `instr`'s kernel in `plan`."""
-    return Budget(plan.headroom(instr))
+    return Budget(plan.headroom(instr), plan.fit_forms)
