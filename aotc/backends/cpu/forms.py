@@ -57,8 +57,10 @@ DOT_FORMS: Forms = (
 )
 
 # forms whose plan stands whatever its workspace: the later forms would not read its
-# operands as it does (block-dequantized weights: their packed values)
-KEPT_FORMS = frozenset({"nbits"})
+# operands as it does (block-dequantized weights: their packed values), or the integer
+# forms, each next one a narrower instruction (AMX tiles, byte dots, 16-bit pairs);
+# quantized models' plans are planned for speed there
+KEPT_FORMS = frozenset({"nbits", "amx", "quads", "paired"})
 
 # opcode -> (its problem maker(target, instruction, views, budget) -> problem | None, its
 # forms)
