@@ -148,8 +148,8 @@ def _plan_frame(
             names[blocks[-1].key] = (f"{instr.name}.nested", ())
 
     arena_bytes = _pack_with_temporaries(
-        intervals + [b for b in blocks if b.key[0] != TEMPORARY],
-        [b for b in blocks if b.key[0] == TEMPORARY],
+        intervals + [b for b in blocks if not _is_temporary(b)],
+        [b for b in blocks if _is_temporary(b)],
     )
     for item in intervals + blocks:
         slices[item.key] = Slice(BufferKind.ARENA, 0, item.offset, item.size)
@@ -196,6 +196,11 @@ def _plan_frame(
         nested=nested,
         fit_forms=context.fit_forms,
     )
+
+
+def _is_temporary(item: Interval) -> bool:
+    """Whether `item` is a kernel's temporary (its key (TEMPORARY, id(instruction)))."""
+    return isinstance(item.key, tuple) and item.key[0] == TEMPORARY
 
 
 def _pack_with_temporaries(fixed: list[Interval], temporaries: list[Interval]) -> int:
