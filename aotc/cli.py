@@ -247,10 +247,10 @@ def _build_parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--plan-for",
             choices=("memory", "speed"),
-            default="memory",
-            help="memory (default): a kernel whose fastest form's temporary would raise the "
-            "memory plan's peak takes a slower one that fits; speed: every kernel its "
-            "fastest form",
+            default="speed",
+            help="speed (default): every kernel its fastest form; memory: a kernel whose "
+            "fastest form's temporary would raise the memory plan's peak takes a slower "
+            "one that fits (the smallest plan)",
         )
 
     commands.add_parser(

@@ -1,4 +1,4 @@
-"""Optimizer and memory-plan figures per model.
+"""Optimizer and memory-plan figures per model, planned for memory (--plan-for memory).
 
     python bench/memory.py [MODEL ...]      (default: all; writes bench/memory_results.md)
 
@@ -33,6 +33,7 @@ from models import LIGHT_MODELS, light_model, mlp, model_inputs, transformer_lay
 import aotc
 from aotc.buffers.assign import _Context, _plan
 from aotc.buffers.schedule import topological
+from aotc.driver import CompileOptions, compile_model
 
 MODELS = {
     **{name: (lambda name=name: light_model(name)) for name in LIGHT_MODELS},
@@ -76,7 +77,7 @@ def measure(name: str) -> dict:
         path = Path(tmp) / f"{name}.onnx"
         onnx.save(model, str(path))
         started = time.perf_counter()
-        compiled = aotc.compile(path, name="m")
+        compiled = compile_model(path, CompileOptions(name="m", plan_for="memory"))
         seconds = time.perf_counter() - started
         unfused = aotc.compile(path, name="m", opt_level=0).stats.kernel_count
         feeds = model_inputs(model)

@@ -55,7 +55,8 @@ def test_a_read_in_place_at_the_peak(case, threads, target):
     a, b, epilogue = case
     rng = np.random.default_rng(31)
     model, weights = _matmul(a, b, epilogue, rng)
-    compiled = compile_model(model, CompileOptions(target=target, threads=threads))
+    options = CompileOptions(target=target, threads=threads, plan_for="memory")
+    compiled = compile_model(model, options)
     cpu = parse_target(target)
     plans = [
         plan

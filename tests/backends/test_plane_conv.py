@@ -505,7 +505,7 @@ def test_padding_masked_on_small_planes(case):
     wv = rng.standard_normal(w).astype(np.float32)
     bias = rng.standard_normal(w[0]).astype(np.float32)
     model = _conv_model(x, w, stride, pads, wv, bias, groups)
-    compiled = compile_model(model, CompileOptions(target=target))
+    compiled = compile_model(model, CompileOptions(target=target, plan_for="memory"))
     if set(compiled.kernel_forms().values()) != {"planes"}:
         pytest.fail(f"{case}: {compiled.kernel_forms()}")
     assert len(_masked_plans(compiled, target)) == 1
@@ -553,7 +553,7 @@ def test_padding_masked_where_no_temporary_fits(case, target):
     rng = np.random.default_rng(22)
     xv = rng.standard_normal(x).astype(np.float32)
     model = _at_the_peak(x, cout, stride, rng)
-    compiled = compile_model(model, CompileOptions(target=target))
+    compiled = compile_model(model, CompileOptions(target=target, plan_for="memory"))
     assert len(_masked_plans(compiled, target)) == 1, compiled.kernel_forms()
     assert compiled.plan.scratch_bytes == assign_buffers(compiled.module).arena_bytes
     got = compiled.load()(x=xv)

@@ -162,7 +162,8 @@ def test_scratch_is_no_more_than_the_plain_orders_values(which, target):
     the plain topological order: kernels at the peak take forms whose temporaries fit
     the gaps there (none, at the peak itself); and the numbers stay the evaluator's."""
     model = {"cnn": lambda: onnx.load(str(CNN)), "chain": _chain_of_convolutions, "vgg": _vgg_block}
-    compiled = compile_model(model[which](), CompileOptions(target=target))
+    options = CompileOptions(target=target, plan_for="memory")
+    compiled = compile_model(model[which](), options)
     module = compiled.module
     plain = _plan(module, topological(module.entry), _Context.of(module))
     assert compiled.plan.scratch_bytes <= plain.lower_bound
