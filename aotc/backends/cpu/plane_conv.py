@@ -822,7 +822,8 @@ class PlaneConvPlan(Prepackable):
                 for kx in range(p.kernel[1])
             )
             padding = Padding(p.height, p.width, shifts, p.stride)
-            offsets, grid_width = tuple(dy * p.width + dx for dy, dx in shifts), p.width
+            offsets = tuple(_shift_offset(shift, padding) for shift in shifts)
+            grid_width = p.width
         return plane_kernel(
             ctx,
             self.config,
