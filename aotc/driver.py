@@ -168,11 +168,16 @@ def compile_model(model, options: CompileOptions | None = None) -> CompiledModel
         raise AotcError(f"plan_for {options.plan_for!r}: one of {', '.join(PLAN_FOR)}")
     fit_forms = options.plan_for == "memory"
     plan = assign_buffers(module, fit_forms=fit_forms)
+    # kernels that may write over an operand they read out of place (Winograd over its
+    # image), found on a first plan
+    overwrites = backend.overwrites(target, plan)
+    if overwrites:
+        plan = assign_buffers(module, None, fit_forms, overwrites)
     # the kernels' temporaries (packing panels, split-K partials) as buffers of the plan,
     # live while their kernel runs: sized on a first plan, then packed with the rest
     temporaries, rooms = _sized_temporaries(backend, target, plan)
     if temporaries:
-        plan = assign_buffers(module, temporaries, fit_forms)
+        plan = assign_buffers(module, temporaries, fit_forms, overwrites)
     if rooms:  # the kernels are emitted as they were sized, with or without temporaries
         plan = plan.with_rooms(rooms)
     # the arena and weights are known here: refuse a plan past the limit before any code

@@ -65,6 +65,12 @@ class Backend(Protocol[T]):
         make them so, which leaves the exact sums unchanged."""
         ...
 
+    def overwrites(self, target: T, plan: BufferPlan) -> dict[int, int]:
+        """id(instruction) -> the operand whose bytes its kernel may write its result over
+        where that operand dies there, though the kernel reads it elsewhere than at the
+        output's index (assign_buffers' `overwrites`), over `plan` and its nested plans."""
+        ...
+
     def temporaries(self, target: T, plan: BufferPlan) -> dict[int, int]:
         """id(instruction) -> the scratch bytes its kernel needs while it runs (packing
         panels, split-K partials...), over `plan` and its nested plans: the driver plans

@@ -46,13 +46,20 @@ class _Role(enum.Enum):
 
 
 def assign_buffers(
-    module: Module, temporaries: Mapping[int, int] | None = None, fit_forms: bool = True
+    module: Module,
+    temporaries: Mapping[int, int] | None = None,
+    fit_forms: bool = True,
+    overwrites: Mapping[int, int] | None = None,
 ) -> BufferPlan:
     """Plan the storage of every value of the entry computation, and of the kernels'
     `temporaries` (id(instruction) -> the scratch bytes its kernel needs while it runs:
     packing panels, split-K partials...), each live only while its instruction runs,
     packed with everything else (`BufferPlan.temporary`).  `fit_forms`: the plans'
     kernels take slower forms whose temporaries fit their rooms (`BufferPlan.fit_forms`).
+    `overwrites`: id(instruction) -> the operand whose bytes its kernel may write its
+    result over though it reads it elsewhere than at the output's index (the backend's
+    word: a convolution that writes each band of rows after reading the next one's
+    input), taken as an elementwise kernel's operand is where it dies there.
 
     Two schedules are tried (depth-first from the root, and the computation's
     own order); the one with the lower peak of live bytes, temporaries included, is kept.
@@ -63,7 +70,9 @@ def assign_buffers(
                 f"%{computation.name} has a call: run the call inliner "
                 "(aotc.ir.inline.inline_calls) before buffer assignment"
             )
-    context = replace(_Context.of(module, temporaries or {}), fit_forms=fit_forms)
+    context = replace(
+        _Context.of(module, temporaries or {}), fit_forms=fit_forms, overwrites=overwrites or {}
+    )
     plans = [_plan(module, order, context) for order in candidate_schedules(module.entry)]
     return min(plans, key=lambda p: (p.lower_bound, p.arena_bytes))
 
@@ -79,6 +88,7 @@ class _Context:
     # the same whatever order the parent is scheduled in)
     called: dict[int, list[BufferPlan]] = field(default_factory=dict)
     fit_forms: bool = True  # BufferPlan.fit_forms of every frame
+    overwrites: Mapping[int, int] = field(default_factory=dict)  # see assign_buffers
 
     @staticmethod
     def of(module: Module, temporaries: Mapping[int, int] | None = None) -> _Context:
@@ -101,7 +111,7 @@ def _plan_frame(
     for source, index in root_sources:
         if (id(source), index) in ranges:
             ranges[(id(source), index)][1] = end
-    sets = _merge_in_place(order, defs, ranges)
+    sets = _merge_in_place(order, defs, ranges, context.overwrites)
     leaves = _parameter_leaves(computation)
 
     merged, names = _merged_intervals(order, defs, ranges, sets)
@@ -245,9 +255,12 @@ def _merged_intervals(order, defs: BufferDefinitions, ranges, sets: BufferSets):
     return merged, names
 
 
-def _merge_in_place(order, defs: BufferDefinitions, ranges) -> BufferSets:
-    """Let elementwise kernels take over an operand buffer that dies at them, and a while's
-    state the buffers of init values that die at it."""
+def _merge_in_place(
+    order, defs: BufferDefinitions, ranges, overwrites: Mapping[int, int]
+) -> BufferSets:
+    """Let elementwise kernels (and those `overwrites` names, their operand it names)
+    take over an operand buffer that dies at them, and a while's state the buffers of
+    init values that die at it."""
     sets = BufferSets()
     ends: dict = {}  # set representative -> last use of any member
     for time, instr in enumerate(order):
@@ -264,7 +277,7 @@ def _merge_in_place(order, defs: BufferDefinitions, ranges) -> BufferSets:
             rep = sets.find((id(source), index))
             if ends.get(rep, ranges[(id(source), index)][1]) != time:
                 continue
-            if not reads_at_output_index(instr, k):
+            if not (reads_at_output_index(instr, k) or overwrites.get(id(instr)) == k):
                 continue
             sets.union(rep, own)
             ends[sets.find(own)] = max(ranges[own][1], time)

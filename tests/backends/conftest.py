@@ -14,6 +14,7 @@ import pytest
 
 from aotc.artifacts import compile_runtime
 from aotc.backends.cpu import emit_object, parse_target
+from aotc.backends.cpu.contraction import image_overwrites
 from aotc.buffers import BufferPlan, assign_buffers
 from aotc.ir import Module, Op, Shape
 from aotc.ir.types import from_storage, to_storage
@@ -103,8 +104,12 @@ def compile_module(tmp_path):
     counter = iter(range(1000))
 
     def compile_(module: Module, name: str = "m", target: str = "host") -> Compiled:
+        cpu = parse_target(target)
         plan = assign_buffers(module)
-        obj = emit_object(module, plan, name, parse_target(target))
+        overwrites = image_overwrites(cpu, plan)  # as the driver plans
+        if overwrites:
+            plan = assign_buffers(module, None, True, overwrites)
+        obj = emit_object(module, plan, name, cpu)
         directory = tmp_path / f"build{next(counter)}"
         directory.mkdir()
         library = link_shared({name: obj}, directory)

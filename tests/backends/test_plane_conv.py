@@ -518,7 +518,8 @@ def test_padding_masked_on_small_planes(case):
 
 def _at_the_peak(x, cout, stride, rng):
     """mean over pixels of relu(conv(e)), e = conv0(x) (1x1, `cout` channels), conv a
-    3x3 window at `stride`, padded by one: e and its output are the plan's peak."""
+    3x3 window at `stride`, padded by one, to 8 channels more (not e's shape: its
+    output has bytes of its own): e and its output are the plan's peak."""
     nodes = [
         helper.make_node("Conv", ["x", "w0"], ["e"]),
         helper.make_node("Conv", ["e", "w", "b"], ["y"], strides=list(stride), pads=[1] * 4),
@@ -526,8 +527,8 @@ def _at_the_peak(x, cout, stride, rng):
         helper.make_node("GlobalAveragePool", ["m"], ["z"]),
     ]
     w0 = (rng.standard_normal((cout, x[1], 1, 1)) / np.sqrt(x[1])).astype(np.float32)
-    w = (rng.standard_normal((cout, cout, 3, 3)) / np.sqrt(cout * 9)).astype(np.float32)
-    bias = rng.standard_normal(cout).astype(np.float32)
+    w = (rng.standard_normal((cout + 8, cout, 3, 3)) / np.sqrt(cout * 9)).astype(np.float32)
+    bias = rng.standard_normal(cout + 8).astype(np.float32)
     initializers = [numpy_helper.from_array(v, k) for k, v in (("w0", w0), ("w", w), ("b", bias))]
     return _graph_model(nodes, "peak", x, initializers)
 

@@ -245,3 +245,103 @@ def test_the_band_is_the_tallest_that_fits(compile_module, monkeypatch):
             for n in range(1, rows + 1)
             if -(-rows // n) > chosen.band_rows
         )
+
+
+def _chain(x_dims, w_values, fuse, residual=False, **conv):
+    """relu(conv(x)) into a second convolution (with bias and ReLU, and `residual`: +
+    its own image), whose image dies there."""
+    module = Module("chain")
+    b = ComputationBuilder(module, "main")
+    x = b.parameter(0, Shape(F32, x_dims))
+    zero = b.broadcast(b.scalar(0.0, F32), (), x_dims)
+    a = b.binary(Op.MAXIMUM, _conv(b, x, b.constant(w_values[0]), **conv), zero)
+    bias = b.constant(np.linspace(-1, 1, x_dims[1], dtype=np.float32))
+
+    def body(fb, p):
+        y = fb.binary(Op.ADD, _conv(fb, p[0], p[1], **conv), fb.broadcast(p[2], (1,), x_dims))
+        if residual:
+            y = fb.binary(Op.ADD, y, p[0])
+        return fb.binary(Op.MAXIMUM, y, fb.broadcast(fb.scalar(0.0, F32), (), x_dims))
+
+    b.build(fuse(b, [a, b.constant(w_values[1]), bias], body), entry=True)
+    return module
+
+
+def _winograd_plan_of(compiled, instr):
+    from aotc.backends.cpu.contraction import contraction_plans
+
+    (planned,) = contraction_plans(HOST, compiled.plan, instr)[1]
+    return planned
+
+
+def _second_conv(compiled):
+    (fusion,) = [i for i in compiled.plan.schedule if i.op is Op.FUSION]
+    return fusion
+
+
+# same-shape convolutions: symmetric and one-sided padding, two images, one and several
+# bands (MIN_BAND_TILES 1, no room: bands of one tile row), threads
+@pytest.mark.parametrize(
+    "x_dims, low, high, tiles",
+    [
+        ((1, 8, 12, 12), (1, 1), (1, 1), 10**6),
+        ((1, 8, 17, 13), (1, 1), (1, 1), 1),
+        ((2, 6, 11, 9), (0, 2), (2, 0), 1),
+        ((1, 5, 10, 16), (2, 1), (0, 1), 1),
+    ],
+)
+def test_output_over_its_dying_image(compile_module, fuse, monkeypatch, x_dims, low, high, tiles):
+    """The second convolution's image dies there: the plan gives its output the image's
+    bytes, and the values are still the convolutions' (each band's rows written after
+    the next band's input was read)."""
+    monkeypatch.setattr(winograd, "MIN_BAND_TILES", tiles)
+    rng = np.random.default_rng(11)
+    c = x_dims[1]
+    w = [rng.uniform(-1, 1, (c, c, 3, 3)).astype(np.float32) for _ in range(2)]
+    module = _chain(x_dims, w, fuse, low=low, high=high)
+    compiled = compile_module(module)
+    plan, second = compiled.plan, _second_conv(compiled)
+    assert plan.slice_of(second) == plan.slice_of(second.operands[0])
+    assert _kinds(compiled) == ["winograd", "winograd"]
+    if tiles == 1:
+        planned = _winograd_plan_of(compiled, second)
+        assert 0 < planned.band_rows < planned.geometry.tile_rows
+    x = rng.uniform(-2, 2, x_dims).astype(np.float32)
+    (got,) = compiled.run(x)
+    _close(got, np.asarray(evaluate(module, [x])))
+
+
+def test_an_image_read_by_the_epilogue_keeps_its_bytes(compile_module, fuse):
+    """A residual of the image itself: the epilogue reads it after the output is
+    written, so the output gets bytes of its own."""
+    rng = np.random.default_rng(12)
+    x_dims = (1, 8, 10, 10)
+    w = [rng.uniform(-1, 1, (8, 8, 3, 3)).astype(np.float32) for _ in range(2)]
+    module = _chain(x_dims, w, fuse, residual=True)
+    compiled = compile_module(module)
+    plan, second = compiled.plan, _second_conv(compiled)
+    assert not plan.slice_of(second).overlaps(plan.slice_of(second.operands[0]))
+    x = rng.uniform(-2, 2, x_dims).astype(np.float32)
+    (got,) = compiled.run(x)
+    _close(got, np.asarray(evaluate(module, [x])))
+
+
+def test_a_streamed_kernel_takes_shorter_bands_only_to_fit(compile_module, monkeypatch):
+    """U past its share of L3 (here any U): bands of Cin x Cout / (Cin + Cout) tiles or
+    more where one fits, a shorter one (down to MIN_BAND_TILES) only where none does."""
+    from aotc.backends.cpu.workspace import Budget
+
+    monkeypatch.setattr(winograd, "MIN_BAND_TILES", 1)
+    monkeypatch.setattr(winograd, "U_L3_SHARE", 10**12)
+    w = np.ones((32, 32, 3, 3), np.float32)
+    whole = replace(_winograd_plan(compile_module(_module((1, 32, 40, 20), w))), band_rows=0)
+    g = whole.geometry
+    preferred = -(-(g.cin * g.cout // (g.cin + g.cout)) // g.tile_columns)
+    assert 1 < preferred < g.tile_rows
+    tall = sorted({-(-g.tile_rows // n) for n in range(1, g.tile_rows + 1)})  # balanced
+    at = {h: replace(whole, band_rows=h).workspace_bytes for h in tall}
+    lowest_tall = min(h for h in tall if h >= preferred)
+    assert whole.banded(Budget(at[lowest_tall])).band_rows == lowest_tall
+    short = max(h for h in tall if h < preferred)
+    assert whole.banded(Budget(at[lowest_tall] - 1)).band_rows == short
+    assert whole.banded(Budget(0)).band_rows == 1

@@ -21,7 +21,7 @@ from ..base import Backend, CompiledCode
 from ..llvm.extents import clips
 from .attention import attention_kind
 from .codegen import emit_code
-from .contraction import contraction_kind
+from .contraction import contraction_kind, image_overwrites
 from .peak import peak_gflops
 from .prepack import prepack
 from .program import WORKSPACE_SIZERS, kernel_instructions
@@ -47,6 +47,9 @@ class CpuBackend(Backend[CpuTarget]):
         # AArch64 with dotprod but not i8mm: sdot and udot; elsewhere u8 x s8 (vpdpbusd,
         # usdot), which the 16-bit pairs of targets without byte dots take as well
         return "same" if target.byte_dot_signs == "same" else "mixed"
+
+    def overwrites(self, target: CpuTarget, plan: BufferPlan) -> dict[int, int]:
+        return image_overwrites(target, plan)
 
     def temporaries(self, target: CpuTarget, plan: BufferPlan) -> dict[int, int]:
         # what the kernels need with the weights laid out as the object will have them

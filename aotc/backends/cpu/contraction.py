@@ -193,7 +193,8 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
     contractions = output_contractions(instr)
     if not contractions:
         return None
-    in_place = _can_compute_in_place(plan, instr, contractions[-1])
+    image = _overwritten_image(plan, instr, contractions)
+    in_place = _can_compute_in_place(plan, instr, contractions[-1], image)
     values = sum(_Kernel(contractions, [], in_place).value_bytes)
     room = temporary_budget(plan, instr)
     budget = Budget(max(room.free - values, 0), room.strict)
@@ -206,8 +207,9 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
             views = [memory_view(plan, o) for o in instr.operands]
         else:
             views = [operand_view(plan, instr, o) for o in contraction.operands]
-        planned = plan_contraction(target, contraction, views, budget)
+        planned = plan_contraction(target, contraction, views, budget, image is not None)
         if planned is None:
+            assert image is None, f"%{instr.name} was given its image's bytes: no form writes so"
             return None
         plans.append(use_packed(planned, plan.slices, instr, len(plans)))  # see prepack.py
     kernel = _Kernel(contractions, plans, in_place)
@@ -247,12 +249,15 @@ def widens_to_pairs(instr: Instruction) -> bool:
     return widens_bytes(instr) and instr.array_shape.dtype is DType.S16
 
 
-def _can_compute_in_place(plan: BufferPlan, instr: Instruction, contraction) -> bool:
+def _can_compute_in_place(
+    plan: BufferPlan, instr: Instruction, contraction, image: int | None = None
+) -> bool:
     """Can the output buffer hold the contraction until the epilogue overwrites it?
 
     Not when its element size differs, nor when an epilogue operand shares the
     output's bytes (computed in place): the contraction would overwrite it
-    before the epilogue reads it.
+    before the epilogue reads it.  (Operand `image`, the convolution's image the
+    output was given, is read by the contraction's form alone, as it writes.)
     """
     if instr is contraction:
         return True
@@ -260,8 +265,81 @@ def _can_compute_in_place(plan: BufferPlan, instr: Instruction, contraction) -> 
         return False
     out = plan.slice_of(instr)
     return not any(
-        isinstance(o.shape, Shape) and plan.slice_of(o).overlaps(out) for o in instr.operands
+        isinstance(o.shape, Shape) and plan.slice_of(o).overlaps(out)
+        for k, o in enumerate(instr.operands)
+        if k != image
     )
+
+
+# -- an output over its image -------------------------------------------------------
+
+
+def image_overwrites(target, plan: BufferPlan) -> dict[int, int]:
+    """id(kernel) -> the image operand `overwritable_image` names, over `plan` and its
+    nested plans."""
+    found = {}
+    for instr in plan.schedule:
+        k = overwritable_image(target, plan, instr)
+        if k is not None:
+            found[id(instr)] = k
+    for nested in plan.nested.values():
+        for inner in nested.plans:
+            found.update(image_overwrites(target, inner))
+    return found
+
+
+def overwritable_image(target, plan: BufferPlan, instr: Instruction) -> int | None:
+    """The operand of kernel `instr` whose bytes its output may take where it dies there
+    (assign_buffers' `overwrites`): the image of its one convolution, of the output's
+    shape and read by nothing else of the kernel, where a form that writes over it
+    (forms.OVERWRITING_FORMS) takes the convolution."""
+    contractions = output_contractions(instr)
+    k = _image_operand(instr, contractions)
+    if k is None:
+        return None
+    image, conv = instr.operands[k], contractions[0]
+    if not isinstance(image.shape, Shape) or image.shape.dims != instr.array_shape.dims:
+        return None
+    d = conv.conv
+    assert d is not None, conv.name
+    same_layout = (d.input_batch, d.input_feature, d.input_spatial) == (
+        d.output_batch,
+        d.output_feature,
+        d.output_spatial,
+    )  # each element of the image where the output's of the same index goes
+    if not same_layout:
+        return None
+    if image.array_shape.dtype is not instr.array_shape.dtype:
+        return None
+    if instr is conv:
+        views = [memory_view(plan, o) for o in instr.operands]
+    else:
+        views = [operand_view(plan, instr, o) for o in conv.operands]
+    return k if plan_contraction(target, conv, views, None, True) is not None else None
+
+
+def _overwritten_image(plan: BufferPlan, instr: Instruction, contractions) -> int | None:
+    """The operand `overwritable_image` names where the plan gave the output its bytes."""
+    k = _image_operand(instr, contractions)
+    if k is None or not isinstance(instr.operands[k].shape, Shape):
+        return None
+    return k if plan.slice_of(instr.operands[k]).overlaps(plan.slice_of(instr)) else None
+
+
+def _image_operand(instr: Instruction, contractions) -> int | None:
+    """The operand of `instr` that is its one contraction's image, if a convolution's
+    and read by nothing else of the kernel."""
+    if len(contractions) != 1 or contractions[0].op is not Op.CONVOLUTION:
+        return None
+    conv = contractions[0]
+    if instr is conv:
+        return 0
+    image = conv.operands[0]
+    if image.op is not Op.PARAMETER or conv.operands[1] is image:
+        return None
+    body = instr.called[0]
+    readers = [u for u in body.instructions if any(o is image for o in u.operands)]
+    return image.index if readers == [conv] and body.root is not image else None
 
 
 # -- operands ---------------------------------------------------------------------

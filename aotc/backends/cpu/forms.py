@@ -62,6 +62,12 @@ DOT_FORMS: Forms = (
 # quantized models' plans are planned for speed there
 KEPT_FORMS = frozenset({"nbits", "amx", "quads", "paired"})
 
+# forms that may write a convolution's output over its image (the image dies there and
+# has the output's shape): Winograd writes a band's rows only after it read the next
+# band's input (winograd.py), and the plan gives it those bytes only on its word
+# (contraction.overwritable_image)
+OVERWRITING_FORMS = frozenset({"winograd"})
+
 # opcode -> (its problem maker(target, instruction, views, budget) -> problem | None, its
 # forms)
 CONTRACTION_FORMS: dict[Op, tuple[Callable[..., Any], Forms]] = {
@@ -71,15 +77,22 @@ CONTRACTION_FORMS: dict[Op, tuple[Callable[..., Any], Forms]] = {
 
 
 def plan_contraction(
-    target, contraction: Instruction, views, budget: Budget | None = None
+    target,
+    contraction: Instruction,
+    views,
+    budget: Budget | None = None,
+    overwrites_image: bool = False,
 ) -> KernelPlan | None:
     """The plan of the first form that takes `contraction` (`views`: its operands' memory
-    views, or None; `budget`: what its workspace may take, None: any), or None: the
-    element rules compute it."""
+    views, or None; `budget`: what its workspace may take, None: any;
+    `overwrites_image`: its output takes its image's bytes, only OVERWRITING_FORMS), or
+    None: the element rules compute it."""
     make_problem, forms = CONTRACTION_FORMS[contraction.op]
     problem = make_problem(target, contraction, views, budget)
     if problem is None:
         return None
+    if overwrites_image:
+        forms = tuple(form for form in forms if form[0] in OVERWRITING_FORMS)
     plans = ((name, plan) for name, planner in forms if (plan := planner(problem)) is not None)
     if budget is None or not budget.strict:
         return next((plan for _, plan in plans), None)

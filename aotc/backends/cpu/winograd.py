@@ -15,6 +15,11 @@ its GEMMs:
   vectors of M, interleaved into the convolution's m output rows, then the
   epilogue on the rows just finished.
 
+A band's Y is written after the next band's V is read, so that the output may take
+the bytes of an image of its shape that dies there (assign_buffers' `overwrites`,
+contraction.overwritable_image): the rows a band overwrites are read by no later
+band, and the plan's peak at the convolution is one image, not two.
+
 The three steps run per band of tile rows, V and M holding one band's tiles: the
 kernel's temporary is then about (P / m^2) x (Cin + Cout) x the band's output rows
 instead of the whole image's.  The plan takes the tallest band whose temporary fits
@@ -257,25 +262,33 @@ class WinogradPlan(Prepackable):
 
     def banded(self, budget: Budget | None) -> WinogradPlan:
         """This plan in the tallest band (of balanced heights: the last band pads fewer
-        rows than there are bands, none shorter than `_shortest_band`) whose workspace
-        fits the bytes `budget` has free, else in the band of the smallest workspace;
-        None: the whole image."""
+        rows than there are bands) whose workspace fits the bytes `budget` has free, no
+        shorter than `_band_floor(True)` where one that tall fits, nor than
+        `_band_floor(False)` where one that tall fits or the budget is not strict, else
+        in the band of the smallest workspace; None: the whole image.  (A strict budget
+        takes bands shorter than the floors before another form: a band of one tile
+        row took 1.1-1.3x the time of the tallest in GoogLeNet's layers, the planes
+        2.4x.)"""
         if budget is None:
             return self
         rows = self.geometry.tile_rows
-        heights = {-(-rows // n) for n in range(1, rows + 1)} - set(range(self._shortest_band))
-        plans = [replace(self, band_rows=h) for h in sorted(heights, reverse=True)]
+        heights = sorted({-(-rows // n) for n in range(1, rows + 1)}, reverse=True)
+        plans = [replace(self, band_rows=h) for h in heights]
         fitting = [p for p in plans if p.workspace_bytes <= budget.free]
-        return fitting[0] if fitting else min(plans, key=lambda p: p.workspace_bytes)
+        floored = [p for p in plans if p.band_rows >= self._band_floor(False)]
+        for_speed = [p for p in fitting if p.band_rows >= self._band_floor(False)]
+        preferred = [p for p in for_speed if p.band_rows >= self._band_floor(True)]
+        shortest = (fitting if budget.strict else []) or [min(floored, key=_workspace)]
+        return (preferred or for_speed or shortest)[0]
 
-    @property
-    def _shortest_band(self) -> int:
+    def _band_floor(self, streaming: bool) -> int:
         """Tile rows of the shortest band worth its cost in speed: MIN_BAND_TILES, and
-        where U streams from beyond L3, Cin x Cout / (Cin + Cout) tiles (U re-read per
-        band costs about as much as the band's V and M then)."""
+        with `streaming`, where U streams from beyond L3, Cin x Cout / (Cin + Cout)
+        tiles (U re-read per band costs about as much as the band's V and M then: a
+        band shorter than that only where it keeps the plan's peak down)."""
         g = self.geometry
         u_bytes = g.transform.phases * g.cin * g.cout * self.config.itemsize
-        streamed = u_bytes > self.config.blocks.l3 // U_L3_SHARE
+        streamed = streaming and u_bytes > self.config.blocks.l3 // U_L3_SHARE
         tiles = max(MIN_BAND_TILES, g.cin * g.cout // (g.cin + g.cout) if streamed else 0)
         return min(g.tile_rows, -(-tiles // g.tile_columns))
 
@@ -361,12 +374,18 @@ class WinogradPlan(Prepackable):
         gemm = self._gemm(v)
         image, b = sources[0].view, ctx.builder
         assert b is not None
-        bands = -(-g.tile_rows // self._band_rows)
-        with for_range(b, g.batch, "image") as n, for_range(b, bands, "band") as band:
-            first = b.mul(band, i64(self._band_rows))
-            self._input_transform(ctx, image, n, first, v)
-            gemm.emit(ctx, sources, m, packing, None)
-            self._output_transform(ctx, m, c, n, first, epilogue)
+        bands, rows = -(-g.tile_rows // self._band_rows), self._band_rows
+        # the next band's V before this band's Y (V is free once the GEMMs read it): an
+        # output given its image's bytes then overwrites only rows no later band reads
+        # (of the image's shape, its top padding is at most 2 rows, a band m >= 2 rows)
+        with for_range(b, g.batch, "image") as n:
+            self._input_transform(ctx, image, n, i64(0), v)
+            with for_range(b, bands, "band") as band:
+                gemm.emit(ctx, sources, m, packing, None)
+                after = b.add(band, i64(1))
+                with if_then(b, b.icmp_signed("<", after, i64(bands))):
+                    self._input_transform(ctx, image, n, b.mul(after, i64(rows)), v)
+                self._output_transform(ctx, m, c, n, b.mul(band, i64(rows)), epilogue)
 
     # -- V = B^T d B --------------------------------------------------------------
 
@@ -524,6 +543,10 @@ class WinogradPlan(Prepackable):
                 total = _add(ctx, b, cfg, total, value, c)
             out.append(total)
         return out
+
+
+def _workspace(plan: WinogradPlan) -> int:
+    return plan.workspace_bytes
 
 
 def _concatenate(b: ir.IRBuilder, vectors: list) -> ir.Value:

@@ -33,6 +33,9 @@ class CudaBackend(Backend[CudaTarget]):
     def byte_dot_signs(self, target: CudaTarget) -> str:
         return "mixed"  # dp4a takes any signs: the products stay u8 x s8 as MLAS makes them
 
+    def overwrites(self, target: CudaTarget, plan: BufferPlan) -> dict[int, int]:
+        return {}  # every kernel writes apart from what it reads out of place
+
     def temporaries(self, target: CudaTarget, plan: BufferPlan) -> dict[int, int]:
         return partial_sums(target, plan)
 
