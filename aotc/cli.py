@@ -247,10 +247,10 @@ def _build_parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--plan-for",
             choices=("memory", "speed"),
-            default="speed",
-            help="speed (default): every kernel its fastest form; memory: a kernel whose "
-            "fastest form's temporary would raise the memory plan's peak takes a slower "
-            "one that fits (the smallest plan)",
+            default="memory",
+            help="memory (default): a kernel whose fastest form's temporary would raise "
+            "the memory plan's peak takes a shorter band of it or a slower form that fits "
+            "(the smallest plan); speed: every kernel its fastest form",
         )
 
     commands.add_parser(

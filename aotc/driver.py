@@ -56,11 +56,12 @@ class CompileOptions:
     # "embedded": the weights inside NAME.o; "external": in NAME.weights beside it, which
     # the application hands over (NAME_set_weights / NAME_load_weights) before NAME_run
     weights: str = "embedded"
-    # "speed": each kernel its fastest form (in bands where its temporary would raise
-    # the memory plan's peak); "memory": those kernels take a slower form that fits
-    # (the smallest plan; 1.2-1.5x the time on ResNet-50, VGG-19 and a transformer
-    # layer as it stands)
-    plan_for: str = "speed"
+    # "memory": a kernel whose fastest form's temporary would raise the memory plan's
+    # peak takes a shorter band of it, else a slower form that fits (the smallest plan:
+    # at most the plain order's values on every bench model, 0.97-1.05 of the time at
+    # one thread); "speed": each kernel its fastest form, in bands where its temporary
+    # would raise the peak
+    plan_for: str = "memory"
 
 
 PLAN_FOR = ("memory", "speed")
