@@ -58,9 +58,9 @@ class CompileOptions:
     weights: str = "embedded"
     # "memory": a kernel whose fastest form's temporary would raise the memory plan's
     # peak takes a shorter band of it, else a slower form that fits (the smallest plan:
-    # at most the plain order's values on every bench model, 0.97-1.05 of the time at
-    # one thread); "speed": each kernel its fastest form, in bands where its temporary
-    # would raise the peak
+    # at most the plain order's values on every bench model, 0.99-1.02 of the time at
+    # one thread but ResNet-50's 1.07); "speed": each kernel its fastest form, in bands
+    # where its temporary would raise the peak
     plan_for: str = "memory"
 
 
