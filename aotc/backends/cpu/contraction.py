@@ -41,7 +41,7 @@ from .nbits import nbits_weight
 from .plans import KernelPlan
 from .prepackable import use_packed
 from .views import View, fused_view, memory_view
-from .workspace import Budget, temporary_budget
+from .workspace import Budget, each_kernel, temporary_budget
 
 
 @dataclass
@@ -278,13 +278,10 @@ def image_overwrites(target, plan: BufferPlan) -> dict[int, int]:
     """id(kernel) -> the image operand `overwritable_image` names, over `plan` and its
     nested plans."""
     found = {}
-    for instr in plan.schedule:
-        k = overwritable_image(target, plan, instr)
+    for frame, instr in each_kernel(plan):
+        k = overwritable_image(target, frame, instr)
         if k is not None:
             found[id(instr)] = k
-    for nested in plan.nested.values():
-        for inner in nested.plans:
-            found.update(image_overwrites(target, inner))
     return found
 
 

@@ -278,7 +278,9 @@ class WinogradPlan(Prepackable):
         floored = [p for p in plans if p.band_rows >= self._band_floor(False)]
         for_speed = [p for p in fitting if p.band_rows >= self._band_floor(False)]
         preferred = [p for p in for_speed if p.band_rows >= self._band_floor(True)]
-        shortest = (fitting if budget.strict else []) or [min(floored, key=_workspace)]
+        shortest = (fitting if budget.strict else []) or [
+            min(floored, key=lambda p: p.workspace_bytes)
+        ]
         return (preferred or for_speed or shortest)[0]
 
     def _band_floor(self, streaming: bool) -> int:
@@ -543,10 +545,6 @@ class WinogradPlan(Prepackable):
                 total = _add(ctx, b, cfg, total, value, c)
             out.append(total)
         return out
-
-
-def _workspace(plan: WinogradPlan) -> int:
-    return plan.workspace_bytes
 
 
 def _concatenate(b: ir.IRBuilder, vectors: list) -> ir.Value:

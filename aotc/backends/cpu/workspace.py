@@ -14,7 +14,7 @@ that the temporary does not raise the plan's peak where a block fits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ...buffers import BufferPlan
@@ -24,17 +24,23 @@ from ...ir import Instruction
 Sizer = Callable[[object, BufferPlan, Instruction], int]
 
 
+def each_kernel(plan: BufferPlan) -> Iterator[tuple[BufferPlan, Instruction]]:
+    """(its plan, instruction) for each step of `plan` and of its nested plans."""
+    for instr in plan.schedule:
+        yield plan, instr
+    for nested in plan.nested.values():
+        for inner in nested.plans:
+            yield from each_kernel(inner)
+
+
 def kernel_workspaces(target, plan: BufferPlan, sizers: Sequence[Sizer]) -> dict[int, int]:
     """id(instruction) -> the workspace its kernel needs, for each kernel of `plan` (and
     of its nested plans) that needs some."""
     found = {}
-    for instr in plan.schedule:
-        size = max((sizer(target, plan, instr) for sizer in sizers), default=0)
+    for frame, instr in each_kernel(plan):
+        size = max((sizer(target, frame, instr) for sizer in sizers), default=0)
         if size:
             found[id(instr)] = size
-    for nested in plan.nested.values():
-        for inner in nested.plans:
-            found.update(kernel_workspaces(target, inner, sizers))
     return found
 
 
