@@ -20,8 +20,11 @@ from aotc.backends.cpu.codegen import optimized_module
 from aotc.backends.cpu.contraction import contraction_plans
 from aotc.backends.cpu.gemm_config import gemm_config
 from aotc.backends.cpu.plane_conv import (
+    MAX_LANE_ROW_WASTE,
     MAX_WASTE,
+    MIN_VALUE_PARTS,
     Planes,
+    lane_row_width,
     segments,
     tail_width,
     tile_columns,
@@ -564,3 +567,116 @@ def test_padding_masked_where_no_temporary_fits(case, target):
     conv = _conv_reference(e, init["w"], stride, (1, 1), (1, 1), (1, 1), 1)
     want = np.maximum(conv + init["b"][None, :, None, None], 0).mean(axis=(2, 3), keepdims=True)
     _close(got, want, f"{case}")
+
+
+def _strided_after_pointwise(x, cout, kernel, stride, pads, rng):
+    """y = conv(e) + b, e = conv0(x) (1x1, `cout` channels), conv the case's window: e is
+    the arena's only value, so the strided convolution has no room for planes."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["e"]),
+        helper.make_node("Conv", ["e", "w", "b"], ["z"], strides=list(stride), pads=list(pads)),
+    ]
+    w0 = (rng.standard_normal((cout, x[1], 1, 1)) / np.sqrt(x[1])).astype(np.float32)
+    w = rng.standard_normal((cout, cout, *kernel)) / np.sqrt(cout * kernel[0] * kernel[1])
+    bias = rng.standard_normal(cout).astype(np.float32)
+    values = (("w0", w0), ("w", w.astype(np.float32)), ("b", bias))
+    return _graph_model(nodes, "strided", x, [numpy_helper.from_array(v, k) for k, v in values])
+
+
+# (input, output channels, window, stride, pads): output rows of 28 in two vectors of
+# AVX-512 (four of AVX2), 15 with the bottom and right padding past the window's half,
+# a 5x5 window over a batch of two, rows of 7 in compact tiles (lane rows would waste)
+LANE_ROW_CASES = [
+    ((1, 8, 56, 56), 24, (3, 3), (2, 2), (1, 1, 1, 1)),
+    ((1, 8, 30, 29), 16, (3, 3), (2, 2), (1, 0, 2, 2)),
+    ((2, 8, 27, 31), 16, (5, 5), (2, 2), (2, 2, 2, 2)),
+    ((1, 8, 14, 14), 16, (3, 3), (2, 2), (1, 1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("target", ["x86_64:skylake-avx512", "x86_64:x86-64-v3"])
+@pytest.mark.parametrize("case", LANE_ROW_CASES, ids=lambda c: "x".join(map(str, c[0])))
+def test_stride_two_read_in_place_in_lane_rows(case, target):
+    """A stride-2 convolution reading its image in place runs its tiles over output rows
+    in whole vectors (one row piece per vector) where that wastes little, else in compact
+    tiles; every output element as the reference's."""
+    x, cout, kernel, stride, pads = case
+    rng = np.random.default_rng(23)
+    xv = rng.standard_normal(x).astype(np.float32)
+    model = _strided_after_pointwise(x, cout, kernel, stride, pads, rng)
+    compiled = compile_model(model, CompileOptions(target=target, plan_for="memory"))
+    (plan,) = [p for p in _masked_plans(compiled, target) if p.planes.stride == stride]
+    lanes = plan.config.lanes
+    out_width = plan.planes.out_width
+    width = lane_row_width(out_width, lanes)
+    assert plan.compact == (width > MAX_LANE_ROW_WASTE * out_width), (plan.compact, width)
+    got = compiled.load()(x=xv)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    e = _conv_reference(xv, init["w0"], (1, 1), (0, 0), (0, 0), (1, 1), 1)
+    conv = _conv_reference(e, init["w"], stride, pads[:2], pads[2:], (1, 1), 1)
+    _close(got, conv + init["b"][None, :, None, None], f"{case} {target}")
+
+
+def _transition_block(x, mid, cout, rng):
+    """A ResNet bottleneck that halves the image: mean over pixels of relu(s + v), s a
+    strided 1x1 shortcut of x, v = conv1x1(relu(conv3x3/2(relu(conv1x1(x))))); v dies
+    in s's kernel, which computes its residual in place."""
+    channels = x[1]
+    shapes = {
+        "a": (mid, channels, 1),
+        "b": (mid, mid, 3),
+        "c": (cout, mid, 1),
+        "d": (cout, channels, 1),
+    }
+    weights = {
+        k: (rng.standard_normal((o, i, n, n)) / np.sqrt(i * n * n)).astype(np.float32)
+        for k, (o, i, n) in shapes.items()
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "a"], ["t0"]),
+        helper.make_node("Relu", ["t0"], ["t"]),
+        helper.make_node("Conv", ["t", "b"], ["u0"], strides=[2, 2], pads=[1] * 4),
+        helper.make_node("Relu", ["u0"], ["u"]),
+        helper.make_node("Conv", ["u", "c"], ["v"]),
+        helper.make_node("Conv", ["x", "d"], ["s"], strides=[2, 2]),
+        helper.make_node("Add", ["s", "v"], ["y0"]),
+        helper.make_node("Relu", ["y0"], ["y"]),
+        helper.make_node("GlobalAveragePool", ["y"], ["z"]),
+    ]
+    initializers = [numpy_helper.from_array(v, k) for k, v in weights.items()]
+    return _graph_model(nodes, "transition", x, initializers), weights
+
+
+def test_unit_values_in_one_tile_runs_leave_room_for_planes():
+    """Planned for memory, the strided shortcut's room is less than two units' values of
+    the usual run: its units shorten to one tile, so that the regions and a band of
+    planes both fit (else the image is read in place, 2x the time); the numbers as the
+    reference's."""
+    x = (1, 64, 56, 56)
+    rng = np.random.default_rng(24)
+    xv = rng.standard_normal(x).astype(np.float32)
+    model, w = _transition_block(x, 32, 128, rng)
+    target = "x86_64:skylake-avx512"
+    compiled = compile_model(model, CompileOptions(target=target, plan_for="memory"))
+    cpu = parse_target(target)
+    shortcut = [
+        (i, found[1][-1])
+        for i in compiled.plan.schedule
+        if (found := contraction_plans(cpu, compiled.plan, i)) is not None
+        and getattr(found[1][-1], "value_parts", 0)
+    ]
+    assert len(shortcut) == 1, "no kernel keeps its values per unit"
+    instr, plan = shortcut[0]
+    assert (plan.run_tiles, plan.masked_padding) == (1, False), (plan.run_tiles, plan.band_rows)
+    room = compiled.plan.headroom(instr)
+    assert plan.band_rows and compiled.plan.temporary(instr).size <= room
+    assert replace(plan, run_tiles=0).unit_bytes * MIN_VALUE_PARTS > room
+    got = compiled.load()(x=xv)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    none = ((0, 0), (0, 0))
+    t = np.maximum(_conv_reference(xv, w["a"], (1, 1), *none, (1, 1), 1), 0)
+    u = np.maximum(_conv_reference(t, w["b"], (2, 2), (1, 1), (1, 1), (1, 1), 1), 0)
+    v = _conv_reference(u, w["c"], (1, 1), *none, (1, 1), 1)
+    s = _conv_reference(xv, w["d"], (2, 2), *none, (1, 1), 1)
+    _close(got, np.maximum(s + v, 0).mean(axis=(2, 3), keepdims=True), "transition block")

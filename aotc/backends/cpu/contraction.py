@@ -39,7 +39,7 @@ from .gemm import Clipping, GemmPlan
 from .gemm_config import fits_gemm
 from .nbits import nbits_weight
 from .plans import KernelPlan
-from .prepackable import use_packed
+from .prepackable import packed_workspace, use_packed
 from .views import View, fused_view, memory_view
 from .workspace import Budget, each_kernel, temporary_budget
 
@@ -83,6 +83,12 @@ class _Kernel:
     def workspace_bytes(self) -> int:
         """The values, then packing space that the contractions take in turn."""
         return sum(self.value_bytes) + max(p.workspace_bytes for p in self.plans)
+
+    @property
+    def packed_workspace(self) -> int:
+        """`workspace_bytes` once prepack.py has packed the constant operands (what a
+        choice by the bytes free compares, prepackable.packed_workspace)."""
+        return sum(self.value_bytes) + max(packed_workspace(p) for p in self.plans)
 
 
 def contraction_workspace(target, plan: BufferPlan, instr: Instruction) -> int:
@@ -195,8 +201,28 @@ def _analyze(target, plan: BufferPlan, instr: Instruction) -> _Kernel | None:
         return None
     image = _overwritten_image(plan, instr, contractions)
     in_place = _can_compute_in_place(plan, instr, contractions[-1], image)
-    values = sum(_Kernel(contractions, [], in_place).value_bytes)
+    values = _Kernel(contractions, [], in_place).value_bytes
     room = temporary_budget(plan, instr)
+    kernel = _plan_kernel(target, plan, instr, contractions, in_place, image, sum(values), room)
+    if kernel is None or not kernel.unit_values:
+        return kernel
+    # the forms were given the room left beside the whole values; with the last one's
+    # values per unit, the smallest regions leave them more (a faster form may fit)
+    least = kernel.plans[-1].least_values_bytes  # type: ignore[attr-defined]
+    retry = _plan_kernel(
+        target, plan, instr, contractions, in_place, image, sum(values[:-1]) + least, room
+    )
+    if retry is None or not retry.unit_values:
+        return kernel
+    fits = retry.packed_workspace <= max(room.free, kernel.packed_workspace)
+    return retry if fits else kernel
+
+
+def _plan_kernel(
+    target, plan: BufferPlan, instr, contractions, in_place: bool, image, values: int, room
+) -> _Kernel | None:
+    """The kernel's plans, its forms given what `room` has free beside `values` bytes of
+    the contractions' values."""
     budget = Budget(max(room.free - values, 0), room.strict)
     plans = []
     for contraction in contractions:
@@ -226,7 +252,7 @@ def _values_per_unit(kernel: _Kernel, free: int) -> KernelPlan:
     with_unit_values = getattr(last, "with_unit_values", None)
     if with_unit_values is None:
         return last
-    others = sum(kernel.value_bytes[:-1]) + max(p.workspace_bytes for p in kernel.plans)
+    others = sum(kernel.value_bytes[:-1]) + max(packed_workspace(p) for p in kernel.plans)
     return with_unit_values(max(free - others, 0)) or last
 
 

@@ -13,8 +13,11 @@ stride, and its A values (MR output channels) come from the weights packed as
 for the GEMM (prepack.py).  Grid columns x >= Wo are not output pixels: the
 tiles compute them, and their stores skip them, unless the tiles are compact
 (AVX-512, `compact_tiles`): then a tile's lanes are output pixels, each vector
-loaded as one masked load per output row it touches.  A stride-1 convolution without
-padding reads an image that is in memory row after row in place.  A grouped
+loaded as one masked load per output row it touches.  An image read in place with its
+padding masked (no planes: where the memory plan has no room for them) runs at stride
+2 over "lane rows", output rows in whole vectors, so that each vector lies in one row.
+A stride-1 convolution without padding reads an image that is in memory row after row
+in place.  A grouped
 convolution is one such convolution per feature group, on its slice of the
 planes' channels into its slice of the output channels, A packed group by group.
 
@@ -92,7 +95,8 @@ TILE_RULES = (
 # 40x40, 56x56 and 28x28 0.81-0.91 of the time (the channels outside: 1.07-1.19).  Above,
 # the channels outside, only where the planes do not fit: 3x3 at 80x80 1.35, 112x112
 # 1.23, 224x224 1.01-1.1 (the taps outside at 112x112 1.29: one tap's rows of all
-# channels fall in few L1 sets); at stride 2 1.5 (56x56) and 2.6 (112x112).
+# channels fall in few L1 sets); at stride 2, 3x3 to 28x28 and 56x56 in lane rows 1.13
+# and 1.09 (in compact tiles 1.75), to 14x14 1.47 (3.0), to 7x7 (compact) 4.5.
 TAPS_OUTSIDE_PLANE_BYTES = 16 * 1024
 
 # Compact tiles (AVX-512 only, where a masked load is one instruction): a tile's lanes
@@ -100,6 +104,12 @@ TAPS_OUTSIDE_PLANE_BYTES = 16 * 1024
 # masked load per output row it touches (`segments`), so no work goes to the grid's
 # junk columns.  At most this many loads per vector (rows at least 5 wide).
 MAX_SEGMENTS = 4
+
+# An image read in place at column stride 2 loads two vectors per row piece (a compact
+# vector has two or more): there the tiles run over output rows in whole vectors
+# (`lane_row_width`), one piece each, where that computes at most this many positions
+# per pixel (rows of 28 and 14 in vectors of 16: 1.14).
+MAX_LANE_ROW_WASTE = 1.15
 
 # grid pixels of a unit of work: a few tiles, whose C (all output channels) stays in L2
 # across the channel blocks
@@ -227,7 +237,15 @@ def plan_masked(problem: ConvProblem) -> PlaneConvPlan | None:
     if not masks_padding(planes, config, view, problem.geometry):
         return None
     blocks = blocking(config, planes.group_cout, planes.pixels, planes.group_k, rule.edges)
-    return replace(_plane_plan(problem, planes, view, blocks, True), masked_padding=True)
+    compact = replace(_plane_plan(problem, planes, view, blocks, True), masked_padding=True)
+    lane_rows = replace(compact, compact=False)
+    if (
+        planes.stride[1] == 2
+        and blocks.nr % config.lanes == 0
+        and lane_rows.positions <= MAX_LANE_ROW_WASTE * planes.pixels
+    ):
+        return lane_rows
+    return compact
 
 
 def _problem_planes(problem: ConvProblem):
@@ -372,6 +390,8 @@ class PlaneConvPlan(Prepackable):
     # the values of a unit go to its thread's region of C (`with_unit_values`), not to
     # C itself: `value_parts` regions, the units shared out in that many parts
     value_parts: int = 0
+    # tiles per unit (0: `run`'s own): fewer, so that the regions of unit values fit
+    run_tiles: int = 0
     # output rows per band (0: the whole image at once): the planes of one band at a
     # time, where the whole image's would not fit the bytes free at the kernel's step
     band_rows: int = 0
@@ -446,8 +466,19 @@ class PlaneConvPlan(Prepackable):
 
     @property
     def positions(self) -> int:
-        """What the tiles cover: the pixels (compact) or the grid."""
-        return self.planes.pixels if self.compact else self.planes.grid
+        """What the tiles cover: the pixels (compact), the lane rows (an image read in
+        place, not compact) or the grid."""
+        if self.compact:
+            return self.planes.pixels
+        return self.planes.out_height * self._grid_width
+
+    @property
+    def _grid_width(self) -> int:
+        """Positions per output row: the planes' width, or for an image read in place
+        with its padding masked, the output row in whole vectors (`lane_row_width`)."""
+        if self.masked_padding:
+            return lane_row_width(self.planes.out_width, self.config.lanes)
+        return self.planes.plane_shape[1]
 
     @property
     def units(self) -> int:
@@ -464,24 +495,40 @@ class PlaneConvPlan(Prepackable):
         """The regions of unit values (0: the values go to C)."""
         return self.value_parts * self.unit_bytes
 
+    @property
+    def least_values_bytes(self) -> int:
+        """The regions of unit values at their smallest: MIN_VALUE_PARTS one-tile units."""
+        return MIN_VALUE_PARTS * replace(self, run_tiles=1).unit_bytes
+
     def with_unit_values(self, free: int) -> PlaneConvPlan | None:
         """This plan keeping each unit's values in its thread's region until its epilogue
         has read them (an epilogue operand computed in place in C would be overwritten
         by C's values): as many regions as fit in `free` bytes, between MIN_VALUE_PARTS
-        and MAX_PARTS (threads beyond them idle in this kernel); None where the regions
+        and MAX_PARTS (threads beyond them idle in this kernel), the units shortened
+        (to one tile) where MIN_VALUE_PARTS would not fit; None where the regions
         would be no smaller than the whole output's values."""
-        most = min(self.units * self.planes.groups, MAX_PARTS)
-        parts = min(max(free // self.unit_bytes, MIN_VALUE_PARTS), most)
+        plan = self
+        tiles = self.run // self.nr
+        if MIN_VALUE_PARTS * self.unit_bytes > free and tiles > 1:
+            tile_bytes = replace(self, run_tiles=1).unit_bytes
+            plan = replace(
+                self, run_tiles=min(max(free // (MIN_VALUE_PARTS * tile_bytes), 1), tiles)
+            )
+        most = min(plan.units * plan.planes.groups, MAX_PARTS)
+        parts = min(max(free // plan.unit_bytes, MIN_VALUE_PARTS), most)
         whole = aligned(
-            self.planes.batch * self.planes.cout * self.planes.pixels * self.config.itemsize
+            plan.planes.batch * plan.planes.cout * plan.planes.pixels * plan.config.itemsize
         )
-        if parts * self.unit_bytes >= whole:
+        if parts * plan.unit_bytes >= whole:
             return None
-        return replace(self, value_parts=parts)
+        return replace(plan, value_parts=parts)
 
     @property
     def run(self) -> int:
-        """Grid positions per unit of work: whole tiles, C of all channels in L2."""
+        """Grid positions per unit of work: whole tiles, C of all channels in L2 (or
+        `run_tiles`)."""
+        if self.run_tiles:
+            return self.run_tiles * self.nr
         p, size = self.planes, self.config.itemsize
         total = -(-self.positions // self.nr)
         tiles = min(RUN_C_BYTES // (p.cout * self.nr * size), -(-total // MIN_UNITS))
@@ -773,7 +820,9 @@ class PlaneConvPlan(Prepackable):
                     whole = b.icmp_unsigned("==", cols, i64(self.nr))
                     args = [
                         a_panel,
-                        block_b if self.compact else b.gep(block_b, [q], source_etype=ty),
+                        block_b
+                        if self.compact or self.masked_padding
+                        else b.gep(block_b, [q], source_etype=ty),
                         channels,
                         c_rows,
                         q,
@@ -804,7 +853,7 @@ class PlaneConvPlan(Prepackable):
         p = self.planes
         if self.compact:
             return q
-        cols = p.plane_shape[1]
+        cols = self._grid_width
         row = b.udiv(q, i64(cols))
         x = smaller(b, b.sub(q, b.mul(row, i64(cols))), i64(p.out_width))
         return b.add(b.mul(row, i64(p.out_width)), x)
@@ -823,7 +872,7 @@ class PlaneConvPlan(Prepackable):
             )
             padding = Padding(p.height, p.width, shifts, p.stride)
             offsets = tuple(_shift_offset(shift, padding) for shift in shifts)
-            grid_width = p.width
+            grid_width = p.width if self.compact else self._grid_width
         return plane_kernel(
             ctx,
             self.config,
@@ -921,8 +970,12 @@ def plane_kernel(
             _row_pieces(b, q, first, mask, grid_width, out_width)
             for first, mask in zip(firsts, lane_masks)
         ]
+    elif padding is not None:
+        pieces = [
+            _lane_row_piece(b, q, first, mask, grid_width, out_width)
+            for first, mask in zip(firsts, lane_masks)
+        ]
     if padding is not None:
-        assert pieces is not None, "padding by masks takes compact tiles"
         by_channel = padding.height * padding.width * cfg.itemsize > TAPS_OUTSIDE_PLANE_BYTES
         if by_channel:
             _padded_products_by_channel(
@@ -1117,6 +1170,28 @@ def _i32s(values) -> ir.Constant:
     """A constant vector of i32 lanes (shuffle indices)."""
     values = list(values)
     return ir.Constant(ir.VectorType(I32, len(values)), values)
+
+
+def lane_row_width(out_width: int, lanes: int) -> int:
+    """An output row in whole vectors: the grid width of tiles whose vectors each lie in
+    one output row (an image read in place at column stride 2 loads twice per piece)."""
+    return -(-out_width // lanes) * lanes
+
+
+def _lane_row_piece(b, q, first: int, mask, grid_width: int, out_width: int) -> list:
+    """`_row_pieces` of a vector of grid positions q + first + l on a grid of output rows
+    `grid_width` (a whole number of vectors) wide: one piece, its lanes past the row's
+    `out_width` pixels left out."""
+    count = mask.type.count
+    start = b.add(q, i64(first))
+    row = b.udiv(start, i64(grid_width))
+    x0 = b.sub(start, b.mul(row, i64(grid_width)))
+    lane_x = b.add(
+        ir.Constant(ir.VectorType(I64, count), list(range(count))),
+        splat(b, x0, ir.VectorType(I64, count)),
+    )
+    on_row = b.icmp_unsigned("<", lane_x, splat(b, i64(out_width), lane_x.type))
+    return [(start, b.and_(on_row, mask), lane_x, row, x0)]
 
 
 def _row_pieces(b, q, first: int, mask, grid_width: int, out_width: int) -> list:
